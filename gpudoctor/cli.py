@@ -121,8 +121,8 @@ def _probe_kwargs(args) -> dict:
             raise UsageError(f"--python {args.python}: not an executable file")
         kw["python"] = args.python
     if args.torch_timeout is not None:
-        if args.torch_timeout <= 0:
-            raise UsageError("--torch-timeout must be more than 0 seconds")
+        if not 0 < args.torch_timeout < float("inf"):  # also refuses nan, which float() accepts
+            raise UsageError(f"--torch-timeout must be a finite number of seconds, more than 0 (got {args.torch_timeout})")
         kw["torch_timeout"] = args.torch_timeout
     return kw
 
@@ -284,7 +284,10 @@ def cmd_docs(args) -> int:
     if args.output:
         from gpudoctor.fileio import write_atomic
 
-        write_atomic(args.output, text)
+        try:
+            write_atomic(args.output, text)
+        except OSError as e:
+            raise UsageError(f"-o {args.output}: {e.strerror or e}") from None
     else:
         sys.stdout.write(text)
     return EXIT_OK

@@ -178,4 +178,15 @@ class Facts:
             raise SnapshotError(f"{path}: cannot read snapshot ({e})") from None
         except json.JSONDecodeError as e:
             raise SnapshotError(f"{path}: corrupt snapshot, not JSON (line {e.lineno}: {e.msg})") from None
-        return cls.from_dict(data, source=path)
+        except RecursionError:
+            raise SnapshotError(f"{path}: corrupt snapshot, nested too deeply to read") from None
+        except ValueError as e:  # valid JSON Python cannot hold: an integer of 5000 digits
+            raise SnapshotError(f"{path}: corrupt snapshot ({str(e).split(';')[0]})") from None
+        facts = cls.from_dict(data, source=path)
+        # Checks trust the contract's types; a file that breaks it is refused, not half-judged.
+        from gpudoctor.factschema import first_problem
+
+        problem = first_problem(data)
+        if problem is not None:
+            raise SnapshotError(f"{path}: corrupt snapshot, does not follow {SCHEMA} at {problem}")
+        return facts

@@ -437,7 +437,7 @@ def gpus_per_node_requested(directives: dict) -> slurmfmt.GpuRequest | None:
             nodes = directives.get("nodes")
             if nodes is None or str(nodes) == "1":
                 return total
-            if re.fullmatch(r"\d+", str(nodes)) and total.count % int(nodes) == 0:
+            if re.fullmatch(r"\d+", str(nodes)) and int(nodes) > 0 and total.count % int(nodes) == 0:
                 return slurmfmt.GpuRequest(total.count // int(nodes), total.type)
     except slurmfmt.SlurmFormatError:
         return None
@@ -552,7 +552,9 @@ def _trains(launch: dict) -> bool:
 def load_sbatch(path: str) -> dict:
     """Read and parse a batch script; SbatchError for a missing, unreadable or malformed one."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        # sbatch reads bytes: a stray Latin-1 byte in a comment is no reason to refuse the script.
+        # newline="": keep \r\n, which sbatch refuses.
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
             text = fh.read()
     except FileNotFoundError:
         raise SbatchError(f"--sbatch {path}: no such file") from None
@@ -562,4 +564,15 @@ def load_sbatch(path: str) -> dict:
         raise SbatchError(f"--sbatch {path}: cannot read ({e})") from None
     if "\x00" in text:
         raise SbatchError(f"--sbatch {path}: a binary file, not a batch script")
+    _check_sbatch_accepts(text, path)
     return parse_sbatch(text, path)
+
+
+def _check_sbatch_accepts(text: str, path: str) -> None:
+    """The whole-file checks sbatch makes before it reads any directive."""
+    if not text.strip():
+        raise SbatchError(f"--sbatch {path}: the script is {'empty' if not text else 'only whitespace'}; sbatch refuses it")
+    if not text.startswith("#!"):
+        raise SbatchError(f"--sbatch {path}: the first line must start with #! and an interpreter (#!/bin/bash); sbatch refuses it")
+    if "\r\n" in text:
+        raise SbatchError(f"--sbatch {path}: DOS line breaks (\\r\\n); sbatch refuses it: run dos2unix {path}")

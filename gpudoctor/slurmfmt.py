@@ -35,6 +35,11 @@ class SlurmFormatError(ValueError):
     """A SLURM value that does not follow SLURM's format."""
 
 
+# More entries than this from one compressed value ('1(x10000000000)', '0-99999999') is a typo, not
+# a job: refuse it rather than build a list that large.
+MAX_EXPANSION = 100_000
+
+
 def parse_int(text: str | int | None, what: str = "value", minimum: int = 0) -> int:
     """A whole number as SLURM writes it ('8', ' 8 '); anything else is an error."""
     if isinstance(text, int) and not isinstance(text, bool):
@@ -91,6 +96,8 @@ def parse_tasks_per_node(text: str, what: str = "SLURM_TASKS_PER_NODE") -> list[
         count, repeat = int(m.group(1)), int(m.group(2) or 1)
         if repeat < 1:
             raise SlurmFormatError(f"{what}: repeat count (x{repeat}) must be at least 1 in {text!r}")
+        if len(out) + repeat > MAX_EXPANSION:
+            raise SlurmFormatError(f"{what}: {text!r} describes an implausibly large number of nodes")
         out.extend([count] * repeat)
     return out
 
@@ -115,7 +122,7 @@ def _expand_brackets(body: str, whole: str) -> list[str]:
         lo, hi = int(lo_s), int(hi_s)
         if hi < lo:
             raise SlurmFormatError(f"node list {whole!r}: range {item!r} runs backwards")
-        if hi - lo > 100_000:
+        if len(out) + hi - lo >= MAX_EXPANSION:
             raise SlurmFormatError(f"node list {whole!r}: range {item!r} is implausibly large")
         width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
         out.extend(str(n).zfill(width) for n in range(lo, hi + 1))
@@ -132,7 +139,10 @@ def _expand_host(pattern: str, whole: str) -> list[str]:
     head, tail = pattern[: m.start()], pattern[m.end() :]
     if "[" in head or "]" in head:
         raise SlurmFormatError(f"node list {whole!r}: unbalanced brackets")
-    return [head + mid + rest for mid in _expand_brackets(m.group(1), whole) for rest in _expand_host(tail, whole)]
+    mids, rests = _expand_brackets(m.group(1), whole), _expand_host(tail, whole)
+    if len(mids) * len(rests) > MAX_EXPANSION:
+        raise SlurmFormatError(f"node list {whole!r}: {pattern!r} names an implausibly large number of hosts")
+    return [head + mid + rest for mid in mids for rest in rests]
 
 
 def expand_nodelist(text: str) -> list[str]:
@@ -147,6 +157,8 @@ def expand_nodelist(text: str) -> list[str]:
         if any(c.isspace() for c in part):
             raise SlurmFormatError(f"node list {text!r}: unexpected space in {part!r}")
         hosts.extend(_expand_host(part, text))
+        if len(hosts) > MAX_EXPANSION:
+            raise SlurmFormatError(f"node list {text!r} names an implausibly large number of hosts")
     return hosts
 
 
@@ -166,6 +178,8 @@ def parse_index_list(text: str, what: str = "GPU index list") -> list[int]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise SlurmFormatError(f"{what}: range {item.strip()!r} runs backwards")
+        if len(out) + hi - lo >= MAX_EXPANSION:
+            raise SlurmFormatError(f"{what}: range {item.strip()!r} is implausibly large")
         out.extend(range(lo, hi + 1))
     return out
 

@@ -74,14 +74,18 @@ class JobShape:
 # ---------------------------------------------------------------- shared helpers
 
 
-def _int(value, what: str, problems: list[str], minimum: int = 0) -> int | None:
+def _int(value, what: str, problems: list[str], minimum: int = 0, maximum: int | None = None) -> int | None:
     if value is None or value is True:
         return None
     try:
-        return slurmfmt.parse_int(value, what, minimum)
+        n = slurmfmt.parse_int(value, what, minimum)
     except slurmfmt.SlurmFormatError as e:
         problems.append(str(e))
         return None
+    if maximum is not None and n > maximum:
+        problems.append(f"{what}: {n} is implausibly large")
+        return None
+    return n
 
 
 def _count_arg(value, gpus: int | None) -> int | None:
@@ -277,7 +281,7 @@ def from_sbatch(sb: dict, ctx) -> JobShape:
     if "-" in nodes_text:
         nodes_text = nodes_text.split("-")[0]
         shape.notes.append(f"--nodes={step.get('nodes')} is a range; judged with the minimum, {nodes_text}")
-    shape.nodes = _int(nodes_text, "--nodes", p, 1) if "nodes" in step else (1 if "ntasks" not in step else None)
+    shape.nodes = _int(nodes_text, "--nodes", p, 1, slurmfmt.MAX_EXPANSION) if "nodes" in step else (1 if "ntasks" not in step else None)
     shape.ntasks_option = _int(step.get("ntasks"), "--ntasks", p, 1)
     shape.ntasks_per_node = _int(step.get("ntasks-per-node"), "--ntasks-per-node", p, 1)
     _tasks_from_options(shape)

@@ -27,4 +27,5 @@ def build(findings: list[Finding], facts_meta: dict | None = None, extra: dict |
 
 
 def render(findings: list[Finding], facts_meta: dict | None = None, extra: dict | None = None) -> str:
-    return json.dumps(build(findings, facts_meta, extra), indent=2) + "\n"
+    # default=str: evidence quoted from a YAML config may hold dates, sets or bytes
+    return json.dumps(build(findings, facts_meta, extra), indent=2, default=str) + "\n"

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from gpudoctor.model import Finding, Severity
+
+# Characters XML 1.0 cannot hold (most control characters, lone surrogates): one in a message,
+# e.g. from an environment value, would make the whole report unparsable for the CI.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def render(findings: list[Finding], strict: bool = False) -> str:
@@ -19,16 +28,17 @@ def render(findings: list[Finding], strict: bool = False) -> str:
         counts = defaultdict(int)
         for f in items:
             case = ET.SubElement(suite, "testcase", classname=f"gpudoctor.{cat}", name=f"{f.id} {f.name}")
-            text = f.message + (f"\nfix: {f.fix.title}" if f.fix else "")
+            message = _xml(f.message)
+            text = message + (f"\nfix: {_xml(f.fix.title)}" if f.fix else "")
             failing = f.severity is Severity.FAIL or (strict and f.severity is Severity.WARN)
             if failing:
-                ET.SubElement(case, "failure", message=f.message, type=f.severity.value).text = text
+                ET.SubElement(case, "failure", message=message, type=f.severity.value).text = text
                 counts["failures"] += 1
             elif f.severity is Severity.ERROR:
-                ET.SubElement(case, "error", message=f.message, type="error").text = text
+                ET.SubElement(case, "error", message=message, type="error").text = text
                 counts["errors"] += 1
             elif f.severity is Severity.SKIP:
-                ET.SubElement(case, "skipped", message=f.message)
+                ET.SubElement(case, "skipped", message=message)
                 counts["skipped"] += 1
             else:
                 ET.SubElement(case, "system-out").text = f"{f.severity.value}: {text}"
