@@ -34,10 +34,11 @@ def _version_text(v) -> str:
     "key:value pairs separated by commas, known keys, max_split_size_mb above 20, "
     "garbage_collection_threshold strictly between 0 and 1, power-of-2 roundup divisions, "
     "backend native|cudaMallocAsync, booleans written exactly True or False, keys newer than torch.",
-    why="torch reads the variable only when the first CUDA tensor is allocated, so a typo does not fail "
-    "at start-up: the job starts, loads data, and dies at the first .cuda() with 'Unrecognized "
-    "CachingAllocator option' or a bare 'stoi' error. Lower-case true, key=value, or a key from a newer "
-    "torch are the usual causes.",
+    why="torch parses the variable lazily - when the allocator is first used, or already at import in "
+    "recent CUDA builds - so a typo does not show at submission: the job starts and dies at `import torch` "
+    "or at the first .cuda() with 'Unrecognized CachingAllocator option', \"Expected 'True' or 'False'\", "
+    "'Index out of bounds in ConfigTokenizer' or a bare 'stoi' error. Lower-case true, key=value, or a key "
+    "from a newer torch are the usual causes.",
     fix="Correct the value, e.g. `export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` or "
     "`max_split_size_mb:512`; remove keys this torch does not know. See the PyTorch notes on CUDA "
     "memory management for every option.",
@@ -50,7 +51,7 @@ def alloc_conf_invalid(facts, ctx):
         return passed("no allocator settings: torch's defaults", torch=_version_text(tv))
     chosen = allocconf.effective_variable(env, tv)
     if chosen.version_known:
-        names = [chosen.effective] if chosen.effective else []
+        names = list(chosen.candidates)
         if not names:
             return passed(f"only {', '.join(chosen.ignored)} is set, which torch {_version_text(tv)} ignores (see GD-ALLOC-002)")
     outcomes = [_judge_conf(name, env[name], tv) for name in names]
@@ -83,14 +84,14 @@ def _judge_conf(name: str, value: str, tv):
     title="Allocator settings are in the variable this torch reads",
     needs=NEEDS,
     what="Compares PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF with the installed torch version: "
-    "torch before 2.10 reads only PYTORCH_CUDA_ALLOC_CONF for CUDA; from 2.10 PYTORCH_ALLOC_CONF wins "
-    "and PYTORCH_CUDA_ALLOC_CONF is a deprecated alias read only when PYTORCH_ALLOC_CONF is unset.",
+    "torch before 2.10 reads only PYTORCH_CUDA_ALLOC_CONF for CUDA; from 2.10 either name works alone. With "
+    "both set torch reads one and ignores the other: torch 2.9 preferred PYTORCH_ALLOC_CONF, torch 2.13 reads "
+    "PYTORCH_CUDA_ALLOC_CONF first.",
     why="Settings in the variable torch does not read are silently ignored: expandable_segments or "
-    "max_split_size_mb meant to prevent an out-of-memory simply do not happen. torch 2.9 already warns that "
+    "max_split_size_mb meant to prevent an out-of-memory simply do not happen. torch 2.9 warns that "
     "PYTORCH_CUDA_ALLOC_CONF is deprecated, yet its CUDA allocator still ignores expandable_segments set in "
-    "PYTORCH_ALLOC_CONF (pytorch/pytorch#183387).",
-    fix="Put the settings in the variable your torch reads: PYTORCH_CUDA_ALLOC_CONF for torch < 2.10, "
-    "PYTORCH_ALLOC_CONF for 2.10 and newer; set only one of them.",
+    "PYTORCH_ALLOC_CONF (pytorch/pytorch#183387); torch never merges the two variables.",
+    fix="Set only one of the two: PYTORCH_CUDA_ALLOC_CONF for torch < 2.10, either name for 2.10 and newer.",
 )
 def alloc_conf_variable_ignored(facts, ctx):
     env = facts.env
@@ -99,40 +100,54 @@ def alloc_conf_variable_ignored(facts, ctx):
     if legacy is None and unified is None:
         return passed("neither allocator variable is set")
     if tv is None:
-        if legacy is not None and unified is not None and legacy != unified:
-            return warn(
-                f"both {allocconf.UNIFIED_VAR} and {allocconf.LEGACY_VAR} are set, to different values, and torch's "
-                "version is unknown: torch < 2.10 reads only the second, newer torch only the first",
-                None,
-                **{allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy},
-            )
+        if legacy is not None and unified is not None:
+            evidence = {allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy, "torch": "unknown"}
+            return _both_set(allocconf.effective_variable(facts.env, None), None, legacy, unified, evidence)
         return passed("torch's version is unknown; cannot tell which allocator variable it reads")
     chosen = allocconf.effective_variable(env, tv)
     evidence = {"torch": _version_text(tv), allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy}
-    if chosen.ignored == (allocconf.UNIFIED_VAR,):
-        fix = set_env(allocconf.LEGACY_VAR, unified) if legacy is None else None
+    if chosen.ignored == (allocconf.UNIFIED_VAR,) and legacy is None:
+        partly = " (torch 2.9 reads it for some keys, but its CUDA allocator ignores expandable_segments there, pytorch#183387)" if tuple(tv[:2]) == (2, 9) else ""
         return warn(
             f"torch {_version_text(tv)} reads only {allocconf.LEGACY_VAR} for CUDA; "
-            f"{allocconf.UNIFIED_VAR}={unified!r} is ignored (torch reads it from 2.10)"
-            + (f", and {allocconf.LEGACY_VAR}={legacy!r} is what takes effect" if legacy is not None else ""),
-            fix,
+            f"{allocconf.UNIFIED_VAR}={unified!r} is ignored{partly} - torch reads it from 2.10",
+            set_env(allocconf.LEGACY_VAR, unified),
             **evidence,
         )
-    if chosen.ignored == (allocconf.LEGACY_VAR,):
-        if legacy == unified:
-            return passed(f"both variables are set to the same value; torch {_version_text(tv)} reads {allocconf.UNIFIED_VAR}", **evidence)
-        return warn(
-            f"torch {_version_text(tv)} reads {allocconf.UNIFIED_VAR}={unified!r} and ignores {allocconf.LEGACY_VAR}={legacy!r}",
-            unset_env(allocconf.LEGACY_VAR, f"unset {allocconf.LEGACY_VAR} (merge anything you need into {allocconf.UNIFIED_VAR})"),
-            **evidence,
-        )
+    if legacy is not None and unified is not None:
+        return _both_set(chosen, tv, legacy, unified, evidence)
     if chosen.deprecated_alias:
         return passed(
-            f"torch {_version_text(tv)} reads {allocconf.LEGACY_VAR} as a deprecated alias of {allocconf.UNIFIED_VAR} "
-            "(it prints a deprecation warning; renaming is optional)",
+            f"torch {_version_text(tv)} reads {allocconf.LEGACY_VAR}, the older name of {allocconf.UNIFIED_VAR} "
+            "(both names work; renaming is optional)",
             **evidence,
         )
     return passed(f"torch {_version_text(tv)} reads {chosen.effective}", **evidence)
+
+
+def _both_set(chosen, tv, legacy: str, unified: str, evidence: dict):
+    """Both allocator variables set: torch reads exactly one of them, never a merge."""
+    if legacy == unified:
+        return passed(f"both variables are set to the same value, so it does not matter which one torch {_version_text(tv)} reads", **evidence)
+    keep_unified = unset_env(
+        allocconf.LEGACY_VAR, f"unset {allocconf.LEGACY_VAR} so that {allocconf.UNIFIED_VAR} takes effect (merge what you need into it first)"
+    )
+    if chosen.ignored == (allocconf.UNIFIED_VAR,):
+        why = "only 2.10+ reads the new name" if tuple(tv[:2]) < allocconf.UNIFIED_SINCE else "from 2.13 the older name is read first"
+        return warn(
+            f"torch {_version_text(tv)} reads {allocconf.LEGACY_VAR}={legacy!r} and ignores {allocconf.UNIFIED_VAR}={unified!r} "
+            f"({why}): the settings in {allocconf.UNIFIED_VAR} do not take effect",
+            keep_unified,
+            **evidence,
+        )
+    return warn(
+        f"both {allocconf.UNIFIED_VAR}={unified!r} and {allocconf.LEGACY_VAR}={legacy!r} are set; torch reads only one of them "
+        f"and which one changed between releases (2.9 preferred {allocconf.UNIFIED_VAR}, 2.13 prefers {allocconf.LEGACY_VAR})"
+        + (f"; torch {_version_text(tv)}'s order is not verified" if tv else "; torch's version is unknown")
+        + " - keep one variable",
+        keep_unified,
+        **evidence,
+    )
 
 
 @check(
@@ -299,32 +314,78 @@ def _debug_switches(env: dict) -> list[tuple[str, str, str]]:
     return found
 
 
+DIST_DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
+
+
+def _dist_debug_problem(env: dict) -> tuple[str, str] | None:
+    """(severity, text) for TORCH_DISTRIBUTED_DEBUG; torch upper-cases the value (c10d/debug.cpp)."""
+    value = env.get("TORCH_DISTRIBUTED_DEBUG")
+    if value is None:
+        return None
+    level = value.upper()
+    if level not in DIST_DEBUG_LEVELS:
+        return "fail", (
+            f"TORCH_DISTRIBUTED_DEBUG={value!r} is not OFF, INFO or DETAIL: `import torch.distributed` raises "
+            "'The value of TORCH_DISTRIBUTED_DEBUG must be OFF, INFO, or DETAIL.' on every rank"
+        )
+    if level == "DETAIL":
+        return "warn", (
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every process group in a checker that runs extra collectives to compare "
+            "each collective's shapes across ranks, and turns on desync debugging and per-iteration DDP statistics"
+        )
+    return None  # OFF; INFO only logs once at DDP construction
+
+
+def _startup_switches(env: dict) -> list[tuple[str, str, str]]:
+    """Settings that cost start-up time or memory rather than speed per step (reported as info)."""
+    found = []
+    loading = env.get("CUDA_MODULE_LOADING")
+    if loading is not None and loading.strip().upper() == "EAGER":
+        found.append((
+            "CUDA_MODULE_LOADING", loading,
+            "CUDA loads every kernel of torch's libraries when the context is created (torch sets LAZY when unset): "
+            "slower start-up and more GPU memory per process",
+        ))
+    return found
+
+
 @check(
     id="GD-ALLOC-006",
     name="cuda-debug-tool-attached",
     category="allocator",
-    title="No profiler, sanitizer or CUDA API logging attached",
+    title="No profiler, sanitizer or debug switch that slows training",
     needs=["env"],
     what="Looks for tools that hook every CUDA call: a CUDA_INJECTION64_PATH injection library (Nsight, "
     "CUPTI tools), profiler or sanitizer libraries in LD_PRELOAD, TORCH_CUDA_SANITIZER, and cuDNN/cuBLAS API "
-    "logging (CUDNN_LOGINFO_DBG=1, CUDNN_LOGLEVEL_DBG>=3, CUBLAS_LOGINFO_DBG=1, CUBLASLT_LOG_LEVEL>=2). "
-    "NCCL's debug variables are judged by the nccl checks.",
+    "logging (CUDNN_LOGINFO_DBG=1, CUDNN_LOGLEVEL_DBG>=3, CUBLAS_LOGINFO_DBG=1, CUBLASLT_LOG_LEVEL>=2); "
+    "TORCH_DISTRIBUTED_DEBUG=DETAIL (a value other than OFF/INFO/DETAIL, in any case, makes `import "
+    "torch.distributed` raise); CUDA_MODULE_LOADING=EAGER (info). NCCL's debug variables are judged by the "
+    "nccl checks.",
     why="Each of these is right for a profiling or debugging session and wrong for a long training run: "
-    "they add per-call overhead (sanitizers by orders of magnitude) and logging can fill the disk.",
+    "they add per-call overhead (sanitizers by orders of magnitude) and logging can fill the disk. "
+    "TORCH_DISTRIBUTED_DEBUG=DETAIL adds consistency-checking collectives to every collective.",
     fix="Unset the variables for production runs; profile a short run separately (`nsys profile -d 60 ...`).",
 )
 def cuda_debug_tool_attached(facts, ctx):
-    found = _debug_switches(facts.env)
-    if not found:
-        return passed("no profiler, sanitizer or API logging variables set")
-    names = sorted({v for v, _, _ in found})
+    env = facts.env
+    found = _debug_switches(env)
+    dist = _dist_debug_problem(env)
+    startup = _startup_switches(env)
+    if dist:
+        found.append(("TORCH_DISTRIBUTED_DEBUG", env["TORCH_DISTRIBUTED_DEBUG"], dist[1]))
+    if not found and not startup:
+        return passed("no profiler, sanitizer, API logging or distributed debug switch set")
+    every = found + startup
+    names = sorted({v for v, _, _ in every})
     plain = [n for n in names if n != "LD_PRELOAD"]
     if "LD_PRELOAD" in names:
         fix = manual("Remove the tool library from LD_PRELOAD" + (f" and unset {' '.join(plain)}" if plain else ""), *[f"unset {n}" for n in plain])
     else:
         fix = Fix("unset " + " ".join(plain), Safety.SAFE, tuple(Action("unset_env", n) for n in plain))
-    return warn(
-        "; ".join(f"{what} ({var}={value!r})" for var, value, what in found) + " - this slows training",
-        fix,
-        switches={var: value for var, value, _ in found},
-    )
+    switches = {var: value for var, value, _ in every}
+    text = "; ".join(f"{what} ({var}={value!r})" if var != "TORCH_DISTRIBUTED_DEBUG" else what for var, value, what in every)
+    if dist and dist[0] == "fail":
+        return fail(text, fix, switches=switches)
+    if found:
+        return warn(text + " - this slows training", fix, switches=switches)
+    return info(text, fix, switches=switches)

@@ -7,6 +7,8 @@ training process builds its own loader with its own worker processes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpudoctor.dlconfig import from_context
 from gpudoctor.joblayout import Known, env_int, in_srun_step, intended_launcher, job_env, judged_here, layout
 from gpudoctor.model import Action, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
@@ -29,6 +31,20 @@ def _no_gpus():
 
 def _no_settings():
     return skip("no training config (--config) or DataLoader (gpudoctor.audit_dataloader) to read settings from")
+
+
+def _worker_count(settings):
+    """(num_workers, None) when it is a count to judge; (None, skip) when unknown or not a count."""
+    workers = settings.value("num_workers")
+    if workers is None:
+        return None, skip(settings.unknown("num_workers"), **settings.evidence())
+    if workers < 0:
+        return None, skip(
+            f"{settings.describe('num_workers')} is negative: torch.utils.data.DataLoader rejects it (see GD-DL-008); "
+            "code that reads it as 'all CPUs' picks the count itself, which is known only when the job runs",
+            **settings.evidence(),
+        )
+    return workers, None
 
 
 def _change_setting(settings, name: str, value, title: str) -> Fix:
@@ -77,7 +93,8 @@ def ranks_sharing_cpus(facts, ctx, lay) -> Known:
     needs=["host", "env"],
     what="Counts ranks sharing this CPU set x (num_workers + 1 main process) and compares it with the CPUs "
     "the process may run on (its affinity mask: a SLURM task's or container's CPU set, or the container's "
-    "CPU quota). num_workers is per rank.",
+    "CPU quota). num_workers is per rank. Inside a SLURM job where GD-SLURM-008, in the same run, already "
+    "warns that the task's CPUs are too few, this reports the same shortage as info instead of a second warning.",
     why="Each rank starts its own num_workers processes. A per-GPU figure written as a per-node one "
     "('num_workers: 16  # 2 per GPU') becomes 128 workers on 8 GPUs; more busy processes than CPUs makes "
     "them time-slice, so batches arrive late and the GPUs wait. Worker counts from tables "
@@ -93,9 +110,9 @@ def _dataloader_workers_oversubscribe_cpus(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
-    workers = settings.value("num_workers")
-    if workers is None:
-        return skip(f"num_workers is not stated in {settings.source}", **settings.evidence())
+    workers, unknown = _worker_count(settings)
+    if unknown:
+        return unknown
     cpus = cpu_budget(facts)
     if not cpus.known:
         return skip("the host probe did not report the CPUs this process may use")
@@ -112,12 +129,52 @@ def _dataloader_workers_oversubscribe_cpus(facts, ctx):
     if demand <= cpus.value:
         return passed(f"{sum_text} on {cpus.value} CPUs", **evidence)
     suggested = max(1, cpus.value // sharing.value - 1)
-    return warn(
+    message = (
         f"{settings.describe('num_workers')} is per rank: {sum_text} compete for {cpus.value} CPUs "
-        f"({cpus.source}); workers will time-slice and starve the GPUs",
-        _change_setting(settings, "num_workers", suggested, f"Set num_workers to {suggested} (CPUs / ranks - 1)"),
-        **evidence,
+        f"({cpus.source}); workers will time-slice and starve the GPUs"
     )
+    fix = _change_setting(settings, "num_workers", suggested, f"Set num_workers to {suggested} (CPUs / ranks - 1)")
+    slurm = _slurm_reports_same_shortage(facts, ctx, cpus)
+    if slurm is not None:
+        # One shortage, one warning: GD-SLURM-008 carries it with the --cpus-per-task fix.
+        return info(
+            f"{message}; {SLURM_WORKERS_CHECK} warns about this shortage with the SLURM fix (more --cpus-per-task)",
+            fix,
+            **evidence,
+            reported_by={SLURM_WORKERS_CHECK: slurm},
+        )
+    return warn(message, fix, **evidence)
+
+
+SLURM_WORKERS_CHECK = "GD-SLURM-008"
+
+
+def _slurm_reports_same_shortage(facts, ctx, cpus: Known) -> str | None:
+    """GD-SLURM-008's message when, inside a SLURM job and in this same run, it already warns that
+    the task's CPUs are too few.
+
+    Both checks count ranks x (num_workers + 1); SLURM-008 against the CPUs SLURM grants a task,
+    this one against the CPUs the process may run on, which inside a job is SLURM's grant. A
+    container CPU quota is a cause SLURM-008 does not see, so that warning stays here.
+    """
+    if SLURM_WORKERS_CHECK not in (ctx.running or ()):  # not in this report: the warning stays here
+        return None
+    if "container" in (cpus.source or "") or ("SLURM_JOB_ID" not in job_env(facts, ctx) and not ctx.sbatch):
+        return None
+    from gpudoctor.registry import load_all
+    from gpudoctor.model import Severity
+
+    spec = load_all().get(SLURM_WORKERS_CHECK)
+    if spec is None:
+        return None
+    try:
+        outcomes = spec.func(facts, ctx)
+    except Exception:  # its own run reports its error; here it only decides who warns
+        return None
+    for outcome in outcomes if isinstance(outcomes, list) else [outcomes]:
+        if outcome.severity is Severity.WARN:
+            return outcome.message
+    return None
 
 
 # --- GD-DL-002 -----------------------------------------------------------------------------
@@ -129,7 +186,8 @@ def _dataloader_workers_oversubscribe_cpus(facts, ctx):
     category="dataloader",
     title="DataLoader uses worker processes on GPU training",
     needs=["host", "env"],
-    what="On GPU training, looks for num_workers=0.",
+    what="On GPU training, looks for num_workers=0. A Hugging Face TrainingArguments config that leaves "
+    "dataloader_num_workers out gets the Trainer's default of 0: reported as info.",
     why="With num_workers=0 every batch is read, decoded and augmented in the training process itself, "
     "between GPU steps: the GPU idles while the CPU works. It is fine only when the data is already in "
     "memory as tensors and cheap to collate.",
@@ -142,19 +200,39 @@ def dataloader_loads_in_main_process(facts, ctx):
         return _no_settings()
     if not ctx.gpus_expected:
         return _no_gpus()
-    workers = settings.value("num_workers")
-    if workers is None:
-        return skip(f"num_workers is not stated in {settings.source}", **settings.evidence())
+    default = settings.defaults.get("num_workers")
+    if settings.found.get("num_workers") is None and default is not None:
+        return _main_process_by_default(facts, ctx, settings, default)
+    workers, unknown = _worker_count(settings)
+    if unknown:
+        return unknown
     if workers > 0:
         return passed(f"{settings.describe('num_workers')}: batches are prepared in worker processes", **settings.evidence())
-    cpus = cpu_budget(facts)
-    sharing = ranks_sharing_cpus(facts, ctx, layout(facts, ctx))
-    suggested = max(1, min(8, (cpus.value or 4) // sharing.value - 1))
+    suggested = _suggested_workers(facts, ctx)
     return warn(
         f"{settings.describe('num_workers')}: batches are loaded in the training process, so the GPU waits while each one "
         "is read and augmented (fine only for in-memory tensor data)",
         _change_setting(settings, "num_workers", suggested, f"Set num_workers to {suggested}"),
         **settings.evidence(),
+    )
+
+
+def _suggested_workers(facts, ctx) -> int:
+    cpus = cpu_budget(facts)
+    sharing = ranks_sharing_cpus(facts, ctx, layout(facts, ctx))
+    return max(1, min(8, (cpus.value or 4) // sharing.value - 1))
+
+
+def _main_process_by_default(facts, ctx, settings, default):
+    """The config leaves the workers to a framework whose default is 0 (HF TrainingArguments)."""
+    key = default.path
+    suggested = _suggested_workers(facts, ctx)
+    return info(
+        f"{key} is not set, so TrainingArguments' default of {default.value} workers loads every batch in the "
+        "training process (fine for tokenized text in memory; slow for images, audio or on-the-fly decoding)",
+        Fix(f"Set {key}: {suggested}", Safety.UNSAFE, (Action("yaml_set", settings.source, suggested, key),)),
+        **settings.evidence(),
+        default=f"{key}={default.value}",
     )
 
 
@@ -182,7 +260,7 @@ def dataloader_memory_not_pinned(facts, ctx):
         return _no_gpus()
     pin = settings.value("pin_memory")
     if pin is None:
-        return skip(f"pin_memory is not stated in {settings.source}", **settings.evidence())
+        return skip(settings.unknown("pin_memory"), **settings.evidence())
     if pin:
         return passed(f"{settings.describe('pin_memory')}", **settings.evidence())
     return info(
@@ -212,11 +290,12 @@ def dataloader_workers_not_persistent(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
-    workers = settings.value("num_workers")
+    workers, unknown = _worker_count(settings)
+    if unknown:
+        return unknown
     persistent = settings.value("persistent_workers")
-    if workers is None or persistent is None:
-        missing = "num_workers" if workers is None else "persistent_workers"
-        return skip(f"{missing} is not stated in {settings.source}", **settings.evidence())
+    if persistent is None:
+        return skip(settings.unknown("persistent_workers"), **settings.evidence())
     if workers == 0:
         return skip("num_workers=0: there are no worker processes to keep", **settings.evidence())
     if persistent:
@@ -259,9 +338,9 @@ def _shm_too_small_for_workers(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
-    workers = settings.value("num_workers")
-    if workers is None:
-        return skip(f"num_workers is not stated in {settings.source}", **settings.evidence())
+    workers, unknown = _worker_count(settings)
+    if unknown:
+        return unknown
     if workers == 0:
         return passed("num_workers=0: batches do not pass through shared memory", **settings.evidence())
     shm = facts.host.get("shm")
@@ -360,8 +439,11 @@ def _omp_threads_oversubscribe_cpus(facts, ctx):
 def _data_parallel_size(settings, world: int) -> tuple[int, str]:
     tp = settings.value("tensor_parallel") or 1
     pp = settings.value("pipeline_parallel") or 1
-    if tp * pp > 1 and world % (tp * pp) == 0:
-        return world // (tp * pp), f"world size {world} / (tensor {tp} x pipeline {pp})"
+    cp = settings.value("context_parallel") or 1
+    model_parallel = tp * pp * cp
+    if model_parallel > 1 and world % model_parallel == 0:
+        parts = " x ".join(f"{n} {v}" for n, v in (("tensor", tp), ("pipeline", pp), ("context", cp)) if v > 1)
+        return world // model_parallel, f"world size {world} / ({parts} parallel)"
     return world, f"world size {world}"
 
 
@@ -375,62 +457,110 @@ def _batch_framework(settings) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class BatchRule:
+    """What the global batch must be a multiple of (unit), or equal to (exact), and why."""
+
+    unit: int
+    unit_text: str
+    exact: int | None = None
+    exact_text: str | None = None
+    quotient: str = "samples per data-parallel rank"  # what global // unit is
+
+
+def _batch_rule(settings, framework: str | None, dp: int) -> BatchRule:
+    """The rule the framework applies (DeepSpeed's _set_batch_related_parameters, Megatron's
+    num-microbatches calculator); for hand-written loops, micro x accumulation x ranks."""
+    micro, accum = settings.value("batch_size"), settings.value("gradient_accumulation_steps")
+    micro_text = settings.describe("batch_size")
+    accum_text = settings.describe("gradient_accumulation_steps")
+    if framework == "Megatron" and micro:
+        # Megatron derives the accumulation (global / (micro x dp)); a trainer's accumulate_grad_batches is not used.
+        return BatchRule(micro * dp, f"{micro_text} x {dp} data-parallel ranks", quotient="micro-batches accumulated per step")
+    if micro and accum:
+        return BatchRule(dp, f"{dp} data-parallel ranks", micro * accum * dp, f"{micro_text} x {accum_text} x {dp} ranks")
+    if framework == "DeepSpeed" and micro:
+        # DeepSpeed sets accumulation = train_batch_size // micro // world and then asserts equality.
+        return BatchRule(micro * dp, f"{micro_text} x {dp} data-parallel ranks", quotient="micro-batches accumulated per step")
+    if framework == "DeepSpeed" and accum:
+        return BatchRule(accum * dp, f"{accum_text} x {dp} data-parallel ranks", quotient="samples per micro-batch")
+    return BatchRule(dp, f"{dp} data-parallel ranks")
+
+
 @check(
     id="GD-DL-007",
     name="global-batch-not-divisible",
     category="dataloader",
     title="The global batch size divides evenly across the data-parallel ranks",
     needs=["env"],
-    what="When the config states a global batch (DeepSpeed train_batch_size, global_batch_size, "
-    "effective_batch_size...), checks that it divides by the data-parallel size (world size, divided by "
-    "tensor x pipeline parallel sizes when the config states them), and that micro batch x gradient "
-    "accumulation x data-parallel size equals it when all three are stated.",
+    what="When the config states a global batch (DeepSpeed train_batch_size, Megatron/NeMo global_batch_size, "
+    "effective_batch_size...), checks it against the data-parallel size (world size, divided by tensor x "
+    "pipeline x context parallel sizes when the config states them) the way the framework does: DeepSpeed "
+    "needs train_batch_size = micro batch x gradient accumulation x data-parallel size (deriving the one "
+    "left out), Megatron/NeMo need global_batch_size to be a multiple of micro_batch_size x data-parallel "
+    "size. DeepSpeed's \"auto\" (filled in by the HF Trainer or accelerate) is consistent by construction. "
+    "Per-device batches (HF per_device_train_batch_size) have no global rule.",
     why="DeepSpeed and Megatron refuse to start ('train_batch_size is not equal to micro_batch_per_gpu * "
-    "gradient_acc_step * world_size'); hand-written loops silently round the per-rank batch down and train "
-    "on a different batch size than the one tuned.",
-    fix="Choose a global batch that is a multiple of the data-parallel size, or state only the per-rank "
-    "batch and the accumulation steps.",
+    "gradient_acc_step * world_size', 'global batch size is not divisible by micro batch size times data "
+    "parallel size'); hand-written loops silently round the per-rank batch down and train on a different "
+    "batch size than the one tuned.",
+    fix="Choose a global batch that is a multiple of micro batch x data-parallel size (DeepSpeed: exactly "
+    "micro x accumulation x ranks), or leave DeepSpeed's train_batch_size to \"auto\" / state only the "
+    "per-rank batch and the accumulation steps.",
 )
 def global_batch_not_divisible(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
+    if settings.is_auto("global_batch_size"):
+        return passed(
+            f"{settings.describe('global_batch_size')}: the HF Trainer / accelerate fills it in as world size x per-device "
+            "batch x accumulation, consistent by construction",
+            **settings.evidence(),
+        )
     global_batch = settings.value("global_batch_size")
     if global_batch is None:
-        return skip(f"{settings.source} states no global batch size", **settings.evidence())
+        if "global_batch_size" in settings.found:
+            return skip(settings.unknown("global_batch_size"), **settings.evidence())
+        return skip(f"{settings.source} states no global batch size (per-device batches have no global rule)", **settings.evidence())
     lay = layout(facts, ctx)
     if not lay.world_size.known:
         return skip("the world size is not known here (set WORLD_SIZE, or --expect-gpus on one node)", **settings.evidence())
     dp, dp_text = _data_parallel_size(settings, lay.world_size.value)
     framework = _batch_framework(settings)
+    rule = _batch_rule(settings, framework, dp)
     evidence = {**settings.evidence(), **lay.evidence(), "data_parallel": dp_text, "framework": framework}
     sev = fail if framework else warn
     stops = f"; {framework} refuses to start" if framework else ""
-    micro, accum = settings.value("batch_size"), settings.value("gradient_accumulation_steps")
-    target = micro * accum * dp if micro and accum else max(dp, global_batch // dp * dp)
-    fix = _change_setting(settings, "global_batch_size", target, f"Set the global batch to {target} (a multiple of {dp})")
-    if global_batch % dp:
+    target = rule.exact or max(rule.unit, round(global_batch / rule.unit) * rule.unit)
+    fix = _change_setting(settings, "global_batch_size", target, f"Set the global batch to {target} (a multiple of {rule.unit})")
+    stated = settings.describe("global_batch_size")
+    if global_batch % rule.unit or global_batch < rule.unit:
         return sev(
-            f"{settings.describe('global_batch_size')} does not divide by {dp_text} ({lay.world_size.source}){stops}",
+            f"{stated} is not a multiple of {rule.unit_text} = {rule.unit} ({dp_text}, {lay.world_size.source}){stops}",
             fix,
             **evidence,
         )
-    if micro and accum and micro * accum * dp != global_batch:
-        return sev(
-            f"{settings.describe('batch_size')} x {settings.describe('gradient_accumulation_steps')} x {dp} ranks = "
-            f"{micro * accum * dp}, not the stated global batch {global_batch}{stops}",
-            fix,
-            **evidence,
-        )
-    return passed(f"global batch {global_batch} = {dp} data-parallel ranks x {global_batch // dp}", **evidence)
+    if rule.exact is not None and rule.exact != global_batch:
+        return sev(f"{rule.exact_text} = {rule.exact}, not the stated {stated}{stops}", fix, **evidence)
+    if rule.exact is not None:
+        return passed(f"{stated} = {rule.exact_text}", **evidence)
+    return passed(f"{stated} = {rule.unit_text} x {global_batch // rule.unit} {rule.quotient}", **evidence)
 
 
 # --- GD-DL-008 -----------------------------------------------------------------------------
 
 
 def rejected_arguments(settings, torch_version) -> list[str]:
-    """Combinations torch.utils.data.DataLoader raises ValueError on."""
-    workers = settings.value("num_workers")
+    """Combinations torch.utils.data.DataLoader raises ValueError on.
+
+    A worker count left to a framework's default (HF TrainingArguments: 0) counts: the
+    framework passes it on all the same.
+    """
+    workers_found = settings.effective("num_workers")
+    workers = workers_found.value if workers_found else None
+    by_default = workers_found is not None and workers_found is settings.defaults.get("num_workers")
+    workers_text = f" ({workers_found.path} is not set: TrainingArguments' default is {workers})" if by_default else ""
     prefetch = settings.value("prefetch_factor")
     out = []
     if workers is not None and workers < 0:
@@ -439,12 +569,22 @@ def rejected_arguments(settings, torch_version) -> list[str]:
         out.append(f"{settings.describe('persistent_workers')} needs num_workers > 0")
     if workers == 0 and prefetch is not None and (torch_version is None or torch_version >= (2, 0) or prefetch != 2):
         out.append(f"{settings.describe('prefetch_factor')} is allowed only with num_workers > 0")
+    if out and workers_text:
+        out[-1] += workers_text
     if workers and prefetch is not None and prefetch < 1:
         out.append(f"{settings.describe('prefetch_factor')} must be at least 1")
     batch = settings.value("batch_size")
     if batch is not None and batch < 1:
         out.append(f"{settings.describe('batch_size')} must be at least 1")
     return out
+
+
+def _rejected_fix(settings):
+    workers = settings.value("num_workers")
+    if workers is not None and workers < 0:
+        return manual(f"Set {settings.describe('num_workers').split('=')[0]} to 0 or a positive count (or resolve -1 in your code before DataLoader)")
+    keys = [settings.describe(n).split("=")[0] for n in ("prefetch_factor", "persistent_workers") if settings.value(n)]
+    return manual(f"Remove {' and '.join(keys) or 'the rejected arguments'} while num_workers is 0, or set num_workers above 0")
 
 
 @check(
@@ -471,10 +611,15 @@ def dataloader_arguments_rejected(facts, ctx):
     evidence = {**settings.evidence(), "torch": facts.torch_version()}
     if not problems:
         return passed("the stated DataLoader arguments are a combination torch accepts", **evidence)
-    passed_as_is = "" if settings.live else " if the config's values reach torch.utils.data.DataLoader unchanged"
+    if settings.live:
+        raiser = "DataLoader raises ValueError"
+    elif "huggingface" in settings.frameworks:
+        raiser = "TrainingArguments or DataLoader raises ValueError when the Trainer starts"
+    else:
+        raiser = "DataLoader raises ValueError if the config's values reach torch.utils.data.DataLoader unchanged"
     return warn(
-        "; ".join(problems) + f": DataLoader raises ValueError{passed_as_is}",
-        manual("Remove prefetch_factor/persistent_workers when num_workers is 0"),
+        "; ".join(problems) + f": {raiser}",
+        _rejected_fix(settings),
         **evidence,
     )
 
@@ -482,6 +627,17 @@ def dataloader_arguments_rejected(facts, ctx):
 # --- GD-DL-009 -----------------------------------------------------------------------------
 
 _SELF_SHARDING = ("lightning", "accelerate")
+# Samplers that read the rank and world size themselves and hand each rank its own share.
+RANK_AWARE_SAMPLERS = {
+    "DefaultSampler": "mmengine",  # mmengine.dataset.DefaultSampler / InfiniteSampler: get_dist_info()
+    "InfiniteSampler": "mmengine",
+    "TrainingSampler": "detectron2",  # detectron2.data.samplers: shards its infinite stream by rank
+    "RepeatFactorTrainingSampler": "detectron2",
+    "RepeatAugSampler": "timm",
+    "DistributedBucketSampler": "",
+    "ElasticDistributedSampler": "torchelastic",
+    "StatefulDistributedSampler": "torchdata",
+}
 
 
 @check(
@@ -491,7 +647,9 @@ _SELF_SHARDING = ("lightning", "accelerate")
     title="Each rank reads its own share of the data",
     needs=["env"],
     what="With more than one rank, the DataLoader's sampler should be a DistributedSampler (or another "
-    "sampler that splits the dataset by rank). Read from a live DataLoader or a config's `sampler`.",
+    "sampler that splits the dataset by rank: mmengine's DefaultSampler/InfiniteSampler, detectron2's "
+    "TrainingSampler...). Read from a live DataLoader (a custom batch_sampler counts as the sampler) or a "
+    "config's `sampler`; an IterableDataset must shard itself (info).",
     why="With a RandomSampler or SequentialSampler every rank iterates the whole dataset: an epoch does "
     "world-size times the work, and with a SequentialSampler all ranks train on identical batches. "
     "Lightning and accelerate swap in a distributed sampler themselves when they prepare the loader.",
@@ -510,9 +668,20 @@ def dataloader_not_sharded_across_ranks(facts, ctx):
     name = sampler.rsplit(".", 1)[-1]
     if not (lay.world_size.value and lay.world_size.value > 1):
         return skip(f"a single rank (world size {lay.world_size.value or 'unknown'}): nothing to shard", **evidence)
-    if "distributed" in name.lower() or name == "_InfiniteConstantSampler":
-        return passed(f"sampler {name} (an IterableDataset shards itself)" if name.startswith("_Inf") else f"sampler {name} splits the data by rank", **evidence)
-    self_sharding = intended_launcher(ctx) in _SELF_SHARDING or any(k.startswith(("PL_", "LIGHTNING_", "ACCELERATE_")) for k in job_env(facts, ctx))
+    if name == "_InfiniteConstantSampler":
+        return info(
+            f"an IterableDataset on {lay.world_size.value} ranks: torch cannot shard it, so its __iter__ must split the stream "
+            "by rank (and by worker) itself, or every rank trains on the same samples",
+            manual("Split the stream by rank", "datasets.distributed.split_dataset_by_node(ds, rank, world_size)  # or torch.utils.data.get_worker_info() + the rank in __iter__"),
+            **evidence,
+        )
+    if "distributed" in name.lower() or name in RANK_AWARE_SAMPLERS:
+        return passed(f"sampler {name} splits the data by rank", **evidence)
+    self_sharding = (
+        intended_launcher(ctx) in _SELF_SHARDING
+        or "lightning" in settings.frameworks
+        or any(k.startswith(("PL_", "LIGHTNING_", "ACCELERATE_")) for k in job_env(facts, ctx))
+    )
     msg = f"sampler {name} on {lay.world_size.value} ranks: every rank reads the whole dataset"
     fix = manual("Use a DistributedSampler", "DataLoader(ds, sampler=DistributedSampler(ds), ...)")
     if self_sharding or name not in ("RandomSampler", "SequentialSampler"):

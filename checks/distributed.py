@@ -47,10 +47,13 @@ def _inconsistent(env: dict) -> list[str]:
     return out
 
 
-def _missing(env: dict) -> list[str]:
-    """env:// initialisation needs all four of these once any rank variable is set."""
+def _missing(env: dict, exported: set[str] = frozenset()) -> list[str]:
+    """env:// initialisation needs all four of these once any rank variable is set.
+
+    exported: names a --sbatch script exports with a value only known at run time ($(hostname)).
+    """
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    present = [n for n in needed if n in env]
+    present = [n for n in needed if n in env or n in exported]
     if not any(n in env for n in ("RANK", "WORLD_SIZE")):
         return []
     if (env_int(env, "WORLD_SIZE") or 2) <= 1:  # one process: scripts usually skip init_process_group
@@ -71,6 +74,36 @@ def _disagrees_with_slurm(env: dict) -> list[str]:
         if a is not None and b is not None and a != b:
             out.append(f"{ours}={a} but {slurm}={b}")
     return out
+
+
+def _script_exports(ctx) -> dict:
+    """--sbatch's `export NAME=...` lines that set a value (not `unset`)."""
+    return {k: v for k, v in ((ctx.sbatch or {}).get("exports") or {}).items() if isinstance(v, dict) and v.get("value") is not None}
+
+
+def _rank_exported_before_srun(facts, ctx):
+    """`export RANK=$SLURM_PROCID` in the batch shell: every srun task inherits the batch shell's 0."""
+    if not ctx.sbatch:
+        return None
+    from gpudoctor.slurmjob import job_shape
+
+    shape = job_shape(facts, ctx)
+    exports = _script_exports(ctx)
+    names = [n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n]["line"] < (shape.launch_lineno or 0)]
+    if not names or not shape.srun_launch or shape.launcher not in ("python", "lightning") or (shape.ntasks or 1) < 2:
+        return None  # torchrun/accelerate/deepspeed set RANK and LOCAL_RANK for their workers themselves
+    lines = [f"line {exports[n]['line']}: {exports[n].get('text') or n + '=' + exports[n]['value']}" for n in names]
+    values = ", ".join(f"{n}={exports[n]['value']}" for n in names)
+    return fail(
+        f"{', '.join(names)} exported in the batch shell ({'; '.join(lines)}) before line {shape.launch_lineno} starts "
+        f"{shape.ntasks} srun tasks: the batch shell is task 0, so every task inherits the same value "
+        f"({values}) and the ranks collide",
+        manual("Set the rank variables inside each task, not in the batch shell",
+               "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'"),
+        exported=lines,
+        launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
+        srun_tasks=shape.ntasks,
+    )
 
 
 @check(
@@ -94,6 +127,9 @@ def _disagrees_with_slurm(env: dict) -> list[str]:
     "WORLD_SIZE=$SLURM_NTASKS python train.py'`, never in the batch script before srun.",
 )
 def rank_variables_inconsistent(facts, ctx):
+    batch_rank = _rank_exported_before_srun(facts, ctx)
+    if batch_rank is not None:
+        return batch_rank
     env = _rank_env(job_env(facts, ctx))
     evidence = {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k in env}
     evidence.update({k: env[k] for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID") if k in env})
@@ -104,7 +140,15 @@ def rank_variables_inconsistent(facts, ctx):
             manual("Let the launcher set the rank variables (per task, inside srun)", "env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|SLURM_PROCID)='"),
             **evidence,
         )
-    missing = _missing(env)
+    missing = _missing(env, set(_script_exports(ctx)))
+    if missing and (_per_task_srun_launch(ctx) and missing == ["RANK"]):
+        return info(
+            f"WORLD_SIZE={env.get('WORLD_SIZE')} is exported but RANK is not: srun starts one task per rank, so the script "
+            "must take its rank from SLURM_PROCID (as Lightning and most cluster examples do) or set RANK inside each task",
+            manual("Map the rank per task if the script expects RANK",
+                   "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID python train.py'"),
+            **evidence,
+        )
     if missing:
         return warn(
             f"rank variables are set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: "
@@ -127,6 +171,12 @@ def rank_variables_inconsistent(facts, ctx):
         f"LOCAL_WORLD_SIZE={env.get('LOCAL_WORLD_SIZE', '-')} are consistent",
         **evidence,
     )
+
+
+def _per_task_srun_launch(ctx) -> bool:
+    """--sbatch's training line is `srun python ...`: every task is one rank."""
+    launch = (ctx.sbatch or {}).get("launch") or {}
+    return launch.get("srun") is not None and launch.get("launcher") in ("python", "lightning")
 
 
 # --- GD-DIST-002 ---------------------------------------------------------------------------

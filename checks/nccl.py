@@ -405,6 +405,27 @@ TORCH_NCCL_BOOLS = (
     "TORCH_NCCL_HIGH_PRIORITY",
     "TORCH_NCCL_AVOID_RECORD_STREAMS",
 )
+NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT", "CollNet")  # CollNet: NCCL < 2.14
+NCCL_PROTOS = ("LL", "LL128", "Simple")
+NCCL_FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv")
+
+
+def unknown_list_tokens(value: str, known: tuple[str, ...]) -> list[str]:
+    """Names NCCL's parseList (src/graph/tuning.cc) would not recognise in NCCL_ALGO / NCCL_PROTO:
+    'a,b' or '^a' or 'a,b;allreduce:^c' - comparisons are case-insensitive."""
+    lower_known = {k.lower() for k in known}
+    lower_funcs = {f.lower() for f in NCCL_FUNCS}
+    bad = []
+    for part in filter(None, value.split(";")):
+        prefix, _, items = part.rpartition(":")
+        if prefix and prefix.strip().lower() not in lower_funcs:
+            bad.append(prefix.strip())
+        for item in items.lstrip("^").split(","):
+            if item.strip() and item.strip().lower() not in lower_known:
+                bad.append(item.strip())
+    return bad
+
+
 TORCH_BOOL_WORDS = ("y", "yes", "1", "t", "true", "n", "no", "0", "f", "false")
 
 
@@ -451,6 +472,25 @@ def nccl_problems(env: dict) -> list[str]:
     debug = env.get("NCCL_DEBUG")
     if debug is not None and debug.strip().upper() not in NCCL_DEBUG_LEVELS:
         out.append(f"NCCL_DEBUG={debug!r} is not a level ({', '.join(NCCL_DEBUG_LEVELS)}): NCCL logs nothing, not even warnings")
+    for name in TORCH_NCCL_INTS:
+        text = env.get(name)
+        if text is not None and "ASYNC_ERROR_HANDLING" in name and re.match(r"^\s*[+-]?\d", text):
+            mode = int(re.match(r"^\s*([+-]?\d+)", text).group(1))
+            if not 0 <= mode <= 3:
+                # torch casts the number to its mode enum without checking: no error, and no mode applies
+                out.append(
+                    f"{name}={text!r} is not a mode (0 none, 1 tear down, 2 clean up only, 3 skip clean-up, the default): "
+                    "torch accepts it without a word and then neither tears down nor cleans up on a NCCL error"
+                )
+    for name, known in (("NCCL_ALGO", NCCL_ALGOS), ("NCCL_PROTO", NCCL_PROTOS)):
+        if env.get(name):
+            unknown = unknown_list_tokens(env[name], known)
+            if unknown:
+                out.append(
+                    f"{name}={env[name]!r}: {', '.join(map(repr, unknown))} is not one of {', '.join(known)} "
+                    "(case-insensitive, '^' to exclude, 'allreduce:...' per collective): recent NCCL releases fail "
+                    "communicator creation with 'invalid usage', older ones ignore the name"
+                )
     family = env.get("NCCL_SOCKET_FAMILY")
     if family is not None and family not in ("AF_INET", "AF_INET6"):
         out.append(f"NCCL_SOCKET_FAMILY={family!r} is neither AF_INET nor AF_INET6: NCCL ignores it")
@@ -464,8 +504,6 @@ def torch_nccl_problems(env: dict) -> list[str]:
         text = env.get(name)
         if text is not None and not re.match(r"^\s*[+-]?\d", text):
             out.append(f"{name}={text!r} is not an integer: creating the NCCL process group raises 'Invalid value for environment variable'")
-        elif text is not None and "ASYNC_ERROR_HANDLING" in name and not 0 <= int(re.match(r"^\s*([+-]?\d+)", text).group(1)) <= 3:
-            out.append(f"{name}={text!r}: the modes are 0 (none), 1 (tear down), 2 (clean up only), 3 (skip clean-up, the default)")
     for name in TORCH_NCCL_BOOLS:
         text = env.get(name)
         if text is not None and text.lower() not in TORCH_BOOL_WORDS:

@@ -20,10 +20,14 @@ Behaviour encoded here, and where it was verified:
   devices x num_nodes (_is_slurm_managing_tasks) and started its own processes otherwise;
   2.x does not, so `--ntasks=1` with 8 GPUs trains on one GPU (Lightning issues 17252, 18950).
 - SLURM 22.05 release notes: srun no longer reads SLURM_CPUS_PER_TASK; --cpus-per-task must
-  be given to srun again or exported as SRUN_CPUS_PER_TASK.
+  be given to srun again or exported as SRUN_CPUS_PER_TASK. SLURM 23.11 walked this back: srun
+  reads SLURM_CPUS_PER_TASK again (SRUN_CPUS_PER_TASK deprecated; site docs of ULHPC, NERSC/WarpX
+  and CSCS changed their templates accordingly). So only 22.05 to 23.02 drop the CPUs.
 """
 
 from __future__ import annotations
+
+import re
 
 from gpudoctor import slurmfmt, versions
 from gpudoctor.model import Action, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
@@ -31,6 +35,7 @@ from gpudoctor.registry import check
 from gpudoctor.slurmjob import JobShape, job_shape, lightning_major, lightning_plan
 
 NOT_IN_SLURM = "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
+FIXED_AGAIN = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again (see the module docstring)
 MULTI_PROCESS_LAUNCHERS = ("torchrun", "torch.distributed.launch", "deepspeed", "accelerate")
 
 
@@ -124,10 +129,10 @@ def slurm_job_values_unreadable(facts, ctx):
     if out:
         return out
     problems = list(shape.problems)
+    site_options: list[str] = []
     if shape.from_script:
-        unknown = [u for u in (ctx.sbatch or {}).get("unknown_directives", []) if u.get("options")]
-        for u in unknown:
-            problems.append(f"line {u['line']}: {' '.join(u['options'])} is not an option gpudoctor knows (sbatch rejects unknown options)")
+        problems_, site_options = _unknown_directives(ctx.sbatch or {})
+        problems += problems_
     else:
         problems += _env_inconsistencies(facts.env)
     summary = _summary(shape)
@@ -138,9 +143,26 @@ def slurm_job_values_unreadable(facts, ctx):
             problems=problems,
             **_ev(shape),
         )
-    if shape.notes:
-        return info(f"{shape.where}: {summary}; " + "; ".join(shape.notes), **_ev(shape, notes=shape.notes))
+    notes = shape.notes + site_options
+    if notes:
+        return info(f"{shape.where}: {summary}; " + "; ".join(notes), **_ev(shape, notes=notes))
     return passed(f"{shape.where}: {summary}", **_ev(shape))
+
+
+def _unknown_directives(sb: dict) -> tuple[list[str], list[str]]:
+    """(likely typos, which sbatch refuses; other unknown options, which a site plugin may add)."""
+    from gpudoctor.sbatch import close_option
+
+    typos, site = [], []
+    for u in sb.get("unknown_directives", []):
+        for opt in u.get("options") or []:
+            meant = close_option(opt)
+            if meant:
+                typos.append(f"line {u['line']}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script")
+            else:
+                site.append(f"line {u['line']}: {opt} is not a standard sbatch option: sbatch refuses it unless a site plugin "
+                            "(SPANK) on this cluster adds it")
+    return typos, site
 
 
 def _summary(shape: JobShape) -> str:
@@ -242,7 +264,8 @@ def several_tasks_share_one_gpu(facts, ctx):
             **ev,
         )
     if shape.gpus_per_task:
-        return passed(f"{tasks} task(s) per node, each bound to {shape.gpus_per_task} GPU(s) of its own (--gpus-per-task)", **ev)
+        how = "--gpus-per-task" if shape.from_script or "SLURM_GPUS_PER_TASK" in shape.evidence else "SLURM's per-task GPU binding"
+        return passed(f"{tasks} task(s) per node, each bound to {shape.gpus_per_task} GPU(s) of its own ({how})", **ev)
     see = f"; every task sees all {shape.task_gpus} and must pick cuda:SLURM_LOCALID (Lightning and torchrun do)" if tasks > 1 and shape.task_gpus and shape.task_gpus > 1 else ""
     return passed(f"{tasks} task(s) per node for {gpus} GPU(s) per node{see}", **ev)
 
@@ -285,6 +308,7 @@ def allocated_gpus_left_idle(facts, ctx):
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
         msg = (f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or --gpus-per-task): the job will run without one"
+               + _unread_gpu_directives(ctx.sbatch or {})
                if shape.from_script else
                "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)")
         if shape.from_script and shape.directives.get("exclusive"):
@@ -346,6 +370,10 @@ def ntasks_without_ntasks_per_node(facts, ctx):
     if shape.ntasks_per_node is not None or not nt or nt <= 1 or default_placement:
         return passed("tasks per node are set explicitly" if shape.ntasks_per_node else "no --ntasks above 1 without --ntasks-per-node", **_ev(shape))
     ev = _ev(shape, ntasks=nt)
+    if shape.nodes and nt == shape.nodes and (not shape.from_script or "nodes" in shape.directives or (shape.srun_options or {}).get("nodes")):
+        # Every node of a step runs at least one task (SLURM lowers the node count otherwise), so this is one per node.
+        light = " (Lightning still refuses it: see GD-SLURM-005)" if shape.launcher == "lightning" else ""
+        return passed(f"--ntasks={nt} on {nt} nodes: exactly one task on each node{light}", **ev)
     if shape.nodes == 1 and (not shape.from_script or "nodes" in shape.directives or (shape.srun_options or {}).get("nodes")):
         light = " (Lightning still refuses it: see GD-SLURM-005)" if shape.launcher == "lightning" else ""
         return passed(f"--ntasks={nt} on one node: all tasks share that node{light}", **ev)
@@ -518,7 +546,7 @@ def interactive_job_name_hides_slurm(facts, ctx):
     what="For a job with --cpus-per-task above 1 whose training starts with srun: is SRUN_CPUS_PER_TASK "
     "exported or `srun --cpus-per-task` given; which SLURM version runs (`srun --version`); and, inside a "
     "task, how many CPUs the task may really use (sched_getaffinity).",
-    why="Since SLURM 22.05 srun no longer reads SLURM_CPUS_PER_TASK (release notes 22.05): a step started "
+    why="SLURM 22.05 to 23.02 srun no longer reads SLURM_CPUS_PER_TASK (release notes 22.05; 23.11 reads it again): a step started "
     "with plain `srun` gets the default of one CPU per task, and with CPU binding every rank and all its "
     "DataLoader workers run on one core. The job runs, many times slower.",
     fix="In the batch script, before srun: `export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK` (harmless on "
@@ -551,11 +579,16 @@ def srun_drops_cpus_per_task(facts, ctx):
         return passed(f"{told}{value} passes --cpus-per-task={cpt} on to srun", **ev)
     if version is not None and version < (22, 5):
         return passed(f"SLURM {raw_version} srun still inherits --cpus-per-task={cpt} (changed in 22.05)", **ev)
-    which = f"SLURM {raw_version}" if version else "SLURM 22.05 and later (version not known here)"
+    if version is not None and version >= FIXED_AGAIN:
+        return passed(f"SLURM {raw_version} srun inherits --cpus-per-task={cpt} again (SLURM_CPUS_PER_TASK is read since 23.11)", **ev)
+    where = f"line {shape.launch_lineno}: srun" if shape.from_script and shape.launch_lineno else "srun"
+    if version is None:
+        return info(f"SLURM version not known here: on SLURM 22.05 to 23.02 {where} does not inherit --cpus-per-task={cpt} "
+                    "(SRUN_CPUS_PER_TASK is not set) and each task may get 1 CPU; 23.11 and later inherit it again", fix, **ev)
+    which = f"SLURM {raw_version}"
     if not shape.from_script and not shape.srun_launch and (shape.tasks_here or 1) <= 1 and (shape.nodes or 1) <= 1:
         return info(f"{which}: if the training is started with srun from this shell, srun will not inherit --cpus-per-task={cpt}; "
                     "export SRUN_CPUS_PER_TASK", fix, **ev)
-    where = f"line {shape.launch_lineno}: srun" if shape.from_script and shape.launch_lineno else "srun"
     return warn(
         f"{which}: {where} does not inherit --cpus-per-task={cpt} and SRUN_CPUS_PER_TASK is not set, so each task "
         "may get 1 CPU for its rank and DataLoader workers",
@@ -655,6 +688,15 @@ def launcher_inside_multi_task_srun(facts, ctx):
         return passed(f"{launcher} runs once per node and starts the ranks itself", **ev)
     per = shape.procs_per_task
     if per == 1:
+        shared = shape.task_gpus or 0
+        if shared > 1 and not _tasks_bound_to_own_gpus(shape):
+            fix = directive_fix(shape, facts, f"One {launcher} per node starting all ranks: --ntasks-per-node=1 and "
+                                f"--nproc-per-node={shape.gpus_per_node or shared} (or bind each task to its GPU with --gpus-per-task=1)",
+                                {"ntasks-per-node": "1"})
+            return warn(f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and every task sees all {shared} GPUs: "
+                        f"each {launcher} sets LOCAL_RANK=0, so ranks that select cuda:LOCAL_RANK all land on GPU 0 "
+                        "(NCCL 'Duplicate GPU detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
+                        fix, **ev)
         return passed(f"{launcher} starts one process in each of the {tasks} tasks per node", **ev)
     fix = directive_fix(shape, facts, f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)", {"ntasks-per-node": "1"})
     total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its --nproc-per-node"
@@ -664,6 +706,33 @@ def launcher_inside_multi_task_srun(facts, ctx):
                     "use `srun --ntasks-per-node=1` for the launcher", fix, **ev)
     return fail(f"srun starts {tasks} tasks per node and each runs {launcher}: {total} processes{gpus} in separate worlds "
                 "(NCCL 'Duplicate GPU detected', or the rendezvous hangs)", fix, **ev)
+
+
+_GPU_OPTION = re.compile(r"(--gres[= ]\S*gpu|--gpus(-per-(node|task|socket))?[= ]|\s-G\s*\d)")
+
+
+def _unread_gpu_directives(sb: dict) -> str:
+    """'; line 10 (#SBATCH --gres=gpu:4) is below the first command ...' for GPU requests sbatch will not read."""
+    parts = []
+    for d in sb.get("late_directives") or []:
+        if _GPU_OPTION.search(" " + d["text"]):
+            parts.append(f"line {d['line']} ({d['text']}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
+    for d in sb.get("commented_directives") or []:
+        if _GPU_OPTION.search(" " + d["text"]):
+            parts.append(f"line {d['line']} ({d['text']}) is commented out")
+    return "; " + "; ".join(parts) if parts else ""
+
+
+def _tasks_bound_to_own_gpus(shape: JobShape) -> bool:
+    """SLURM gives each task only its own GPUs: --gpus-per-task, --ntasks-per-gpu, or a per-task --gpu-bind."""
+    if shape.gpus_per_task:
+        return True
+    options = {**shape.directives, **(shape.srun_options or {})}
+    if "ntasks-per-gpu" in options:
+        return True
+    bind = str(options.get("gpu-bind") or shape.evidence.get("SLURM_GPU_BIND") or "").split(",")[-1].strip()
+    bind = bind.split("verbose,")[-1]
+    return bind.startswith(("single:", "per_task:", "map_gpu:", "mask_gpu:"))
 
 
 # ---------------------------------------------------------------- GD-SLURM-010

@@ -17,9 +17,15 @@ How torch reads the value (c10/core/AllocatorConfig.{h,cpp}, c10/cuda/CUDAAlloca
 - max_split_size_mb must be more than 20 (at least 20 from torch 2.10); garbage_collection_
   threshold strictly between 0 and 1; roundup divisions powers of two;
 - a key given twice: the last one wins.
-Which variable is read: torch < 2.10 reads only PYTORCH_CUDA_ALLOC_CONF for CUDA; from 2.10
-PYTORCH_ALLOC_CONF is read first and PYTORCH_CUDA_ALLOC_CONF is a deprecated alias used only
-when PYTORCH_ALLOC_CONF is unset (pytorch#165135, pytorch#183387).
+Which variable is read (one of them, never a merge of both):
+- torch < 2.9 knows only PYTORCH_CUDA_ALLOC_CONF; torch 2.9 reads PYTORCH_ALLOC_CONF for the
+  device-generic keys but its CUDA allocator still ignores expandable_segments there
+  (pytorch#183387), so for CUDA it counts as ignored before 2.10;
+- from 2.10 either name alone works;
+- both set: torch 2.9 preferred PYTORCH_ALLOC_CONF (and warned that the old name is deprecated),
+  torch 2.13 reads PYTORCH_CUDA_ALLOC_CONF first and ignores PYTORCH_ALLOC_CONF (c10/core/
+  AllocatorConfig.cpp "keep the parsing order stable"; verified on 2.13.0 with
+  torch._C._accelerator_getAllocatorSettings()). 2.10-2.12 are not verified: then both are checked.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from dataclasses import dataclass, field
 LEGACY_VAR = "PYTORCH_CUDA_ALLOC_CONF"
 UNIFIED_VAR = "PYTORCH_ALLOC_CONF"
 UNIFIED_SINCE = (2, 10)  # first torch whose CUDA allocator reads PYTORCH_ALLOC_CONF
-SPLIT_MIN_MB = 20  # kLargeBuffer / 1 MiB
+LEGACY_FIRST_SINCE = (2, 13)  # verified: with both set, PYTORCH_CUDA_ALLOC_CONF wins
+SPLIT_MIN_MB = 20  # kLargeBuffer / 1 MiB (from 2.13: large_segment_size_mb, default 20)
+LARGE_SEGMENT_MIN_MB = 10  # kMinLargeAlloc / 1 MiB: large_segment_size_mb must be more
 SPLIT_EQUAL_OK_SINCE = (2, 10)  # "must be > 20" became ">= 20" with AcceleratorAllocatorConfig
 KNOWN_UP_TO = (2, 13)  # the newest torch whose key list this table was checked against
 MAX_REGISTER_THREADS = 128
@@ -67,6 +75,7 @@ KEYS = {
     "pinned_max_round_threshold_mb": Key((2, 13), "any"),
     "pinned_max_cached_size_mb": Key((2, 13), "any"),
     "expandable_segments_reserve": Key((2, 13), "any"),
+    "large_segment_size_mb": Key((2, 13), "large_segment"),
 }
 # Options cudaMallocAsync ignores (torch warns "backend:cudaMallocAsync ignores ...").
 NATIVE_ONLY = ("max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold", "max_non_split_rounding_mb", "expandable_segments")
@@ -231,6 +240,16 @@ def _check_split_mb(conf, key, value, torch_version) -> None:
             conf.warnings.append(f"{key}:20 is the limit: torch before {_fmt(SPLIT_EQUAL_OK_SINCE)} requires more than 20 and raises; use 21 or more")
 
 
+def _check_large_segment(conf, key, value, torch_version) -> None:
+    n = _leading_int(value)
+    if n is None:
+        conf.errors.append(f"{key}:{value} is not a number of MiB (torch's stoull raises)")
+        return
+    _note_trailing(conf, key, value, str(n))
+    if 0 <= n <= LARGE_SEGMENT_MIN_MB:
+        conf.errors.append(f"{key}:{n} is too small: torch requires more than {LARGE_SEGMENT_MIN_MB} MiB")
+
+
 def _check_open_fraction(conf, key, value, torch_version) -> None:
     x = _leading_float(value)
     if x is None:
@@ -310,6 +329,7 @@ def _note_trailing(conf, key, value, read_as) -> None:
 
 _VALUE_CHECKS = {
     "split_mb": _check_split_mb,
+    "large_segment": _check_large_segment,
     "open_fraction": _check_open_fraction,
     "fraction": _check_fraction,
     "roundup": _check_roundup,
@@ -347,23 +367,34 @@ def _fmt(v) -> str:
 class Variables:
     """Which allocator variable this torch reads, and which are set but ignored."""
 
-    effective: str | None  # the variable torch reads, None when none is set
+    effective: str | None  # the variable torch reads; None when none is set or the order is unknown
     value: str | None
     ignored: tuple[str, ...]  # set, but this torch does not read it
     version_known: bool
-    deprecated_alias: bool  # PYTORCH_CUDA_ALLOC_CONF read as an alias (torch >= 2.10)
+    deprecated_alias: bool  # PYTORCH_CUDA_ALLOC_CONF alone on torch >= 2.10 (the older name; it works)
+    order_unknown: bool = False  # both set on a torch whose precedence is not verified: either may win
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The variables torch may read: the effective one, or both when that is unknown."""
+        if self.effective:
+            return (self.effective,)
+        return (UNIFIED_VAR, LEGACY_VAR) if self.order_unknown else ()
 
 
 def effective_variable(env: dict[str, str], torch_version: tuple[int, ...] | None) -> Variables:
     legacy, unified = env.get(LEGACY_VAR), env.get(UNIFIED_VAR)
     if torch_version is None:
+        both = legacy is not None and unified is not None
+        name = None if both else (UNIFIED_VAR if unified is not None else (LEGACY_VAR if legacy is not None else None))
+        return Variables(name, env.get(name) if name else None, (), False, False, order_unknown=both)
+    v = tuple(torch_version[:2])
+    if v < UNIFIED_SINCE:
+        ignored = (UNIFIED_VAR,) if unified is not None else ()
+        return Variables(LEGACY_VAR if legacy is not None else None, legacy, ignored, True, False)
+    if unified is None or legacy is None:
         name = UNIFIED_VAR if unified is not None else (LEGACY_VAR if legacy is not None else None)
-        return Variables(name, env.get(name) if name else None, (), False, False)
-    if tuple(torch_version[:2]) >= UNIFIED_SINCE:
-        if unified is not None:
-            return Variables(UNIFIED_VAR, unified, (LEGACY_VAR,) if legacy is not None else (), True, False)
-        if legacy is not None:
-            return Variables(LEGACY_VAR, legacy, (), True, True)
-        return Variables(None, None, (), True, False)
-    ignored = (UNIFIED_VAR,) if unified is not None else ()
-    return Variables(LEGACY_VAR if legacy is not None else None, legacy, ignored, True, False)
+        return Variables(name, env.get(name) if name else None, (), True, name == LEGACY_VAR)
+    if v >= LEGACY_FIRST_SINCE:
+        return Variables(LEGACY_VAR, legacy, (UNIFIED_VAR,), True, False)
+    return Variables(None, None, (), True, False, order_unknown=True)

@@ -41,7 +41,7 @@ def loader_settings(loader) -> dict:
     if batch_size is None and batch_sampler is not None:  # DataLoader(batch_sampler=...) leaves these None/False
         batch_size = getattr(batch_sampler, "batch_size", None)
         drop_last = getattr(batch_sampler, "drop_last", drop_last)
-    sampler = getattr(batch_sampler, "sampler", None) or getattr(loader, "sampler", None)
+    sampler = _sampler(loader, batch_sampler)
     return {
         "num_workers": loader.num_workers,
         "pin_memory": bool(getattr(loader, "pin_memory", False)),
@@ -51,6 +51,21 @@ def loader_settings(loader) -> dict:
         "drop_last": drop_last,
         "sampler": _class_name(sampler),
     }
+
+
+def _sampler(loader, batch_sampler):
+    """What decides which samples this rank reads.
+
+    DataLoader always builds a default sampler (Sequential/Random), even when a batch_sampler is
+    given and never asks it; a custom batch_sampler without a .sampler of its own (a bucketing or
+    distributed batch sampler) is what chooses the samples then.
+    """
+    inner = getattr(batch_sampler, "sampler", None)
+    if inner is not None:
+        return inner
+    if batch_sampler is not None and getattr(loader, "batch_size", None) is None:  # DataLoader(batch_sampler=...)
+        return batch_sampler
+    return getattr(loader, "sampler", None)
 
 
 def _gpu_training() -> bool:

@@ -41,6 +41,7 @@ INT_SETTINGS = {
     "gradient_accumulation_steps": ("gradient_accumulation_steps", "accumulate_grad_batches", "grad_accum_steps", "gradient_accumulation"),
     "tensor_parallel": ("tensor_model_parallel_size", "tensor_parallel_size"),
     "pipeline_parallel": ("pipeline_model_parallel_size", "pipeline_parallel_size"),
+    "context_parallel": ("context_parallel_size",),
 }
 BOOL_SETTINGS = {
     "pin_memory": ("pin_memory", "dataloader_pin_memory", "pin_mem"),
@@ -58,8 +59,10 @@ _OTHER_WORKERS = re.compile(r"scaling|(^|_)ray(_|$)|server|serving|deploy|uvicor
 # Aliases too generic to trust outside the top level or a data/loader/train section.
 _AMBIGUOUS = ("workers", "n_workers")
 
-_EVAL = re.compile(r"(^|[_\-.])(val|valid|validation|test|testing|eval|evaluation|predict|prediction|inference|infer)([_\-.]|$)")
+_EVAL = re.compile(r"(^|[_\-.])(val|valid|validation|dev|test|testing|eval|evaluation|predict|prediction|inference|infer)([_\-.]|$)")
 _INTERP = re.compile(r"^\$\{\s*([^{}]+?)\s*\}$")
+# Values the framework fills in itself: DeepSpeed's "auto" (from the HF Trainer / accelerate).
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,34 @@ class LoaderSettings:
     source: str  # the config file, or 'DataLoader object'
     found: dict[str, Found] = field(default_factory=dict)
     live: bool = False  # read from a DataLoader object: every argument, defaults included
+    frameworks: frozenset[str] = frozenset()  # what the config's shape shows: see detect_frameworks
+    # What the framework uses when the config leaves a key out (HF TrainingArguments' defaults):
+    # only for rules that hold whatever the user meant, never to judge a setting they did not write.
+    defaults: dict[str, Found] = field(default_factory=dict)
 
     def value(self, name: str):
         f = self.found.get(name)
         return None if f is None else f.value
+
+    def effective(self, name: str) -> Found | None:
+        """The stated setting, else the framework's default for it (None when neither is known)."""
+        f = self.found.get(name)
+        if f is not None and (f.value is not None or f.problem):
+            return f
+        return self.defaults.get(name) or f
+
+    def is_auto(self, name: str) -> bool:
+        f = self.found.get(name)
+        return f is not None and isinstance(f.raw, str) and f.raw.strip().lower() == AUTO
+
+    def unknown(self, name: str) -> str:
+        """Why the setting has no usable value, for a skip message."""
+        f = self.found.get(name)
+        if f is None:
+            return f"{name} is not stated in {self.source}"
+        if f.problem:
+            return f"{f.path}={f.raw!r} cannot be judged here: {f.problem}"
+        return f"{f.path} is null in {self.source}: the framework's default applies"
 
     def where(self, name: str) -> str | None:
         f = self.found.get(name)
@@ -145,7 +172,7 @@ def _resolve(value, path: tuple, config: dict, env: dict, depth: int = 0):
             return env[name], None
         return (default, None) if default else (None, f"{value} is unset in this environment")
     if ":" in expr:
-        return None, f"{value} is a resolver gpudoctor does not evaluate"
+        return None, f"{value} is a resolver gpudoctor does not evaluate (its value is known only when the job runs)"
     if expr.startswith("."):
         base = list(path[:-1])
         rel = expr[1:]
@@ -191,13 +218,17 @@ def _as_text(v):
 
 
 def _score(path: tuple) -> tuple:
-    """Higher is a better match for the training DataLoader; shorter paths win ties."""
+    """Higher is a better match for the training DataLoader; shorter paths win ties.
+
+    A train section beats a shared one (`train: {<<: *defaults, num_workers: 12}` over the
+    anchor's `loader_defaults.num_workers`); then loader/data sections beat loose keys.
+    """
     parents = [p.lower() for p in path[:-1]]
     train = any("train" in p for p in parents)
     loader = any("loader" in p for p in parents)
     data = any("data" in p for p in parents)
     canonical = 1 if path[-1] in (*INT_SETTINGS, *BOOL_SETTINGS, *TEXT_SETTINGS) else 0
-    return (2 * train + 2 * loader + data, canonical, -len(path))
+    return (train, 2 * loader + data, canonical, -len(path))
 
 
 def _is_eval(path: tuple) -> bool:
@@ -231,6 +262,12 @@ def _candidates(config: dict):
 
 def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
     value, problem = _resolve(raw, path, config, env)
+    if problem is None and isinstance(value, str) and "${" in value:
+        problem = f"{value} is an interpolation gpudoctor does not evaluate (its value is known only when the job runs)"
+        value = None
+    if problem is None and isinstance(value, str) and value.strip().lower() == AUTO:
+        problem = "'auto': the framework chooses the value when the job starts"
+        value = None
     if problem is None:
         if name in BOOL_SETTINGS:
             conv = _as_bool(value)
@@ -244,11 +281,45 @@ def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
     return Found(name, value, ".".join(path), raw=raw, problem=problem)
 
 
+# Hugging Face TrainingArguments' defaults for what the Trainer passes to DataLoader.
+HF_DEFAULTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory": ("dataloader_pin_memory", True), "persistent_workers": ("dataloader_persistent_workers", False)}
+_HF_KEYS = ("per_device_train_batch_size", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_drop_last")
+_LIGHTNING_TRAINER_KEYS = ("devices", "strategy", "accelerator", "num_nodes", "max_epochs", "precision")
+
+
+def detect_frameworks(config: dict) -> frozenset[str]:
+    """Frameworks whose config shape this is: huggingface, deepspeed, megatron, lightning, mmengine."""
+    found = set()
+    keys = {path[-1] for path, _, _, _ in _walk(config)}
+    if keys & set(_HF_KEYS):
+        found.add("huggingface")
+    if "train_micro_batch_size_per_gpu" in keys or "zero_optimization" in keys:
+        found.add("deepspeed")
+    if {"micro_batch_size", "global_batch_size"} <= keys:
+        found.add("megatron")
+    trainer = config.get("trainer")
+    if (isinstance(trainer, dict) and any(k in trainer for k in _LIGHTNING_TRAINER_KEYS)) or "class_path" in keys:
+        found.add("lightning")
+    loader = config.get("train_dataloader")
+    sampler = loader.get("sampler") if isinstance(loader, dict) else None
+    if "default_scope" in config or (isinstance(sampler, dict) and "type" in sampler):
+        found.add("mmengine")
+    return frozenset(found)
+
+
+def _framework_defaults(frameworks: frozenset[str]) -> dict[str, Found]:
+    if "huggingface" not in frameworks:
+        return {}
+    return {name: Found(name, value, key, raw=value) for name, (key, value) in HF_DEFAULTS.items()}
+
+
 def find_settings(config: dict | None, source: str = "config", env: dict | None = None) -> LoaderSettings:
     """The dataloader settings a training config states (none are invented: unset stays unset)."""
     settings = LoaderSettings(source=source)
     if not config:
         return settings
+    settings.frameworks = detect_frameworks(config)
+    settings.defaults = _framework_defaults(settings.frameworks)
     env = env or {}
     by_name: dict[str, list] = {}
     for name, path, raw in _candidates(config):

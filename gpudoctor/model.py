@@ -192,6 +192,9 @@ class Context:
     config_path: str | None = None
     sbatch: dict | None = None  # parsed batch script (--sbatch)
     sbatch_path: str | None = None
+    # Ids of the checks in this run (set by runner.run_checks; None when a check runs on its own),
+    # so a check can leave a finding to another check that reports it in the same run.
+    running: frozenset[str] | None = None
 
     @property
     def gpus_expected(self) -> bool:

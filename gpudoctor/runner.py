@@ -48,6 +48,11 @@ def _finding(spec: CheckSpec, o: Outcome) -> Finding:
 
 
 def run_checks(specs: Iterable[CheckSpec], facts: Facts, ctx: Context) -> list[Finding]:
+    specs = list(specs)
+    if ctx.running is None:
+        from dataclasses import replace
+
+        ctx = replace(ctx, running=frozenset(s.id for s in specs))
     findings: list[Finding] = []
     for spec in specs:
         findings.extend(run_check(spec, facts, ctx))

@@ -3,7 +3,15 @@
     sb = load_sbatch("train.slurm")
     sb["directives"]     {"gres": "gpu:h200:1", "ntasks-per-node": "8", ...}  (canonical long names)
     sb["launch"]         the training launch: srun options, launcher, its process counts
-    sb["exports"]        {"CUDA_VISIBLE_DEVICES": {"value": ..., "line": n}, ...}
+    sb["exports"]        {"CUDA_VISIBLE_DEVICES": {"value": ..., "line": n, "text": "export ..."}, ...}
+    sb["commented_directives"]  '##SBATCH ...' lines (comments to sbatch)
+    sb["het_components"], sb["het_group"]  a heterogeneous job (`#SBATCH hetjob`): directives are
+                         those of the component the training step runs in (srun --het-group)
+
+Launch lines are read through what real scripts wrap them in: variables holding the command
+(`CMD="torchrun ..."; srun $CMD`), integer $((...)), `srun bash -c "..."` / `sh -xeuc '...'`,
+shifter, pyxis's --container-* options and srun's own --jobid/--wait. The batch shell is task 0
+on node 0, so `$SLURM_PROCID` there expands to 0.
 
 Directives are read as sbatch reads them: `#SBATCH` at the very start of a line, short
 and long forms, `--opt=value` and `--opt value`, a trailing `# comment` allowed, and
@@ -38,14 +46,14 @@ VALUE_OPTIONS = frozenset(
     ntasks-per-socket open-mode output partition power prefer priority profile qos reservation
     resv-ports signal sockets-per-node switches task-epilog task-prolog thread-spec threads-per-core
     time time-min tmp tres-per-task uid wckey wait-all-nodes het-group multi-prog
-    slurmd-debug epilog prolog dependency""".split()
+    slurmd-debug epilog prolog dependency cluster-constraint kill-on-invalid-dep wrap""".split()
 )
 # Options whose argument is optional: a value only with '=' (getopt's optional_argument).
-OPTIONAL_VALUE = frozenset("exclusive nice no-kill propagate kill-on-bad-exit x11 requeue".split())
+OPTIONAL_VALUE = frozenset("exclusive nice no-kill propagate kill-on-bad-exit x11 requeue bcast compress send-libs".split())
 FLAG_OPTIONS = frozenset(
     """contiguous exact hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet
     spread-job test-only use-min-nodes verbose wait overlap label unbuffered pty no-allocate
-    disable-status immediate kill-on-bad-exit help usage get-user-env""".split()
+    disable-status immediate kill-on-bad-exit help usage get-user-env reboot version""".split()
 )
 ALIASES = {"tasks-per-node": "ntasks-per-node", "mem-per-gpus": "mem-per-gpu", "workdir": "chdir", "nodelist": "nodelist"}
 SHORT = {
@@ -56,6 +64,15 @@ SHORT = {
 }
 SHORT_FLAGS = {"H": "hold", "k": "no-kill", "O": "overcommit", "s": "oversubscribe", "v": "verbose", "Q": "quiet",
                "W": "wait", "l": "label", "u": "unbuffered", "K": "kill-on-bad-exit", "I": "immediate", "h": "help"}
+# srun's own options that differ from sbatch's: --wait/-W take seconds (sbatch --wait is a flag),
+# --jobid/--het-group name an existing allocation or component, -l/-u are flags.
+SRUN_VALUE_OPTIONS = frozenset("wait jobid het-group accel-bind cpu-bind mpi relative bcast-exclude msg-timeout threads".split())
+SRUN_FLAG_OPTIONS = frozenset("external-launcher exact overlap whole multi-prog preserve-env quit-on-interrupt".split())
+# NVIDIA pyxis (a SPANK plugin on most DGX clusters): srun --container-image IMAGE ... command.
+PYXIS_VALUE_OPTIONS = frozenset("container-image container-mounts container-workdir container-name container-save container-env".split())
+PYXIS_FLAG_OPTIONS = frozenset("""container-mount-home no-container-mount-home container-remap-root no-container-remap-root
+    container-entrypoint no-container-entrypoint container-writable container-readonly""".split())
+SRUN_SHORT = {"W": "wait", "r": "relative", "T": "threads"}
 # Directives whose values sbatch checks as whole numbers.
 INTEGER_OPTIONS = ("ntasks", "ntasks-per-node", "cpus-per-task", "ntasks-per-gpu", "ntasks-per-socket", "mincpus")
 
@@ -69,10 +86,20 @@ _NOT_TRAINING = {"hostname", "nvidia-smi", "echo", "printf", "mkdir", "cd", "ls"
                  "module", "source", "conda", "pip", "export", "rm", "cp", "mv", "tee", "scontrol", "squeue", "sacct", "hostname"}
 
 
-def canonical(name: str) -> str | None:
+def close_option(name: str) -> str | None:
+    """The sbatch option an unknown one was probably meant to be ('ntask-per-node' -> 'ntasks-per-node')."""
+    import difflib
+
+    known = sorted(VALUE_OPTIONS | OPTIONAL_VALUE | FLAG_OPTIONS | set(ALIASES))
+    match = difflib.get_close_matches(name.lstrip("-").split("=")[0], known, n=1, cutoff=0.8)
+    return ALIASES.get(match[0], match[0]) if match else None
+
+
+def canonical(name: str, srun: bool = False) -> str | None:
     """'tasks-per-node' -> 'ntasks-per-node'; a unique prefix ('--ntasks-per-n') -> the option; else None."""
     name = ALIASES.get(name, name)
-    known = VALUE_OPTIONS | OPTIONAL_VALUE | FLAG_OPTIONS
+    srun_only = SRUN_VALUE_OPTIONS | SRUN_FLAG_OPTIONS | PYXIS_VALUE_OPTIONS | PYXIS_FLAG_OPTIONS
+    known = VALUE_OPTIONS | OPTIONAL_VALUE | FLAG_OPTIONS | (srun_only if srun else frozenset())
     if name in known:
         return name
     matches = sorted(k for k in known | set(ALIASES) if k.startswith(name))
@@ -80,12 +107,16 @@ def canonical(name: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def parse_options(tokens: list[str], stop_at_command: bool = True) -> tuple[dict, list[str], list[str]]:
+def parse_options(tokens: list[str], stop_at_command: bool = True, srun: bool = False) -> tuple[dict, list[str], list[str]]:
     """sbatch/srun options -> ({canonical: value or True}, unknown options, remaining tokens).
 
     Stops at the first token that is not an option (srun's command) when stop_at_command.
+    srun=True reads srun's own options too (--jobid ID, --wait=SECONDS, -W SECONDS).
     Raises SbatchError for an option that needs a value and has none.
     """
+    values = VALUE_OPTIONS | SRUN_VALUE_OPTIONS | PYXIS_VALUE_OPTIONS if srun else VALUE_OPTIONS
+    shorts = {**SHORT, **SRUN_SHORT} if srun else SHORT
+    short_flags = {k: v for k, v in SHORT_FLAGS.items() if not (srun and k in SRUN_SHORT)}
     opts: dict = {}
     unknown: list[str] = []
     i = 0
@@ -96,22 +127,22 @@ def parse_options(tokens: list[str], stop_at_command: bool = True) -> tuple[dict
             break
         if tok.startswith("--") and len(tok) > 2:
             name, eq, value = tok[2:].partition("=")
-            canon = canonical(name)
+            canon = canonical(name, srun)
             if canon is None:
                 unknown.append(tok)
                 i += 1
                 continue
-            if canon in VALUE_OPTIONS and not eq:
+            if canon in values and not eq:
                 if i + 1 >= len(tokens):
                     raise SbatchError(f"option --{name} needs a value")
                 value = tokens[i + 1]
                 i += 1
-            opts[canon] = value if eq or canon in VALUE_OPTIONS else True
+            opts[canon] = value if eq or canon in values else True
             i += 1
             continue
         if tok.startswith("-") and len(tok) > 1 and not tok[1].isdigit():
             letter, rest = tok[1], tok[2:]
-            if letter in SHORT:
+            if letter in shorts:
                 if rest.startswith("="):
                     rest = rest[1:]
                 if not rest:
@@ -119,10 +150,10 @@ def parse_options(tokens: list[str], stop_at_command: bool = True) -> tuple[dict
                         raise SbatchError(f"option -{letter} needs a value")
                     rest = tokens[i + 1]
                     i += 1
-                opts[SHORT[letter]] = rest
-            elif letter in SHORT_FLAGS and all(c in SHORT_FLAGS for c in tok[1:]):
+                opts[shorts[letter]] = rest
+            elif letter in short_flags and all(c in short_flags for c in tok[1:]):
                 for c in tok[1:]:
-                    opts[SHORT_FLAGS[c]] = True
+                    opts[short_flags[c]] = True
             else:
                 unknown.append(tok)
             i += 1
@@ -189,8 +220,26 @@ def _logical_lines(text: str):
         yield start, " ".join(buf)
 
 
+_ARITH = re.compile(r"\$\(\(([^()]*)\)\)")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _arithmetic(expr: str, known: dict[str, str]) -> str | None:
+    """$(( SLURM_NNODES * GPUS_PER_NODE )) -> '16' when every name is a known integer; else None."""
+    expr = _VAR.sub(lambda m: known.get(m.group(1) or m.group(3), m.group(0)), expr)
+    expr = _NAME.sub(lambda m: known.get(m.group(0), m.group(0)), expr)
+    if not re.fullmatch(r"[\d\s+\-*/%()]+", expr) or "**" in expr or len(expr) > 200:
+        return None
+    try:
+        value = eval(expr.replace("/", "//"), {"__builtins__": {}}, {})  # digits and + - * / % only
+    except (SyntaxError, ZeroDivisionError, TypeError, ValueError):
+        return None
+    return str(value) if isinstance(value, int) else None
+
+
 def expand_vars(text: str, known: dict[str, str]) -> str:
-    """$X, ${X}, ${X:-default} from the variables known; unknown ones stay as written."""
+    """$X, ${X}, ${X:-default} and integer $((...)) from the variables known; unknown ones stay as written."""
+    text = _ARITH.sub(lambda m: _arithmetic(m.group(1), known) or m.group(0), text)
 
     def sub(m):
         name = m.group(1) or m.group(3)
@@ -286,6 +335,39 @@ def _describe_python(args: list[str]) -> dict:
     return {}
 
 
+_SHELLS = {"bash", "sh", "zsh", "dash", "ksh"}
+
+
+def _shell_command_string(args: list[str]) -> str | None:
+    """The command string of `bash -c '...'` / `sh -xeuc '...'`; None for `bash script.sh`."""
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            i += 2
+            continue
+        if tok.startswith("-") and not tok.startswith("--") and "c" in tok[1:]:
+            return args[i + 1] if i + 1 < len(args) else None
+        if tok.startswith(("-", "+")):
+            i += 1
+            continue
+        return None
+    return None
+
+
+def _inner_launch(text: str) -> list[str] | None:
+    """The command inside a `bash -c` string that starts the training (the last launcher, else the last program)."""
+    cmds = [c for c in _commands(text) if _strip_prefixes(c)]
+    described = [(c, describe_command(c)) for c in cmds]
+    for c, d in reversed(described):
+        if d.get("launcher"):
+            return c
+    for c, d in reversed(described):
+        if d.get("program") and d["program"] not in _NOT_TRAINING and not d["program"].startswith("$"):
+            return c
+    return None
+
+
 def describe_command(tokens: list[str]) -> dict:
     """What a command (after srun, if any) launches: launcher and its process counts."""
     tokens = _strip_prefixes(tokens)
@@ -294,6 +376,17 @@ def describe_command(tokens: list[str]) -> dict:
     prog = os.path.basename(tokens[0])
     args = tokens[1:]
     out: dict = {"program": prog, "launcher": None}
+    if prog in _SHELLS:
+        inner = _shell_command_string(args)
+        picked = _inner_launch(inner) if inner else None
+        if picked:  # srun bash -c "RANK=\$SLURM_PROCID python train.py": judge what the shell runs
+            return {**describe_command(picked), "via_shell": f"{prog} -c"}
+        return out
+    if prog == "shifter":  # NERSC's container wrapper: shifter --image=X [--env=A=B] command
+        rest = list(args)
+        while rest and rest[0].startswith("-"):
+            rest = rest[1:] if "=" in rest[0] else rest[2:]
+        return describe_command(rest) if rest else out
     if prog in ("uv", "poetry", "pipenv", "pixi") and args[:1] == ["run"]:
         return describe_command(args[1:])
     if prog == "conda" and args[:1] == ["run"]:
@@ -386,7 +479,7 @@ def _launch(tokens: list[str], lineno: int, text: str, path: str) -> dict | None
     srun = None
     if first == "srun":
         try:
-            sopts, unknown, cmd = parse_options(tokens[1:])
+            sopts, unknown, cmd = parse_options(tokens[1:], srun=True)
         except SbatchError as e:
             raise SbatchError(f"{path}:{lineno}: srun: {e}") from None
         srun = {"options": sopts, "unknown": unknown}
@@ -465,10 +558,11 @@ def _validate(directives: dict, lines: dict, path: str) -> None:
 
 def parse_sbatch(text: str, path: str = "<script>") -> dict:
     """The parsed script (see the module docstring); raises SbatchError."""
-    directives: dict = {}
-    lines: dict = {}
+    components: list[tuple[dict, dict]] = [({}, {})]  # a heterogeneous job: one (directives, lines) per component
+    directives, lines = components[0]
     unknown: list[dict] = []
     late: list[dict] = []
+    commented: list[dict] = []
     body: list[tuple[int, str]] = []
     in_header = True
     for lineno, raw in _logical_lines(text):
@@ -482,6 +576,10 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
             if rest and not rest[0].isspace():
                 unknown.append(entry)  # '#SBATCHx' is a comment to sbatch
                 continue
+            if rest.split()[:1] in (["hetjob"], ["packjob"]):  # the next component of a heterogeneous job
+                components.append(({}, {}))
+                directives, lines = components[-1]
+                continue
             try:
                 opts, bad, extra = parse_options(_split(rest, lineno, path), stop_at_command=False)
             except SbatchError as e:
@@ -492,13 +590,20 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
             if bad:
                 unknown.append({**entry, "options": bad})
             continue
+        if re.match(r"#+\s*SBATCH\s", raw) and in_header:
+            commented.append({"line": lineno, "text": stripped})  # '##SBATCH' / '# SBATCH': a comment to sbatch
         if not stripped or stripped.startswith("#"):
             continue
         in_header = False
         body.append((lineno, raw))
-    _validate(directives, lines, path)
+    for d, ln in components:
+        _validate(d, ln, path)
+    directives, lines = components[0]
     job_name = str(directives.get("job-name") or os.path.basename(path))
     known = implied_slurm_env(directives, job_name)
+    # The batch shell is task 0 on node 0: `export RANK=$SLURM_PROCID` there gives every srun task RANK=0.
+    batch_shell = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    known.update(batch_shell)
     exports: dict = {}
     launches: list[dict] = []
     for lineno, raw in body:
@@ -509,7 +614,7 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
                     m = _ASSIGN.match(tok)
                     if m:
                         known[m.group(1)] = m.group(2)
-                        exports[m.group(1)] = {"value": m.group(2), "line": lineno}
+                        exports[m.group(1)] = {"value": m.group(2), "line": lineno, "text": raw.strip()}
                 continue
             if tokens[0] == "unset":
                 for tok in tokens[1:]:
@@ -525,18 +630,35 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
             if launch:
                 launches.append(launch)
     main = next((i for i in range(len(launches) - 1, -1, -1) if _trains(launches[i])), None)
+    group = _het_group(launches[main] if main is not None else None, len(components))
+    directives, lines = components[group]
+    if group:
+        directives = {"job-name": components[0][0].get("job-name"), **directives} if components[0][0].get("job-name") else directives
     return {
         "path": path,
         "job_name": job_name,
         "directives": directives,
         "directive_lines": lines,
+        "het_components": len(components),
+        "het_group": group,
         "unknown_directives": unknown,
         "late_directives": late,
+        "commented_directives": commented,
         "exports": exports,
-        "variables": {k: v for k, v in known.items() if not k.startswith("SLURM_")},
+        "variables": {k: v for k, v in known.items() if not k.startswith("SLURM_") and k not in batch_shell},
         "launches": launches,
         "launch": launches[main] if main is not None else None,
     }
+
+
+def _het_group(launch: dict | None, components: int) -> int:
+    """The heterogeneous-job component the training step runs in (srun --het-group=N; 0 by default)."""
+    if components <= 1 or not launch or not launch.get("srun"):
+        return 0
+    value = str((launch["srun"].get("options") or {}).get("het-group", "0"))
+    first = re.match(r"\d+", value)
+    n = int(first.group(0)) if first else 0
+    return n if n < components else 0
 
 
 def _trains(launch: dict) -> bool:

@@ -231,8 +231,30 @@ def _gpus_from_env(shape: JobShape, env: dict, used: dict, p: list[str], in_step
             shape.task_gpus = seen
         if shape.gpus_per_node is None and not shape.gpus_per_task and seen:
             shape.gpus_per_node = seen  # older SLURM: no SLURM_GPUS_ON_NODE, but the gres plugin set this
+    if in_step and not shape.gpus_per_task:
+        _per_task_binding(shape, env, used)
     if shape.task_gpus is None and shape.gpus_per_task:
         shape.task_gpus = shape.gpus_per_task
+
+
+def _per_task_binding(shape: JobShape, env: dict, used: dict) -> None:
+    """SLURM bound this task to its own GPUs (--gpus-per-task, --ntasks-per-gpu, --gpu-bind=single:1 ...).
+
+    srun does not put SLURM_GPUS_PER_TASK in the tasks' environment (slurm 22.05); the sign is that
+    SLURM_STEP_GPUS then lists only this task's GPUs, the same ones as CUDA_VISIBLE_DEVICES, fewer
+    than SLURM_GPUS_ON_NODE. A CUDA_VISIBLE_DEVICES narrowed by hand leaves SLURM_STEP_GPUS whole.
+    """
+    from gpudoctor.cudavis import parse_visible_devices
+
+    try:
+        step = len(slurmfmt.parse_index_list(env.get("SLURM_STEP_GPUS", ""), "SLURM_STEP_GPUS")) if env.get("SLURM_STEP_GPUS") else None
+    except slurmfmt.SlurmFormatError:
+        return
+    seen = parse_visible_devices(env["CUDA_VISIBLE_DEVICES"]).count if "CUDA_VISIBLE_DEVICES" in env else None
+    if step and seen == step and shape.gpus_per_node and step < shape.gpus_per_node:
+        shape.gpus_per_task = step
+        used["SLURM_STEP_GPUS"] = env["SLURM_STEP_GPUS"]
+        used["per-task GPU binding"] = f"SLURM_STEP_GPUS={env['SLURM_STEP_GPUS']} of SLURM_GPUS_ON_NODE={shape.gpus_per_node}"
 
 
 def _launcher_from_env(shape: JobShape, env: dict, ctx, used: dict) -> None:
@@ -268,6 +290,9 @@ def from_sbatch(sb: dict, ctx) -> JobShape:
         launch_line=launch.get("text"), launch_lineno=launch.get("line"),
         cuda_visible_export=(sb.get("exports") or {}).get("CUDA_VISIBLE_DEVICES"),
     )
+    if (sb.get("het_components") or 1) > 1:
+        shape.notes.append(f"heterogeneous job with {sb['het_components']} components: judged component {sb.get('het_group', 0)}, "
+                           "where the training step runs")
     ev = {f"#SBATCH --{k}": v for k, v in d.items() if k in _SHAPE_OPTIONS}
     step = dict(d)
     if srun:  # srun's own options shape the step

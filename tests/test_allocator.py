@@ -105,11 +105,20 @@ def test_common_slips_get_a_corrected_value():
 
 def test_which_variable_each_torch_reads():
     both = {"PYTORCH_ALLOC_CONF": "a", "PYTORCH_CUDA_ALLOC_CONF": "b"}
-    old, new = effective_variable(both, (2, 9)), effective_variable(both, (2, 10))
+    old, unverified, new = effective_variable(both, (2, 9)), effective_variable(both, (2, 11)), effective_variable(both, (2, 13))
     assert (old.effective, old.ignored) == ("PYTORCH_CUDA_ALLOC_CONF", ("PYTORCH_ALLOC_CONF",))
-    assert (new.effective, new.ignored) == ("PYTORCH_ALLOC_CONF", ("PYTORCH_CUDA_ALLOC_CONF",))
+    # torch 2.13 reads PYTORCH_CUDA_ALLOC_CONF first (verified with _accelerator_getAllocatorSettings)
+    assert (new.effective, new.ignored) == ("PYTORCH_CUDA_ALLOC_CONF", ("PYTORCH_ALLOC_CONF",))
+    assert unverified.order_unknown and unverified.candidates == ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
     alias = effective_variable({"PYTORCH_CUDA_ALLOC_CONF": "b"}, (2, 11))
     assert alias.effective == "PYTORCH_CUDA_ALLOC_CONF" and alias.deprecated_alias
+    alone = effective_variable({"PYTORCH_ALLOC_CONF": "a"}, (2, 13))
+    assert alone.effective == "PYTORCH_ALLOC_CONF" and not alone.ignored
+
+
+def test_large_segment_size_is_a_key_of_torch_2_13():
+    assert parse_alloc_conf("large_segment_size_mb:64", (2, 13)).ok
+    assert not parse_alloc_conf("large_segment_size_mb:8", (2, 13)).ok
 
 
 # --- GD-ALLOC-001 alloc-conf-invalid ------------------------------------------------------------
@@ -162,7 +171,21 @@ def test_new_variable_on_old_torch_is_ignored_and_fix_copies_it():
 def test_old_variable_shadowed_on_new_torch_warns():
     env = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:256", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     (f,) = run("GD-ALLOC-002", facts(env, torch="2.10.0"))
-    assert f.severity is Severity.WARN and f.fix.actions[0].kind == "unset_env"
+    assert f.severity is Severity.WARN and f.fix.actions[0].kind == "unset_env" and "only one" in f.message
+
+
+def test_both_set_on_torch_2_13_the_old_name_wins():
+    env = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:256", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    (f,) = run("GD-ALLOC-002", facts(env, torch="2.13.0"))
+    assert f.severity is Severity.WARN and "ignores PYTORCH_ALLOC_CONF" in f.message
+    # a typo in the variable torch 2.13 ignores is harmless; one in the variable it reads is not
+    assert severity("GD-ALLOC-001", facts({**env, "PYTORCH_ALLOC_CONF": "bogus:1"}, torch="2.13.0")) is Severity.PASS
+    assert severity("GD-ALLOC-001", facts({**env, "PYTORCH_CUDA_ALLOC_CONF": "bogus:1"}, torch="2.13.0")) is Severity.FAIL
+
+
+def test_both_set_on_unverified_torch_checks_both():
+    env = {"PYTORCH_ALLOC_CONF": "bogus:1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert severity("GD-ALLOC-001", facts(env, torch="2.11.0")) is Severity.FAIL
 
 
 def test_old_variable_alone_on_new_torch_is_a_deprecated_alias_not_an_alarm():
@@ -262,3 +285,21 @@ def test_navsim_guide_environment_verdicts():
         "GD-ALLOC-005": Severity.INFO,
         "GD-ALLOC-006": Severity.PASS,
     }
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [("OFF", Severity.PASS), ("INFO", Severity.PASS), ("DETAIL", Severity.WARN), ("detail", Severity.WARN), ("true", Severity.FAIL)],
+)
+def test_torch_distributed_debug(value, expected):
+    # c10d/debug.cpp upper-cases the value; anything but OFF/INFO/DETAIL raises at import torch.distributed
+    (f,) = run("GD-ALLOC-006", facts({"TORCH_DISTRIBUTED_DEBUG": value}))
+    assert f.severity is expected
+    if expected is not Severity.PASS:
+        assert f.fix.actions[0].target == "TORCH_DISTRIBUTED_DEBUG"
+
+
+def test_eager_module_loading_is_info_and_lazy_passes():
+    (f,) = run("GD-ALLOC-006", facts({"CUDA_MODULE_LOADING": "EAGER"}))
+    assert f.severity is Severity.INFO and "start-up" in f.message
+    assert severity("GD-ALLOC-006", facts({"CUDA_MODULE_LOADING": "LAZY"})) is Severity.PASS

@@ -108,3 +108,53 @@ def test_importing_gpudoctor_does_not_import_torch():
     code = "import sys, gpudoctor; gpudoctor.audit_dataloader; import gpudoctor.checks; assert 'torch' not in sys.modules, 'torch imported'"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+# --- unusual loaders: the audit never raises and judges what the loader really does --------
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(8))
+
+
+class _BucketBatchSampler:
+    """A batch sampler that picks samples itself (no .sampler), like bucketing/distributed batch samplers."""
+
+    def __iter__(self):
+        return iter([[0, 1], [2, 3]])
+
+    def __len__(self):
+        return 2
+
+
+def audit8(loader, **kw):
+    facts = make_facts(HEALTHY_GPU, env={"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8", "OMP_NUM_THREADS": "4"})
+    findings = gpudoctor.audit_dataloader(loader, facts=facts, **kw)
+    assert not [f for f in findings if f.severity is Severity.ERROR], [f.message for f in findings]
+    return by_id(findings)
+
+
+def test_custom_batch_sampler_is_what_chooses_the_samples():
+    loader = DataLoader(DATA, batch_sampler=_BucketBatchSampler(), num_workers=2)
+    assert loader_settings(loader)["sampler"].endswith("_BucketBatchSampler")
+    f = audit8(loader, expect_gpus=True)["GD-DL-009"]
+    assert f.severity is Severity.INFO and "_BucketBatchSampler" in f.message  # not the unused default SequentialSampler
+
+
+def test_iterable_dataset_is_not_judged_by_a_sampler():
+    f = audit8(DataLoader(_Stream(), batch_size=4, num_workers=2), expect_gpus=True)["GD-DL-009"]
+    assert f.severity is Severity.INFO and "IterableDataset" in f.message and f.fix is not None
+
+
+def test_unbatched_and_spawn_context_loaders_are_audited():
+    unbatched = audit8(DataLoader(DATA, batch_size=None, num_workers=2, pin_memory=True, sampler=DistributedSampler(DATA, num_replicas=8, rank=0)), expect_gpus=True)
+    assert {k: f.severity.value for k, f in unbatched.items() if f.severity in (Severity.WARN, Severity.FAIL)} == {}
+    spawn = DataLoader(DATA, batch_size=8, shuffle=True, num_workers=2, multiprocessing_context="spawn", generator=torch.Generator().manual_seed(0))
+    assert audit8(spawn, expect_gpus=False)["GD-DL-009"].severity is Severity.WARN  # RandomSampler on 8 ranks
+    assert audit8(spawn, expect_gpus=False)["GD-DL-002"].severity is Severity.SKIP  # CPU job: no GPU to starve
+
+
+def test_cpu_only_main_process_loader_is_fine():
+    findings = audit8(DataLoader(DATA, batch_size=8, sampler=DistributedSampler(DATA, num_replicas=8, rank=3)), expect_gpus=False)
+    assert [k for k, f in findings.items() if f.severity in (Severity.WARN, Severity.FAIL)] == []

@@ -13,6 +13,7 @@ from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run, severity
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 EIGHT_RANKS = {"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8"}
+BOTH = frozenset({"GD-DL-001", "GD-SLURM-008"})  # a run with both CPU-shortage checks (e.g. no --select)
 DOCKER_SHM = {"total_bytes": 64 * 1024 * 1024, "free_bytes": 64 * 1024 * 1024}
 
 
@@ -112,16 +113,43 @@ def test_srun_task_cpu_set_is_per_rank():
     }
     # --cpus-per-task=8 with binding: each task sees 8 of the job's 32 CPUs on the node.
     facts = make_facts(env={**env, "SLURM_CPUS_ON_NODE": "32"}, patch={"host.cpus_allowed_count": 8})
-    # mimic seed: 12 workers per rank in an 8-CPU task
-    (f,) = run("GD-DL-001", facts, launcher="srun", **cfg("seed-mimic-l4-training.yaml"))
-    assert f.severity is Severity.WARN and "1 rank(s) x (12 workers" in f.message
+    # mimic seed: 12 workers per rank in an 8-CPU task. Inside the SLURM job GD-SLURM-008 warns about
+    # the same shortage (8 CPUs per task for 13 processes), so GD-DL-001 says so as info, not a second warning.
+    (f,) = run("GD-DL-001", facts, launcher="srun", running=BOTH, **cfg("seed-mimic-l4-training.yaml"))
+    assert f.severity is Severity.INFO and "1 rank(s) x (12 workers" in f.message and "GD-SLURM-008 warns" in f.message
+    assert "GD-SLURM-008" in f.evidence["reported_by"]
+    assert severity("GD-SLURM-008", facts, launcher="srun", **cfg("seed-mimic-l4-training.yaml")) is Severity.WARN
     assert f.evidence["ranks_sharing_cpus"] == "1 (srun task bound to 8 of the node's 32 CPUs)"
     facts16 = make_facts(env={**env, "SLURM_CPUS_ON_NODE": "64"}, patch={"host.cpus_allowed_count": 16})
     assert severity("GD-DL-001", facts16, launcher="srun", **cfg("seed-mimic-l4-training.yaml")) is Severity.PASS
     # Without binding every task sees the job's 32 CPUs, shared by the 4 tasks: 4 x 13 > 32.
     unbound = make_facts(env={**env, "SLURM_CPUS_ON_NODE": "32"}, patch={"host.cpus_allowed_count": 32})
-    (f,) = run("GD-DL-001", unbound, launcher="srun", **cfg("seed-mimic-l4-training.yaml"))
-    assert f.severity is Severity.WARN and "4 rank(s) x (12 workers" in f.message
+    (f,) = run("GD-DL-001", unbound, launcher="srun", running=BOTH, **cfg("seed-mimic-l4-training.yaml"))
+    assert f.severity is Severity.INFO and "4 rank(s) x (12 workers" in f.message
+    # Without GD-SLURM-008 in the run (--select GD-DL-001, audit_dataloader) the warning stays here.
+    assert severity("GD-DL-001", unbound, launcher="srun", **cfg("seed-mimic-l4-training.yaml")) is Severity.WARN
+
+
+def test_slurm_shortage_is_warned_once_but_a_container_quota_still_warns_here():
+    config = {"data": {"num_workers": 12}}
+    env = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "1", "SLURM_NTASKS": "1", "SLURM_CPUS_PER_TASK": "32", "SLURM_CPUS_ON_NODE": "32",
+           "SLURM_TASKS_PER_NODE": "1", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "1"}
+    facts = make_facts(env=env, patch={"host.cpus_allowed_count": 32})
+    # torchrun, 8 ranks in one 32-CPU task: 8 x 13 = 104 processes. SLURM-008 warns; DL-001 points at it.
+    assert severity("GD-SLURM-008", facts, launcher="torchrun", **inline(config)) is Severity.WARN
+    (f,) = run("GD-DL-001", facts, launcher="torchrun", running=BOTH, **inline(config))
+    assert f.severity is Severity.INFO and "104 processes" in f.message and f.fix.safety is Safety.UNSAFE
+    assert severity("GD-DL-001", facts, launcher="torchrun", running=frozenset({"GD-DL-001"}), **inline(config)) is Severity.WARN
+    # Outside SLURM the same numbers are DL-001's own warning.
+    plain = make_facts(env={"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8"}, patch={"host.cpus_allowed_count": 32})
+    assert severity("GD-DL-001", plain, running=BOTH, **inline(config)) is Severity.WARN
+    # A container quota below SLURM's grant is a cause SLURM-008 does not see: DL-001 keeps its warning.
+    quota = make_facts(env=env, patch={"host.cpus_allowed_count": 32, "host.container.cpu_limit": 16.0})
+    (f,) = run("GD-DL-001", quota, launcher="torchrun", running=BOTH, **inline(config))
+    assert f.severity is Severity.WARN and "container CPU quota 16" in f.message
+    # When SLURM grants enough, both pass.
+    small = {"data": {"num_workers": 2}}
+    assert severity("GD-DL-001", facts, launcher="torchrun", **inline(small)) is Severity.PASS
 
 
 def test_container_cpu_quota_is_the_budget():
@@ -227,7 +255,7 @@ def test_deepspeed_global_batch_not_divisible_fails():
 
 def test_deepspeed_consistent_batch_passes():
     (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **cfg("synthetic-deepspeed-good.json"))
-    assert f.severity is Severity.PASS and "256 = 8" in f.message
+    assert f.severity is Severity.PASS and "train_batch_size=256 = train_micro_batch_size_per_gpu=4 x gradient_accumulation_steps=8 x 8 ranks" in f.message
 
 
 def test_deepspeed_micro_times_accumulation_mismatch_fails():
@@ -337,3 +365,83 @@ def test_batch_script_torchrun_line_gives_the_ranks_per_node():
     (f,) = run("GD-DL-006", make_facts(env={"SLURM_JOB_ID": "3"}), sbatch=sb)
     assert f.severity is Severity.WARN and "OMP_NUM_THREADS=64 x 8 rank(s) = 512 threads" in f.message
     assert f.evidence["ranks_on_node"] == "8 (ranks per node on the batch script's launch line)"
+
+
+# --- rules checked against real framework behaviour (see tests/test_configs_realworld.py) ----
+
+
+def test_deepspeed_derives_the_missing_value_then_asserts_equality():
+    # DeepSpeed: micro batch given, accumulation derived as 96 // 8 // 8 = 1, and 8 x 1 x 8 != 96.
+    micro_only = {"train_batch_size": 96, "train_micro_batch_size_per_gpu": 8}
+    (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(micro_only))
+    assert f.severity is Severity.FAIL and "not a multiple of train_micro_batch_size_per_gpu=8 x 8 data-parallel ranks = 64" in f.message
+    assert f.fix.actions[0].value in (64, 128)
+    assert severity("GD-DL-007", make_facts(env={"WORLD_SIZE": "4"}), **inline(micro_only)) is Severity.PASS  # 96 = 8 x 3 x 4
+    # Accumulation given: micro = 96 // 8 // 4 = 3 and 3 x 4 x 8 == 96.
+    accum_only = {"train_batch_size": 96, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1}}
+    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(accum_only)) is Severity.PASS
+    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**accum_only, "gradient_accumulation_steps": 5})) is Severity.FAIL
+
+
+def test_deepspeed_auto_is_filled_in_consistently():
+    config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}
+    (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(config))
+    assert f.severity is Severity.PASS and "auto" in f.message
+    # An explicit global batch with "auto" parts: only the divisibility by the ranks is known.
+    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**config, "train_batch_size": 100})) is Severity.FAIL
+
+
+def test_megatron_accumulation_is_derived_not_read_from_the_trainer():
+    config = {"trainer": {"accumulate_grad_batches": 1}, "model": {"micro_batch_size": 4, "global_batch_size": 256}}
+    (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(config))
+    assert f.severity is Severity.PASS and "8 micro-batches accumulated per step" in f.message
+    bad = {"model": {"micro_batch_size": 4, "global_batch_size": 48, "context_parallel_size": 2}}
+    (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(bad))  # dp = 8 / 2 = 4, 48 % 16 == 0
+    assert f.severity is Severity.PASS and "context 2" in f.evidence["data_parallel"]
+    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({"model": {"micro_batch_size": 4, "global_batch_size": 48}})) is Severity.FAIL
+
+
+def test_unknown_values_say_why_they_are_skipped():
+    cases = {
+        "auto": "the framework chooses the value",
+        "${oc.decode:${oc.env:W,4}}": "interpolation gpudoctor does not evaluate",
+        "${oc.env:NOT_SET_HERE}": "unset in this environment",
+        None: "is null",
+    }
+    for value, reason in cases.items():
+        (f,) = run("GD-DL-001", make_facts(env=EIGHT_RANKS), **inline({"data": {"num_workers": value}}))
+        assert f.severity is Severity.SKIP and reason in f.message, (value, f.message)
+
+
+def test_negative_workers_are_left_to_dl008():
+    config = {"data": {"num_workers": -1, "persistent_workers": True}}
+    for cid in ("GD-DL-001", "GD-DL-002", "GD-DL-004", "GD-DL-005"):
+        assert severity(cid, make_facts(env=EIGHT_RANKS), **inline(config)) is Severity.SKIP, cid
+    (f,) = run("GD-DL-008", make_facts(), **inline(config))
+    assert f.severity is Severity.WARN and "negative" in f.message and "num_workers" in f.fix.title
+
+
+def test_hf_trainer_defaults_count_for_rejected_arguments_only():
+    config = {"per_device_train_batch_size": 4, "dataloader_persistent_workers": True}
+    (f,) = run("GD-DL-008", make_facts(), **inline(config))
+    assert f.severity is Severity.WARN and "TrainingArguments' default is 0" in f.message
+    assert "dataloader_persistent_workers" in f.fix.title
+    (f,) = run("GD-DL-002", make_facts(env=EIGHT_RANKS), **inline(config))
+    assert f.severity is Severity.INFO and f.fix.actions[0].key == "dataloader_num_workers"
+    # Not an HF config: an unstated num_workers stays unknown.
+    assert severity("GD-DL-008", make_facts(), **inline({"loader": {"persistent_workers": True}})) is Severity.PASS
+
+
+def test_training_override_beats_a_shared_anchor_and_dev_loaders_do_not_count():
+    shared = {"num_workers": 4, "pin_memory": False}
+    config = {"loader_defaults": shared, "train": {"loader": {**shared, "num_workers": 12}}, "dev_loader": {"num_workers": 0, "pin_memory": True}}
+    s = find_settings(config)
+    assert (s.value("num_workers"), s.where("num_workers")) == (12, "train.loader.num_workers")
+    assert s.value("pin_memory") is False
+
+
+def test_rank_aware_samplers_and_lightning_configs():
+    mm = {"train_dataloader": {"num_workers": 2, "sampler": {"type": "InfiniteSampler", "shuffle": True}}}
+    assert severity("GD-DL-009", make_facts(env=EIGHT_RANKS), **inline(mm)) is Severity.PASS
+    lightning = {"trainer": {"devices": 8, "strategy": "ddp"}, "data": {"sampler": "torch.utils.data.RandomSampler"}}
+    assert severity("GD-DL-009", make_facts(env=EIGHT_RANKS), **inline(lightning)) is Severity.INFO

@@ -273,3 +273,17 @@ def test_well_formed_values_pass():
     (f,) = run("GD-NCCL-006", make_facts(env=env))
     assert f.severity is Severity.PASS, f.message
     assert severity("GD-NCCL-006", make_facts(env={})) is Severity.PASS
+
+
+def test_unknown_algorithm_name_warns_and_known_forms_pass():
+    (f,) = run("GD-NCCL-006", make_facts(env={"NCCL_ALGO": "Ring,Trees"}))
+    assert f.severity is Severity.WARN and "'Trees'" in f.message
+    for value in ("ring", "^NVLS,CollnetDirect", "allreduce:tree;broadcast:ring"):
+        assert severity("GD-NCCL-006", make_facts(env={"NCCL_ALGO": value})) is Severity.PASS, value
+    assert severity("GD-NCCL-006", make_facts(env={"NCCL_PROTO": "^LL128"})) is Severity.PASS
+
+
+def test_async_error_handling_out_of_range_warns_because_torch_does_not_reject_it():
+    (f,) = run("GD-NCCL-006", make_facts(env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "5"}))
+    assert f.severity is Severity.WARN and "neither tears down" in f.message
+    assert severity("GD-NCCL-006", make_facts(env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"})) is Severity.PASS

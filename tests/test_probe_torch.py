@@ -172,6 +172,37 @@ def test_hang_in_cuda_init_is_told_apart_from_a_hang_in_import(monkeypatch, tmp_
     assert r["error"].startswith("initialising CUDA")
 
 
+FAKE_CUDA_TORCH = """
+__version__ = "2.99.0"
+class version:
+    cuda = "12.4"
+class _Props:
+    name = "NVIDIA H100 80GB HBM3"
+    major, minor = 9, 0
+    total_memory = 85 << 30
+    uuid = "8932f937-d72c-4106-c12f-20bd9faed9f6"  # torch's _CUuuid prints without a prefix
+class cuda:
+    get_arch_list = staticmethod(lambda: ["sm_90"])
+    is_available = staticmethod(lambda: True)
+    device_count = staticmethod(lambda: 1)
+    get_device_properties = staticmethod(lambda i: _Props())
+"""
+
+
+@pytest.mark.parametrize(
+    "visible, expected",
+    [(None, "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"), ("0", "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"),
+     ("MIG-0b3c7f2e-aaaa-bbbb-cccc-0123456789ab", "MIG-8932f937-d72c-4106-c12f-20bd9faed9f6")],
+)
+def test_device_uuid_is_written_as_nvml_and_cuda_visible_devices_write_it(monkeypatch, tmp_path, visible, expected):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    r = probe(monkeypatch, fake_torch(tmp_path, FAKE_CUDA_TORCH))
+    assert r["status"] == "ok" and r["devices"][0]["uuid"] == expected
+
+
 def test_something_the_import_started_does_not_outlive_a_successful_probe(monkeypatch, tmp_path):
     pid_file = tmp_path / "pids"
     fake = fake_torch(tmp_path, record_pids(pid_file) + '\n__version__ = "0.0.2"\n')

@@ -204,3 +204,60 @@ def test_cli_bad_script_is_one_line_exit_2(tmp_path):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = gpudoctor("check", "--select", "slurm", "--sbatch", str(tmp_path / "missing.slurm"))
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+# ---------------------------------------------------------------- patterns from real scripts (see fixtures/sbatch/realworld)
+
+
+def test_srun_own_options_take_their_values():
+    sb = parse("#SBATCH -N1 --ntasks-per-node=1 --gres=gpu:8\nsrun --wait=60 -W 30 --jobid $SLURM_JOB_ID --kill-on-bad-exit=1 torchrun --nproc_per_node 8 t.py\n")
+    launch = sb["launch"]
+    assert launch["launcher"] == "torchrun" and launch["nproc_per_node"] == "8"
+    assert launch["srun"]["options"]["jobid"] == "$SLURM_JOB_ID" and launch["srun"]["unknown"] == []
+
+
+def test_pyxis_container_options_belong_to_srun():
+    sb = parse("#SBATCH -N1\nsrun --container-image nvcr.io/nvidia/pytorch:24.05-py3 --container-mounts /data:/data --no-container-mount-home python t.py\n")
+    assert sb["launch"]["program"] == "python" and sb["launch"]["srun"]["unknown"] == []
+
+
+@pytest.mark.parametrize(
+    "line, launcher, count",
+    [
+        ('srun bash -c "RANK=\\$SLURM_PROCID LOCAL_RANK=\\$SLURM_LOCALID python -u train.py"', "python", None),
+        ("srun sh -xeuc 'cd /work && torchrun --nproc-per-node gpu main.py'", "torchrun", "gpu"),
+        ('srun bash -lc "source env.sh; accelerate launch --num_processes 8 t.py"', "accelerate", "8"),
+        ("srun shifter --image=nersc/pytorch:24.06 bash -c 'python train.py'", "python", None),
+        ("srun bash run_wrapper.sh", None, None),
+    ],
+)
+def test_shell_wrappers_are_looked_into(line, launcher, count):
+    launch = parse(f"#SBATCH -N1\n{line}\n")["launch"]
+    assert launch["launcher"] == launcher
+    assert (launch.get("nproc_per_node") or launch.get("num_processes")) == count
+
+
+def test_launch_command_kept_in_variables_and_arithmetic():
+    sb = parse(
+        "#SBATCH --nodes=4 --ntasks-per-node=1 --gres=gpu:4\n"
+        "export GPUS_PER_NODE=4\n"
+        'export LAUNCHER="accelerate launch --num_processes $((SLURM_NNODES * GPUS_PER_NODE)) --num_machines $SLURM_NNODES"\n'
+        'export CMD="$LAUNCHER train.py"\n'
+        "srun $CMD\n"
+    )
+    assert sb["launch"]["num_processes"] == "16" and sb["launch"]["nnodes"] == "4"
+    from gpudoctor.sbatch import expand_vars
+
+    assert expand_vars("$((N * 8)) $((1/0)) $((2**99)) $((M+1))", {"N": "2", "M": "x"}) == "16 $((1/0)) $((2**99)) $((M+1))"
+
+
+def test_batch_shell_is_task_zero():
+    sb = parse("#SBATCH -N1 --ntasks-per-node=8\nexport RANK=$SLURM_PROCID\nsrun python t.py\n")
+    assert sb["exports"]["RANK"]["value"] == "0" and sb["exports"]["RANK"]["text"] == "export RANK=$SLURM_PROCID"
+
+
+def test_hetjob_components_and_commented_directives():
+    sb = parse("#SBATCH -n1 -c 32\n#SBATCH hetjob\n#SBATCH -N1 --gres=gpu:4\n##SBATCH --gres=gpu:8\nsrun --het-group=1 python t.py\n")
+    assert sb["het_components"] == 2 and sb["het_group"] == 1
+    assert sb["directives"] == {"nodes": "1", "gres": "gpu:4"} and sb["unknown_directives"] == []
+    assert sb["commented_directives"] == [{"line": 4, "text": "##SBATCH --gres=gpu:8"}]

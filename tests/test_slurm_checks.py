@@ -457,3 +457,66 @@ def test_005_one_task_per_node_mismatch_depends_on_the_lightning_version():
     assert new.severity is Severity.FAIL and "Set `devices=1`" in new.message
     old = one(sb_run("GD-SLURM-005", text, slurm=dict(SLURM_2205, packages={"pytorch_lightning": "1.9.5"})))
     assert old.severity is Severity.INFO
+
+
+# ---------------------------------------------------------------- real-world review (tests/fixtures/sbatch/realworld)
+
+
+def test_007_slurm_2311_reads_cpus_per_task_again_and_unknown_version_is_info():
+    text = "#SBATCH -N1 --ntasks-per-node=4 --gres=gpu:4 -c 8\nsrun python t.py\n"
+    assert one(sb_run("GD-SLURM-007", text)).severity is Severity.WARN  # 22.05.8
+    assert one(sb_run("GD-SLURM-007", text, slurm=dict(SLURM_2205, version="23.02.7"))).severity is Severity.WARN
+    new = one(sb_run("GD-SLURM-007", text, slurm=dict(SLURM_2205, version="23.11.1")))
+    assert new.severity is Severity.PASS and "23.11" in new.message
+    unknown = one(sb_run("GD-SLURM-007", text, slurm=dict(SLURM_2205, version=None)))
+    assert unknown.severity is Severity.INFO and "22.05 to 23.02" in unknown.message and unknown.fix is not None
+
+
+def test_004_as_many_tasks_as_nodes_is_one_per_node():
+    f = one(sb_run("GD-SLURM-004", "#SBATCH --nodes=4\n#SBATCH --ntasks=4\n#SBATCH --gpus-per-task=1\nsrun torchrun --nproc_per_node 1 t.py\n"))
+    assert f.severity is Severity.PASS and "one task on each node" in f.message
+    assert one(sb_run("GD-SLURM-004", "#SBATCH --nodes=2\n#SBATCH --ntasks=8\n#SBATCH --gres=gpu:4\nsrun python t.py\n")).severity is Severity.WARN
+
+
+def test_009_single_worker_torchrun_per_task_on_shared_gpus_warns():
+    shared = "#SBATCH -N1 --ntasks-per-node=4 --gres=gpu:a100:4\nsrun torchrun --nnodes 4 --nproc_per_node 1 t.py\n"
+    f = one(sb_run("GD-SLURM-009", shared))
+    assert f.severity is Severity.WARN and "LOCAL_RANK=0" in f.message and f.fix is not None
+    bound = "#SBATCH -N1 --ntasks-per-node=4 --gpus-per-task=1\nsrun torchrun --nnodes 4 --nproc_per_node 1 t.py\n"
+    assert one(sb_run("GD-SLURM-009", bound)).severity is Severity.PASS
+    single = "#SBATCH -N1 --ntasks-per-node=4 --gres=gpu:4\nsrun --gpu-bind=single:1 torchrun --nproc_per_node 1 t.py\n"
+    assert one(sb_run("GD-SLURM-009", single)).severity is Severity.PASS
+
+
+def test_001_typo_warns_but_site_plugin_option_is_info():
+    typo = one(sb_run("GD-SLURM-001", "#SBATCH --ntask-per-node=8\n#SBATCH --gres=gpu:8\nsrun python t.py\n"))
+    assert typo.severity is Severity.WARN and "did you mean --ntasks-per-node" in typo.message
+    site = one(sb_run("GD-SLURM-001", "#SBATCH --nvmps\n#SBATCH --gres=gpu:4 --ntasks-per-node=4\nsrun python t.py\n"))
+    assert site.severity is Severity.INFO and "SPANK" in site.message
+
+
+def test_003_names_a_gpu_request_that_sbatch_will_not_read():
+    late = one(sb_run("GD-SLURM-003", "#SBATCH -N1\nmodule load cuda\n#SBATCH --gres=gpu:4\nsrun python t.py\n"))
+    assert late.severity is Severity.FAIL and "line 4 (#SBATCH --gres=gpu:4) is below the first command" in late.message
+    commented = one(sb_run("GD-SLURM-003", "#SBATCH -N1\n##SBATCH --gpus-per-node=4\npython t.py\n"))
+    assert commented.severity is Severity.FAIL and "is commented out" in commented.message
+
+
+def test_step_bound_to_its_own_gpu_is_not_a_narrowed_cuda_visible_devices():
+    # What srun -n2 --gpus-per-task=1 really sets (slurm-wlm 22.05): no SLURM_GPUS_PER_TASK in the task,
+    # SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES name only this task's GPU.
+    bound = env_facts(GOOD_STEP, drop=("SRUN_CPUS_PER_TASK",), SLURM_STEP_GPUS="3", CUDA_VISIBLE_DEVICES="3")
+    assert severity("GD-SLURM-010", bound) is Severity.PASS
+    f = one(run("GD-SLURM-002", bound))
+    assert f.severity is Severity.PASS and "of its own" in f.message
+    narrowed_by_hand = env_facts(GOOD_STEP, CUDA_VISIBLE_DEVICES="3")  # SLURM_STEP_GPUS still lists all eight
+    assert severity("GD-SLURM-010", narrowed_by_hand) is Severity.WARN
+
+
+def test_heterogeneous_job_judges_the_training_component():
+    text = ("#SBATCH --ntasks=1 --cpus-per-task=32\n#SBATCH hetjob\n#SBATCH -N1 --ntasks-per-node=4 --gres=gpu:4\n"
+            "srun --het-group=0 python prep.py &\nsrun --het-group=1 python train.py\nwait\n")
+    f = one(sb_run("GD-SLURM-001", text))
+    assert f.severity is Severity.INFO and "judged component 1" in f.message
+    assert one(sb_run("GD-SLURM-002", text)).severity is Severity.PASS
+    assert one(sb_run("GD-SLURM-003", text)).severity is Severity.PASS

@@ -108,6 +108,19 @@ def _build_facts(torch, out):
         out["arch_list_error"] = _error(e)
 
 
+def nvml_style_uuid(raw, visible=None):
+    """torch's device UUID ('8-4-4-4-12' hex, no prefix) as NVML, nvidia-smi and CUDA_VISIBLE_DEVICES
+    write it: 'GPU-<uuid>', or 'MIG-<uuid>' when the process was given a MIG device (CUDA then shows
+    it exactly one, and its UUID is the MIG device's)."""
+    text = str(raw) if raw is not None else ""
+    if not text:
+        return None
+    if text.startswith(("GPU-", "MIG-")):
+        return text
+    mig = any(e.strip().startswith("MIG-") for e in (visible or "").split(","))
+    return ("MIG-" if mig else "GPU-") + text
+
+
 def _cuda_facts(torch, out):
     _stage("cuda_init")
     out["cuda_available"] = False
@@ -132,7 +145,7 @@ def _cuda_facts(torch, out):
         try:
             p = torch.cuda.get_device_properties(i)
             devices.append({"index": i, "name": p.name, "capability": [p.major, p.minor], "memory_total_bytes": p.total_memory,
-                            "uuid": str(getattr(p, "uuid", "")) or None})
+                            "uuid": nvml_style_uuid(getattr(p, "uuid", None), os.environ.get("CUDA_VISIBLE_DEVICES"))})
         except Exception as e:
             devices.append({"index": i, "error": str(e)})
     out["devices"] = devices
