@@ -16,20 +16,25 @@ import subprocess
 import sys
 import time
 
-PY = sys.executable
+# -P: run from a source checkout, the cwd's gpudoctor/ folder must not stand in for the installed package.
+PY = [sys.executable, "-P"]
 COMMANDS = {
-    "import torch": [PY, "-c", "import torch"],
-    "gpudoctor check": [PY, "-m", "gpudoctor", "check"],
-    "gpudoctor check --json": [PY, "-m", "gpudoctor", "check", "--json"],
-    "gpudoctor check --select allocator,devices": [PY, "-m", "gpudoctor", "check", "--select", "allocator,devices"],
-    "torch.utils.collect_env": [PY, "-m", "torch.utils.collect_env"],
+    "import torch": [*PY, "-c", "import torch"],
+    "gpudoctor check": [*PY, "-m", "gpudoctor", "check"],
+    "gpudoctor check --json": [*PY, "-m", "gpudoctor", "check", "--json"],
+    "gpudoctor check --select allocator,devices": [*PY, "-m", "gpudoctor", "check", "--select", "allocator,devices"],
+    "torch.utils.collect_env": [*PY, "-m", "torch.utils.collect_env"],
 }
+VERDICT_EXITS = (0, 1)  # gpudoctor's "no fail" and "a fail": anything else means the timing measured a crash
 
 
 def wall(cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - t0
+    if r.returncode not in VERDICT_EXITS or b"Traceback" in r.stderr:
+        raise SystemExit(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.decode(errors='replace')[-500:]}")
+    return elapsed
 
 
 def torch_imported_by_select() -> bool:
@@ -39,7 +44,7 @@ def torch_imported_by_select() -> bool:
         "rc = c.main(['check', '--select', 'allocator,devices', '--json'])\n"
         "sys.stderr.write('TORCH_LOADED=%s\\n' % ('torch' in sys.modules))\n"
     )
-    r = subprocess.run([PY, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([*PY, "-c", code], capture_output=True, text=True)
     return "TORCH_LOADED=True" in r.stderr
 
 

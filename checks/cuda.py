@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from gpudoctor import versions
+from gpudoctor import cudavis, versions
 from gpudoctor.model import Outcome, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
@@ -291,11 +291,8 @@ def torch_cpu_only_build(facts, ctx):
 # ---------------------------------------------------------------- GD-CUDA-003
 
 
-def _cuda_init_hint(error: str, env: dict) -> str:
+def _cuda_init_hint(error: str) -> str:
     e = error.lower()
-    cvd = env.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None and cvd.strip().lower() in ("", "-1", "none", "nodevfiles", "void"):
-        return f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU"
     if "802" in e or "system not yet initialized" in e:
         return "on NVSwitch systems (HGX/DGX) this means nvidia-fabricmanager is not running or not yet done"
     if "804" in e or "forward compatibility" in e:
@@ -346,12 +343,17 @@ def torch_cuda_init_failed(facts, ctx):
         return passed(f"torch initialises CUDA and sees {t.get('device_count')} device(s) (the driver sees {len(gpus)})", **evidence)
     error = t.get("cuda_error") or "torch.cuda.is_available() returned False without an error message"
     evidence["cuda_error"] = error
-    hint = _cuda_init_hint(error, facts.env)
-    fix = None
-    if "fabricmanager" in hint:
-        fix = manual("Start the NVIDIA fabric manager (root)", "systemctl start nvidia-fabricmanager", "systemctl status nvidia-fabricmanager")
-    elif "hides every GPU" in hint:
+    visibility = cudavis.from_facts(facts)
+    if visibility.hides_all:
+        # Not a CUDA fault: the variable leaves torch no GPU. GD-DEV-001 names the entry that does it.
+        if "GD-DEV-001" in (ctx.running or ()):
+            return skip(f"{visibility.describe()} leaves this process no GPU (see GD-DEV-001)", **evidence)
+        hint = f"{visibility.describe()} leaves this process no GPU"
         fix = manual("Request GPUs from the scheduler (e.g. --gres=gpu:8), or unset CUDA_VISIBLE_DEVICES outside a scheduler", "unset CUDA_VISIBLE_DEVICES")
+    else:
+        hint, fix = _cuda_init_hint(error), None
+        if "fabricmanager" in hint:
+            fix = manual("Start the NVIDIA fabric manager (root)", "systemctl start nvidia-fabricmanager", "systemctl status nvidia-fabricmanager")
     msg = f"the driver sees {len(gpus)} GPU(s) but torch cannot initialise CUDA: {hint} ({error})"
     if not ctx.gpus_expected:  # --expect-gpus 0: the job falls back to the CPU, as intended
         return info(msg, fix, **evidence)

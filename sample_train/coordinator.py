@@ -319,11 +319,17 @@ class Coordinator:
         where = self._phase_of(behind[0])
         phases = {ranks_text(ranks): self._phase_of(ranks[0]) for _, ranks in groups}
         stacks = {f"rank{r}": self.states[r]["stack"] for r in range(self.world_size) if self.states.get(r, {}).get("stack")}
-        if len(groups) == 1:
+        if len(groups) == 1 and all(self._in_collective(r) for r in behind):
             message = (
                 f"no progress within --timeout {self.opts.timeout:.0f} s: all ranks are stuck in {where}. "
                 "Every rank waits inside the same collective: suspect the network between ranks (NCCL_SOCKET_IFNAME, "
                 "InfiniBand, firewall) or a GPU that stopped responding; rerun with NCCL_DEBUG=INFO."
+            )
+        elif len(groups) == 1:  # e.g. a single rank, or every rank hung in its own work
+            at = (self.states.get(behind[0], {}).get("stack") or ["?"])[0]
+            message = (
+                f"no progress within --timeout {self.opts.timeout:.0f} s: {ranks_text(behind)} stuck in {where} "
+                f"at {at}, outside any collective: a stuck input pipeline, a deadlock, or a GPU that stopped responding."
             )
         else:
             ahead = ", ".join(f"{r} in {p}" for r, p in phases.items() if r != ranks_text(behind))

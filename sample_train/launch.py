@@ -111,8 +111,9 @@ class _Ranks:
                 MASTER_ADDR=world.master_addr, MASTER_PORT=str(self.port),
             )
             log = open(os.path.join(self.logdir, f"rank{rank}.log"), "wb")
+            # -P: a gpudoctor/ folder in the cwd (a source checkout) must not shadow the installed package.
             self.procs[rank] = subprocess.Popen(
-                [sys.executable, "-m", "gpudoctor.sample_train.worker"],
+                [sys.executable, "-P", "-m", "gpudoctor.sample_train.worker"],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
             log.close()

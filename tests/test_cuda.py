@@ -141,6 +141,18 @@ def test_cuda_visible_devices_hiding_all_gpus_is_named():
     assert "CUDA_VISIBLE_DEVICES=''" in finding.message
 
 
+def test_cuda_visible_devices_naming_a_missing_gpu_is_left_to_the_devices_check():
+    # As seen on a real one-GPU H100 with CUDA_VISIBLE_DEVICES=1: torch says no GPU and gives no reason.
+    f = make_facts("recorded-h100x1-driver580-torch2.11-cu130", env={"CUDA_VISIBLE_DEVICES": "1"},
+                   patch={"torch.cuda_available": False, "torch.device_count": 0, "torch.devices": []})
+    alone = one("GD-CUDA-003", f)
+    assert alone.severity is Severity.FAIL
+    assert "CUDA_VISIBLE_DEVICES='1' leaves this process no GPU" in alone.message
+    in_a_run = one("GD-CUDA-003", f, running=frozenset({"GD-CUDA-003", "GD-DEV-001"}))
+    assert in_a_run.severity is Severity.SKIP and "GD-DEV-001" in in_a_run.message
+    assert severity("GD-DEV-001", f) is Severity.FAIL
+
+
 def test_cuda_unavailable_without_a_message_still_fails():
     finding = one("GD-CUDA-003", make_facts(patch={"torch.cuda_available": False, "torch.device_count": 0}))
     assert finding.severity is Severity.FAIL

@@ -20,6 +20,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from tests.factsutil import make_facts, run
+from tests.thismachine import torch_release_here
 
 ROOT = Path(__file__).resolve().parent.parent
 PASS, INFO, WARN, FAIL = "pass", "info", "warn", "fail"
@@ -113,6 +114,7 @@ def _live(env: dict, ids: list[str]) -> dict[str, str]:
     return {f["id"]: f["severity"] for f in json.loads(r.stdout)["findings"]}
 
 
+@torch_release_here(2, 13)
 @pytest.mark.parametrize("env, expected", LIVE, ids=[" ".join(f"{k}={v}" for k, v in e.items()) for e, _ in LIVE])
 def test_live_environment(env, expected):
     got = _live(env, sorted(expected))
@@ -182,6 +184,7 @@ def test_findings_name_their_evidence_and_a_fix():
     assert got == {"GD-ALLOC-006": FAIL}
 
 
+@torch_release_here(2, 13)
 def test_both_allocator_variables_on_torch_2_13_name_the_one_it_reads():
     # torch 2.13 itself: _accelerator_getAllocatorSettings() returns the PYTORCH_CUDA_ALLOC_CONF value
     env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}

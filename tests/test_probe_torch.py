@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.probe.torch_probe import TorchProbe
+from tests.thismachine import torch_sees_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +98,10 @@ def test_real_torch_of_this_machine(monkeypatch):
     r = probe(monkeypatch, None)
     assert r["status"] == "ok", r
     assert r["version"].startswith("2.")
-    assert r["cuda"] is None and r["cuda_available"] is False  # the CPU build installed here
+    if torch_sees_gpu():
+        assert r["cuda"] and r["cuda_available"] is True and r["device_count"] >= 1
+    else:
+        assert r["cuda_available"] is False
     assert r["float32_matmul_precision"] == "highest"  # torch's default
     assert isinstance(r["loaded_libraries"], dict) and isinstance(r["wheel_lib_dirs"], list)
 

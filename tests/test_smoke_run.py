@@ -46,14 +46,14 @@ def leftovers(marker: str) -> list[str]:
     return found
 
 
-def run(cmd: list[str], env: dict | None = None, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float, str]:
+def run(cmd: list[str], env: dict | None = None, timeout: float = 120, cwd=None) -> tuple[subprocess.CompletedProcess, float, str]:
     marker = uuid.uuid4().hex
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUDOCTOR_SMOKE_FAULT"):
         full_env.pop(name, None)
     full_env.update(env or {}, **{MARK: marker})
     start = time.monotonic()
-    r = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    r = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
     elapsed = time.monotonic() - start
     time.sleep(0.5)  # let killed processes be reaped
     return r, elapsed, marker
@@ -110,13 +110,14 @@ def test_torchrun_world_is_joined_and_rank0_reports():
 
 
 def test_spawned_rank_that_never_starts_is_named_within_the_timeout():
-    r, elapsed, marker = smoke("--gpus", "2", "--timeout", "6", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=hang"})
+    # 15 s: rank 0 must have joined by then, and a CUDA build of torch can take 5 s to import.
+    r, elapsed, marker = smoke("--gpus", "2", "--timeout", "15", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=hang"})
     rep = report_of(r)
     validate(rep)
     f = findings(rep)["GD-SMOKE-001"]
     assert r.returncode == 1 and f["severity"] == "fail"
     assert f["evidence"]["missing_ranks"] == [1] and "rank 1 never joined the rendezvous" in f["message"]
-    assert elapsed < 6 + 15
+    assert elapsed < 15 + 15
     assert not leftovers(marker)
 
 
@@ -151,6 +152,30 @@ def test_hang_in_a_step_names_the_rank_and_the_step():
     assert "(rank 0 in step 2 (forward))" in f["message"]  # DDP's bucket rebuild broadcasts in step 2's forward
     assert any("faults.py" in frame for frame in f["evidence"]["stacks"]["rank1"])
     assert elapsed < 20 + 15
+    assert not leftovers(marker)
+
+
+def test_a_gpudoctor_folder_in_the_working_directory_does_not_shadow_the_workers_package(tmp_path):
+    # Found on a GPU machine: smoke run from a source checkout (whose gpudoctor/ folder lacks
+    # sample_train) with a regular install had every worker fail to import.
+    (tmp_path / "gpudoctor").mkdir()
+    (tmp_path / "gpudoctor" / "__init__.py").write_text("raise ImportError('the cwd copy was imported')\n")
+    cmd = [sys.executable, "-P", "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "1"]
+    r, _, marker = run(cmd, cwd=tmp_path)
+    rep = report_of(r)
+    assert r.returncode == 0 and rep["ok"], rep["findings"]
+    assert not leftovers(marker)
+
+
+def test_a_single_rank_hung_in_its_own_work_is_not_blamed_on_a_collective():
+    # As seen on a real H100 (NCCL, one rank): a hang in the forward pass is not a network problem.
+    r, elapsed, marker = smoke("--gpus", "1", "--timeout", "30", env={"GPUDOCTOR_SMOKE_FAULT": "rank=0,at=step:3,do=hang"})
+    rep = report_of(r)
+    f = findings(rep)["GD-SMOKE-005"]
+    assert r.returncode == 1 and f["severity"] == "fail"
+    assert "rank 0 stuck in step 3 (forward)" in f["message"] and "outside any collective" in f["message"]
+    assert "network" not in f["message"]
+    assert elapsed < 30 + 15
     assert not leftovers(marker)
 
 
