@@ -225,12 +225,20 @@ def _check_value(conf: AllocConf, key: str, kind: str, value, torch_version) -> 
         check(conf, key, value, torch_version)
 
 
-def _check_split_mb(conf, key, value, torch_version) -> None:
+def _mib(conf, key, value, parser: str) -> int | None:
+    """The leading whole number of MiB, as torch's parser (stoi, stoull) reads it; None after an error."""
     n = _leading_int(value)
     if n is None:
-        conf.errors.append(f"{key}:{value} is not a number of MiB (torch's stoi raises)")
-        return
+        conf.errors.append(f"{key}:{value} is not a number of MiB (torch's {parser} raises)")
+        return None
     _note_trailing(conf, key, value, str(n))
+    return n
+
+
+def _check_split_mb(conf, key, value, torch_version) -> None:
+    n = _mib(conf, key, value, "stoi")
+    if n is None:
+        return
     if n < 0:
         conf.warnings.append(f"{key}:{value} is negative; torch reads it as a huge number, i.e. no limit")
     elif n < SPLIT_MIN_MB:
@@ -241,12 +249,8 @@ def _check_split_mb(conf, key, value, torch_version) -> None:
 
 
 def _check_large_segment(conf, key, value, torch_version) -> None:
-    n = _leading_int(value)
-    if n is None:
-        conf.errors.append(f"{key}:{value} is not a number of MiB (torch's stoull raises)")
-        return
-    _note_trailing(conf, key, value, str(n))
-    if 0 <= n <= LARGE_SEGMENT_MIN_MB:
+    n = _mib(conf, key, value, "stoull")
+    if n is not None and 0 <= n <= LARGE_SEGMENT_MIN_MB:
         conf.errors.append(f"{key}:{n} is too small: torch requires more than {LARGE_SEGMENT_MIN_MB} MiB")
 
 
