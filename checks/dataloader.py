@@ -449,11 +449,13 @@ def _data_parallel_size(settings, world: int) -> tuple[int, str]:
 
 def _batch_framework(settings) -> str | None:
     """Frameworks that refuse to start on an inconsistent global batch."""
-    where = settings.where("global_batch_size") or ""
-    if where.endswith("train_batch_size"):
+    key = (settings.where("global_batch_size") or "").rsplit(".", 1)[-1]  # the key itself: not global_train_batch_size
+    if key == "train_batch_size":
         return "DeepSpeed"
-    if where.endswith("global_batch_size") and (settings.where("batch_size") or "").endswith("micro_batch_size"):
+    if key == "global_batch_size" and (settings.where("batch_size") or "").rsplit(".", 1)[-1] == "micro_batch_size":
         return "Megatron"
+    if key == "IMS_PER_BATCH":  # detectron2's build_batch_data_loader asserts it divides by the world size
+        return "detectron2"
     return None
 
 
@@ -494,13 +496,14 @@ def _batch_rule(settings, framework: str | None, dp: int) -> BatchRule:
     title="The global batch size divides evenly across the data-parallel ranks",
     needs=["env"],
     what="When the config states a global batch (DeepSpeed train_batch_size, Megatron/NeMo global_batch_size, "
-    "effective_batch_size...), checks it against the data-parallel size (world size, divided by tensor x "
-    "pipeline x context parallel sizes when the config states them) the way the framework does: DeepSpeed "
-    "needs train_batch_size = micro batch x gradient accumulation x data-parallel size (deriving the one "
-    "left out), Megatron/NeMo need global_batch_size to be a multiple of micro_batch_size x data-parallel "
+    "detectron2 SOLVER.IMS_PER_BATCH, effective_batch_size...), checks it against the data-parallel size "
+    "(world size, divided by tensor x pipeline x context parallel sizes when the config states them) the way "
+    "the framework does: DeepSpeed needs train_batch_size = micro batch x gradient accumulation x "
+    "data-parallel size (deriving the one left out), Megatron/NeMo need global_batch_size to be a multiple of "
+    "micro_batch_size x data-parallel size, detectron2 needs IMS_PER_BATCH to be a multiple of the world "
     "size. DeepSpeed's \"auto\" (filled in by the HF Trainer or accelerate) is consistent by construction. "
     "Per-device batches (HF per_device_train_batch_size) have no global rule.",
-    why="DeepSpeed and Megatron refuse to start ('train_batch_size is not equal to micro_batch_per_gpu * "
+    why="DeepSpeed, Megatron and detectron2 refuse to start ('train_batch_size is not equal to micro_batch_per_gpu * "
     "gradient_acc_step * world_size', 'global batch size is not divisible by micro batch size times data "
     "parallel size'); hand-written loops silently round the per-rank batch down and train on a different "
     "batch size than the one tuned.",

@@ -106,6 +106,43 @@ def _rank_exported_before_srun(facts, ctx):
     )
 
 
+def _node_rank_same_on_every_node(facts, ctx):
+    """`srun torchrun --node_rank=$SLURM_NODEID` over several nodes: the batch shell (node 0) expands the
+    variable once, before srun copies the line to every node, so every node claims node rank 0."""
+    launch = (ctx.sbatch or {}).get("launch") or {}
+    launcher = launch.get("launcher")
+    if not launch.get("srun") or launcher not in ("torchrun", "torch.distributed.launch", "accelerate") or launch.get("standalone"):
+        return None
+    if (launch.get("rdzv_backend") or "static") != "static":
+        return None  # c10d/etcd rendezvous hands out node ranks itself
+    rank = launch.get("node_rank")
+    if rank is None and launcher == "accelerate" and launch.get("config_file"):
+        return None  # the config file may set machine_rank
+    if rank is not None and not re.fullmatch(r"\d+", str(rank)):
+        return None  # left for each task's shell to expand ('$SLURM_NODEID' in single quotes)
+    from gpudoctor.slurmjob import job_shape
+
+    shape = job_shape(facts, ctx)
+    nnodes = str(launch.get("nnodes") or "")
+    if (shape.nodes or 1) < 2 or (nnodes.isdigit() and int(nnodes) < 2):
+        return None
+    option = "--machine_rank" if launcher == "accelerate" else "--node_rank"
+    given = f"{option}={rank}" if rank is not None else f"no {option} (default 0)"
+    why = ("; a $SLURM_NODEID on the srun line is expanded once, by the batch shell, which runs on node 0"
+           if rank is not None else "")
+    return fail(
+        f"line {shape.launch_lineno} starts {launcher} on each of {shape.nodes} nodes with {given}: every node claims node rank "
+        f"{rank or 0} and the static rendezvous never completes{why}",
+        manual("Let each task expand its own node rank, or let the rendezvous assign it",
+               f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} ... {option}=$SLURM_NODEID ...'   (single quotes)",
+               "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)"),
+        launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
+        nodes=shape.nodes,
+        node_rank=rank,
+        rdzv_backend=launch.get("rdzv_backend") or "static (default)",
+    )
+
+
 @check(
     id="GD-DIST-001",
     name="rank-variables-inconsistent",
@@ -116,18 +153,21 @@ def _rank_exported_before_srun(facts, ctx):
     "does: each must be an integer, 0 <= RANK < WORLD_SIZE, LOCAL_RANK < LOCAL_WORLD_SIZE <= "
     "WORLD_SIZE; once a rank variable is set, env:// initialisation also needs MASTER_ADDR and "
     "MASTER_PORT. Inside an srun step with several tasks (and no torchrun), RANK, WORLD_SIZE and "
-    "LOCAL_RANK must equal SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID. Before a launch (no rank "
-    "variables set) there is nothing to check.",
+    "LOCAL_RANK must equal SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID. With --sbatch, a multi-node `srun "
+    "torchrun`/`srun accelerate launch` on a static rendezvous must give each node its own --node_rank / "
+    "--machine_rank. Before a launch (no rank variables set) there is nothing to check.",
     why="init_process_group(init_method='env://') raises on a non-integer or missing variable, and hangs "
     "until its timeout when ranks disagree: two processes that both think they are rank 0, or a "
     "WORLD_SIZE no process count reaches. The classic SLURM mistake is `export RANK=$SLURM_PROCID` in the "
-    "batch script, before srun: every task then inherits the batch step's RANK=0.",
+    "batch script, before srun: every task then inherits the batch step's RANK=0; likewise "
+    "`srun torchrun --node_rank=$SLURM_NODEID` gives every node node rank 0, since the batch shell expands it.",
     fix="Let the launcher set these variables (torchrun, Lightning, accelerate do). Under srun, set them "
     "inside each task, e.g. `srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
-    "WORLD_SIZE=$SLURM_NTASKS python train.py'`, never in the batch script before srun.",
+    "WORLD_SIZE=$SLURM_NTASKS python train.py'`, never in the batch script before srun; the same for "
+    "`--node_rank=$SLURM_NODEID` (single quotes), or use torchrun's c10d rendezvous, which assigns node ranks.",
 )
 def rank_variables_inconsistent(facts, ctx):
-    batch_rank = _rank_exported_before_srun(facts, ctx)
+    batch_rank = _rank_exported_before_srun(facts, ctx) or _node_rank_same_on_every_node(facts, ctx)
     if batch_rank is not None:
         return batch_rank
     env = _rank_env(job_env(facts, ctx))

@@ -256,6 +256,8 @@ def several_tasks_share_one_gpu(facts, ctx):
             shape, facts, f"Request one GPU per task: --{key}={value} (or --ntasks-per-node={gpus} to match the {gpus} GPU(s))",
             {key: value},
         )
+        if "ntasks-per-gpu" in {**shape.directives, **(shape.srun_options or {})}:  # it excludes --ntasks-per-node
+            fix = directive_fix(shape, facts, "One task per GPU: --ntasks-per-gpu=1", {"ntasks-per-gpu": "1"})
         who = "all of them get GPU 0" if gpus == 1 else f"{tasks - gpus} of them must share"
         return fail(
             f"{tasks} tasks per node but only {gpus} GPU(s) per node ({_gpu_words(shape)}): {who}; DDP ranks on one "
@@ -570,8 +572,12 @@ def srun_drops_cpus_per_task(facts, ctx):
     if in_task and isinstance(allowed, int):
         ev["cpus_this_task_may_use"] = allowed
         if allowed < cpt:
-            return fail(f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked --cpus-per-task={cpt}: "
-                        "srun did not pass --cpus-per-task on", fix, **ev)
+            if version is not None and (22, 5) <= version < FIXED_AGAIN:
+                cause = f"SLURM {raw_version} srun does not inherit --cpus-per-task unless SRUN_CPUS_PER_TASK is exported"
+            else:  # srun was told, or inherits it: the node gave fewer (binding, or fewer CPUs than slurm.conf declares)
+                cause = "the step was given fewer CPUs than asked (srun's --cpus-per-task, CPU binding, or the node's real CPUs)"
+            return fail(f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked --cpus-per-task={cpt}: {cause}",
+                        fix, **ev)
         return passed(f"this task may use {allowed} CPU(s) for --cpus-per-task={cpt}", **ev)
     if shape.srun_cpus_per_task:
         told = "srun --cpus-per-task" if shape.srun_options and "cpus-per-task" in shape.srun_options else "SRUN_CPUS_PER_TASK"
@@ -719,7 +725,8 @@ def _unread_gpu_directives(sb: dict) -> str:
             parts.append(f"line {d['line']} ({d['text']}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
     for d in sb.get("commented_directives") or []:
         if _GPU_OPTION.search(" " + d["text"]):
-            parts.append(f"line {d['line']} ({d['text']}) is commented out")
+            how = "is indented: sbatch reads only lines that begin with #SBATCH" if d["text"].startswith("#SBATCH") else "is commented out"
+            parts.append(f"line {d['line']} ({d['text']}) {how}")
     return "; " + "; ".join(parts) if parts else ""
 
 

@@ -9,6 +9,10 @@ Training configs spell the same DataLoader arguments many ways:
   `per_device_train_batch_size`;
 - DeepSpeed: `train_micro_batch_size_per_gpu` (per rank) and `train_batch_size` (global);
   Megatron/NeMo: `micro_batch_size` and `global_batch_size`; `batch_size_per_gpu`, ...
+- MMDetection 2.x `data.samples_per_gpu` / `data.workers_per_gpu`; detectron2's upper-case
+  `DATALOADER.NUM_WORKERS` and `SOLVER.IMS_PER_BATCH` (the batch across all machines);
+  llm-foundry's `global_train_batch_size`;
+- loaders in a list, their role given by a value (`- {split: val, num_workers: 0}`).
 
 Every DataLoader argument in a config is per rank: each training process builds its own
 DataLoader, so `num_workers: 16` on 8 GPUs is 128 worker processes.
@@ -25,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INT_SETTINGS = {
-    "num_workers": ("num_workers", "dataloader_num_workers", "workers", "n_workers", "num_data_workers", "loader_workers"),
+    "num_workers": ("num_workers", "dataloader_num_workers", "workers", "n_workers", "num_data_workers", "loader_workers",
+                    "workers_per_gpu"),
     "prefetch_factor": ("prefetch_factor", "dataloader_prefetch_factor"),
     "batch_size": (
         "batch_size",
@@ -36,8 +41,11 @@ INT_SETTINGS = {
         "batch_size_per_device",
         "per_gpu_train_batch_size",
         "train_batch_size_per_gpu",
+        "samples_per_gpu",
     ),
-    "global_batch_size": ("global_batch_size", "effective_batch_size", "total_batch_size", "total_train_batch_size"),
+    # ims_per_batch: detectron2's SOLVER.IMS_PER_BATCH, images per step across all machines
+    "global_batch_size": ("global_batch_size", "effective_batch_size", "total_batch_size", "total_train_batch_size",
+                          "global_train_batch_size", "ims_per_batch"),
     "gradient_accumulation_steps": ("gradient_accumulation_steps", "accumulate_grad_batches", "grad_accum_steps", "gradient_accumulation"),
     "tensor_parallel": ("tensor_model_parallel_size", "tensor_parallel_size"),
     "pipeline_parallel": ("pipeline_model_parallel_size", "pipeline_parallel_size"),
@@ -244,6 +252,9 @@ def _not_a_loader(path: tuple) -> bool:
     return False
 
 
+_SPLIT_KEYS = ("split", "phase", "stage", "mode")
+
+
 def _candidates(config: dict):
     aliases = {}
     for table in (INT_SETTINGS, BOOL_SETTINGS, TEXT_SETTINGS):
@@ -253,11 +264,17 @@ def _candidates(config: dict):
     for path, key, value, parent in _walk(config):
         if not isinstance(key, str):
             continue
-        name = aliases.get(key)
+        name = aliases.get(key) or aliases.get(key.lower())  # detectron2's CfgNode keys are upper case
         if key == "train_batch_size" and any(m in parent for m in DEEPSPEED_MARKERS):
             name = "global_batch_size"
         if name is not None:
-            yield name, path, value
+            yield name, path, value, _role_path(path, parent)
+
+
+def _role_path(path: tuple, parent: dict) -> tuple:
+    """The path to judge a key by: `- {split: val, num_workers: 0}` names the loader's role in a value."""
+    split = next((parent[k] for k in _SPLIT_KEYS if isinstance(parent.get(k), str)), None)
+    return path if split is None else path[:-1] + (split, path[-1])
 
 
 def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
@@ -322,17 +339,17 @@ def find_settings(config: dict | None, source: str = "config", env: dict | None 
     settings.defaults = _framework_defaults(settings.frameworks)
     env = env or {}
     by_name: dict[str, list] = {}
-    for name, path, raw in _candidates(config):
-        if (isinstance(raw, (dict, list)) and name not in TEXT_SETTINGS) or _not_a_loader(path):
+    for name, path, raw, role in _candidates(config):
+        if (isinstance(raw, (dict, list)) and name not in TEXT_SETTINGS) or _not_a_loader(role):
             continue
-        by_name.setdefault(name, []).append((path, raw))
+        by_name.setdefault(name, []).append((path, raw, role))
     for name, items in by_name.items():
-        train_side = [it for it in items if not _is_eval(it[0])]
+        train_side = [it for it in items if not _is_eval(it[2])]
         if not train_side:  # only validation/test loaders set it: the training loader's value is unknown
             continue
-        best = max(train_side, key=lambda it: _score(it[0]))
+        best = max(train_side, key=lambda it: _score(it[2]))
         found = _read(name, best[0], best[1], config, env)
-        others = tuple(".".join(p) for p, _ in items if p != best[0])
+        others = tuple(".".join(p) for p, _, _ in items if p != best[0])
         settings.found[name] = Found(found.name, found.value, found.path, found.raw, found.problem, others)
     return settings
 

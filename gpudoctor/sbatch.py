@@ -237,8 +237,52 @@ def _arithmetic(expr: str, known: dict[str, str]) -> str | None:
     return str(value) if isinstance(value, int) else None
 
 
+# Set per task by srun: the batch shell's value (task 0) is not what a task's own shell sees.
+PER_TASK_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")
+
+
+def _deferred_segments(text: str) -> list[tuple[str, bool]]:
+    """(piece, deferred): '...'-quoted text and \\$VAR are not expanded by the batch shell but later,
+    by the shell each task runs (`srun bash -c '... $SLURM_NODEID ...'`)."""
+    out: list[tuple[str, bool]] = []
+    start, i, in_double = 0, 0, False
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and text[i + 1 : i + 2] == "$":
+            out.append((text[start:i], False))
+            m = _VAR.match(text, i + 1)
+            end = m.end() if m else i + 2
+            out.append((text[i + 1 : end], True))  # the shell drops the backslash
+            start = i = end
+            continue
+        if c == "\\":
+            i += 2
+            continue
+        if c == '"':
+            in_double = not in_double
+        elif c == "'" and not in_double:
+            close = text.find("'", i + 1)
+            end = len(text) if close < 0 else close + 1
+            out.append((text[start:i], False))
+            out.append((text[i:end], True))
+            start = i = end
+            continue
+        i += 1
+    out.append((text[start:], False))
+    return [(piece, deferred) for piece, deferred in out if piece]
+
+
 def expand_vars(text: str, known: dict[str, str]) -> str:
-    """$X, ${X}, ${X:-default} and integer $((...)) from the variables known; unknown ones stay as written."""
+    """$X, ${X}, ${X:-default} and integer $((...)) from the variables known; unknown ones stay as written.
+
+    In single quotes and after a backslash the per-task SLURM variables stay as written: each task's
+    shell expands them to its own values.
+    """
+    task_known = {k: v for k, v in known.items() if k not in PER_TASK_VARS}
+    return "".join(_expand(piece, task_known if deferred else known) for piece, deferred in _deferred_segments(text))
+
+
+def _expand(text: str, known: dict[str, str]) -> str:
     text = _ARITH.sub(lambda m: _arithmetic(m.group(1), known) or m.group(0), text)
 
     def sub(m):
@@ -439,6 +483,7 @@ def _torchrun(args: list[str]) -> dict:
         "standalone": bool(opts.get("standalone")),
         "rdzv_backend": opts.get("rdzv-backend"),
         "rdzv_endpoint": opts.get("rdzv-endpoint"),
+        "node_rank": opts.get("node-rank"),
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }
@@ -456,7 +501,8 @@ def _accelerate(args: list[str]) -> dict:
         ("multi-gpu", "use-deepspeed", "use-fsdp", "cpu", "module", "m", "no-python"),
     )
     return {"launcher": "accelerate", "num_processes": opts.get("num-processes"), "nnodes": opts.get("num-machines"),
-            "config_file": opts.get("config-file"), "script": rest[0] if rest else None, "script_args": rest[1:]}
+            "node_rank": opts.get("machine-rank"), "rdzv_backend": opts.get("rdzv-backend"), "config_file": opts.get("config-file"),
+            "script": rest[0] if rest else None, "script_args": rest[1:]}
 
 
 def _deepspeed(args: list[str]) -> dict:
@@ -590,8 +636,8 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
             if bad:
                 unknown.append({**entry, "options": bad})
             continue
-        if re.match(r"#+\s*SBATCH\s", raw) and in_header:
-            commented.append({"line": lineno, "text": stripped})  # '##SBATCH' / '# SBATCH': a comment to sbatch
+        if re.match(r"\s*#+\s*SBATCH\s", raw) and in_header:
+            commented.append({"line": lineno, "text": stripped})  # '##SBATCH' / '# SBATCH' / '  #SBATCH': a comment to sbatch
         if not stripped or stripped.startswith("#"):
             continue
         in_header = False
@@ -606,8 +652,12 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
     known.update(batch_shell)
     exports: dict = {}
     launches: list[dict] = []
+    branches = _Branches()
     for lineno, raw in body:
         for tokens in _commands(expand_vars(raw, known)):
+            tokens = branches.feed(tokens)
+            if not tokens or not branches.may_run:
+                continue
             segment = " ".join(tokens)
             if tokens[0] == "export":
                 for tok in tokens[1:]:
@@ -629,7 +679,8 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
             launch = _launch(tokens, lineno, segment, path)
             if launch:
                 launches.append(launch)
-    main = next((i for i in range(len(launches) - 1, -1, -1) if _trains(launches[i])), None)
+    training = [i for i, launch in enumerate(launches) if _trains(launch)]
+    main = next((i for i in reversed(training) if not _side_step(launches[i], launches[: i])), training[-1] if training else None)
     group = _het_group(launches[main] if main is not None else None, len(components))
     directives, lines = components[group]
     if group:
@@ -651,6 +702,76 @@ def parse_sbatch(text: str, path: str = "<script>") -> dict:
     }
 
 
+_INT_TESTS = {"-eq": int.__eq__, "-ne": int.__ne__, "-gt": int.__gt__, "-ge": int.__ge__, "-lt": int.__lt__, "-le": int.__le__}
+
+
+def _test(words: list[str]) -> bool | None:
+    """`[ 2 -gt 1 ]`, `[[ a == b ]]`, `test ...` on values known after expansion; None when it cannot be told."""
+    if words[:1] in (["["], ["[["]) and words[-1:] in (["]"], ["]]"]):
+        words = words[1:-1]
+    elif words[:1] == ["test"]:
+        words = words[1:]
+    else:
+        return None
+    negate = words[:1] == ["!"]
+    words = words[1:] if negate else words
+    if len(words) != 3 or any("$" in w or "`" in w for w in (words[0], words[2])):
+        return None
+    a, op, b = words
+    if op in _INT_TESTS and re.fullmatch(r"-?\d+", a) and re.fullmatch(r"-?\d+", b):
+        result = _INT_TESTS[op](int(a), int(b))
+    elif op in ("=", "==", "!=") and not any(c in a + b for c in "*?["):
+        result = (a == b) == (op != "!=")
+    else:
+        return None
+    return result != negate
+
+
+class _Branches:
+    """if/elif/else/fi in the body: commands in a branch that cannot run for this job are skipped.
+
+    A condition is judged only when it is a plain test of values known from the directives
+    (`if [ "$SLURM_NNODES" -gt 1 ]` with --nodes=2); any other branch may run.
+    """
+
+    def __init__(self) -> None:
+        self.frames: list[dict] = []  # per open `if`: this branch runs (True/False/None), an earlier one surely/maybe ran
+        self.condition_open = False  # the last command was `if`/`elif`: the next must be `then ...`
+
+    @property
+    def may_run(self) -> bool:
+        return all(f["runs"] is not False for f in self.frames)
+
+    def _enter(self, runs: bool | None) -> None:
+        f = self.frames[-1]
+        runs = False if f["taken"] else (None if f["maybe"] and runs is not False else runs)
+        f.update(runs=runs, taken=f["taken"] or runs is True, maybe=f["maybe"] or runs is None)
+
+    def feed(self, tokens: list[str]) -> list[str]:
+        """The command without its if/then/else/fi keyword; [] when none is left."""
+        word = tokens[0]
+        if self.condition_open and word != "then" and self.frames:
+            self.frames[-1].update(runs=None, taken=False, maybe=True)  # `if [ a ] && [ b ]`: not judged
+        self.condition_open = word in ("if", "elif")
+        if word == "if":
+            self.frames.append({"runs": None, "taken": False, "maybe": False})
+            self._enter(_test(tokens[1:]))
+            return []
+        if word == "elif" and self.frames:
+            self._enter(_test(tokens[1:]))
+            return []
+        if word == "else" and self.frames:
+            self._enter(True)
+            return tokens[1:]
+        if word == "fi":
+            if self.frames:
+                self.frames.pop()
+            return []
+        if word in ("then", "do", "{"):
+            return tokens[1:]
+        return tokens
+
+
 def _het_group(launch: dict | None, components: int) -> int:
     """The heterogeneous-job component the training step runs in (srun --het-group=N; 0 by default)."""
     if components <= 1 or not launch or not launch.get("srun"):
@@ -669,6 +790,15 @@ def _trains(launch: dict) -> bool:
         return True
     prog = launch.get("program") or ""
     return bool(prog) and prog not in _NOT_TRAINING
+
+
+def _side_step(launch: dict, before: list[dict]) -> bool:
+    """One plain python process (`python plot.py`, `srun -n 1 python eval.py`) after an srun training
+    step: evaluation or post-processing run on purpose, not the training the job is sized for."""
+    if launch.get("launcher") != "python" or not any(b.get("srun") is not None and _trains(b) for b in before):
+        return False
+    srun = launch.get("srun")
+    return srun is None or str(srun["options"].get("ntasks")) == "1"
 
 
 def load_sbatch(path: str) -> dict:

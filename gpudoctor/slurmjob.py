@@ -302,6 +302,7 @@ def from_sbatch(sb: dict, ctx) -> JobShape:
                 ev[f"srun --{k}"] = v
         if "ntasks" in srun and "ntasks-per-node" not in srun:
             step.pop("ntasks-per-node", None)
+        _srun_keeps_job_ntasks(shape, d, srun, step)
     nodes_text = str(step.get("nodes", "1"))
     if "-" in nodes_text:
         nodes_text = nodes_text.split("-")[0]
@@ -313,6 +314,7 @@ def from_sbatch(sb: dict, ctx) -> JobShape:
     # The batch shell has SLURM_NTASKS only with --ntasks or --ntasks-per-node; srun tasks always do.
     shape.ntasks_in_env = srun is not None or "ntasks" in d or "ntasks-per-node" in d
     _gpus_from_options(shape, step, p)
+    _ntasks_per_gpu(shape, step, p)
     shape.cpus_per_task = _int(d.get("cpus-per-task"), "--cpus-per-task", p, 1)
     exported = (sb.get("exports") or {}).get("SRUN_CPUS_PER_TASK")
     if srun and "cpus-per-task" in srun:
@@ -327,6 +329,36 @@ def from_sbatch(sb: dict, ctx) -> JobShape:
         ev["launch line"] = f"line {shape.launch_lineno}: {_short(shape.launch_line)}"
     shape.evidence = ev
     return shape
+
+
+def _srun_keeps_job_ntasks(shape: JobShape, job: dict, srun: dict, step: dict) -> None:
+    """`srun --ntasks-per-node=1 torchrun ...` in a job of 8 tasks per node starts 8 tasks per node.
+
+    srun takes SLURM_NTASKS from the batch environment as its task count; when that disagrees with
+    its own --ntasks-per-node it prints "can't honor --ntasks-per-node ... Ignoring --ntasks-per-node"
+    and starts them all (seen on SLURM 22.05 here, with and without -N; a report from a newer SLURM
+    has an explicit -N make srun honour it, so with -N this stays unjudged rather than a false alarm).
+    """
+    if "ntasks-per-node" not in srun or "ntasks" in srun or "nodes" in srun:
+        return
+    if "ntasks" in job:
+        inherited = _int(job["ntasks"], "--ntasks", [], 1)
+    elif "ntasks-per-node" in job:
+        per_node, nodes = _int(job["ntasks-per-node"], "--ntasks-per-node", [], 1), _int(job.get("nodes", "1"), "--nodes", [], 1)
+        inherited = per_node * nodes if per_node and nodes else None
+    else:
+        return  # no SLURM_NTASKS in the batch environment: srun's own option decides
+    per_node, nodes = _int(srun["ntasks-per-node"], "srun --ntasks-per-node", [], 1), _int(step.get("nodes", "1"), "--nodes", [], 1)
+    if not inherited or not per_node or not nodes or per_node * nodes == inherited:
+        return
+    step["ntasks"] = inherited
+    step.pop("ntasks-per-node", None)
+    if "ntasks-per-node" in job and nodes:
+        step["ntasks-per-node"] = job["ntasks-per-node"]
+    shape.notes.append(
+        f"srun --ntasks-per-node={srun['ntasks-per-node']} is ignored: srun takes the job's SLURM_NTASKS={inherited} as its task "
+        f"count (\"can't honor --ntasks-per-node\"), so the step starts {inherited} task(s); give srun -n/--ntasks too"
+    )
 
 
 _SHAPE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-per-node", "gpus-per-task", "cpus-per-task",
@@ -374,6 +406,12 @@ def _gpus_from_options(shape: JobShape, step: dict, p: list[str]) -> None:
             shape.gpus_per_task = slurmfmt.parse_gpus(step["gpus-per-task"]).count
         except slurmfmt.SlurmFormatError as e:
             p.append(str(e))
+    if req is None and step.get("gres"):
+        for spec in slurmfmt.split_top_level(str(step["gres"])):
+            name = spec.strip().split(":")[0]
+            if name != "gpu" and name.lower().rstrip("s") == "gpu":  # gres names are exact: 'gpus'/'GPU' are not 'gpu'
+                p.append(f"--gres={step['gres']}: '{name}' is not the GPU gres (it is named 'gpu'): sbatch refuses the "
+                         f"script ('Invalid generic resource (gres) specification'); write --gres=gpu:...")
     if req is None and step.get("gpus") and shape.nodes and shape.nodes > 1:
         shape.notes.append(f"--gpus={step['gpus']} over {shape.nodes} nodes: SLURM may place them unevenly, GPUs per node unknown")
     if req is not None:
@@ -381,8 +419,21 @@ def _gpus_from_options(shape: JobShape, step: dict, p: list[str]) -> None:
     elif not any(k in step for k in ("gres", "gpus", "gpus-per-node", "gpus-per-task")):
         shape.gpus_per_node = 0
     shape.task_gpus = shape.gpus_per_task if shape.gpus_per_task else shape.gpus_per_node
-    if "ntasks-per-gpu" in step:
-        shape.task_gpus = 1
+
+
+def _ntasks_per_gpu(shape: JobShape, step: dict, p: list[str]) -> None:
+    """--ntasks-per-gpu=N (sbatch man page): with GPUs and no --ntasks SLURM starts N tasks per GPU;
+    with --ntasks and no GPUs it allocates ntasks/N GPUs. Each task is bound to one GPU."""
+    per_gpu = _int(step.get("ntasks-per-gpu"), "--ntasks-per-gpu", p, 1)
+    if per_gpu is None:
+        return
+    if shape.gpus_per_node == 0 and shape.ntasks_option is not None:  # GPUs follow the tasks; per node only on one node
+        shape.gpus_per_node = -(-shape.ntasks_option // per_gpu) if shape.nodes == 1 else None
+    elif shape.gpus_per_node and shape.ntasks_option is None and shape.ntasks_per_node is None:
+        shape.tasks_here = 1 if shape.srun_launch is False else shape.gpus_per_node * per_gpu
+        shape.tasks_per_node = [shape.gpus_per_node * per_gpu] * (shape.nodes or 1)
+        shape.ntasks = sum(shape.tasks_per_node)
+    shape.task_gpus = 1
 
 
 def _launcher_from_script(shape: JobShape, launch: dict, ctx) -> None:

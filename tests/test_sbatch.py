@@ -261,3 +261,25 @@ def test_hetjob_components_and_commented_directives():
     assert sb["het_components"] == 2 and sb["het_group"] == 1
     assert sb["directives"] == {"nodes": "1", "gres": "gpu:4"} and sb["unknown_directives"] == []
     assert sb["commented_directives"] == [{"line": 4, "text": "##SBATCH --gres=gpu:8"}]
+
+
+def test_single_quotes_and_backslash_leave_per_task_variables_to_each_task():
+    from gpudoctor.sbatch import expand_vars
+
+    known = {"SLURM_NODEID": "0", "SLURM_PROCID": "0", "GPUS": "8"}
+    assert expand_vars("srun bash -c 'x --node_rank=$SLURM_NODEID --n $GPUS' $SLURM_NODEID", known) == (
+        "srun bash -c 'x --node_rank=$SLURM_NODEID --n 8' 0")
+    assert expand_vars('CMD="--machine_rank \\$SLURM_PROCID it\'s $GPUS"', known) == 'CMD="--machine_rank $SLURM_PROCID it\'s 8"'
+
+
+def test_if_branches_that_cannot_run_for_this_job_are_skipped():
+    head = "#SBATCH --nodes=2 --ntasks-per-node=1 --gres=gpu:8\n"
+    sb = parse(head + 'if [ "$SLURM_NNODES" -gt 1 ]; then\n  srun torchrun --nproc_per_node=8 t.py\nelse\n  torchrun --standalone t.py\nfi\n')
+    assert sb["launch"]["srun"] is not None and [ln["line"] for ln in sb["launches"]] == [3]
+    unknown = parse(head + 'if [ -n "$DEBUG" ]; then srun python a.py; else python b.py; fi\n')
+    assert len(unknown["launches"]) == 2  # a condition gpudoctor cannot judge: both branches may run
+
+
+def test_a_single_process_step_after_the_training_is_not_the_training():
+    sb = parse("#SBATCH -N1 --ntasks-per-node=8 --gres=gpu:8\nsrun python train.py\nsrun -n 1 python eval.py\npython plot.py\n")
+    assert sb["launch"]["script"] == "train.py"

@@ -277,6 +277,16 @@ def test_007_task_bound_to_one_cpu_fails():
     assert f.fix.actions[0].target == "SRUN_CPUS_PER_TASK"
 
 
+def test_007_names_the_cause_the_slurm_version_allows():
+    on_2205 = one(run("GD-SLURM-007", make_facts(BROKEN_STEP)))
+    assert "SLURM 22.05.8 srun does not inherit --cpus-per-task" in on_2205.message
+    # 23.11 inherits it again: a short mask there is binding or a node with fewer CPUs than slurm.conf says
+    # (as on the test cluster, which declares 256 CPUs on a 2-core machine).
+    newer = dict(load_fixture(BROKEN_STEP)["slurm"], version="23.11.6")
+    f = one(run("GD-SLURM-007", make_facts(BROKEN_STEP, patch={"slurm": newer})))
+    assert f.severity is Severity.FAIL and "does not inherit" not in f.message and "fewer CPUs than asked" in f.message
+
+
 def test_007_task_with_its_cpus_passes():
     assert severity("GD-SLURM-007", make_facts(GOOD_STEP)) is Severity.PASS
 

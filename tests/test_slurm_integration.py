@@ -173,3 +173,19 @@ def slurm_cluster_run(cmd: list[str]) -> str:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "CUDA_"))}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
+
+
+def test_srun_ntasks_per_node_is_ignored_against_the_jobs_ntasks(slurm_cluster, tmp_path):
+    """What GD-SLURM-009 assumes of `srun --ntasks-per-node=1 torchrun` in an 8-task job, checked on the real srun:
+    it inherits SLURM_NTASKS=8, warns "can't honor --ntasks-per-node" and starts 8 tasks; `-n 1` gives one."""
+    source = SCRIPTS / "realworld" / "srun-ntasks-per-node-1-ignored-in-8-task-job.slurm"
+    static = json.loads(slurm_cluster_run(GD + ["check", "--json", "--select", "slurm", "--sbatch", str(source)]))
+    assert by_id(static)["GD-SLURM-009"]["severity"] == "fail"
+
+    header = [ln for ln in source.read_text().splitlines() if ln.startswith("#SBATCH") and "cpus-per-task" not in ln]
+    for step, tasks in (("srun --ntasks-per-node=1", 8), ("srun -n 1 --ntasks-per-node=1", 1)):
+        script = _job(tmp_path, "step.slurm", header, [f"{step} bash -c 'echo task $SLURM_PROCID'"])
+        r = slurm_cluster.sbatch_wait(script)
+        assert r.returncode == 0, r.stderr
+        out = (tmp_path / "step.slurm.out").read_text()
+        assert sum(line.startswith("task ") for line in out.splitlines()) == tasks, out
