@@ -59,6 +59,12 @@ def _script(shape: JobShape, facts) -> str | None:
 
 def directive_fix(shape: JobShape, facts, title: str, changes: dict, note: str | None = None) -> Fix:
     """#SBATCH changes as sbatch_set actions on the script; a manual fix when no script is known."""
+    per_node = changes.get("ntasks-per-node")
+    if per_node is not None and "ntasks" in shape.directives and "ntasks" not in changes:
+        # With --ntasks the per-node count is only a maximum, and --ntasks=16 at 1 per node on 2 nodes
+        # cannot be placed: drop --ntasks unless it equals nodes x ntasks-per-node.
+        if not (str(per_node).isdigit() and shape.ntasks_option == int(per_node) * (shape.nodes or 0)):
+            changes = {**changes, "ntasks": None}
     target = _script(shape, facts)
     if target:
         actions = tuple(Action("sbatch_set", target, value=v, key=k) for k, v in changes.items())
@@ -705,13 +711,19 @@ def launcher_inside_multi_task_srun(facts, ctx):
                         fix, **ev)
         return passed(f"{launcher} starts one process in each of the {tasks} tasks per node", **ev)
     fix = directive_fix(shape, facts, f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)", {"ntasks-per-node": "1"})
-    total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its --nproc-per-node"
+    total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {_PROCESS_COUNT_FLAG.get(launcher, 'process count')}"
     gpus = f" on {shape.gpus_per_node} GPU(s)" if shape.gpus_per_node else ""
     if shape.srun_launch is None:
+        # srun takes the job's SLURM_NTASKS as its task count and ignores a lone --ntasks-per-node against it.
+        nodes = shape.nodes or 1
         return warn(f"{tasks} tasks per node and the launcher is {launcher}: started with plain srun, that is {total} processes{gpus}; "
-                    "use `srun --ntasks-per-node=1` for the launcher", fix, **ev)
+                    f"start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`", fix, **ev)
     return fail(f"srun starts {tasks} tasks per node and each runs {launcher}: {total} processes{gpus} in separate worlds "
                 "(NCCL 'Duplicate GPU detected', or the rendezvous hangs)", fix, **ev)
+
+
+_PROCESS_COUNT_FLAG = {"torchrun": "--nproc-per-node", "torch.distributed.launch": "--nproc-per-node",
+                       "accelerate": "--num_processes", "deepspeed": "--num_gpus"}
 
 
 _GPU_OPTION = re.compile(r"(--gres[= ]\S*gpu|--gpus(-per-(node|task|socket))?[= ]|\s-G\s*\d)")

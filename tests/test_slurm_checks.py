@@ -343,6 +343,18 @@ def test_009_srun_torchrun_with_eight_tasks_fails():
     assert (f.fix.actions[0].key, f.fix.actions[0].value) == ("ntasks-per-node", "1")
 
 
+def test_009_ignored_srun_ntasks_per_node_fails_and_the_fix_drops_the_job_ntasks():
+    f = one(sb_run("GD-SLURM-009", load_sbatch(str(SCRIPTS / "realworld" / "srun-ntasks-per-node-1-2nodes-ntasks16.slurm"))))
+    assert f.severity is Severity.FAIL and "8 x 8 = 64" in f.message
+    # --ntasks=16 kept beside --ntasks-per-node=1 on 2 nodes could not be placed
+    assert {(a.key, a.value) for a in f.fix.actions} == {("ntasks-per-node", "1"), ("ntasks", None)}
+
+
+def test_009_names_the_launchers_own_process_count_flag():
+    f = one(sb_run("GD-SLURM-009", "#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\nsrun accelerate launch train.py\n"))
+    assert f.severity is Severity.FAIL and "8 x its --num_processes" in f.message, f.message
+
+
 def test_009_inside_torchrun_inside_multi_task_step_fails():
     facts = env_facts(GOOD_STEP, TORCHELASTIC_RUN_ID="none", LOCAL_WORLD_SIZE="8", LOCAL_RANK="3", GROUP_RANK="0")
     f = one(run("GD-SLURM-009", facts))
