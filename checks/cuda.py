@@ -225,8 +225,10 @@ def torch_not_importable(facts, ctx):
     if status == "timeout":
         return _timeout_outcome(t, python)
     if status == "crashed":
+        # stage 'done': torch imported and was described, only the report to gpudoctor got lost
+        hint = "torch imported, but something it loaded closed or redirected standard output" if t.get("stage") == "done" else _crash_hint(t.get("signal"))
         return fail(
-            f"{t.get('error')}: {_crash_hint(t.get('signal'))}",
+            f"{t.get('error')}: {hint}",
             manual("Reproduce with a native traceback", f"{python} -X faulthandler -c 'import torch; torch.cuda.is_available()'"),
             signal=t.get("signal"),
             stage=t.get("stage"),

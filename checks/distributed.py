@@ -53,7 +53,8 @@ def _missing(env: dict, exported: set[str] = frozenset()) -> list[str]:
     exported: names a --sbatch script exports with a value only known at run time ($(hostname)).
     """
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    present = [n for n in needed if n in env or n in exported]
+    # torch's env:// handler treats an empty value as unset ("expected, but not set")
+    present = [n for n in needed if env.get(n) or n in exported]
     if not any(n in env for n in ("RANK", "WORLD_SIZE")):
         return []
     if (env_int(env, "WORLD_SIZE") or 2) <= 1:  # one process: scripts usually skip init_process_group
@@ -190,8 +191,10 @@ def rank_variables_inconsistent(facts, ctx):
             **evidence,
         )
     if missing:
+        empty = [n for n in missing if n in env]
+        shown = ", ".join(f"{n} (set but empty)" if n in empty else n for n in missing)
         return warn(
-            f"rank variables are set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: "
+            f"rank variables are set but {shown} {'is' if len(missing) == 1 else 'are'} not: "
             "init_process_group('env://') raises unless the script passes them itself",
             manual("Export the missing variables, or launch with torchrun, which sets all of them"),
             missing=missing,
@@ -242,6 +245,16 @@ def master_port_invalid(facts, ctx):
         return skip("MASTER_PORT is not set (torchrun picks 29500 for its own rendezvous)")
     port = env_int(env, "MASTER_PORT")
     fix = set_env("MASTER_PORT", "29500")
+    if port == 0:
+        # torch accepts 0: rank 0's store binds any free port - which no other rank can know
+        if env_int(env, "WORLD_SIZE") == 1:
+            return passed("MASTER_PORT=0: the single process's store binds any free port", MASTER_PORT=text)
+        return fail(
+            "MASTER_PORT=0 makes rank 0's store bind a random free port, but the other ranks connect to port 0 "
+            "and never reach it: the rendezvous fails",
+            fix,
+            MASTER_PORT=text,
+        )
     if port is None or not 1 <= port <= 65535:
         return fail(f"MASTER_PORT={text!r} is not a TCP port (1-65535): the rendezvous cannot start", fix, MASTER_PORT=text)
     if port < 1024:
@@ -256,12 +269,26 @@ def master_port_invalid(facts, ctx):
 # --- GD-DIST-003 ---------------------------------------------------------------------------
 
 
+def _address_form_hint(addr: str) -> str:
+    """Why a MASTER_ADDR that is not a bare host name or address cannot resolve."""
+    if "://" in addr:
+        return " - MASTER_ADDR takes a bare host name or address, no scheme (tcp://... belongs in init_method)"
+    if addr.startswith("["):
+        return " - write an IPv6 address without brackets (MASTER_ADDR=::1)"
+    if re.fullmatch(r"[^:]+:[0-9]+", addr.strip()):
+        return " - the port belongs in MASTER_PORT, not in MASTER_ADDR"
+    if addr != addr.strip():
+        return " - the value has leading or trailing blanks"
+    return ""
+
+
 def _endpoint_problem(rdv: dict, lay, env: dict):
     addr = rdv.get("master_addr")
     res = rdv.get("resolve") or {}
     if res.get("error") or not rdv.get("resolved"):
         return fail(
-            f"MASTER_ADDR={addr!r} does not resolve ({res.get('error', 'no addresses')}): every rank will fail to reach the rendezvous store",
+            f"MASTER_ADDR={addr!r} does not resolve ({res.get('error', 'no addresses')}): every rank will fail to reach the rendezvous store"
+            + _address_form_hint(str(addr)),
             manual("Use a host name or address every node can resolve, e.g. the first node of the job", "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)"),
         )
     if rdv.get("loopback") and lay.multi_node:

@@ -28,7 +28,7 @@ from gpudoctor.registry import check
 
 def c_strtoll(text: str) -> int | None:
     """The number C's strtoll(text, NULL, 0) reads at the start of text; None when there is none."""
-    m = re.match(r"^\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9]\d*)", text)
+    m = re.match(r"^\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", text)
     if not m:
         return None
     digits = m.group(2)
@@ -42,7 +42,15 @@ def c_strtoll(text: str) -> int | None:
 
 
 def is_plain_int(text: str) -> bool:
-    return re.fullmatch(r"\s*[+-]?\d+\s*", text) is not None
+    """strtoll(text, NULL, 0) reads all of it (blanks aside): decimal, 0x hex or 0 octal."""
+    return re.fullmatch(r"\s*[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)\s*", text) is not None
+
+
+def octal_surprise(text: str) -> int | None:
+    """'010' is octal to strtoll's base 0: the number NCCL reads when it differs from the decimal one."""
+    if re.fullmatch(r"\s*[+-]?0[0-7]+\s*", text) and c_strtoll(text) != int(text):
+        return c_strtoll(text)
+    return None
 
 
 def nccl_flag(env: dict, name: str) -> int:
@@ -57,7 +65,7 @@ def p2p_disabled(env: dict) -> str | None:
     if text is not None and c_strtoll(text) == 1:
         return f"NCCL_P2P_DISABLE={text}"
     level = env.get("NCCL_P2P_LEVEL")
-    if level == "LOC" or (level and level[0].isdigit() and c_strtoll(level) == 0):
+    if level == "LOC" or (level and level[0] in "0123456789" and c_strtoll(level) == 0):
         return f"NCCL_P2P_LEVEL={level}"
     return None
 
@@ -426,6 +434,7 @@ def unknown_list_tokens(value: str, known: tuple[str, ...]) -> list[str]:
     return bad
 
 
+STOI_MAX = 2**31 - 1  # torch reads TORCH_NCCL_* integers with std::stoi, which throws beyond int
 TORCH_BOOL_WORDS = ("y", "yes", "1", "t", "true", "n", "no", "0", "f", "false")
 
 
@@ -435,6 +444,8 @@ def _nccl_flag_problem(name: str, text: str) -> str | None:
         return f"{name}={text!r}: NCCL reads integers, so this is 0 (or the default) and does NOT turn the feature off; use 1"
     if not is_plain_int(text):
         return f"{name}={text!r}: NCCL reads only the leading number ({n})"
+    if octal_surprise(text) is not None:
+        return f"{name}={text!r}: a leading 0 makes NCCL read it as octal, i.e. {n}"
     if name == "NCCL_P2P_DISABLE" and n not in (0, 1):
         return f"{name}={text!r}: only 1 disables P2P; {n} leaves it on"
     return None
@@ -447,6 +458,8 @@ def _nccl_range_problem(name: str, text: str) -> str | None:
         return f"{name}={text!r} is not a number ({what}): NCCL ignores it"
     if not is_plain_int(text):
         return f"{name}={text!r}: NCCL reads only the leading number, {n} ({what})"
+    if octal_surprise(text) is not None:
+        return f"{name}={text!r}: a leading 0 makes NCCL read it as octal, i.e. {n} ({what})"
     if n < low or (high is not None and n > high):
         return f"{name}={n} is outside {low}-{high if high is not None else 'max'} ({what})"
     return None
@@ -463,10 +476,11 @@ def nccl_problems(env: dict) -> list[str]:
     if "NCCL_NTHREADS" in env:
         text = env["NCCL_NTHREADS"]
         if c_strtoll(text) not in NCCL_NTHREADS_VALUES or not is_plain_int(text):
-            out.append(f"NCCL_NTHREADS={text!r}: accepted values are 64, 128, 256 and 512")
+            read = f" (NCCL reads {c_strtoll(text)})" if c_strtoll(text) is not None and octal_surprise(text) is not None else ""
+            out.append(f"NCCL_NTHREADS={text!r}: accepted values are 64, 128, 256 and 512{read}")
     for name in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"):
         text = env.get(name)
-        if text is not None and text not in P2P_LEVELS and not text[:1].isdigit():
+        if text is not None and text not in P2P_LEVELS and not (text and text[0] in "0123456789"):  # NCCL: '0' <= str[0] <= '9'
             hint = f" (values are case-sensitive: {text.upper()})" if text.upper() in P2P_LEVELS else ""
             out.append(f"{name}={text!r} is not a level NCCL knows ({', '.join(P2P_LEVELS)}){hint}: NCCL ignores it")
     debug = env.get("NCCL_DEBUG")
@@ -474,8 +488,8 @@ def nccl_problems(env: dict) -> list[str]:
         out.append(f"NCCL_DEBUG={debug!r} is not a level ({', '.join(NCCL_DEBUG_LEVELS)}): NCCL logs nothing, not even warnings")
     for name in TORCH_NCCL_INTS:
         text = env.get(name)
-        if text is not None and "ASYNC_ERROR_HANDLING" in name and re.match(r"^\s*[+-]?\d", text):
-            mode = int(re.match(r"^\s*([+-]?\d+)", text).group(1))
+        if text is not None and "ASYNC_ERROR_HANDLING" in name and re.match(r"^\s*[+-]?[0-9]", text):
+            mode = int(re.match(r"^\s*([+-]?[0-9]+)", text).group(1))
             if not 0 <= mode <= 3:
                 # torch casts the number to its mode enum without checking: no error, and no mode applies
                 out.append(
@@ -502,8 +516,12 @@ def torch_nccl_problems(env: dict) -> list[str]:
     out = []
     for name in TORCH_NCCL_INTS:
         text = env.get(name)
-        if text is not None and not re.match(r"^\s*[+-]?\d", text):
+        number = re.match(r"^\s*[+-]?[0-9]+", text) if text is not None else None
+        if text is not None and not number:
             out.append(f"{name}={text!r} is not an integer: creating the NCCL process group raises 'Invalid value for environment variable'")
+        elif number and abs(int(number.group(0))) > STOI_MAX:
+            out.append(f"{name}={text!r} does not fit in an int (at most {STOI_MAX}): torch's std::stoi fails, so creating the NCCL "
+                       "process group raises 'Invalid value for environment variable'")
     for name in TORCH_NCCL_BOOLS:
         text = env.get(name)
         if text is not None and text.lower() not in TORCH_BOOL_WORDS:

@@ -124,7 +124,7 @@ def _split_pairs(tokens: list[str]) -> list[tuple[str, str | list[str]]]:
     while i < len(tokens):
         key = tokens[i]
         if key in ",:[]":
-            raise AllocConfError(f"expected a key at {_where(tokens, i)}, found {key!r}")
+            raise AllocConfError(f"expected a key {_where(tokens, i)}, found {key!r}")
         if i + 1 >= len(tokens) or tokens[i + 1] != ":":
             hint = " (write key:value, not key=value)" if "=" in key else ""
             raise AllocConfError(f"{key!r} has no ':value'{hint}")
@@ -149,18 +149,38 @@ def _split_pairs(tokens: list[str]) -> list[tuple[str, str | list[str]]]:
 
 
 def _where(tokens: list[str], i: int) -> str:
-    return "the start" if i == 0 else f"after {''.join(tokens[:i])!r}"
+    return "at the start" if i == 0 else f"after {''.join(tokens[:i])!r}"
 
 
 def _leading_int(text: str) -> int | None:
-    """C's stoi: an optional sign and digits at the start; None when there are none."""
-    m = re.match(r"^([+-]?\d+)", text)
+    """C's stoi: an optional sign and ASCII digits at the start; None when there are none
+    (C reads no other digits: a full-width '１２８' makes torch's stoi/stoull raise)."""
+    m = re.match(r"^([+-]?[0-9]+)", text)
     return int(m.group(1)) if m else None
 
 
 def _leading_float(text: str) -> float | None:
-    m = re.match(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text)
+    """C's stod: a leading decimal number, or nan/inf (which stod reads, and the range checks reject)."""
+    m = re.match(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text) or re.match(r"^[+-]?(nan|inf)", text, re.I)
     return float(m.group(0)) if m else None
+
+
+def _integer_parser(torch_version) -> tuple[str, int]:
+    """The C++ call torch reads whole-number values with, and the largest magnitude it accepts:
+    std::stoi before the shared ConfigTokenizer (2.10), std::stoull from then on (any sign)."""
+    if torch_version is not None and tuple(torch_version[:2]) < SPLIT_EQUAL_OK_SINCE:
+        return "stoi", 2**31 - 1
+    return "stoull", 2**64 - 1
+
+
+def _out_of_range(conf, key, value, n: int, torch_version) -> bool:
+    """True (with the error recorded) when the number overflows torch's parser: std::out_of_range."""
+    parser, limit = _integer_parser(torch_version)
+    if abs(n) <= limit:
+        return False
+    torch = f"torch {_fmt(torch_version)}" if torch_version else "torch"
+    conf.errors.append(f"{key}:{value} is too large for {torch}'s {parser} (at most {limit}): it raises std::out_of_range")
+    return True
 
 
 def _pow2(n: int) -> bool:
@@ -225,18 +245,20 @@ def _check_value(conf: AllocConf, key: str, kind: str, value, torch_version) -> 
         check(conf, key, value, torch_version)
 
 
-def _mib(conf, key, value, parser: str) -> int | None:
+def _mib(conf, key, value, parser: str, torch_version) -> int | None:
     """The leading whole number of MiB, as torch's parser (stoi, stoull) reads it; None after an error."""
     n = _leading_int(value)
     if n is None:
         conf.errors.append(f"{key}:{value} is not a number of MiB (torch's {parser} raises)")
+        return None
+    if _out_of_range(conf, key, value, n, torch_version):
         return None
     _note_trailing(conf, key, value, str(n))
     return n
 
 
 def _check_split_mb(conf, key, value, torch_version) -> None:
-    n = _mib(conf, key, value, "stoi")
+    n = _mib(conf, key, value, _integer_parser(torch_version)[0], torch_version)
     if n is None:
         return
     if n < 0:
@@ -249,7 +271,7 @@ def _check_split_mb(conf, key, value, torch_version) -> None:
 
 
 def _check_large_segment(conf, key, value, torch_version) -> None:
-    n = _mib(conf, key, value, "stoull")
+    n = _mib(conf, key, value, "stoull", torch_version)
     if n is not None and 0 <= n <= LARGE_SEGMENT_MIN_MB:
         conf.errors.append(f"{key}:{n} is too small: torch requires more than {LARGE_SEGMENT_MIN_MB} MiB")
 
@@ -277,6 +299,8 @@ def _check_roundup(conf, key, value, torch_version) -> None:
         n = _leading_int(value)
         if n is None:
             conf.errors.append(f"{key}:{value} is not a number")
+        elif _out_of_range(conf, key, value, n, torch_version):
+            pass
         elif not _pow2(n):
             conf.errors.append(f"{key}:{value} must be a power of 2 ('For roundups, the divisions has to be power of 2')")
         return
@@ -289,7 +313,7 @@ def _check_roundup(conf, key, value, torch_version) -> None:
             conf.errors.append(f"{key}: list entries are size:divisions, e.g. [256:1,512:2,>:4]")
             return
         boundary, divisions = p[0], _leading_int(p[2])
-        if boundary != ">" and not (boundary.isdigit() and _pow2(int(boundary))):
+        if boundary != ">" and not (re.fullmatch(r"[0-9]+", boundary) and _pow2(int(boundary))):
             conf.errors.append(f"{key}: interval {boundary!r} must be a power of 2 (MiB) or '>'")
         if divisions is None or not (divisions == 0 or _pow2(divisions)):
             conf.errors.append(f"{key}: divisions {p[2]!r} must be a power of 2, or 0 to disable rounding")
@@ -326,9 +350,9 @@ def _check_int(conf, key, value, torch_version) -> None:
 
 
 def _note_trailing(conf, key, value, read_as) -> None:
-    if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", value):
-        shown = f" as {read_as}" if read_as is not None else " only its leading number"
-        conf.warnings.append(f"{key}:{value} has extra characters; torch reads it{shown} - write a plain number")
+    if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf)", value, re.I):
+        shown = f"it as {read_as}" if read_as is not None else "only its leading number"
+        conf.warnings.append(f"{key}:{value} has extra characters; torch reads {shown} - write a plain number")
 
 
 _VALUE_CHECKS = {

@@ -19,7 +19,8 @@ answer without initialising CUDA):
   CUDA_DEVICE_ORDER=PCI_BUS_ID (see the devices check GD-DEV-003);
 - an index entry is read like C's strtoul: leading blanks and a '+' are accepted and
   reading stops at the first non-digit, so '1gpu' means 1; no digits or a negative
-  number is invalid ('-1' is the usual way to hide every GPU);
+  number is invalid ('-1' is the usual way to hide every GPU); '0-3' or '0 1' therefore give
+  GPU 0 alone (reported as a problem: the other GPUs are lost without a word);
 - 'GPU-<uuid>' may be abbreviated to any prefix that matches exactly one GPU;
 - 'MIG-<uuid>' (R470+) or 'MIG-GPU-<uuid>/<gi>/<ci>' (older) names a MIG device; a CUDA
   process enumerates only one MIG device;
@@ -129,10 +130,22 @@ class Visibility:
 
 def strtoul_prefix(text: str) -> int | None:
     """The number C's strtoul reads at the start of text, or None (no digits, or negative)."""
-    m = re.match(r"^\s*([+-]?)(\d+)", text)
+    m = re.match(r"^\s*([+-]?)([0-9]+)", text)  # C reads ASCII digits only
     if not m or (m.group(1) == "-" and int(m.group(2)) != 0):
         return None
     return int(m.group(2))
+
+
+def lost_indices(text: str) -> list[int] | None:
+    """The indices an entry like '0-3', '0 1' or '0;1' was meant to list, when strtoul reads only its
+    first number (CUDA takes neither ranges nor separators other than ','); None for an ordinary entry."""
+    head = re.match(r"^\s*[+]?[0-9]+", text)
+    if not head or not re.search(r"[0-9]", text[head.end():]):
+        return None
+    ends = re.fullmatch(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*", text)
+    if ends and int(ends.group(1)) < int(ends.group(2)) <= int(ends.group(1)) + 64:
+        return list(range(int(ends.group(1)), int(ends.group(2)) + 1))
+    return [int(n) for n in re.findall(r"[0-9]+", text)]
 
 
 def _gpu_uuid_matches(prefix: str, gpus: list[dict]) -> list[int]:
@@ -277,6 +290,13 @@ def _problems(vis: Visibility, because: str | None) -> list[str]:
             f"{VARIABLE}={value!r} names a device twice ({', '.join(repr(e.text) for e in dups)}): "
             "the list is invalid and PyTorch counts no GPUs"
         )
+    for e in vis.accepted:
+        meant = lost_indices(e.text) if e.kind == "index" else None
+        if meant:
+            out.append(
+                f"{VARIABLE}={value!r}: entry {e.text!r} reads as GPU {strtoul_prefix(e.text)} only - CUDA reads the leading "
+                f"number and takes neither ranges nor separators other than ',' (list them: {','.join(map(str, meant))})"
+            )
     stop = vis.stopped_at
     if stop is not None:
         ignored = vis.ignored
@@ -297,7 +317,7 @@ def _problems(vis: Visibility, because: str | None) -> list[str]:
 def _notes(vis: Visibility) -> list[str]:
     out = []
     for e in vis.accepted:
-        if e.kind == "index" and not e.text.strip().isdigit():
+        if e.kind == "index" and not e.text.strip().isdigit() and not lost_indices(e.text):
             out.append(f"entry {e.text!r} reads as index {strtoul_prefix(e.text)}")
     stop = vis.stopped_at
     if stop is not None and stop.reason == "empty entry" and not vis.ignored and vis.accepted:

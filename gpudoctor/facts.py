@@ -73,11 +73,19 @@ def is_credential_name(name: str) -> bool:
     return name not in _NOT_CREDENTIALS and bool(_CREDENTIAL.search(name))
 
 
+# user:password@ (or a bare token@) in a URL: HF_ENDPOINT=https://user:token@mirror is a secret in a setting.
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+
+
+def redact_value(value: str) -> str:
+    return _URL_USERINFO.sub(r"\1<redacted>@", value)
+
+
 def collectable_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed, non-credential part of an environment."""
+    """The allow-listed, non-credential part of an environment, with credentials in URLs blanked."""
     environ = os.environ if environ is None else environ
     return {
-        k: v
+        k: redact_value(v)
         for k, v in sorted(environ.items())
         if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not is_credential_name(k)
     }

@@ -303,3 +303,22 @@ def test_eager_module_loading_is_info_and_lazy_passes():
     (f,) = run("GD-ALLOC-006", facts({"CUDA_MODULE_LOADING": "EAGER"}))
     assert f.severity is Severity.INFO and "start-up" in f.message
     assert severity("GD-ALLOC-006", facts({"CUDA_MODULE_LOADING": "LAZY"})) is Severity.PASS
+
+
+@pytest.mark.parametrize(
+    "text, torch_version, ok",
+    [
+        ("max_split_size_mb:3000000000", (2, 4), False),  # torch < 2.10 reads it with std::stoi: out_of_range
+        ("max_split_size_mb:3000000000", (2, 13), True),  # 2.10+ reads with std::stoull
+        ("max_split_size_mb:2147483647", (2, 4), True),
+        ("roundup_power2_divisions:4294967296", (2, 4), False),
+    ],
+)
+def test_numbers_beyond_torchs_integer_parser_raise(text, torch_version, ok):
+    conf = parse_alloc_conf(text, torch_version)
+    assert conf.ok is ok
+    assert ok or "out_of_range" in conf.errors[0]
+
+
+def test_non_ascii_digits_are_not_numbers_to_torch():
+    assert not parse_alloc_conf("max_split_size_mb:１２８", (2, 13)).ok

@@ -54,6 +54,13 @@ def test_dropped_entries_are_named():
     assert "silently ignores '1'" in vis.problems[0]
 
 
+@pytest.mark.parametrize("value, kept, meant", [("0-3", (0,), "0,1,2,3"), ("0 1", (0,), "0,1"), ("0;2,1", (0, 1), "0,2")])
+def test_range_or_other_separator_loses_gpus_and_names_the_list_meant(value, kept, meant):
+    vis = parse_visible_devices(value, gpus())
+    assert vis.gpus == kept
+    assert len(vis.problems) == 1 and f"list them: {meant}" in vis.problems[0]
+
+
 def test_trailing_comma_is_only_a_note():
     vis = parse_visible_devices("0,1,", gpus())
     assert vis.gpus == (0, 1) and vis.problems == () and vis.notes

@@ -115,6 +115,18 @@ def test_master_port_values(port, expected):
     assert severity("GD-DIST-002", make_facts(env={"MASTER_PORT": port})) is expected
 
 
+@pytest.mark.parametrize("world, expected", [("1", Severity.PASS), ("8", Severity.FAIL)])
+def test_master_port_zero_works_only_for_one_process(world, expected):
+    # torch accepts 0..65535; 0 makes rank 0's store bind a random port the other ranks cannot know
+    assert severity("GD-DIST-002", make_facts(env={"MASTER_PORT": "0", "WORLD_SIZE": world})) is expected
+
+
+def test_empty_master_addr_counts_as_missing():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "", "MASTER_PORT": "29500"}
+    (f,) = run("GD-DIST-001", make_facts(env=env))
+    assert f.severity is Severity.WARN and "MASTER_ADDR (set but empty)" in f.message
+
+
 def test_master_port_unset_is_skipped():
     assert severity("GD-DIST-002", make_facts(env={})) is Severity.SKIP
 
@@ -155,6 +167,13 @@ def test_unresolvable_master_addr_fails():
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": "gpu-node-99"}, patch=patch))
     assert f.severity is Severity.FAIL
     assert "does not resolve" in f.message and "Name or service not known" in f.message
+
+
+@pytest.mark.parametrize("addr, hint", [("gpu-node-01:29500", "belongs in MASTER_PORT"), ("tcp://10.0.0.1", "no scheme"), ("[::1]", "without brackets")])
+def test_unresolvable_master_addr_says_what_is_wrong_with_its_form(addr, hint):
+    patch = _rdv(master_addr=addr, resolve={"seconds": 0.01, "error": "gaierror: [Errno -2] Name or service not known"}, resolved=[])
+    (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": addr}, patch=patch))
+    assert f.severity is Severity.FAIL and hint in f.message
 
 
 def test_loopback_master_on_multi_node_job_fails():

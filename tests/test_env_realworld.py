@@ -24,7 +24,7 @@ from tests.thismachine import torch_release_here
 
 ROOT = Path(__file__).resolve().parent.parent
 PASS, INFO, WARN, FAIL = "pass", "info", "warn", "fail"
-SCRUB = ("CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "SLURM_", "LD_PRELOAD", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK")
+SCRUB = ("CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "SLURM_", "LD_PRELOAD", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_")
 
 # (variables, {check id: expected severity}) - judged on this machine's torch 2.13.
 LIVE = [
@@ -47,6 +47,11 @@ LIVE = [
     ({"PYTORCH_CUDA_ALLOC_CONF": "pinned_num_register_threads:6"}, {"GD-ALLOC-001": FAIL}),
     ({"PYTORCH_CUDA_ALLOC_CONF": "release_lock_on_cudamalloc:True"}, {"GD-ALLOC-001": PASS}),
     ({"PYTORCH_CUDA_ALLOC_CONF": "large_segment_size_mb:64"}, {"GD-ALLOC-001": PASS}),  # a 2.13 key
+    # torch 2.13's own parser (torch._C._accelerator_setAllocatorSettings) on edge spellings
+    ({"PYTORCH_CUDA_ALLOC_CONF": " expandable_segments : True, "}, {"GD-ALLOC-001": PASS}),  # blanks vanish, one trailing ',' is fine
+    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:１２８"}, {"GD-ALLOC-001": FAIL}),  # full-width digits: stoull raises
+    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:99999999999999999999999"}, {"GD-ALLOC-001": FAIL}),  # stoull out_of_range
+    ({"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:nan"}, {"GD-ALLOC-001": FAIL}),  # stod reads nan; (0,1) check fails
     # both set: torch 2.13 reads PYTORCH_CUDA_ALLOC_CONF and ignores PYTORCH_ALLOC_CONF (run and verified)
     ({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"},
      {"GD-ALLOC-001": PASS, "GD-ALLOC-002": WARN}),
@@ -101,6 +106,18 @@ LIVE = [
     ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}, {"GD-NCCL-006": PASS}),
     ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "yes"}, {"GD-NCCL-006": FAIL}),
     ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "5"}, {"GD-NCCL-006": WARN}),  # cast without a check: no error
+    # strtoll(value, NULL, 0): hex is read whole, a leading 0 is octal
+    ({"NCCL_IB_DISABLE": "0x1"}, {"GD-NCCL-006": PASS}),
+    ({"NCCL_BUFFSIZE": "0x800000"}, {"GD-NCCL-006": PASS}),
+    ({"NCCL_IB_TIMEOUT": "022"}, {"GD-NCCL-006": WARN}),  # octal: 18, not 22
+    # getCvarInt is std::stoi: beyond int it throws, and torch turns that into 'Invalid value'
+    ({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "99999999999"}, {"GD-NCCL-006": FAIL}),
+    ({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "1800"}, {"GD-NCCL-006": PASS}),
+    # torch's env:// handler (torch/distributed/rendezvous.py): empty counts as unset; port 0..65535
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "", "MASTER_PORT": "29500"}, {"GD-DIST-001": WARN}),
+    ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "localhost", "MASTER_PORT": "0"}, {"GD-DIST-002": PASS}),
+    ({"RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "localhost", "MASTER_PORT": "0"}, {"GD-DIST-002": FAIL}),
+    ({"MASTER_PORT": "29500 "}, {"GD-DIST-002": PASS}),  # int() strips blanks
 ]
 
 
@@ -138,6 +155,10 @@ ON_FIXTURE = [
     ({"CUDA_VISIBLE_DEVICES": "0,9,1"}, {"GD-DEV-001": FAIL}),
     ({"CUDA_VISIBLE_DEVICES": "0,0"}, {"GD-DEV-001": FAIL}),
     ({"CUDA_VISIBLE_DEVICES": "0,1,"}, {"GD-DEV-001": INFO}),
+    ({"CUDA_VISIBLE_DEVICES": "0-3"}, {"GD-DEV-001": FAIL}),  # strtoul reads 0: no ranges
+    ({"CUDA_VISIBLE_DEVICES": "0 1 2 3"}, {"GD-DEV-001": FAIL}),  # blanks are no separator: GPU 0 alone
+    ({"CUDA_VISIBLE_DEVICES": "1gpu,2"}, {"GD-DEV-001": INFO}),  # legal, if odd: 1 and 2
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7,8"}, {"GD-DEV-001": FAIL, "GD-DEV-002": PASS}),
     ({"CUDA_VISIBLE_DEVICES": ""}, {"GD-DEV-001": FAIL}),
     ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, {"GD-DEV-001": FAIL}),  # SLURM without gres File=
     ({"CUDA_VISIBLE_DEVICES": "all"}, {"GD-DEV-001": FAIL}),

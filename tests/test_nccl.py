@@ -17,6 +17,19 @@ def test_c_strtoll_reads_like_c(text, n):
     assert c_strtoll(text) == n
 
 
+@pytest.mark.parametrize("name, text, problem", [
+    ("NCCL_IB_DISABLE", "0x1", None),  # strtoll base 0 reads hex whole
+    ("NCCL_BUFFSIZE", "0x400000", None),
+    ("NCCL_IB_TIMEOUT", "022", "octal, i.e. 18"),
+    ("NCCL_IB_TIMEOUT", "08", "leading number, 0"),  # 8 is no octal digit: strtoll stops at it
+])
+def test_nccl_integers_in_c_notation(name, text, problem):
+    from gpudoctor.checks.nccl import nccl_problems
+
+    got = nccl_problems({name: text})
+    assert (got == []) if problem is None else (problem in got[0])
+
+
 def test_prefix_list_syntax():
     names = ["eth0", "eth1", "ib0", "lo", "docker0"]
     assert select_names("eth", names) == ["eth0", "eth1"]

@@ -132,6 +132,20 @@ def test_half_broken_torch_still_gives_a_result_despite_noise_on_stdout(monkeypa
     assert r["cuda_available"] is False and "cuda_error" in r
 
 
+@pytest.mark.parametrize("body", [
+    'import os, sys\nsys.stdout = open(os.devnull, "w")\n__version__ = "0.0.2"',  # a plugin that silences stdout
+    'import sys\nsys.stdout.write("loading... ")\n__version__ = "0.0.2"',  # a progress line with no newline
+])
+def test_result_arrives_when_the_import_replaces_stdout_or_leaves_a_partial_line(monkeypatch, tmp_path, body):
+    r = probe(monkeypatch, fake_torch(tmp_path, body))
+    assert r["status"] == "ok" and r["version"] == "0.0.2"
+
+
+def test_closed_stdout_is_not_mistaken_for_a_native_crash(monkeypatch, tmp_path):
+    r = probe(monkeypatch, fake_torch(tmp_path, 'import os\nos.close(1)\n__version__ = "0.0.2"'))
+    assert r["status"] == "crashed" and r["stage"] == "done" and "never arrived" in r["error"]
+
+
 @pytest.mark.parametrize(
     "body, signal_name",
     [("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", "SIGSEGV"), ("import os\nos.abort()", "SIGABRT")],

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -33,6 +34,8 @@ def _scan_dir(directory: str, source: str, found: dict) -> None:
             m = rx.match(name)
             if m:
                 path = os.path.join(directory, name)
+                if not os.path.exists(path):
+                    continue  # a dangling symlink: the loader cannot open it, so it shadows nothing
                 entry = {"path": path, "version": m.group(1), "source": source, "symlink": os.path.islink(path)}
                 real = os.path.realpath(path)
                 if real != path:  # checks compare folders with the real paths a process maps
@@ -45,7 +48,7 @@ def _ldconfig_dirs() -> list[str]:
     if not exe:
         return []
     try:
-        out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=5).stdout
+        out = subprocess.run([exe, "-p"], capture_output=True, text=True, errors="replace", timeout=5).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     dirs = []
@@ -93,13 +96,29 @@ def _toolkit(env: dict) -> dict:
             pass
     if out["version"] is None and out["nvcc"]:
         try:
-            text = subprocess.run([out["nvcc"], "--version"], capture_output=True, text=True, timeout=10).stdout
-            m = re.search(r"release (\d+\.\d+)", text)
+            text = _run_bounded([out["nvcc"], "--version"], timeout=10)
+            m = re.search(r"release ([0-9]+\.[0-9]+)", text)
             out["version"] = m.group(1) if m else None
             out["version_source"] = "nvcc --version"
         except (OSError, subprocess.TimeoutExpired) as e:
             out["error"] = f"nvcc --version: {e}"
     return out
+
+
+def _run_bounded(cmd: list[str], timeout: float) -> str:
+    """stdout of cmd, decoded leniently (an nvcc wrapper may print anything); at the deadline the
+    command's whole process group is killed, so a wrapper script's children do not live on."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        raise
+    return stdout.decode("utf-8", "replace")
 
 
 def probe(environ: dict | None = None) -> dict:

@@ -223,8 +223,18 @@ def main():
     out["wheel_lib_dirs"] = _wheel_lib_dirs()
     out["elapsed_seconds"] = round(time.monotonic() - t0, 3)
     _stage("done")
-    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(out) + "\n")
-    sys.stdout.flush()
+    _write_result("\n" + RESULT_MARKER + json.dumps(out) + "\n")
+
+
+def _write_result(text):
+    """To file descriptor 1 itself: an import may have replaced or closed sys.stdout."""
+    try:
+        sys.stdout.flush()  # what the import printed comes first
+    except Exception:
+        pass
+    data = text.encode("utf-8")
+    while data:
+        data = data[os.write(1, data):]
 
 
 if __name__ == "__main__":

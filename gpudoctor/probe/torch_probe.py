@@ -161,6 +161,9 @@ def _parse(base: dict, rc: int, stdout: str, stderr: str) -> dict:
         if any("SyntaxError" in ln for ln in tail):
             why = "it cannot run the probe script: not a Python 3 interpreter"
         return {**base, "status": "python_error", "error": f"{base['python']} exited with status {rc} and no result ({why})", "stderr_tail": tail}
+    if stage == "done" and rc >= 0:
+        return {**base, "status": "crashed", "stage": stage, "stderr_tail": tail,
+                "error": "the torch probe finished but its result never arrived"}
     return {**base, "status": "crashed", "stage": stage, "error": f"the torch probe exited with status {rc}{where}", "stderr_tail": tail}
 
 
