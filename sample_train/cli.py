@@ -102,14 +102,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from_args(args) -> SmokeOptions:
     if args.warmup is not None and args.steps is not None and args.warmup > args.steps - 3:
         raise OptionsError(f"--warmup {args.warmup} leaves fewer than 3 of --steps {args.steps} to measure")
-    loader_config = None
-    if args.config:
-        from gpudoctor.trainconfig import ConfigError, load_config
-
-        try:
-            loader_config = loader_from_config(load_config(args.config), args.config)
-        except ConfigError as e:
-            raise OptionsError(str(e)) from None
     flags = {
         "batch_size": args.batch_size,
         "num_workers": args.num_workers,
@@ -117,6 +109,15 @@ def options_from_args(args) -> SmokeOptions:
         "persistent_workers": args.persistent_workers,
         "prefetch_factor": args.prefetch_factor,
     }
+    loader_config = None
+    if args.config:
+        from gpudoctor.trainconfig import ConfigError, load_config
+
+        given = frozenset(name for name, value in flags.items() if value is not None)
+        try:
+            loader_config = loader_from_config(load_config(args.config), args.config, given)
+        except ConfigError as e:
+            raise OptionsError(str(e)) from None
     loader = merge_loader(loader_config or LoaderSettings(), flags)
     return SmokeOptions(
         device=args.device, nprocs=args.nprocs, size=args.size, precision=args.precision, steps=args.steps,

@@ -101,11 +101,12 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
         size = "tiny" if opts.size == "auto" else opts.size
         native = all(r.get("bf16_native") for r in records)
         precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp32")
-        why = (
-            "bf16 autocast on CPU"
-            if precision == "bf16"
-            else "fp32: this CPU has no native bf16 (avx512_bf16/amx_bf16), where bf16 matmuls run in slow emulation"
-        )
+        why = {
+            "bf16": "bf16 autocast on CPU",
+            "fp16": "fp16 autocast with GradScaler on CPU (asked for with --precision fp16)",
+            "fp32": "fp32 (asked for with --precision fp32)" if opts.precision == "fp32" else
+                    "fp32: this CPU has no native bf16 (avx512_bf16/amx_bf16), where bf16 matmuls run in slow emulation",
+        }[precision]
     else:
         names = {r.get("gpu_name") for r in records}
         spec = [p.tflops for p in map(peaks.lookup, names) if p]
@@ -115,7 +116,8 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
         precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp16")
         why = {
             "bf16": "bf16 autocast",
-            "fp16": "fp16 autocast with GradScaler: a GPU in this run has no bf16 tensor cores (compute capability < 8.0)",
+            "fp16": "fp16 autocast with GradScaler (asked for with --precision fp16)" if opts.precision == "fp16" else
+                    "fp16 autocast with GradScaler: a GPU in this run has no bf16 tensor cores (compute capability < 8.0)",
             "fp32": "fp32 (asked for with --precision fp32)",
         }[precision]
     cfg = _apply_overrides(SIZES[size], opts)
@@ -200,6 +202,14 @@ class Coordinator:
     def _watch(self, stage: str) -> None:
         self._read_states()
         self.progress(self._progress_info(stage))
+        # A launcher that stops the job SIGTERMs every rank: ranks going silent, and the others' errors
+        # waiting for them, are its doing, not a crash. An error of a rank's own still names the cause better.
+        if self.terminated() and all(_KNOCK_ON.search(e.get("error", "")) for e in self.errors.values()):
+            time.sleep(SETTLE_S)  # let this rank's own join and the others' last words arrive
+            self._read_states()
+            self.joins.update({r: j for r in range(self.world_size)
+                               if r not in self.joins and (j := read_json(self.store, self.keys.join(r))) is not None})
+            raise _Stop(self._terminated_finding())
         if self._failures():
             before = {r: beat for r, (beat, _) in self._beats.items()}
             time.sleep(SETTLE_S)  # let the others' errors arrive: the first to fail is the cause
@@ -207,12 +217,6 @@ class Coordinator:
             silent = [r for r in before if r not in self.errors and r not in self.results
                       and self._beats[r][0] == before[r]]  # ranks still starting have no heartbeat yet
             raise _Stop(self._failure_finding(silent))
-        if self.terminated():
-            time.sleep(SETTLE_S)  # let this rank's own join and the others' last words arrive
-            self._read_states()
-            self.joins.update({r: j for r in range(self.world_size)
-                               if r not in self.joins and (j := read_json(self.store, self.keys.join(r))) is not None})
-            raise _Stop(self._terminated_finding())
         if time.monotonic() >= self.deadline:
             raise _Stop(self._missing_finding() if stage == "join" else self._hang_finding())
 
@@ -329,7 +333,8 @@ class Coordinator:
             at = (self.states.get(behind[0], {}).get("stack") or ["?"])[0]
             message = (
                 f"no progress within --timeout {self.opts.timeout:.0f} s: {ranks_text(behind)} stuck in {where} "
-                f"at {at}, outside any collective: a stuck input pipeline, a deadlock, or a GPU that stopped responding."
+                f"at {at}, outside any collective: work too slow for the timeout (a large --seq-len or --batch-size: "
+                "lower them or raise --timeout), a stuck input pipeline, a deadlock, or a GPU that stopped responding."
             )
         else:
             ahead = ", ".join(f"{r} in {p}" for r, p in phases.items() if r != ranks_text(behind))

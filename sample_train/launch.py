@@ -47,6 +47,7 @@ def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
 # -- spawn mode ----------------------------------------------------------------------------
 def run_spawn(opts: SmokeOptions) -> int:
     started = time.monotonic()
+    _interrupt_on_sigterm()
     import torch
     import torch.distributed as dist
 
@@ -72,18 +73,28 @@ def run_spawn(opts: SmokeOptions) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudoctor-smoke-") as logdir:
         ranks = _Ranks(nprocs, store.port, namespace, opts, logdir)
         progress = Progress(quiet=opts.json)
+        interrupted = True
         try:
             ranks.start()
             coordinator = Coordinator(store, Keys(namespace), nprocs, deadline, opts, exits=ranks.exits,
                                       logs=ranks.tail, progress=progress)
             verdict = coordinator.run()
+            interrupted = False
         finally:
             progress.close()
-            ranks.stop()
+            ranks.stop(grace=0 if interrupted else KILL_GRACE_S)  # interrupted ranks do not end by themselves
         launch = {"mode": "spawn", "world_size": nprocs, "local_world_size": nprocs, "nodes": 1,
                   "backend": "nccl" if opts.device == "cuda" else "gloo", "master_addr": "127.0.0.1",
                   "master_port": store.port, "reporter": {"role": "spawner", "pid": os.getpid()}}
         return emit(report.build(verdict, opts, launch, time.monotonic() - started), opts)
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (kill, a scheduler) ends the run as Ctrl-C does: the ranks are stopped, one line is printed."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _early_failure(opts: SmokeOptions, finding, started: float) -> int:
@@ -131,9 +142,9 @@ class _Ranks:
             return None
         return text or None
 
-    def stop(self) -> None:
+    def stop(self, grace: float = KILL_GRACE_S) -> None:
         """Waits a moment for ranks to end by themselves, then kills what is left, whole sessions."""
-        until = time.monotonic() + KILL_GRACE_S
+        until = time.monotonic() + grace
         while time.monotonic() < until and any(p.poll() is None for p in self.procs.values()):
             time.sleep(0.1)
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -195,9 +206,13 @@ def _launch_info(world: World, opts: SmokeOptions) -> dict:
 def _connect(world: World, opts: SmokeOptions, started: float):
     import torch.distributed as dist
 
+    from gpudoctor.sample_train.worker import await_store
+
     hosting = world.rank == 0 and not world.agent_store
     try:
         socket.getaddrinfo(world.master_addr, world.master_port)  # fail now, not after the whole timeout
+        if not hosting:
+            await_store(world.master_addr, world.master_port, started + opts.timeout)
         return dist.TCPStore(world.master_addr, world.master_port, None, hosting,
                              timeout=timedelta(seconds=opts.timeout), wait_for_workers=False)
     except Exception as e:  # nobody to coordinate: this rank reports for itself

@@ -52,8 +52,9 @@ class SmokeOptions:
         return cls(**data)
 
 
-def loader_from_config(config: dict, path: str) -> LoaderSettings:
-    """The training dataloader's settings, wherever the config keeps them (gpudoctor.dlconfig finds them)."""
+def loader_from_config(config: dict, path: str, overridden: frozenset = frozenset()) -> LoaderSettings:
+    """The training dataloader's settings, wherever the config keeps them (gpudoctor.dlconfig finds them).
+    overridden: settings a flag gives, whose config value (even an unreadable one) does not matter."""
     import os
 
     from gpudoctor import dlconfig
@@ -62,10 +63,11 @@ def loader_from_config(config: dict, path: str) -> LoaderSettings:
     loader = LoaderSettings()
     for name in LOADER_SETTINGS:
         f = found.found.get(name)
-        if f is None:
+        if f is None or name in overridden:
             continue
         if f.problem:
-            raise OptionsError(f"--config {path}: {f.path}: {f.problem}")
+            flag = f" (pass --{name.replace('_', '-')} to choose it)" if name != "drop_last" else ""
+            raise OptionsError(f"--config {path}: {f.path}: {f.problem}{flag}")
         low = 0 if name == "num_workers" else 1
         if isinstance(f.value, int) and not isinstance(f.value, bool) and f.value < low:
             raise OptionsError(f"--config {path}: {f.path}: {name} must be at least {low}, got {f.value}")

@@ -204,6 +204,8 @@ def loader_settings(opts: SmokeOptions, device: torch.device, world: World) -> d
         workers = chosen.num_workers
     elif device.type == "cuda":
         workers = min(4, max(1, _cpu_threads(world) - 1))
+    elif chosen.prefetch_factor is not None or chosen.persistent_workers:
+        workers = 1  # these settings only exist with worker processes: honour them rather than drop them
     else:
         workers = 0  # a tiny CPU model: worker processes would cost more than they save
     return {
@@ -450,7 +452,7 @@ def _destroy_process_group() -> None:
 
 
 def report_error(store, keys: Keys, rank: int, where: str, error: BaseException) -> None:
-    text = f"{type(error).__name__}: {error}".strip()
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     if isinstance(error, torch.cuda.OutOfMemoryError):
         text += " (out of GPU memory: lower --batch-size or --seq-len, or pass --size small)"
     tb = traceback.format_exception(error)
@@ -470,6 +472,21 @@ def _await_abort(store, keys: Keys, seconds: float = 20.0) -> None:
         pass
 
 
+def await_store(addr: str, port: int, deadline: float, parent_pid: int | None = None) -> None:
+    """Waits until the rendezvous store accepts connections, until the run's deadline. TCPStore's own
+    connect retries for about twice its timeout, and a spawned rank must not outlive its spawner meanwhile."""
+    while True:
+        if parent_pid is not None and os.getppid() != parent_pid:
+            die("the gpudoctor process that started this rank is gone")
+        try:
+            socket.create_connection((addr, port), timeout=1.0).close()
+            return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"nothing accepted connections at {addr}:{port}") from e
+            time.sleep(0.2)
+
+
 def main() -> int:
     """Entry point of a rank spawned by `gpudoctor smoke` (its world and options come in env vars)."""
     world = World(**json.loads(os.environ["GPUDOCTOR_SMOKE_WORLD"]))
@@ -477,9 +494,11 @@ def main() -> int:
     deadline = time.monotonic() + opts.timeout
     last_resort(opts.timeout + 2 * GRACE_S, f"rank {world.rank}: no outcome within the timeout; giving up")
     faults.maybe_inject(world.rank, "start")
+    parent_pid = int(os.environ["GPUDOCTOR_SMOKE_PARENT"])
+    await_store(world.master_addr, world.master_port, deadline, parent_pid)
     store = dist.TCPStore(world.master_addr, world.master_port, None, False, timeout=timedelta(seconds=opts.timeout))
     keys = Keys(world.namespace)
-    return run_rank(world, opts, store, keys, deadline, parent_pid=int(os.environ["GPUDOCTOR_SMOKE_PARENT"]))
+    return run_rank(world, opts, store, keys, deadline, parent_pid=parent_pid)
 
 
 if __name__ == "__main__":

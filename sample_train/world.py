@@ -63,7 +63,9 @@ def _is_srun_step(env: dict) -> bool:
 def _check_ranks(rank: int, world_size: int, local_rank: int, local_world_size: int, names: str) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
         raise WorldError(f"{names}: rank {rank} is not within a world of {world_size}")
-    if not 0 <= local_rank < max(local_world_size, 1):
+    if not 1 <= local_world_size <= world_size:
+        raise WorldError(f"{names}: {local_world_size} local ranks on this node do not fit a world of {world_size}")
+    if not 0 <= local_rank < local_world_size:
         raise WorldError(f"{names}: local rank {local_rank} is not within {local_world_size} local ranks")
 
 
@@ -71,7 +73,7 @@ def _from_torch_env(env: dict) -> World:
     rank, world_size = _int(env, "RANK"), _int(env, "WORLD_SIZE")
     local_rank = _int(env, "LOCAL_RANK", 0)
     local_world_size = _int(env, "LOCAL_WORLD_SIZE", world_size if "LOCAL_RANK" not in env else local_rank + 1)
-    _check_ranks(rank, world_size, local_rank, local_world_size, "RANK/WORLD_SIZE/LOCAL_RANK")
+    _check_ranks(rank, world_size, local_rank, local_world_size, "RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE")
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if not env.get(name):
             raise WorldError(f"RANK and WORLD_SIZE are set but {name} is not: which launcher started this process?")

@@ -3,11 +3,15 @@ placement verdicts and the judgement of measurements. The real runs are in test_
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from gpudoctor.model import Severity
+from gpudoctor.sample_train import coordinator as coordinator_module
 from gpudoctor.sample_train import metrics, peaks, placement, report, world
-from gpudoctor.sample_train.coordinator import Verdict, plan_run
+from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, phase, plan_run
 from gpudoctor.sample_train.faults import FaultSpecError, parse
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
 
@@ -110,6 +114,8 @@ def test_batch_script_is_not_an_srun_world():
         ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "1"}, "not within"),
         ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR is not"),
         ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "99999"}, "outside"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "a",
+          "MASTER_PORT": "1"}, "4 local ranks on this node do not fit a world of 2"),
         ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu[01-"}, "gpu\\[01-"),
     ],
 )
@@ -144,6 +150,14 @@ def test_flags_win_over_config():
 def test_unreadable_config_values_are_usage_errors(config, words):
     with pytest.raises(OptionsError, match=words):
         loader_from_config(config, "c.yaml")
+
+
+def test_a_flag_replaces_a_config_value_gpudoctor_cannot_read():
+    config = {"dataloader": {"num_workers": "auto", "batch_size": 4}}
+    with pytest.raises(OptionsError, match="'auto'.*pass --num-workers"):
+        loader_from_config(config, "c.yaml")
+    loader = loader_from_config(config, "c.yaml", overridden=frozenset({"num_workers"}))
+    assert loader.num_workers is None and loader.batch_size == 4
 
 
 def test_prefetch_without_workers_is_refused_like_torch_does():
@@ -239,6 +253,48 @@ def test_plan_sizes_the_model_from_the_smallest_gpu_and_falls_back_to_fp16():
     assert plan_run({0: h100}, opts)["model"]["name"] == "large"
     plan = plan_run({0: h100, 1: t4}, opts)
     assert plan["model"]["name"] == "small" and plan["precision"] == "fp16" and "GradScaler" in plan["precision_reason"]
+
+
+def test_a_precision_asked_for_is_not_explained_as_a_hardware_fallback():
+    cpu = {0: {"rank": 0, "local_rank": 0, "host": "h", "device_type": "cpu", "bf16_native": False}}
+    assert "no native bf16" in plan_run(cpu, SmokeOptions(device="cpu"))["precision_reason"]
+    for precision in ("fp16", "fp32"):
+        plan = plan_run(cpu, SmokeOptions(device="cpu", precision=precision))
+        assert plan["precision"] == precision and "asked for with --precision" in plan["precision_reason"]
+    h100 = {0: {**gpu_rank(0, "a"), "gpu_memory_bytes": 80 * 2**30, "bf16_native": True}}
+    assert "asked for" in plan_run(h100, SmokeOptions(device="cuda", precision="fp16"))["precision_reason"]
+
+
+class DictStore:
+    """The few TCPStore calls the coordinator makes, over a dict."""
+
+    def __init__(self, values: dict):
+        self.values = {k: json.dumps(v) for k, v in values.items()}
+
+    def check(self, keys):
+        return all(k in self.values for k in keys)
+
+    def get(self, key):
+        return self.values[key]
+
+    def set(self, key, value):
+        self.values[key] = value
+
+
+def test_a_launcher_stop_is_reported_as_such_not_as_a_crash(monkeypatch):
+    # torchrun SIGTERMs every rank: rank 1 dies silently, rank 0's all-reduce then fails for want of it.
+    monkeypatch.setattr(coordinator_module, "SETTLE_S", 0.0)
+    keys = Keys("ns")
+    step = phase("training", 7, "backward + gradient all-reduce")
+    store = DictStore({keys.join(0): {"host": "h"}, keys.join(1): {"host": "h"},
+                       keys.state(0): {**step, "beat": 9}, keys.state(1): {**step, "beat": 9},
+                       keys.error(0): {"phase": step["label"], "error": "RuntimeError: Connection reset by peer"}})
+    c = Coordinator(store, keys, 2, time.monotonic() + 60, SmokeOptions(device="cpu", timeout=60),
+                    terminated=lambda: True)
+    c.joins = {0: {"host": "h"}, 1: {"host": "h"}}
+    with pytest.raises(coordinator_module._Stop) as stop:
+        c._watch("result")
+    assert "the launcher stopped the run (SIGTERM" in stop.value.finding.message
 
 
 # -- judging a finished run -----------------------------------------------------------------

@@ -213,6 +213,8 @@ def test_throughput_floor_fails_and_config_dataloader_settings_are_used(tmp_path
         (["--steps", "12", "--warmup", "10"], {}, "fewer than 3"),
         (["--steps", "4"], {}, "expected 10 or more"),
         (["--num-workers", "0", "--prefetch-factor", "2"], {}, "prefetch_factor=2 needs num_workers > 0"),
+        ([], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": "29999"}, "do not fit a world of 2"),
         ([], {"GPUDOCTOR_SMOKE_FAULT": "nonsense"}, "GPUDOCTOR_SMOKE_FAULT"),
         ([], {"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR is not"),
         (["--gpus", "4"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
@@ -259,6 +261,36 @@ def test_busy_master_port_is_named_by_the_rank_that_hosts_the_store():
     rep = report_of(r)
     f = findings(rep)["GD-SMOKE-001"]
     assert r.returncode == 1 and "could not host the rendezvous store" in f["message"]
+
+
+def test_a_rank_whose_rank0_never_starts_gives_up_within_the_timeout():
+    # TCPStore's own connect retries for about twice its timeout; the run's bound is --timeout.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    r, elapsed, marker = smoke("--timeout", "5", env=env)
+    assert r.returncode == 1 and "rank 1 could not reach the rendezvous store" in r.stderr
+    assert elapsed < 5 + 10
+    assert not leftovers(marker)
+
+
+def test_sigterm_to_the_spawner_stops_every_rank_at_once():
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env[MARK] = marker
+    cmd = [sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--steps", "5000", "--timeout", "60"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    until = time.monotonic() + 30
+    while len(leftovers(marker)) < 3 and time.monotonic() < until:  # the spawner and its 2 ranks
+        time.sleep(0.2)
+    proc.terminate()
+    out, err = proc.communicate(timeout=15)
+    time.sleep(0.5)
+    assert proc.returncode == 130 and out == "" and err.strip().splitlines()[-1] == "gpudoctor: interrupted"
+    assert not leftovers(marker)
 
 
 @pytest.mark.slurm
