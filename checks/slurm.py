@@ -36,7 +36,10 @@ from gpudoctor.slurmjob import JobShape, job_shape, lightning_major, lightning_p
 
 NOT_IN_SLURM = "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
 FIXED_AGAIN = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again (see the module docstring)
-MULTI_PROCESS_LAUNCHERS = ("torchrun", "torch.distributed.launch", "deepspeed", "accelerate")
+# Launchers that start several processes per task, with the flag that says how many.
+PROCESS_COUNT_FLAG = {"torchrun": "--nproc-per-node", "torch.distributed.launch": "--nproc-per-node",
+                      "deepspeed": "--num_gpus", "accelerate": "--num_processes"}
+MULTI_PROCESS_LAUNCHERS = tuple(PROCESS_COUNT_FLAG)
 
 
 # ---------------------------------------------------------------- helpers
@@ -711,7 +714,7 @@ def launcher_inside_multi_task_srun(facts, ctx):
                         fix, **ev)
         return passed(f"{launcher} starts one process in each of the {tasks} tasks per node", **ev)
     fix = directive_fix(shape, facts, f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)", {"ntasks-per-node": "1"})
-    total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {_PROCESS_COUNT_FLAG.get(launcher, 'process count')}"
+    total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {PROCESS_COUNT_FLAG[launcher]}"
     gpus = f" on {shape.gpus_per_node} GPU(s)" if shape.gpus_per_node else ""
     if shape.srun_launch is None:
         # srun takes the job's SLURM_NTASKS as its task count and ignores a lone --ntasks-per-node against it.
@@ -720,10 +723,6 @@ def launcher_inside_multi_task_srun(facts, ctx):
                     f"start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`", fix, **ev)
     return fail(f"srun starts {tasks} tasks per node and each runs {launcher}: {total} processes{gpus} in separate worlds "
                 "(NCCL 'Duplicate GPU detected', or the rendezvous hangs)", fix, **ev)
-
-
-_PROCESS_COUNT_FLAG = {"torchrun": "--nproc-per-node", "torch.distributed.launch": "--nproc-per-node",
-                       "accelerate": "--num_processes", "deepspeed": "--num_gpus"}
 
 
 _GPU_OPTION = re.compile(r"(--gres[= ]\S*gpu|--gpus(-per-(node|task|socket))?[= ]|\s-G\s*\d)")

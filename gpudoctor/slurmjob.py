@@ -341,20 +341,19 @@ def _srun_keeps_job_ntasks(shape: JobShape, job: dict, srun: dict, step: dict) -
     """
     if "ntasks-per-node" not in srun or "ntasks" in srun or "nodes" in srun:
         return
-    if "ntasks" in job:
-        inherited = _int(job["ntasks"], "--ntasks", [], 1)
-    elif "ntasks-per-node" in job:
-        per_node, nodes = _int(job["ntasks-per-node"], "--ntasks-per-node", [], 1), _int(job.get("nodes", "1"), "--nodes", [], 1)
-        inherited = per_node * nodes if per_node and nodes else None
-    else:
+    if "ntasks" not in job and "ntasks-per-node" not in job:
         return  # no SLURM_NTASKS in the batch environment: srun's own option decides
-    per_node, nodes = _int(srun["ntasks-per-node"], "srun --ntasks-per-node", [], 1), _int(step.get("nodes", "1"), "--nodes", [], 1)
+    nodes = _int(step.get("nodes", "1"), "--nodes", [], 1)  # srun gives no -N: the job's nodes
+    job_per_node = _int(job.get("ntasks-per-node"), "--ntasks-per-node", [], 1)
+    inherited = _int(job["ntasks"], "--ntasks", [], 1) if "ntasks" in job else (job_per_node or 0) * (nodes or 0)
+    per_node = _int(srun["ntasks-per-node"], "srun --ntasks-per-node", [], 1)
     if not inherited or not per_node or not nodes or per_node * nodes == inherited:
         return
     step["ntasks"] = inherited
-    step.pop("ntasks-per-node", None)
-    if "ntasks-per-node" in job and nodes:
+    if job_per_node:
         step["ntasks-per-node"] = job["ntasks-per-node"]
+    else:
+        step.pop("ntasks-per-node", None)
     shape.notes.append(
         f"srun --ntasks-per-node={srun['ntasks-per-node']} is ignored: srun takes the job's SLURM_NTASKS={inherited} as its task "
         f"count (\"can't honor --ntasks-per-node\"), so the step starts {inherited} task(s); give srun -n/--ntasks too"

@@ -19,6 +19,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.thismachine import no_gpu_here
+
 pytestmark = pytest.mark.ddp
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "smoke.schema.json").read_text())
@@ -228,10 +230,8 @@ def test_bad_input_is_one_line_and_exit_2(args, env, words):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@no_gpu_here
 def test_no_gpu_is_a_clear_failure():
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
     r, _, _ = run([sys.executable, "-m", "gpudoctor", "smoke", "--json"])
     rep = report_of(r)
     validate(rep)
