@@ -6,8 +6,9 @@ import, so `gpudoctor check --select allocator` stays fast even where torch is s
 
 from __future__ import annotations
 
-from gpudoctor import allocconf, versions
-from gpudoctor.model import Action, Fix, Safety, fail, info, manual, passed, set_env, unset_env, warn
+from gpudoctor import versions
+from gpudoctor.readers import allocconf
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, unset_env, warn
 from gpudoctor.registry import check
 
 NEEDS = ["env", "torch_meta"]
@@ -381,7 +382,7 @@ def cuda_debug_tool_attached(facts, ctx):
     if "LD_PRELOAD" in names:
         fix = manual("Remove the tool library from LD_PRELOAD" + (f" and unset {' '.join(plain)}" if plain else ""), *[f"unset {n}" for n in plain])
     else:
-        fix = Fix("unset " + " ".join(plain), Safety.SAFE, tuple(Action("unset_env", n) for n in plain))
+        fix = Fix("unset " + " ".join(plain), Safety.SAFE, tuple(Action(ActionKind.UNSET_ENV, n) for n in plain))
     switches = {var: value for var, value, _ in every}
     text = "; ".join(f"{what} ({var}={value!r})" if var != "TORCH_DISTRIBUTED_DEBUG" else what for var, value, what in every)
     if dist and dist[0] == "fail":

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import re
 
-from gpudoctor import cudavis, versions
+from gpudoctor import versions
+from gpudoctor.readers import cudavis
 from gpudoctor.model import Outcome, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 

@@ -1,6 +1,6 @@
 """dataloader checks: DataLoader settings (from --config or a live DataLoader) against this host and job.
 
-Settings come from gpudoctor.dlconfig: the training config given with --config, or a DataLoader
+Settings come from gpudoctor.readers.dlconfig: the training config given with --config, or a DataLoader
 object read by gpudoctor.audit_dataloader(). Every DataLoader argument is per rank: each
 training process builds its own loader with its own worker processes.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.dlconfig import from_context
-from gpudoctor.joblayout import Known, env_int, in_srun_step, intended_launcher, job_env, judged_here, layout
-from gpudoctor.model import Action, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.readers.dlconfig import from_context
+from gpudoctor.job.layout import Known, env_int, in_srun_step, intended_launcher, job_env, judged_here, layout
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
 from gpudoctor.registry import check
 
 MIB = 1024 * 1024
@@ -52,7 +52,7 @@ def _change_setting(settings, name: str, value, title: str) -> Fix:
     where = settings.where(name)
     if settings.live or where is None:
         return Fix(f"{title} (DataLoader({name}={value}))", Safety.UNSAFE)
-    return Fix(title, Safety.UNSAFE, (Action("yaml_set", settings.source, value, where),))
+    return Fix(title, Safety.UNSAFE, (Action(ActionKind.YAML_SET, settings.source, value, where),))
 
 
 def cpu_budget(facts) -> Known:
@@ -230,7 +230,7 @@ def _main_process_by_default(facts, ctx, settings, default):
     return info(
         f"{key} is not set, so TrainingArguments' default of {default.value} workers loads every batch in the "
         "training process (fine for tokenized text in memory; slow for images, audio or on-the-fly decoding)",
-        Fix(f"Set {key}: {suggested}", Safety.UNSAFE, (Action("yaml_set", settings.source, suggested, key),)),
+        Fix(f"Set {key}: {suggested}", Safety.UNSAFE, (Action(ActionKind.YAML_SET, settings.source, suggested, key),)),
         **settings.evidence(),
         default=f"{key}={default.value}",
     )

@@ -6,8 +6,8 @@ import re
 from dataclasses import replace
 
 from gpudoctor import versions
-from gpudoctor.joblayout import env_int, in_srun_step, intended_launcher, job_env, layout
-from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
+from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, job_env, layout
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
 # --- GD-DIST-001 ---------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def _rank_exported_before_srun(facts, ctx):
     """`export RANK=$SLURM_PROCID` in the batch shell: every srun task inherits the batch shell's 0."""
     if not ctx.sbatch:
         return None
-    from gpudoctor.slurmjob import job_shape
+    from gpudoctor.job.shape import job_shape
 
     shape = job_shape(facts, ctx)
     exports = _script_exports(ctx)
@@ -121,7 +121,7 @@ def _node_rank_same_on_every_node(facts, ctx):
         return None  # the config file may set machine_rank
     if rank is not None and not re.fullmatch(r"\d+", str(rank)):
         return None  # left for each task's shell to expand ('$SLURM_NODEID' in single quotes)
-    from gpudoctor.slurmjob import job_shape
+    from gpudoctor.job.shape import job_shape
 
     shape = job_shape(facts, ctx)
     nnodes = str(launch.get("nnodes") or "")
@@ -422,9 +422,7 @@ def _rename_findings(env: dict, torch_version):
 
 
 def _rename_fix(old: str, new: str, value: str):
-    from gpudoctor.model import Action, Fix, Safety
-
-    return Fix(f"export {new}={value} and unset {old}", Safety.SAFE, (Action("set_env", new, value), Action("unset_env", old)))
+    return Fix(f"export {new}={value} and unset {old}", Safety.SAFE, (Action(ActionKind.SET_ENV, new, value), Action(ActionKind.UNSET_ENV, old)))
 
 
 @check(

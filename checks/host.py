@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor import cudavis
+from gpudoctor.readers import cudavis
 from gpudoctor.model import manual, passed, skip, warn
 from gpudoctor.registry import check
 

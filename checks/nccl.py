@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from gpudoctor.cudavis import from_facts as visible_devices
-from gpudoctor.joblayout import job_env, judged_here, layout
+from gpudoctor.readers.cudavis import from_facts as visible_devices
+from gpudoctor.job.layout import job_env, judged_here, layout
 from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 

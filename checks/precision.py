@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudoctor import versions
 from gpudoctor.checks.cuda import gpu_capabilities, format_indices
-from gpudoctor.model import Action, Fix, Safety, info, manual, passed, skip, unset_env, warn
+from gpudoctor.model import Action, ActionKind, Fix, Safety, info, manual, passed, skip, unset_env, warn
 from gpudoctor.registry import check
 
 AMPERE = (8, 0)  # first compute capability with bf16 and TF32 tensor cores
@@ -160,7 +160,7 @@ def tf32_unavailable_or_off(facts, ctx):
         Fix(
             "Enable TF32 for fp32 matmuls (changes numerics: 10-bit mantissa)",
             Safety.UNSAFE,
-            (Action("set_env", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1"),),
+            (Action(ActionKind.SET_ENV, "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1"),),
         ),
         **evidence,
     )

@@ -1,6 +1,6 @@
 """slurm checks: does the SLURM allocation fit the launcher and the GPUs?
 
-Every check judges a JobShape (gpudoctor.slurmjob): the live job when gpudoctor runs inside
+Every check judges a JobShape (gpudoctor.job.shape): the live job when gpudoctor runs inside
 one (`srun gpudoctor check`, or a preflight line in the batch script), or a batch script
 before submission (`gpudoctor check --sbatch job.slurm`). The same rule, the same words.
 
@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor import slurmfmt, versions
-from gpudoctor.model import Action, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
+from gpudoctor import versions
+from gpudoctor.readers import slurmfmt
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
 from gpudoctor.registry import check
-from gpudoctor.slurmjob import JobShape, job_shape, lightning_major, lightning_plan
+from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
 
 NOT_IN_SLURM = "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
 FIXED_AGAIN = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again (see the module docstring)
@@ -70,7 +71,7 @@ def directive_fix(shape: JobShape, facts, title: str, changes: dict, note: str |
             changes = {**changes, "ntasks": None}
     target = _script(shape, facts)
     if target:
-        actions = tuple(Action("sbatch_set", target, value=v, key=k) for k, v in changes.items())
+        actions = tuple(Action(ActionKind.SBATCH_SET, target, value=v, key=k) for k, v in changes.items())
         return Fix(title, Safety.SAFE, actions)
     lines = [f"#SBATCH --{k}={v}" if v is not None else f"remove #SBATCH --{k}" for k, v in changes.items()]
     if note:
@@ -160,7 +161,7 @@ def slurm_job_values_unreadable(facts, ctx):
 
 def _unknown_directives(sb: dict) -> tuple[list[str], list[str]]:
     """(likely typos, which sbatch refuses; other unknown options, which a site plugin may add)."""
-    from gpudoctor.sbatch import close_option
+    from gpudoctor.readers.sbatch import close_option
 
     typos, site = [], []
     for u in sb.get("unknown_directives", []):
@@ -653,7 +654,7 @@ def cpus_per_task_too_few_for_workers(facts, ctx):
 
 def _num_workers(ctx, env: dict) -> int | None:
     try:
-        from gpudoctor import dlconfig
+        from gpudoctor.readers import dlconfig
     except ImportError:
         return None
     settings = dlconfig.from_context(ctx, env)
@@ -779,7 +780,7 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
         exp = shape.cuda_visible_export
         if not exp or exp.get("value") is None:
             return passed("the script leaves CUDA_VISIBLE_DEVICES to SLURM", **_ev(shape))
-        from gpudoctor.cudavis import parse_visible_devices
+        from gpudoctor.readers.cudavis import parse_visible_devices
 
         named = parse_visible_devices(exp["value"]).count
         fix = manual(f"Delete line {exp['line']} of {shape.where} (export CUDA_VISIBLE_DEVICES={exp['value']}); SLURM sets it", f"sed -i '{exp['line']}d' {shape.script}")
@@ -794,7 +795,7 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
         return passed("CUDA_VISIBLE_DEVICES is not set" + ("" if not gpus else " (SLURM normally sets it: check that gres.conf names the GPU device files)"), **_ev(shape))
     if gpus is None:
         return skip("no GPU allocation to compare CUDA_VISIBLE_DEVICES with", **_ev(shape))
-    from gpudoctor.cudavis import parse_visible_devices
+    from gpudoctor.readers.cudavis import parse_visible_devices
 
     seen = parse_visible_devices(env["CUDA_VISIBLE_DEVICES"]).count
     expected = shape.gpus_per_task or gpus
@@ -842,7 +843,7 @@ def sbatch_directive_after_first_command(facts, ctx):
 
 
 def _short_form(text: str, option: str) -> bool:
-    from gpudoctor.sbatch import SHORT
+    from gpudoctor.readers.sbatch import SHORT
 
     return any(f" -{k}" in f" {text.split('#SBATCH', 1)[-1]}" for k, v in SHORT.items() if v == option)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from gpudoctor.dlconfig import LIVE_KEY, LIVE_SOURCE
+from gpudoctor.readers.dlconfig import LIVE_KEY, LIVE_SOURCE
 from gpudoctor.model import Context, Finding
 
 CATEGORY = "dataloader"

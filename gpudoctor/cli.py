@@ -7,8 +7,7 @@ import os
 import sys
 
 from gpudoctor import __version__
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+from gpudoctor.model import ExitCode
 
 
 class UsageError(Exception):
@@ -88,21 +87,21 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             build_parser().print_help()
-            return EXIT_USAGE
+            return ExitCode.USAGE
         return COMMANDS[args.command](args)
     except UsageError as e:
         print(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e), file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("gpudoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return EXIT_OK
+        return ExitCode.OK
     except Exception as e:
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
         print(f"gpudoctor: internal error: {type(e).__name__}: {e} (set GPUDOCTOR_DEBUG=1 for a traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+        return ExitCode.INTERNAL
 
 
 def _specs(args):
@@ -132,14 +131,14 @@ def _context(args):
 
     config = sbatch = None
     if args.config:
-        from gpudoctor.trainconfig import ConfigError, load_config
+        from gpudoctor.readers.trainconfig import ConfigError, load_config
 
         try:
             config = load_config(args.config)
         except ConfigError as e:
             raise UsageError(str(e)) from None
     if args.sbatch:
-        from gpudoctor.sbatch import SbatchError, load_sbatch
+        from gpudoctor.readers.sbatch import SbatchError, load_sbatch
 
         try:
             sbatch = load_sbatch(args.sbatch)
@@ -238,7 +237,7 @@ def cmd_snapshot(args) -> int:
         print(f"gpudoctor: facts written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(facts.dump())
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_list(args) -> int:
@@ -250,13 +249,13 @@ def cmd_list(args) -> int:
 
         rows = [{"id": s.id, "name": s.name, "category": s.category, "title": s.title} for s in specs.values()]
         print(json.dumps(rows, indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     width = max((len(s.id) for s in specs.values()), default=10)
     for s in sorted(specs.values(), key=lambda s: (s.category, s.id)):
         print(f"{s.id:<{width}}  {s.category:<11}  {s.name}")
     for module, err in plugin_errors().items():
         print(f"plug-in {module} failed to load: {err}", file=sys.stderr)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _find_spec(key: str):
@@ -273,7 +272,7 @@ def cmd_explain(args) -> int:
     from gpudoctor.docs import explain_text
 
     print(explain_text(_find_spec(args.id)))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_docs(args) -> int:
@@ -290,7 +289,7 @@ def cmd_docs(args) -> int:
             raise UsageError(f"-o {args.output}: {e.strerror or e}") from None
     else:
         sys.stdout.write(text)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_smoke(args) -> int:

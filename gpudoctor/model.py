@@ -18,6 +18,8 @@ CATEGORIES = (
     "host",
     "hardware",
     "precision",
+    "job",  # cross-rank agreement: every rank's view of one job compared (check --job, compare)
+    "smoke",  # verdicts of the smoke training run (gpudoctor smoke)
 )
 
 
@@ -45,6 +47,25 @@ _RANK = {
 }
 
 
+class ExitCode(enum.IntEnum):
+    """The process exit status of every command (DESIGN.md: contracts users and CI rely on)."""
+
+    OK = 0  # no fail
+    FAIL = 1  # at least one fail (or warn with --strict); for smoke: the run failed; fix --diff: changes pending
+    USAGE = 2  # usage or bad input: one clear line, no traceback
+    INTERNAL = 3  # gpudoctor itself crashed
+
+
+class ActionKind(str, enum.Enum):
+    """What one step of a fix does; fixes/ turns each kind into an edit or a printed command."""
+
+    SET_ENV = "set_env"  # target: variable name; value: its value
+    UNSET_ENV = "unset_env"  # target: variable name
+    COMMAND = "command"  # target: a command line for the user to run (never run by gpudoctor)
+    YAML_SET = "yaml_set"  # target: config file; key: dotted key path; value: the new value
+    SBATCH_SET = "sbatch_set"  # target: batch script; key: long #SBATCH option; value: its value
+
+
 class Safety(str, enum.Enum):
     SAFE = "safe"  # reversible; touches only the job's environment or a backed-up file
     UNSAFE = "unsafe"  # changes what the job does (batch size, workers, ...)
@@ -53,18 +74,15 @@ class Safety(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Action:
-    """One step of a fix.
+    """One step of a fix (see ActionKind for what target, key and value mean)."""
 
-    kind is one of: set_env, unset_env, command, yaml_set, sbatch_set.
-    """
-
-    kind: str
+    kind: ActionKind
     target: str  # env var name, command line, file path
     value: Any = None
     key: str | None = None  # yaml key path or #SBATCH option
 
     def to_dict(self) -> dict:
-        d = {"kind": self.kind, "target": self.target}
+        d = {"kind": ActionKind(self.kind).value, "target": self.target}
         if self.value is not None:
             d["value"] = self.value
         if self.key is not None:
@@ -73,7 +91,7 @@ class Action:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Action":
-        return cls(kind=d["kind"], target=d["target"], value=d.get("value"), key=d.get("key"))
+        return cls(kind=ActionKind(d["kind"]), target=d["target"], value=d.get("value"), key=d.get("key"))
 
 
 @dataclass(frozen=True)
@@ -101,15 +119,15 @@ class Fix:
 
 
 def set_env(name: str, value: str, title: str | None = None) -> Fix:
-    return Fix(title or f"export {name}={value}", Safety.SAFE, (Action("set_env", name, value),))
+    return Fix(title or f"export {name}={value}", Safety.SAFE, (Action(ActionKind.SET_ENV, name, value),))
 
 
 def unset_env(name: str, title: str | None = None) -> Fix:
-    return Fix(title or f"unset {name}", Safety.SAFE, (Action("unset_env", name),))
+    return Fix(title or f"unset {name}", Safety.SAFE, (Action(ActionKind.UNSET_ENV, name),))
 
 
 def manual(title: str, *commands: str) -> Fix:
-    return Fix(title, Safety.MANUAL, tuple(Action("command", c) for c in commands))
+    return Fix(title, Safety.MANUAL, tuple(Action(ActionKind.COMMAND, c) for c in commands))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import traceback
 from typing import Iterable
 
 from gpudoctor.facts import Facts
-from gpudoctor.model import Context, Finding, Outcome, Severity
+from gpudoctor.model import Context, ExitCode, Finding, Outcome, Severity
 from gpudoctor.registry import CheckSpec
 
 
@@ -66,7 +66,7 @@ def summarize(findings: list[Finding]) -> dict[str, int]:
     return counts
 
 
-def exit_code(findings: list[Finding], strict: bool = False) -> int:
-    """0: no fail; 1: at least one fail (or warn with --strict)."""
+def exit_code(findings: list[Finding], strict: bool = False) -> ExitCode:
+    """OK: no fail; FAIL: at least one fail (or warn with --strict)."""
     bad = {Severity.FAIL, Severity.WARN} if strict else {Severity.FAIL}
-    return 1 if any(f.severity in bad for f in findings) else 0
+    return ExitCode.FAIL if any(f.severity in bad for f in findings) else ExitCode.OK

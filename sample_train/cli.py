@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpudoctor.model import ExitCode
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
-
-EXIT_USAGE = 2
 
 
 def _whole(text: str, low: int) -> int:
@@ -111,7 +110,7 @@ def options_from_args(args) -> SmokeOptions:
     }
     loader_config = None
     if args.config:
-        from gpudoctor.trainconfig import ConfigError, load_config
+        from gpudoctor.readers.trainconfig import ConfigError, load_config
 
         given = frozenset(name for name, value in flags.items() if value is not None)
         try:
@@ -138,7 +137,7 @@ def run(args) -> int:
         here = world.detect()
     except (OptionsError, world.WorldError, faults.FaultSpecError) as e:
         print(f"gpudoctor smoke: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     from gpudoctor.sample_train import launch
 
     if here is None:
@@ -146,6 +145,6 @@ def run(args) -> int:
     if opts.nprocs is not None and opts.nprocs != here.local_world_size:
         print(f"gpudoctor smoke: --gpus {opts.nprocs}, but {here.launcher} already started {here.local_world_size} "
               f"rank(s) on this node (this is rank {here.rank} of {here.world_size}); drop --gpus", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     return launch.run_in_world(here, opts)
 

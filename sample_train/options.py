@@ -53,11 +53,11 @@ class SmokeOptions:
 
 
 def loader_from_config(config: dict, path: str, overridden: frozenset = frozenset()) -> LoaderSettings:
-    """The training dataloader's settings, wherever the config keeps them (gpudoctor.dlconfig finds them).
+    """The training dataloader's settings, wherever the config keeps them (gpudoctor.readers.dlconfig finds them).
     overridden: settings a flag gives, whose config value (even an unreadable one) does not matter."""
     import os
 
-    from gpudoctor import dlconfig
+    from gpudoctor.readers import dlconfig
 
     found = dlconfig.find_settings(config, path, env=dict(os.environ))
     loader = LoaderSettings()

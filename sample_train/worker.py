@@ -21,7 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from gpudoctor import slurmfmt
+from gpudoctor.readers import slurmfmt
 from gpudoctor.sample_train import bench, faults, placement
 from gpudoctor.sample_train.exits import die, finish, last_resort
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json

@@ -9,7 +9,7 @@ import os
 import uuid
 from dataclasses import dataclass
 
-from gpudoctor import slurmfmt
+from gpudoctor.readers import slurmfmt
 
 
 class WorldError(ValueError):

@@ -1,6 +1,6 @@
 import pytest
 
-from gpudoctor.allocconf import effective_variable, parse_alloc_conf, suggest_correction
+from gpudoctor.readers.allocconf import effective_variable, parse_alloc_conf, suggest_correction
 from gpudoctor.model import Severity
 from gpudoctor.registry import load_all
 from tests.factsutil import DELETE, RECORDED_CPU, make_facts, run, severity

@@ -26,7 +26,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from gpudoctor.registry import load_all
-from gpudoctor.trainconfig import load_config
+from gpudoctor.readers.trainconfig import load_config
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run
 
 REALWORLD = Path(__file__).parent / "fixtures" / "configs" / "realworld"

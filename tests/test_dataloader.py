@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.dlconfig import find_settings
+from gpudoctor.readers.dlconfig import find_settings
 from gpudoctor.model import Safety, Severity
-from gpudoctor.trainconfig import load_config
+from gpudoctor.readers.trainconfig import load_config
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run, severity
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
@@ -359,7 +359,7 @@ def test_cli_missing_config_is_exit_2():
 
 
 def test_batch_script_torchrun_line_gives_the_ranks_per_node():
-    from gpudoctor.sbatch import parse_sbatch
+    from gpudoctor.readers.sbatch import parse_sbatch
 
     sb = parse_sbatch("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:8\nexport OMP_NUM_THREADS=64\nsrun torchrun --nproc-per-node=8 train.py\n", "job.slurm")
     (f,) = run("GD-DL-006", make_facts(env={"SLURM_JOB_ID": "3"}), sbatch=sb)

@@ -1,6 +1,6 @@
 import pytest
 
-from gpudoctor.cudavis import parse_visible_devices, strtoul_prefix
+from gpudoctor.readers.cudavis import parse_visible_devices, strtoul_prefix
 from gpudoctor.model import Severity
 from tests.factsutil import RECORDED_CPU, make_facts, run, severity
 

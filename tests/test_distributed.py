@@ -5,7 +5,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from gpudoctor.probe import rendezvous
-from gpudoctor.sbatch import parse_sbatch
+from gpudoctor.readers.sbatch import parse_sbatch
 from tests.factsutil import RECORDED_CPU, make_facts, run, severity
 
 TORCHRUN_RANK3 = {

@@ -2,7 +2,7 @@ import pytest
 
 from gpudoctor.checks.nccl import c_strtoll, p2p_disabled, parse_prefix_list, select_names
 from gpudoctor.model import Severity
-from gpudoctor.sbatch import parse_sbatch
+from gpudoctor.readers.sbatch import parse_sbatch
 from tests.factsutil import RECORDED_CPU, make_facts, run, severity
 
 EIGHT_RANKS = {"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8", "RANK": "0", "LOCAL_RANK": "0"}

@@ -28,14 +28,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudoctor import allocconf, cudavis, dlconfig, factschema, slurmfmt
+from gpudoctor import factschema
+from gpudoctor.readers import allocconf, cudavis, dlconfig, slurmfmt
 from gpudoctor.facts import Facts, SnapshotError, collectable_env
 from gpudoctor.model import Context, Severity
 from gpudoctor.registry import load_all
 from gpudoctor.report import json_report, junit
 from gpudoctor.runner import run_checks
-from gpudoctor.sbatch import SbatchError, load_sbatch, parse_sbatch
-from gpudoctor.trainconfig import ConfigError, load_config
+from gpudoctor.readers.sbatch import SbatchError, load_sbatch, parse_sbatch
+from gpudoctor.readers.trainconfig import ConfigError, load_config
 from tests.factsutil import FIXTURES, load_fixture
 
 ROOT = Path(__file__).resolve().parent.parent

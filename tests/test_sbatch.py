@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.sbatch import SbatchError, load_sbatch, parse_sbatch
+from gpudoctor.readers.sbatch import SbatchError, load_sbatch, parse_sbatch
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "sbatch"
 
@@ -246,7 +246,7 @@ def test_launch_command_kept_in_variables_and_arithmetic():
         "srun $CMD\n"
     )
     assert sb["launch"]["num_processes"] == "16" and sb["launch"]["nnodes"] == "4"
-    from gpudoctor.sbatch import expand_vars
+    from gpudoctor.readers.sbatch import expand_vars
 
     assert expand_vars("$((N * 8)) $((1/0)) $((2**99)) $((M+1))", {"N": "2", "M": "x"}) == "16 $((1/0)) $((2**99)) $((M+1))"
 
@@ -264,7 +264,7 @@ def test_hetjob_components_and_commented_directives():
 
 
 def test_single_quotes_and_backslash_leave_per_task_variables_to_each_task():
-    from gpudoctor.sbatch import expand_vars
+    from gpudoctor.readers.sbatch import expand_vars
 
     known = {"SLURM_NODEID": "0", "SLURM_PROCID": "0", "GPUS": "8"}
     assert expand_vars("srun bash -c 'x --node_rank=$SLURM_NODEID --n $GPUS' $SLURM_NODEID", known) == (

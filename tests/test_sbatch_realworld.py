@@ -23,7 +23,7 @@ import pytest
 from gpudoctor.model import Context, Severity
 from gpudoctor.registry import load_all
 from gpudoctor.runner import run_check
-from gpudoctor.sbatch import load_sbatch
+from gpudoctor.readers.sbatch import load_sbatch
 from tests.factsutil import make_facts
 
 REALWORLD = Path(__file__).parent / "fixtures" / "sbatch" / "realworld"

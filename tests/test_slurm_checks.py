@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.model import Severity
-from gpudoctor.sbatch import load_sbatch, parse_sbatch
+from gpudoctor.readers.sbatch import load_sbatch, parse_sbatch
 from tests.factsutil import load_fixture, make_facts, run, severity
 
 BROKEN_STEP = "synthetic-slurm-step-gres1-ntasks8"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpudoctor.slurmfmt import (
+from gpudoctor.readers.slurmfmt import (
     GpuRequest,
     SlurmFormatError,
     expand_nodelist,

@@ -37,7 +37,7 @@ def env_int(env: dict, name: str) -> int | None:
 
 def tasks_on_node(value: str | None, node_index: int = 0) -> int | None:
     """SLURM_TASKS_PER_NODE ('2(x3),1') -> the task count of node number node_index; None if unreadable."""
-    from gpudoctor.slurmfmt import SlurmFormatError, parse_tasks_per_node
+    from gpudoctor.readers.slurmfmt import SlurmFormatError, parse_tasks_per_node
 
     if not value:
         return None
@@ -63,7 +63,7 @@ def job_env(facts, ctx) -> dict:
     if not sb:
         return env
     if "SLURM_JOB_ID" not in env:
-        from gpudoctor.sbatch import implied_slurm_env
+        from gpudoctor.readers.sbatch import implied_slurm_env
 
         env.update(implied_slurm_env(sb.get("directives") or {}, sb.get("job_name") or ""))
     for name, entry in (sb.get("exports") or {}).items():
@@ -174,7 +174,7 @@ def _visible_gpus(facts) -> int | None:
     if count:
         return count
     if facts.nvidia.get("available") and facts.gpus:
-        from gpudoctor.cudavis import from_facts
+        from gpudoctor.readers.cudavis import from_facts
 
         return from_facts(facts).count
     return None

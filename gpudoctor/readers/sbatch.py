@@ -28,7 +28,7 @@ import os
 import re
 import shlex
 
-from gpudoctor import slurmfmt
+from gpudoctor.readers import slurmfmt
 
 
 class SbatchError(ValueError):

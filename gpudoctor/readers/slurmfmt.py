@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. Malformed input raises SlurmFormatError (a ValueError) naming
 what could not be read, so a check can report it as a finding instead of crashing.
-CUDA_VISIBLE_DEVICES is read by gpudoctor.cudavis.
+CUDA_VISIBLE_DEVICES is read by gpudoctor.readers.cudavis.
 
     parse_tasks_per_node("2(x3),1")          -> [2, 2, 2, 1]   (also SLURM_JOB_CPUS_PER_NODE)
     expand_nodelist("gpu[01-03,07],cpu1")    -> ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]

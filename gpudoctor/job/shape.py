@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from gpudoctor import slurmfmt
+from gpudoctor.readers import slurmfmt
 
 INTERACTIVE_JOB_NAMES = ("bash", "interactive")  # Lightning: SLURM not managing tasks under these names
 
@@ -223,7 +223,7 @@ def _gpus_from_env(shape: JobShape, env: dict, used: dict, p: list[str], in_step
             p.append(f"SLURM_GPUS_PER_TASK: {e}")
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
-        from gpudoctor.cudavis import parse_visible_devices
+        from gpudoctor.readers.cudavis import parse_visible_devices
 
         used["CUDA_VISIBLE_DEVICES"] = cvd
         seen = parse_visible_devices(cvd).count
@@ -244,7 +244,7 @@ def _per_task_binding(shape: JobShape, env: dict, used: dict) -> None:
     SLURM_STEP_GPUS then lists only this task's GPUs, the same ones as CUDA_VISIBLE_DEVICES, fewer
     than SLURM_GPUS_ON_NODE. A CUDA_VISIBLE_DEVICES narrowed by hand leaves SLURM_STEP_GPUS whole.
     """
-    from gpudoctor.cudavis import parse_visible_devices
+    from gpudoctor.readers.cudavis import parse_visible_devices
 
     try:
         step = len(slurmfmt.parse_index_list(env.get("SLURM_STEP_GPUS", ""), "SLURM_STEP_GPUS")) if env.get("SLURM_STEP_GPUS") else None
@@ -389,7 +389,7 @@ def _tasks_from_options(shape: JobShape) -> None:
 
 
 def _gpus_from_options(shape: JobShape, step: dict, p: list[str]) -> None:
-    from gpudoctor.sbatch import gpus_per_node_requested
+    from gpudoctor.readers.sbatch import gpus_per_node_requested
 
     req = gpus_per_node_requested(step)
     if req is None and step.get("gpus-per-task"):
