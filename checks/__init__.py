@@ -1,19 +1,6 @@
 """Built-in checks, one module per category (installed as gpudoctor.checks).
 
-Importing this package registers them; the registry reaches it through the
-`gpudoctor.checks` entry-point group, the same path third-party checks use.
+Every module in this package is a check module: gpudoctor.registry.load_all discovers and imports
+them (pkgutil), so a new checks/<category>.py is registered without being listed anywhere.
+Importing this package alone registers nothing.
 """
-
-from gpudoctor.checks import (  # noqa: F401
-    allocator,
-    cuda,
-    dataloader,
-    devices,
-    distributed,
-    driver,
-    hardware,
-    host,
-    nccl,
-    precision,
-    slurm,
-)

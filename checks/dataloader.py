@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor.readers.dlconfig import from_context
-from gpudoctor.job.layout import Known, env_int, in_srun_step, intended_launcher, job_env, judged_here, layout
-from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.job.layout import Known, env_int, in_srun_step, intended_launcher, job_env, layout
+from gpudoctor.model import Action, ActionKind, Fix, Safety, Severity, fail, info, manual, passed, set_env, skip, warn
 from gpudoctor.registry import check
 
 MIB = 1024 * 1024
@@ -91,6 +91,8 @@ def ranks_sharing_cpus(facts, ctx, lay) -> Known:
     category="dataloader",
     title="DataLoader workers fit the CPUs this task may use",
     needs=["host", "env"],
+    scope="node",
+    defers_to=["GD-SLURM-008"],
     what="Counts ranks sharing this CPU set x (num_workers + 1 main process) and compares it with the CPUs "
     "the process may run on (its affinity mask: a SLURM task's or container's CPU set, or the container's "
     "CPU quota). num_workers is per rank. Inside a SLURM job where GD-SLURM-008, in the same run, already "
@@ -103,10 +105,6 @@ def ranks_sharing_cpus(facts, ctx, lay) -> Known:
     "CPUs per task (--cpus-per-task).",
 )
 def dataloader_workers_oversubscribe_cpus(facts, ctx):
-    return judged_here(_dataloader_workers_oversubscribe_cpus(facts, ctx), facts, ctx)
-
-
-def _dataloader_workers_oversubscribe_cpus(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
@@ -157,21 +155,10 @@ def _slurm_reports_same_shortage(facts, ctx, cpus: Known) -> str | None:
     this one against the CPUs the process may run on, which inside a job is SLURM's grant. A
     container CPU quota is a cause SLURM-008 does not see, so that warning stays here.
     """
-    if SLURM_WORKERS_CHECK not in (ctx.running or ()):  # not in this report: the warning stays here
-        return None
     if "container" in (cpus.source or "") or ("SLURM_JOB_ID" not in job_env(facts, ctx) and not ctx.sbatch):
         return None
-    from gpudoctor.registry import load_all
-    from gpudoctor.model import Severity
-
-    spec = load_all().get(SLURM_WORKERS_CHECK)
-    if spec is None:
-        return None
-    try:
-        outcomes = spec.func(facts, ctx)
-    except Exception:  # its own run reports its error; here it only decides who warns
-        return None
-    for outcome in outcomes if isinstance(outcomes, list) else [outcomes]:
+    # The runner hands over GD-SLURM-008's outcomes (defers_to) when it is in this run.
+    for outcome in ctx.deferred.get(SLURM_WORKERS_CHECK, ()):
         if outcome.severity is Severity.WARN:
             return outcome.message
     return None
@@ -322,6 +309,7 @@ def _shm_fix(facts) -> Fix:
     category="dataloader",
     title="/dev/shm has room for the batches DataLoader workers hand over",
     needs=["host", "env"],
+    scope="node",
     what="DataLoader workers pass every batch to the training process through shared memory (/dev/shm). "
     "Compares the free /dev/shm with ranks on this node x num_workers x prefetch_factor batches in flight.",
     why="When /dev/shm fills, workers die with 'Bus error' or 'DataLoader worker (pid N) is killed by "
@@ -331,10 +319,6 @@ def _shm_fix(facts) -> Fix:
     "with medium: Memory at /dev/shm. Fewer workers or a smaller prefetch_factor also reduce the need.",
 )
 def shm_too_small_for_workers(facts, ctx):
-    return judged_here(_shm_too_small_for_workers(facts, ctx), facts, ctx)
-
-
-def _shm_too_small_for_workers(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
@@ -387,6 +371,7 @@ def omp_threads(env: dict) -> tuple[int | None, str | None]:
     category="dataloader",
     title="OpenMP threads of all ranks fit the CPUs",
     needs=["host", "env"],
+    scope="node",
     what="Ranks sharing this CPU set x OMP_NUM_THREADS, compared with the CPUs the process may use. When "
     "OMP_NUM_THREADS is unset, torchrun sets it to 1 for more than one process per node; other launchers "
     "(Lightning, srun, mp.spawn) leave each rank's thread pool at the number of CPUs it may use.",
@@ -396,10 +381,6 @@ def omp_threads(env: dict) -> tuple[int | None, str | None]:
     fix="export OMP_NUM_THREADS=<CPUs / ranks per node> in the job script.",
 )
 def omp_threads_oversubscribe_cpus(facts, ctx):
-    return judged_here(_omp_threads_oversubscribe_cpus(facts, ctx), facts, ctx)
-
-
-def _omp_threads_oversubscribe_cpus(facts, ctx):
     env = job_env(facts, ctx)
     cpus = cpu_budget(facts)
     if not cpus.known:

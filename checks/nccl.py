@@ -21,7 +21,7 @@ import re
 from dataclasses import replace
 
 from gpudoctor.readers.cudavis import from_facts as visible_devices
-from gpudoctor.job.layout import job_env, judged_here, layout
+from gpudoctor.job.layout import job_env, layout
 from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
@@ -158,6 +158,7 @@ def _fmt_nccl(v) -> str:
     category="nccl",
     title="NCCL_SOCKET_IFNAME selects a usable network interface",
     needs=["env", "network"],
+    scope="node",
     what="Applies NCCL_SOCKET_IFNAME the way NCCL does (comma-separated prefixes, '^' to exclude, '=' for "
     "exact names) to this host's interfaces that are up and have an IP address. On a multi-node job the "
     "selection must include an interface other nodes can reach (not only loopback or container bridges).",
@@ -169,10 +170,6 @@ def _fmt_nccl(v) -> str:
     "as 'ib' or 'en'; or unset it and let NCCL choose.",
 )
 def nccl_socket_ifname_matches_nothing(facts, ctx):
-    return judged_here(_nccl_socket_ifname_matches_nothing(facts, ctx), facts, ctx)
-
-
-def _nccl_socket_ifname_matches_nothing(facts, ctx):
     value = job_env(facts, ctx).get("NCCL_SOCKET_IFNAME")
     usable = _usable_interfaces(facts)
     evidence = {"NCCL_SOCKET_IFNAME": value, "interfaces": {i["name"]: i.get("addresses") for i in usable}}
@@ -257,6 +254,7 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     category="nccl",
     title="NCCL uses InfiniBand/RoCE between nodes where the host has it",
     needs=["env", "network"],
+    scope="node",
     what="On a multi-node job, compares the host's InfiniBand/RoCE ports (/sys/class/infiniband) with "
     "NCCL_IB_DISABLE, NCCL_NET and NCCL_IB_HCA. Single-node jobs are not affected: NCCL uses NVLink, PCIe "
     "or shared memory inside a node.",
@@ -268,10 +266,6 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     "that are not ACTIVE with `ibstat`.",
 )
 def nccl_inter_node_falls_back_to_sockets(facts, ctx):
-    return judged_here(_nccl_inter_node_falls_back_to_sockets(facts, ctx), facts, ctx)
-
-
-def _nccl_inter_node_falls_back_to_sockets(facts, ctx):
     env = job_env(facts, ctx)
     lay = layout(facts, ctx)
     ports = _ib_ports(facts)
@@ -309,6 +303,7 @@ def _nvlink_gpus(facts) -> list[int]:
     category="nccl",
     title="NCCL may use NVLink between this node's GPUs",
     needs=["env", "nvidia"],
+    scope="node",
     what="Looks for NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=LOC (P2P off) when the visible GPUs have active "
     "NVLink links.",
     why="P2P is the transport that uses NVLink. With it off, NCCL moves every intra-node all-reduce through "
@@ -318,10 +313,6 @@ def _nvlink_gpus(facts) -> list[int]:
     fix="Unset NCCL_P2P_DISABLE (and NCCL_P2P_LEVEL=LOC) on NVLink machines.",
 )
 def nccl_p2p_disabled_on_nvlink(facts, ctx):
-    return judged_here(_nccl_p2p_disabled_on_nvlink(facts, ctx), facts, ctx)
-
-
-def _nccl_p2p_disabled_on_nvlink(facts, ctx):
     env = job_env(facts, ctx)
     if not facts.nvidia.get("available"):
         return skip("no NVIDIA driver (see GD-DRV-001)")

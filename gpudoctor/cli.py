@@ -8,6 +8,7 @@ import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import ExitCode
+from gpudoctor.registry import RegistryError
 
 
 class UsageError(Exception):
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             build_parser().print_help()
             return ExitCode.USAGE
         return COMMANDS[args.command](args)
-    except UsageError as e:
+    except (UsageError, RegistryError) as e:  # RegistryError: a check or plug-in that cannot load
         print(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e), file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _specs(args):
-    from gpudoctor.registry import RegistryError, load_all, select
+    from gpudoctor.registry import load_all, select
 
     try:
         return select(load_all(), getattr(args, "select", None), getattr(args, "ignore", None))
@@ -241,7 +242,7 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from gpudoctor.registry import load_all, plugin_errors
+    from gpudoctor.registry import load_all
 
     specs = load_all()
     if args.json:
@@ -253,8 +254,6 @@ def cmd_list(args) -> int:
     width = max((len(s.id) for s in specs.values()), default=10)
     for s in sorted(specs.values(), key=lambda s: (s.category, s.id)):
         print(f"{s.id:<{width}}  {s.category:<11}  {s.name}")
-    for module, err in plugin_errors().items():
-        print(f"plug-in {module} failed to load: {err}", file=sys.stderr)
     return ExitCode.OK
 
 

@@ -1,18 +1,70 @@
-"""The check registry: checks register with @check; third parties through entry points."""
+"""The check registry: checks register with @check; third parties through entry points.
+
+A check is a pure function `func(facts, ctx) -> Outcome | list[Outcome]` plus metadata. The
+registry enforces the metadata when the module is imported, so a mistake in a new check stops
+every command with one line naming the file and the check (exit 2), not a check silently
+skipped or a crash far away. The rules, each a RegistryError at import time:
+
+- id: built-in checks (modules under gpudoctor.checks) use GD-<AREA>-NNN exactly; third-party
+  checks may use their own prefix (ACME-SCRATCH-1). An id is registered once.
+- name: kebab-case naming the problem, unique across checks.
+- category: one of model.CATEGORIES.
+- title, what, why, fix: non-empty text (they are the check's documentation: list/explain/docs).
+- needs: fact sections from gpudoctor.facts.SECTIONS; the probes that run are derived from them.
+- requires, scope, defers_to, source: the policies below, each from its fixed vocabulary.
+
+Policies the runner applies, so checks need no wrapper twins or skip helpers of their own:
+
+requires -- preconditions; an unmet one makes the check a `skip` with one wording for all checks
+(see REQUIREMENTS). Checked in the order given, after `needs`.
+
+scope -- what the verdict is about (see SCOPES):
+  "job"     the job's settings: environment, batch script, training config, launcher. The same
+            wherever gpudoctor runs (on a login node before submission, or inside the job).
+  "machine" the machine gpudoctor runs on as it is: its driver, GPUs, torch install, hardware
+            counters. (The default.) Run where the job runs for a verdict about the job's node.
+  "node"    the compute node the job will get, measured on this machine (CPUs, memory, /dev/shm,
+            network interfaces, NVLink). Before submission (--sbatch on a submit host) this machine
+            is not that node: a warn/fail becomes info saying where it was judged, without a fix.
+  A login-node mode can build on this split: "job" checks judge the job from anywhere, "machine"
+  and "node" checks need to run on the node.
+
+defers_to -- ids of checks this one leaves a shared finding to. When such a check is in the same
+run (Context.running), the runner evaluates it and hands its outcomes to this check as
+Context.deferred[id]; the check decides what to leave to it. No check calls another itself.
+
+source -- "facts" (the default: judged from probed facts by `gpudoctor check`) or "smoke" (the
+verdict is produced by `gpudoctor smoke`; the function only documents it). Smoke-sourced checks
+are listed, explained and documented like every check but never run by `gpudoctor check`.
+"""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import re
+import sys
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
+from gpudoctor.facts import SECTIONS
 from gpudoctor.model import CATEGORIES
 
 ENTRY_POINT_GROUP = "gpudoctor.checks"
-_ID = re.compile(r"^GD-[A-Z]+-\d{3}$|^[A-Z][A-Z0-9]*-[A-Z0-9-]+$")
+BUILTIN_PACKAGE = "gpudoctor.checks"
+BUILTIN_ID = re.compile(r"^GD-[A-Z]+-\d{3}$")
+THIRD_PARTY_ID = re.compile(r"^[A-Z][A-Z0-9]*-[A-Z0-9-]+$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 DOC_SECTIONS = ("What it checks", "Why it matters", "How to fix")
+
+# requires= vocabulary: name -> what must hold (the runner's wording of the skip is in runner.py).
+REQUIREMENTS = {
+    "gpus-expected": "the job is meant to use GPUs (not --expect-gpus 0)",
+    "gpus-seen": "the NVIDIA driver on this machine sees at least one GPU",
+    "torch": "torch was imported by the probe",
+}
+SCOPES = ("job", "machine", "node")  # see the module docstring
+SOURCES = ("facts", "smoke")
 
 
 @dataclass(frozen=True)
@@ -25,53 +77,151 @@ class CheckSpec:
     docs: dict[str, str]  # DOC_SECTIONS -> text
     func: Callable
     module: str
+    requires: tuple[str, ...] = ()  # REQUIREMENTS keys, checked in order by the runner
+    scope: str = "machine"  # SCOPES: what the verdict is about
+    defers_to: tuple[str, ...] = ()  # check ids whose outcomes this check receives in Context.deferred
+    source: str = "facts"  # SOURCES: who produces the verdict
+    file: str = ""  # where it is defined, for messages
+
+    @property
+    def judged_by_check(self) -> bool:
+        """Whether `gpudoctor check` runs it (smoke verdicts come from `gpudoctor smoke`)."""
+        return self.source == "facts"
 
 
 _REGISTRY: dict[str, CheckSpec] = {}
 
 
 class RegistryError(Exception):
-    pass
+    """A check or plug-in that cannot be registered: one line naming the file and the check."""
+
+
+def _caller() -> tuple[str, str, int]:
+    """(module, file, line) of the @check(...) call: two frames up from here."""
+    frame = sys._getframe(2)
+    return frame.f_globals.get("__name__", "?"), frame.f_code.co_filename, frame.f_lineno
+
+
+def _where(file: str, line: int) -> str:
+    return f"{_short(file)}:{line}"
+
+
+def _short(file: str) -> str:
+    """checks/x.py rather than an absolute path, where the file is inside this project."""
+    for marker in ("/checks/", "/gpudoctor/"):
+        if marker in file:
+            return file[file.rindex(marker) + 1 :]
+    return file
+
+
+def _problems(
+    module: str,
+    id: Any,
+    name: Any,
+    category: Any,
+    title: Any,
+    needs: Any,
+    texts: dict[str, Any],
+    requires: tuple,
+    scope: Any,
+    defers_to: tuple,
+    source: Any,
+) -> list[str]:
+    problems = []
+    builtin = module == BUILTIN_PACKAGE or module.startswith(BUILTIN_PACKAGE + ".")
+    if not isinstance(id, str) or not id:
+        problems.append("missing id=")
+    elif builtin and not BUILTIN_ID.match(id):
+        problems.append(f"id {id!r} must look like GD-AREA-001 (GD-, capital letters, -, three digits)")
+    elif not builtin and not (BUILTIN_ID.match(id) or THIRD_PARTY_ID.match(id)):
+        problems.append(f"id {id!r} must look like GD-AREA-001 or PREFIX-NAME")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(f"name {name!r} must be kebab-case (e.g. nccl-socket-ifname-matches-nothing)")
+    if category not in CATEGORIES:
+        problems.append(f"unknown category {category!r} (one of {', '.join(CATEGORIES)})")
+    for key, text in {"title": title, **texts}.items():
+        if not isinstance(text, str) or not text.strip():
+            problems.append(f"missing or empty {key}=")
+    if needs is None or isinstance(needs, str):
+        problems.append(f"needs= must be a list of fact sections (got {needs!r}; [] for none)")
+    else:
+        for section in needs:
+            if section not in SECTIONS:
+                problems.append(f"needs {section!r} is no fact section (one of {', '.join(SECTIONS)})")
+    for req in requires:
+        if req not in REQUIREMENTS:
+            problems.append(f"requires {req!r} is unknown (one of {', '.join(REQUIREMENTS)})")
+    if scope not in SCOPES:
+        problems.append(f"scope {scope!r} is unknown (one of {', '.join(SCOPES)})")
+    for other in defers_to:
+        if not isinstance(other, str) or other == id:
+            problems.append(f"defers_to {other!r} must name another check's id")
+    if source not in SOURCES:
+        problems.append(f"source {source!r} is unknown (one of {', '.join(SOURCES)})")
+    return problems
+
+
+def _tuple(value: Iterable[str] | str | None) -> tuple:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def check(
-    id: str,
-    name: str,
-    category: str,
-    title: str,
-    needs: Iterable[str],
-    what: str,
-    why: str,
-    fix: str,
-):
+    *,
+    id: str | None = None,
+    name: str | None = None,
+    category: str | None = None,
+    title: str | None = None,
+    needs: Iterable[str] | None = None,
+    what: str | None = None,
+    why: str | None = None,
+    fix: str | None = None,
+    requires: Iterable[str] | str | None = None,
+    scope: str = "machine",
+    defers_to: Iterable[str] | str | None = None,
+    source: str = "facts",
+) -> Callable[[Callable], Callable]:
     """Register a pure check: func(facts, ctx) -> Outcome | list[Outcome].
 
     id: stable, never reused (GD-AREA-NNN); name: kebab-case naming the problem;
-    needs: the fact sections it reads (only those are probed with --select).
+    needs: the fact sections it reads (only those are probed with --select);
+    requires/scope/defers_to/source: runner policies (module docstring).
+    Every argument is keyword-only; a missing one is reported with the file and check.
     """
-    if not _ID.match(id):
-        raise RegistryError(f"check id {id!r} must look like GD-AREA-001")
-    if not _NAME.match(name):
-        raise RegistryError(f"check name {name!r} must be kebab-case")
-    if category not in CATEGORIES:
-        raise RegistryError(f"check {id}: unknown category {category!r}")
+    module, file, line = _caller()
+    texts = {"what": what, "why": why, "fix": fix}
+    requires_t, defers_t = _tuple(requires), _tuple(defers_to)
+    problems = _problems(module, id, name, category, title, needs, texts, requires_t, scope, defers_t, source)
+    if problems:
+        raise RegistryError(f"{_where(file, line)}: check {id or '(no id)'}: {'; '.join(problems)}")
+    assert id and name and category and title and needs is not None  # checked above; for the type checker
 
-    def register(func):
+    def register(func: Callable) -> Callable:
         spec = CheckSpec(
             id=id,
             name=name,
             category=category,
             title=title,
             needs=tuple(needs),
-            docs={"What it checks": what.strip(), "Why it matters": why.strip(), "How to fix": fix.strip()},
+            docs={section: str(text).strip() for section, text in zip(DOC_SECTIONS, texts.values())},
             func=func,
             module=func.__module__,
+            requires=requires_t,
+            scope=scope,
+            defers_to=defers_t,
+            source=source,
+            file=_short(file),
         )
+        where = f"{_where(file, line)}: check {id} ({func.__name__})"
         old = _REGISTRY.get(id)
         if old is not None and (old.module, old.func.__qualname__) != (spec.module, func.__qualname__):
-            raise RegistryError(f"check id {id} registered twice ({old.module} and {spec.module})")
+            raise RegistryError(f"{where}: id {id} is already registered by {old.file} ({old.func.__name__})")
+        same_name = next((s for s in _REGISTRY.values() if s.name == name and s.id != id), None)
+        if same_name is not None:
+            raise RegistryError(f"{where}: name {name!r} is already used by {same_name.id} in {same_name.file}")
         _REGISTRY[id] = spec
-        func.spec = spec
+        func.spec = spec  # type: ignore[attr-defined]
         return func
 
     return register
@@ -80,40 +230,61 @@ def check(
 _loaded = False
 
 
+def builtin_modules() -> list[str]:
+    """Every module of the gpudoctor.checks package: a new checks/x.py is found without a list."""
+    package = importlib.import_module(BUILTIN_PACKAGE)
+    return sorted(
+        f"{BUILTIN_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")
+    )
+
+
+def _import(module: str, what: str, origin: str = "") -> None:
+    try:
+        importlib.import_module(module)
+    except RegistryError:
+        raise  # already names the file and the check
+    except Exception as e:
+        raise RegistryError(f"{what} {module}{origin} failed to load: {type(e).__name__}: {e}") from e
+
+
 def load_all() -> dict[str, CheckSpec]:
-    """Import the built-in checks and every installed entry point of gpudoctor.checks."""
+    """Import the built-in check modules and every installed entry point of gpudoctor.checks.
+
+    A module that fails to import, or a check it registers wrongly, raises RegistryError: a CI
+    run must not pass because a plug-in's checks silently went missing.
+    """
     global _loaded
     if not _loaded:
-        _loaded = True
         from importlib.metadata import entry_points
 
-        # Built-ins come through the same entry-point group as third-party checks.
-        modules = [ep.value.split(":")[0] for ep in entry_points(group=ENTRY_POINT_GROUP)]
-        if "gpudoctor.checks" not in modules:  # running from a source tree, not installed
-            modules.insert(0, "gpudoctor.checks")
-        for module in modules:
-            try:
-                importlib.import_module(module)
-            except Exception as e:  # a broken plug-in must not break the doctor
-                if module == "gpudoctor.checks":
-                    raise
-                _PLUGIN_ERRORS[module] = f"{type(e).__name__}: {e}"
+        for module in builtin_modules():
+            _import(module, "check module")
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            module = ep.value.split(":")[0]
+            if module != BUILTIN_PACKAGE:
+                _import(module, "plug-in", f" (entry point {ep.name!r} of {ENTRY_POINT_GROUP})")
+        for spec in _REGISTRY.values():
+            unknown = [other for other in spec.defers_to if other not in _REGISTRY]
+            if unknown:
+                raise RegistryError(f"{spec.file}: check {spec.id}: defers_to {', '.join(unknown)}: no such check")
+        _loaded = True
     return dict(sorted(_REGISTRY.items()))
 
 
-_PLUGIN_ERRORS: dict[str, str] = {}
-
-
-def plugin_errors() -> dict[str, str]:
-    return dict(_PLUGIN_ERRORS)
+def registered(check_id: str) -> CheckSpec | None:
+    """The spec of a check already registered (its module imported), without loading the others."""
+    return _REGISTRY.get(check_id)
 
 
 def select(
     specs: dict[str, CheckSpec], selected: list[str] | None, ignored: list[str] | None
 ) -> list[CheckSpec]:
-    """Filter by categories or ids; unknown names raise RegistryError (a usage error)."""
+    """The checks `gpudoctor check` runs, filtered by categories or ids; unknown names raise RegistryError.
 
-    def matcher(names: list[str]):
+    Smoke-sourced checks are never among them (`gpudoctor smoke` judges those).
+    """
+
+    def matcher(names: list[str]) -> Callable[[CheckSpec], bool]:
         cats, ids = set(), set()
         for n in names:
             if n in CATEGORIES:
@@ -126,7 +297,7 @@ def select(
                 raise RegistryError(f"unknown category or check id: {n!r} (see 'gpudoctor list')")
         return lambda s: s.category in cats or s.id in ids
 
-    out = list(specs.values())
+    out = [s for s in specs.values() if s.judged_by_check]
     if selected:
         m = matcher(selected)
         out = [s for s in out if m(s)]

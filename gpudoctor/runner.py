@@ -1,24 +1,105 @@
-"""Runs checks over facts. A check that raises becomes an `error` finding, never a crash."""
+"""Runs checks over facts. A check that raises becomes an `error` finding, never a crash.
+
+The runner applies the policies a check declares (registry module docstring): `needs` and
+`requires` skip a check that cannot judge, `scope` turns a verdict about a node measured on the
+wrong machine into a hint, `defers_to` hands a check the outcomes of the checks it leaves a
+shared finding to.
+"""
 
 from __future__ import annotations
 
 import traceback
-from typing import Iterable
+from dataclasses import replace
+from typing import Callable, Iterable
 
 from gpudoctor.facts import Facts
 from gpudoctor.model import Context, ExitCode, Finding, Outcome, Severity
-from gpudoctor.registry import CheckSpec
+from gpudoctor.registry import REQUIREMENTS, CheckSpec, registered
+
+
+def _gpus_expected(facts: Facts, ctx: Context) -> str | None:
+    return None if ctx.gpus_expected else "no GPUs expected (--expect-gpus 0)"
+
+
+def _gpus_seen(facts: Facts, ctx: Context) -> str | None:
+    if not facts.nvidia.get("available"):
+        return "no NVIDIA driver (see GD-DRV-001)"
+    return None if facts.gpus else "no GPUs to judge"
+
+
+def _torch(facts: Facts, ctx: Context) -> str | None:
+    status = facts.torch.get("status")
+    if status == "ok":
+        return None
+    return f"torch could not be imported ({status or facts.torch.get('error') or 'not probed'}; see GD-CUDA-001)"
+
+
+# requires= name -> why the check is skipped (None: the requirement holds). One wording per requirement.
+UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
+    "gpus-expected": _gpus_expected,
+    "gpus-seen": _gpus_seen,
+    "torch": _torch,
+}
+assert UNMET.keys() == REQUIREMENTS.keys()
+
+
+def before_submission(facts: Facts, ctx: Context) -> bool:
+    """--sbatch given outside any SLURM job: this host is the submit host, not where the job runs."""
+    return bool(ctx.sbatch) and "SLURM_JOB_ID" not in facts.env
+
+
+def _scoped(spec: CheckSpec, o: Outcome, facts: Facts, ctx: Context) -> Outcome:
+    """scope="node": before submission a warn/fail about this host's CPUs, memory or network is only
+    a hint, since the job runs on compute nodes that may differ from the submit host. It becomes
+    info that says where it was judged (run `srun gpudoctor check` in the job for a verdict)."""
+    if spec.scope != "node" or o.severity not in (Severity.WARN, Severity.FAIL) or not before_submission(facts, ctx):
+        return o
+    host = facts.host.get("hostname") or "this host"
+    return replace(
+        o,
+        fix=None,  # computed from this host's numbers, which are not the job's
+        severity=Severity.INFO,
+        message=f"judged on {host}, not on the node the job will get: {o.message}",
+        evidence={**o.evidence, "judged_on": host, "before_submission": True},
+    )
+
+
+def _outcomes(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Outcome]:
+    """The check's outcomes with its policies applied; exceptions propagate to the caller."""
+    missing = [s for s in spec.needs if not facts.has(s)]
+    if missing:
+        return [Outcome(Severity.SKIP, f"not probed: {', '.join(missing)}", {"missing_facts": missing})]
+    for requirement in spec.requires:
+        reason = UNMET[requirement](facts, ctx)
+        if reason is not None:
+            return [Outcome(Severity.SKIP, reason, {"requires": requirement})]
+    if spec.defers_to:
+        ctx = replace(ctx, deferred=_deferred(spec, facts, ctx))
+    result = spec.func(facts, ctx)
+    outcomes = result if isinstance(result, list) else [result]
+    if not outcomes or not all(isinstance(o, Outcome) for o in outcomes):
+        raise TypeError(f"check returned {result!r}, expected Outcome or a list of them")
+    return [_scoped(spec, o, facts, ctx) for o in outcomes]
+
+
+def _deferred(spec: CheckSpec, facts: Facts, ctx: Context) -> dict[str, tuple[Outcome, ...]]:
+    """Outcomes of the checks `spec` defers to that are in this run; one that fails is left out
+    (its own run reports its error; here it only decides who reports)."""
+    out = {}
+    for other_id in spec.defers_to:
+        other = registered(other_id)
+        if other is None or other_id not in (ctx.running or ()):
+            continue
+        try:
+            out[other_id] = tuple(_outcomes(other, facts, replace(ctx, deferred={})))
+        except Exception:
+            continue
+    return out
 
 
 def run_check(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Finding]:
-    missing = [s for s in spec.needs if not facts.has(s)]
-    if missing:
-        return [_finding(spec, Outcome(Severity.SKIP, f"not probed: {', '.join(missing)}", {"missing_facts": missing}))]
     try:
-        result = spec.func(facts, ctx)
-        outcomes = result if isinstance(result, list) else [result]
-        if not outcomes or not all(isinstance(o, Outcome) for o in outcomes):
-            raise TypeError(f"check returned {result!r}, expected Outcome or a list of them")
+        outcomes = _outcomes(spec, facts, ctx)
     except Exception as e:
         tb = traceback.extract_tb(e.__traceback__)[-1]
         return [
@@ -48,10 +129,9 @@ def _finding(spec: CheckSpec, o: Outcome) -> Finding:
 
 
 def run_checks(specs: Iterable[CheckSpec], facts: Facts, ctx: Context) -> list[Finding]:
-    specs = list(specs)
+    """Runs the checks judged from facts (smoke-sourced ones are `gpudoctor smoke`'s)."""
+    specs = [s for s in specs if s.judged_by_check]
     if ctx.running is None:
-        from dataclasses import replace
-
         ctx = replace(ctx, running=frozenset(s.id for s in specs))
     findings: list[Finding] = []
     for spec in specs:

@@ -105,11 +105,13 @@ def test_third_party_checks_load_through_the_entry_point_group(tmp_path):
     assert r.returncode == 1 and '"GD-ACME-001"' in r.stdout
 
 
-def test_a_broken_plugin_is_reported_and_the_doctor_still_runs(tmp_path):
+def test_a_broken_plugin_stops_the_doctor_with_a_line_naming_it(tmp_path):
+    # Issue 9: a plug-in whose checks silently went missing would let a CI run pass; exit 2 instead.
     env = _install_plugin(tmp_path, "raise RuntimeError('plugin exploded')\n")
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "list"], env=env, capture_output=True, text=True)
-    assert r.returncode == 0 and "GD-DRV-001" in r.stdout
-    assert "plugin exploded" in r.stderr
+    for command in (["list"], ["check", "--select", "driver", "--json"]):
+        r = subprocess.run([sys.executable, "-m", "gpudoctor", *command], env=env, capture_output=True, text=True)
+        assert r.returncode == 2 and r.stdout == ""
+        assert r.stderr.count("\n") == 1 and "plug-in acme_checks" in r.stderr and "plugin exploded" in r.stderr
 
 
 def test_wheel_exposes_only_the_gpudoctor_namespace(tmp_path):
