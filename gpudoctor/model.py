@@ -63,7 +63,13 @@ class ActionKind(str, enum.Enum):
     UNSET_ENV = "unset_env"  # target: variable name
     COMMAND = "command"  # target: a command line for the user to run (never run by gpudoctor)
     YAML_SET = "yaml_set"  # target: config file; key: dotted key path; value: the new value
-    SBATCH_SET = "sbatch_set"  # target: batch script; key: long #SBATCH option; value: its value
+    SBATCH_SET = "sbatch_set"  # target: batch script; key: long #SBATCH option; value: its value (None: remove)
+    SBATCH_REMOVE = "sbatch_remove"  # target: batch script; key: long #SBATCH option to drop
+    SBATCH_HOIST = "sbatch_hoist"  # target: batch script; value: the text of an #SBATCH line below the first command
+    SRUN_PREFIX = "srun_prefix"  # target: batch script; value: srun options ("" for none) put before the launch
+    EXPORT_SET = "export_set"  # target: batch script; key: variable; value: its value (before the launch line)
+    EXPORT_REMOVE = "export_remove"  # target: batch script; key: variable whose export/assignment is dropped
+    OVERRIDE_SET = "override_set"  # target: batch script; key: dotted key or --flag on the launch line; value
 
 
 class Safety(str, enum.Enum):
@@ -213,6 +219,8 @@ class Context:
     # Ids of the checks in this run (set by runner.run_checks; None when a check runs on its own),
     # so a check can leave a finding to another check that reports it in the same run.
     running: frozenset[str] | None = None
+    # Outcomes of the checks named in this check's defers_to that are in this run (set by the runner).
+    deferred: dict[str, tuple[Outcome, ...]] = field(default_factory=dict)
 
     @property
     def gpus_expected(self) -> bool:
