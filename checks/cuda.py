@@ -22,14 +22,6 @@ _SONAME_MAJOR = re.compile(r"\.so\.(\d+)")
 # ---------------------------------------------------------------- shared helpers
 
 
-def _torch_unusable(facts) -> Outcome | None:
-    """A skip when torch could not be imported (GD-CUDA-001 reports that)."""
-    t = facts.torch
-    if t.get("status") != "ok":
-        return skip(f"torch could not be imported ({t.get('status') or t.get('error') or 'not probed'}; see GD-CUDA-001)")
-    return None
-
-
 def _not_a_cuda_build(facts) -> Outcome | None:
     """A skip for CPU-only and ROCm builds (GD-CUDA-002 judges those)."""
     t = facts.torch
@@ -252,6 +244,7 @@ def torch_not_importable(facts, ctx):
     category="cuda",
     title="torch build can use the NVIDIA GPUs",
     needs=["torch", "nvidia"],
+    requires=["torch"],
     what="Reads torch.version.cuda (None for CPU-only builds) and torch.version.hip, and compares "
     "with the NVIDIA GPUs the driver sees.",
     why="A CPU-only torch (the +cpu wheels, or a pip index that served one) runs the whole job on the "
@@ -260,9 +253,6 @@ def torch_not_importable(facts, ctx):
     "`pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu124`.",
 )
 def torch_cpu_only_build(facts, ctx):
-    skipped = _torch_unusable(facts)
-    if skipped:
-        return skipped
     t = facts.torch
     gpus = _nvml_gpus(facts)
     evidence = {"torch": t.get("version"), "torch_cuda": t.get("cuda"), "nvidia_gpus": len(gpus)}
@@ -315,6 +305,7 @@ def _cuda_init_hint(error: str) -> str:
     category="cuda",
     title="torch initialises CUDA on the GPUs the driver sees",
     needs=["torch", "nvidia", "env"],
+    requires=["torch"],
     what="Calls torch.cuda.is_available() in the probe child (recording the warning torch prints "
     "when CUDA initialisation fails) on a machine where NVML sees GPUs and torch is a CUDA build.",
     why="When the driver sees GPUs but CUDA cannot initialise (fabric manager not running on an HGX "
@@ -326,7 +317,7 @@ def _cuda_init_hint(error: str) -> str:
     "reload the nvidia_uvm module or reboot.",
 )
 def torch_cuda_init_failed(facts, ctx):
-    skipped = _torch_unusable(facts) or _not_a_cuda_build(facts)
+    skipped = _not_a_cuda_build(facts)
     if skipped:
         return skipped
     t = facts.torch
@@ -400,6 +391,7 @@ def _coverage(arch_list: list[str], cc: tuple[int, int]) -> str | None:
     category="cuda",
     title="torch carries kernels for every GPU's architecture",
     needs=["torch", "nvidia"],
+    requires=["torch"],
     what="Compares each GPU's compute capability with torch.cuda.get_arch_list(): an sm_XY entry runs on "
     "GPUs of the same major version and an equal or newer minor (X.Y and later X.*); a compute_XY "
     "(PTX) entry can be JIT-compiled for any GPU of capability X.Y or newer; sm_XYa only on X.Y.",
@@ -411,7 +403,7 @@ def _coverage(arch_list: list[str], cc: tuple[int, int]) -> str | None:
     "with TORCH_CUDA_ARCH_LIST set to the GPU's capability.",
 )
 def torch_lacks_kernels_for_gpu(facts, ctx):
-    skipped = _torch_unusable(facts) or _not_a_cuda_build(facts)
+    skipped = _not_a_cuda_build(facts)
     if skipped:
         return skipped
     t = facts.torch
@@ -520,6 +512,7 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
     category="cuda",
     title="torch loads the cuDNN it was built with",
     needs=["torch", "libraries", "env"],
+    requires=["torch"],
     what="Compares the cuDNN torch reports and the libcudnn files its process mapped with the cuDNN "
     "copies on LD_LIBRARY_PATH and in the system library cache.",
     why="The dynamic loader searches LD_LIBRARY_PATH before the folders torch's libraries point at, so "
@@ -532,7 +525,7 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
     "bring their own cuDNN), or install the cuDNN version torch was built against.",
 )
 def cudnn_shadowed(facts, ctx):
-    skipped = _torch_unusable(facts) or _not_a_cuda_build(facts)
+    skipped = _not_a_cuda_build(facts)
     if skipped:
         return skipped
     t = facts.torch
@@ -604,6 +597,7 @@ CUDA_FAMILIES = {"cudart": "the CUDA runtime (libcudart)", "cublas": "cuBLAS", "
     category="cuda",
     title="torch loads its own CUDA runtime and cuBLAS",
     needs=["torch", "libraries", "env"],
+    requires=["torch"],
     what="Looks at the libcudart, libcublas/libcublasLt and libnvJitLink files torch's process mapped, "
     "and at the copies on LD_LIBRARY_PATH, against the ones NVIDIA's pip wheels installed for torch.",
     why="A CUDA toolkit folder on LD_LIBRARY_PATH is searched before the wheel folders, so a library "
@@ -614,7 +608,7 @@ CUDA_FAMILIES = {"cudart": "the CUDA runtime (libcudart)", "cublas": "cuBLAS", "
     "torch builds bring their own CUDA libraries.",
 )
 def cuda_runtime_libraries_shadowed(facts, ctx):
-    skipped = _torch_unusable(facts) or _not_a_cuda_build(facts)
+    skipped = _not_a_cuda_build(facts)
     if skipped:
         return skipped
     t = facts.torch
@@ -648,6 +642,7 @@ def cuda_runtime_libraries_shadowed(facts, ctx):
     category="cuda",
     title="CUDA toolkit (nvcc) matches torch's CUDA for building extensions",
     needs=["torch", "libraries"],
+    requires=["torch"],
     what="Compares the CUDA toolkit torch.utils.cpp_extension would use (CUDA_HOME or CUDA_PATH, else "
     "nvcc on PATH, else /usr/local/cuda) with the CUDA version torch was built with.",
     why="Extensions compiled at install or run time (DeepSpeed ops, flash-attn or apex from source, "
@@ -658,7 +653,7 @@ def cuda_runtime_libraries_shadowed(facts, ctx):
     "cu124 torch), or install the torch build that matches the toolkit.",
 )
 def nvcc_torch_cuda_mismatch(facts, ctx):
-    skipped = _torch_unusable(facts) or _not_a_cuda_build(facts)
+    skipped = _not_a_cuda_build(facts)
     if skipped:
         return skipped
     t = facts.torch

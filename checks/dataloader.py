@@ -25,10 +25,6 @@ def _settings(facts, ctx):
     return from_context(ctx, job_env(facts, ctx))
 
 
-def _no_gpus():
-    return skip("no GPU training here (--expect-gpus 0, or a DataLoader in a process without CUDA)")
-
-
 def _no_settings():
     return skip("no training config (--config) or DataLoader (gpudoctor.audit_dataloader) to read settings from")
 
@@ -173,6 +169,7 @@ def _slurm_reports_same_shortage(facts, ctx, cpus: Known) -> str | None:
     category="dataloader",
     title="DataLoader uses worker processes on GPU training",
     needs=["host", "env"],
+    requires=["gpus-expected"],
     what="On GPU training, looks for num_workers=0. A Hugging Face TrainingArguments config that leaves "
     "dataloader_num_workers out gets the Trainer's default of 0: reported as info.",
     why="With num_workers=0 every batch is read, decoded and augmented in the training process itself, "
@@ -185,8 +182,6 @@ def dataloader_loads_in_main_process(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
-    if not ctx.gpus_expected:
-        return _no_gpus()
     default = settings.defaults.get("num_workers")
     if settings.found.get("num_workers") is None and default is not None:
         return _main_process_by_default(facts, ctx, settings, default)
@@ -232,6 +227,7 @@ def _main_process_by_default(facts, ctx, settings, default):
     category="dataloader",
     title="DataLoader pins host memory for GPU copies",
     needs=[],
+    requires=["gpus-expected"],
     what="On GPU training, looks for pin_memory=False (the DataLoader default).",
     why="Pinned (page-locked) batches are copied to the GPU by DMA straight from their buffer, and "
     "`.to('cuda', non_blocking=True)` can then overlap the copy with compute. From pageable memory the "
@@ -243,8 +239,6 @@ def dataloader_memory_not_pinned(facts, ctx):
     settings = _settings(facts, ctx)
     if settings is None:
         return _no_settings()
-    if not ctx.gpus_expected:
-        return _no_gpus()
     pin = settings.value("pin_memory")
     if pin is None:
         return skip(settings.unknown("pin_memory"), **settings.evidence())

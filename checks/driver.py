@@ -108,6 +108,7 @@ def nvidia_driver_unusable(facts, ctx):
     category="driver",
     title="Driver supports torch's CUDA version",
     needs=["nvidia", "torch", "libraries"],
+    requires=["nvidia-driver", "torch"],
     what="Compares the newest CUDA version the driver supports (NVML) with the CUDA version torch "
     "was built with, counting CUDA forward-compatibility libraries on LD_LIBRARY_PATH.",
     why="A torch built for a newer CUDA major version than the driver supports fails at the first "
@@ -120,10 +121,6 @@ def nvidia_driver_unusable(facts, ctx):
 )
 def driver_too_old_for_torch_cuda(facts, ctx):
     nv, t = facts.nvidia, facts.torch
-    if not nv.get("available"):
-        return skip("no NVIDIA driver (see GD-DRV-001)")
-    if t.get("status") != "ok":
-        return skip("torch could not be imported (see GD-CUDA-001)")
     if not t.get("cuda"):
         return skip("torch is a CPU-only build (see the cuda checks)", torch=t.get("version"))
     need = versions.parse(t["cuda"])[:2]

@@ -15,18 +15,13 @@ SLOWDOWN_REASONS = {
 }
 
 
-def _no_gpus(facts, ctx):
-    if not facts.nvidia.get("available"):
-        return skip("no NVIDIA driver (see GD-DRV-001)")
-    return skip("no GPUs to judge")
-
-
 @check(
     id="GD-HW-001",
     name="ecc-uncorrected-errors",
     category="hardware",
     title="No uncorrected GPU memory (ECC) errors",
     needs=["env", "nvidia"],
+    requires=["job-gpus"],
     what="Reads each GPU's uncorrected ECC error counters: volatile (since the last driver load or reboot) and "
     "aggregate (over the GPU's lifetime).",
     why="An uncorrected error since the last reboot means memory contents were lost (Xid 48/63/64/94/95): "
@@ -37,8 +32,6 @@ def _no_gpus(facts, ctx):
 )
 def ecc_uncorrected_errors(facts, ctx):
     gpus = cudavis.job_gpus(facts)
-    if not gpus:
-        return _no_gpus(facts, ctx)
     volatile, aggregate = {}, {}
     for g in gpus:
         ecc = g.get("ecc") or {}
@@ -73,6 +66,7 @@ def ecc_uncorrected_errors(facts, ctx):
     category="hardware",
     title="No GPU memory repair pending or failed",
     needs=["env", "nvidia"],
+    requires=["job-gpus"],
     what="Reads row remapping (Ampere and newer) and page retirement (older GPUs): a remap or retirement that is "
     "pending until the next GPU reset, and a failed remap.",
     why="A pending repair means a bad memory row is still in use until the GPU is reset; a failed remap means the "
@@ -82,8 +76,6 @@ def ecc_uncorrected_errors(facts, ctx):
 )
 def memory_repair_pending(facts, ctx):
     gpus = cudavis.job_gpus(facts)
-    if not gpus:
-        return _no_gpus(facts, ctx)
     failed = [g["index"] for g in gpus if (g.get("remapped_rows") or {}).get("failed")]
     pending = [g["index"] for g in gpus if (g.get("remapped_rows") or {}).get("pending") or (g.get("retired_pages") or {}).get("pending")]
     evidence = {
@@ -111,6 +103,7 @@ def memory_repair_pending(facts, ctx):
     category="hardware",
     title="GPU clocks are not held down by heat or power faults",
     needs=["env", "nvidia"],
+    requires=["job-gpus"],
     what="Reads NVML's current clock-event (throttle) reasons. Thermal and hardware slowdowns and power brake "
     "mean trouble; the software power cap is normal under full load; gpu_idle only means the GPU has no work.",
     why="A GPU slowed by heat or a power-brake signal runs far below its rated speed, and in data-parallel "
@@ -120,8 +113,6 @@ def memory_repair_pending(facts, ctx):
 )
 def gpu_clocks_throttled(facts, ctx):
     gpus = cudavis.job_gpus(facts)
-    if not gpus:
-        return _no_gpus(facts, ctx)
     bad, capped = {}, []
     for g in gpus:
         active = (g.get("throttle_reasons") or {}).get("active") or []
@@ -154,6 +145,7 @@ def gpu_clocks_throttled(facts, ctx):
     category="hardware",
     title="GPU PCIe links run at full width",
     needs=["env", "nvidia"],
+    requires=["job-gpus"],
     what="Compares each GPU's current PCIe link width with its maximum. The link generation is not judged: GPUs "
     "drop to a lower PCIe generation when idle to save power and go back up under load.",
     why="A link trained at x8 or x4 instead of x16 (a badly seated card, a damaged riser or slot) halves or "
@@ -162,8 +154,6 @@ def gpu_clocks_throttled(facts, ctx):
 )
 def pcie_link_degraded(facts, ctx):
     gpus = cudavis.job_gpus(facts)
-    if not gpus:
-        return _no_gpus(facts, ctx)
     narrow = {}
     for g in gpus:
         pcie = g.get("pcie") or {}
@@ -187,6 +177,7 @@ def pcie_link_degraded(facts, ctx):
     category="hardware",
     title="All NVLink links are up",
     needs=["env", "nvidia"],
+    requires=["job-gpus"],
     what="Counts active and inactive NVLink links per GPU, on machines where NVLink is in use: a GPU with some "
     "links down, or with all links down while GPUs of the same model have theirs up.",
     why="NCCL routes GPU-to-GPU traffic over NVLink; with links down the traffic gets less bandwidth or falls back "
@@ -195,8 +186,6 @@ def pcie_link_degraded(facts, ctx):
 )
 def nvlink_links_down(facts, ctx):
     gpus = cudavis.job_gpus(facts)
-    if not gpus:
-        return _no_gpus(facts, ctx)
     active = {g["index"]: sum(1 for link in g.get("nvlink") or [] if link.get("active")) for g in gpus}
     links = {g["index"]: len(g.get("nvlink") or []) for g in gpus}
     if not any(active.values()):

@@ -114,6 +114,7 @@ def _host_local_only(iface: dict) -> bool:
     category="nccl",
     title="torch has NCCL for multi-GPU training",
     needs=["torch", "env"],
+    requires=["torch", "gpus-expected"],
     what="When the job runs more than one process on GPUs, torch must be built with torch.distributed "
     "and NCCL (torch.distributed.is_nccl_available()).",
     why="init_process_group('nccl') on a torch without NCCL raises 'Distributed package doesn't have NCCL "
@@ -123,10 +124,6 @@ def _host_local_only(iface: dict) -> bool:
 )
 def nccl_missing_in_torch(facts, ctx):
     t = facts.torch
-    if t.get("status") != "ok":
-        return skip("torch could not be imported (see GD-CUDA-001)")
-    if not ctx.gpus_expected:
-        return skip("no GPUs expected (--expect-gpus 0): NCCL is not needed")
     lay = layout(facts, ctx)
     evidence = {"torch": t.get("version"), "nccl": _fmt_nccl(t.get("nccl")), "nccl_available": t.get("nccl_available"), **lay.evidence()}
     if not lay.multi_process:

@@ -59,9 +59,10 @@ DOC_SECTIONS = ("What it checks", "Why it matters", "How to fix")
 
 # requires= vocabulary: name -> what must hold (the runner's wording of the skip is in runner.py).
 REQUIREMENTS = {
-    "gpus-expected": "the job is meant to use GPUs (not --expect-gpus 0)",
-    "gpus-seen": "the NVIDIA driver on this machine sees at least one GPU",
-    "torch": "torch was imported by the probe",
+    "gpus-expected": "the job is meant to train on GPUs (not --expect-gpus 0, not a process without CUDA)",
+    "nvidia-driver": "NVML answered: an NVIDIA driver is loaded on this machine",
+    "job-gpus": "the driver sees at least one of the job's GPUs (those CUDA_VISIBLE_DEVICES names)",
+    "torch": "the probe imported torch",
 }
 SCOPES = ("job", "machine", "node")  # see the module docstring
 SOURCES = ("facts", "smoke")

@@ -18,13 +18,17 @@ from gpudoctor.registry import REQUIREMENTS, CheckSpec, registered
 
 
 def _gpus_expected(facts: Facts, ctx: Context) -> str | None:
-    return None if ctx.gpus_expected else "no GPUs expected (--expect-gpus 0)"
+    return None if ctx.gpus_expected else "no GPU training expected (--expect-gpus 0, or a process without CUDA)"
 
 
-def _gpus_seen(facts: Facts, ctx: Context) -> str | None:
-    if not facts.nvidia.get("available"):
-        return "no NVIDIA driver (see GD-DRV-001)"
-    return None if facts.gpus else "no GPUs to judge"
+def _nvidia_driver(facts: Facts, ctx: Context) -> str | None:
+    return None if facts.nvidia.get("available") else "no NVIDIA driver (see GD-DRV-001)"
+
+
+def _job_gpus(facts: Facts, ctx: Context) -> str | None:
+    from gpudoctor.readers.cudavis import job_gpus
+
+    return _nvidia_driver(facts, ctx) or (None if job_gpus(facts) else "no GPUs to judge")
 
 
 def _torch(facts: Facts, ctx: Context) -> str | None:
@@ -37,7 +41,8 @@ def _torch(facts: Facts, ctx: Context) -> str | None:
 # requires= name -> why the check is skipped (None: the requirement holds). One wording per requirement.
 UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "gpus-expected": _gpus_expected,
-    "gpus-seen": _gpus_seen,
+    "nvidia-driver": _nvidia_driver,
+    "job-gpus": _job_gpus,
     "torch": _torch,
 }
 assert UNMET.keys() == REQUIREMENTS.keys()
