@@ -48,15 +48,12 @@ UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
 assert UNMET.keys() == REQUIREMENTS.keys()
 
 
-def before_submission(facts: Facts, ctx: Context) -> bool:
-    """--sbatch given outside any SLURM job: this host is the submit host, not where the job runs."""
-    return bool(ctx.sbatch) and "SLURM_JOB_ID" not in facts.env
-
-
 def _scoped(spec: CheckSpec, o: Outcome, facts: Facts, ctx: Context) -> Outcome:
     """scope="node": before submission a warn/fail about this host's CPUs, memory or network is only
     a hint, since the job runs on compute nodes that may differ from the submit host. It becomes
     info that says where it was judged (run `srun gpudoctor check` in the job for a verdict)."""
+    from gpudoctor.job.layout import before_submission
+
     if spec.scope != "node" or o.severity not in (Severity.WARN, Severity.FAIL) or not before_submission(facts, ctx):
         return o
     host = facts.host.get("hostname") or "this host"

@@ -65,10 +65,10 @@ def job_env(facts, ctx) -> dict:
     if "SLURM_JOB_ID" not in env:
         from gpudoctor.readers.sbatch import implied_slurm_env
 
-        env.update(implied_slurm_env(sb.get("directives") or {}, sb.get("job_name") or ""))
-    for name, entry in (sb.get("exports") or {}).items():
-        value = entry.get("value") if isinstance(entry, dict) else entry
-        if value is None or _UNKNOWN_VALUE.search(str(value)):
+        env.update(implied_slurm_env(sb.options, sb.job_name or ""))
+    for name, entry in sb.exports.items():
+        value = entry.value
+        if value is None or entry.redacted or _UNKNOWN_VALUE.search(str(value)):
             env.pop(name, None)
         else:
             env[name] = str(value)
@@ -117,19 +117,21 @@ def intended_launcher(ctx) -> str | None:
     """--launcher, else the launcher of --sbatch's training line ('srun python train.py' counts as srun)."""
     if ctx.launcher:
         return ctx.launcher
-    launch = (ctx.sbatch or {}).get("launch") or {}
-    name = launch.get("launcher")
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    if launch is None:
+        return None
+    name = launch.launcher
     if name in ("torchrun", "torch.distributed.launch"):
         return "torchrun"
     if name in PER_GPU_LAUNCHERS:
         return name
-    return "srun" if launch.get("srun") is not None else None
+    return "srun" if launch.srun is not None else None
 
 
 def _script_ranks_per_node(ctx) -> int | None:
     """torchrun/deepspeed --nproc-per-node on --sbatch's training line (accelerate's count is a total)."""
-    launch = (ctx.sbatch or {}).get("launch") or {}
-    value = launch.get("nproc_per_node")
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    value = launch.nproc_per_node if launch else None
     return int(value) if value is not None and str(value).isdigit() and int(value) > 0 else None
 
 
@@ -235,24 +237,3 @@ def before_submission(facts, ctx) -> bool:
     """--sbatch given outside any SLURM job: this host is the submit host, not where the job runs."""
     return bool(ctx.sbatch) and "SLURM_JOB_ID" not in facts.env
 
-
-def judged_here(outcome, facts, ctx):
-    """Before submission, a verdict about this host's CPUs, memory or network is only a hint.
-
-    The job runs on compute nodes that may differ from the submit host, so warn/fail becomes
-    info that says where it was judged (run `srun gpudoctor check` in the job for a verdict).
-    """
-    from dataclasses import replace
-
-    from gpudoctor.model import Severity
-
-    if not before_submission(facts, ctx) or outcome.severity not in (Severity.WARN, Severity.FAIL):
-        return outcome
-    host = facts.host.get("hostname") or "this host"
-    return replace(
-        outcome,
-        fix=None,  # computed from this host's numbers, which are not the job's
-        severity=Severity.INFO,
-        message=f"judged on {host}, not on the node the job will get: {outcome.message}",
-        evidence={**outcome.evidence, "judged_on": host, "before_submission": True},
-    )
