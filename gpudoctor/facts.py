@@ -15,7 +15,9 @@ from typing import Any
 
 SCHEMA = "gpudoctor.facts/1"
 
-SECTIONS = ("host", "nvidia", "torch_meta", "torch", "libraries", "env", "network", "rendezvous", "slurm")
+SECTIONS = (
+    "host", "nvidia", "torch_meta", "torch", "libraries", "env", "network", "rendezvous", "slurm", "kernel", "pci",
+)
 
 # Environment variables worth collecting: exact names and prefixes.
 ENV_PREFIXES = (
@@ -44,6 +46,18 @@ ENV_PREFIXES = (
     "HF_",
     "KMP_",
     "GPUDOCTOR_",
+    # families that slow or break training, collected so that checks and reports can name them
+    "KINETO_",  # the profiler's CUPTI settings (KINETO_USE_DAEMON, KINETO_LOG_LEVEL)
+    "TORCHINDUCTOR_",  # torch.compile: cache dirs, autotuning, compile threads
+    "TORCHDYNAMO_",
+    "TRITON_",  # Triton kernel cache and debug switches
+    "NVTE_",  # Transformer Engine (fused attention, FP8)
+    "NVSHMEM_",
+    "CUDNN_FRONTEND_",
+    "MALLOC_",  # glibc allocator arenas (MALLOC_ARENA_MAX)
+    "OMPI_",  # Open MPI launcher and MCA settings
+    "PMIX_",
+    "XLA_",
 )
 ENV_NAMES = frozenset(
     {
@@ -128,6 +142,14 @@ class Facts:
     @property
     def slurm(self) -> dict:
         return self.sections.get("slurm") or {}
+
+    @property
+    def kernel(self) -> dict:
+        return self.sections.get("kernel") or {}
+
+    @property
+    def pci(self) -> dict:
+        return self.sections.get("pci") or {}
 
     @property
     def env(self) -> dict[str, str]:

@@ -86,6 +86,8 @@ def collect(
         "network": lazy("gpudoctor.probe.network"),
         "slurm": lazy("gpudoctor.probe.slurm", "probe", python),
         "rendezvous": lazy("gpudoctor.probe.rendezvous"),
+        "kernel": lazy("gpudoctor.probe.kernel"),
+        "pci": lazy("gpudoctor.probe.pci"),
     }
     pending = {name: _in_thread(runners[name]) for name in wanted if name in runners}
     deadline = time.monotonic() + probe_timeout

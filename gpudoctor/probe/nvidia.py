@@ -5,7 +5,9 @@ field None and names the call in the GPU's "unsupported" list; the probe never r
 
 Section "nvidia": available, error, driver_version, nvml_version, cuda_driver_version (12040),
 gpus, nvswitch {count, fabric_manager_running: True|False|None (None: cannot see, e.g. in a
-container)}, device_files, errors (failed system calls, when any). Each GPU:
+container), fabric_manager {binary, version, service} (NVSwitch systems only)}, device_files,
+p2p {pairs [{gpus [a, b], topology PIX|PXB|PHB|NODE|SYS|internal, read, nvlink}], truncated} | None
+(fewer than two GPUs), persistenced_running (True|False|None), errors (failed system calls). Each GPU:
   index (NVML's, PCI order), name, uuid, pci_bus_id, compute_capability [9, 0],
   memory_total_bytes, memory_used_bytes (v2 query: without the driver's reservation),
   memory_reserved_bytes (None when only the v1 query worked: then "used" includes it),
@@ -248,6 +250,41 @@ def _gpu(nvml, index: int) -> dict:
     return g
 
 
+P2P_STATUS = {0: "ok", 1: "chipset_not_supported", 2: "gpu_not_supported", 3: "topology_not_supported",
+              4: "disabled_by_regkey", 5: "not_supported", 6: "unknown"}
+# nvmlGpuTopologyLevel_t, named as `nvidia-smi topo -m` names the path between two GPUs
+TOPOLOGY = {0: "internal", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+MAX_P2P_GPUS = 16  # 120 pairs: a few ms of NVML calls
+
+
+def _p2p(nvml, indices: list[int]) -> dict:
+    """Topology and P2P status of every pair of GPUs (nvmlDeviceGetTopologyCommonAncestor,
+    nvmlDeviceGetP2PStatus): the path NCCL's P2P traffic takes, and whether the driver allows it."""
+    call = _Calls(nvml)
+    shown = indices[:MAX_P2P_GPUS]
+    handles = {}
+    for i in shown:
+        try:
+            handles[i] = nvml.nvmlDeviceGetHandleByIndex(i)
+        except Exception:
+            continue
+    caps = {"read": getattr(nvml, "NVML_P2P_CAPS_INDEX_READ", 0), "nvlink": getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)}
+    pairs = []
+    order = sorted(handles)
+    for n, a in enumerate(order):
+        for b in order[n + 1 :]:
+            level = call("nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b])
+            pair: dict = {"gpus": [a, b], "topology": None if level is None else TOPOLOGY.get(int(level), str(level))}
+            for name, index in caps.items():
+                status = call("nvmlDeviceGetP2PStatus", handles[a], handles[b], index)
+                pair[name] = None if status is None else P2P_STATUS.get(int(status), str(status))
+            pairs.append(pair)
+    out: dict = {"pairs": pairs, "truncated": len(indices) > len(shown)}
+    if call.errors:
+        out["errors"] = dict(list(call.errors.items())[:8])
+    return out
+
+
 def _nvswitch() -> dict:
     """NVSwitch systems (HGX) need nv-fabricmanager running before CUDA works.
 
@@ -320,6 +357,13 @@ def probe() -> dict:
         if call.errors:
             out["errors"] = call.errors
         out["nvswitch"] = _nvswitch()
+        usable = [g["index"] for g in gpus if not g.get("error")]
+        out["p2p"] = _p2p(nvml, usable) if len(usable) > 1 else None
+        from gpudoctor.probe import fabric
+
+        out["persistenced_running"] = fabric.persistenced_running()
+        if out["nvswitch"]["count"] or out["nvswitch"]["fabric_manager_running"]:
+            out["nvswitch"]["fabric_manager"] = fabric.fabric_manager()
         out["device_files"] = sorted(os.path.basename(p) for p in glob.glob("/dev/nvidia[0-9]*"))
         return out
     finally:
