@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-v", "--verbose", action="store_true", help="show evidence for every check")
     c.add_argument("--torch-timeout", type=float, default=None, metavar="S", help="limit for importing torch (default 60)")
 
+    from gpudoctor.fixes import cli as fix_cli
+
+    fix_cli.add_arguments(sub.add_parser("fix", help="show the fixes as diffs; --apply writes the safe ones (backup kept)"), c)
+
     s = sub.add_parser("snapshot", help="write the probed facts as JSON (secrets excluded)")
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     s.add_argument("--python", metavar="PATH", help="probe the torch of another interpreter")
@@ -291,6 +295,12 @@ def cmd_docs(args) -> int:
     return ExitCode.OK
 
 
+def cmd_fix(args) -> int:
+    from gpudoctor.fixes import cli as fix_cli
+
+    return fix_cli.run(args)
+
+
 def cmd_smoke(args) -> int:
     from gpudoctor.sample_train import cli as smoke_cli
 
@@ -304,4 +314,5 @@ COMMANDS = {
     "explain": cmd_explain,
     "docs": cmd_docs,
     "smoke": cmd_smoke,
+    "fix": cmd_fix,
 }

@@ -1,0 +1,222 @@
+"""`gpudoctor fix`: plan the fixes, show them (diff, environment, manual steps), and with --apply write them.
+
+Exit codes: 0 planned or applied; 1 with --diff when changes are pending; 2 bad input or a file that
+must not be written (one line, every file left byte-identical); 3 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+
+from gpudoctor.model import ExitCode, Safety
+
+SCHEMA = "gpudoctor.fix/1"
+# check's options that are about the report, not the inputs; fix has its own outputs.
+_REPORT_ONLY = {"json", "junit", "verbose", "strict", "help"}
+
+
+def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser) -> None:
+    """fix takes check's inputs (shared argparse actions, so a new check input is a fix input too)."""
+    for action in check_parser._actions:
+        if action.dest not in _REPORT_ONLY:
+            p._add_action(action)
+    p.add_argument("--apply", action="store_true", help="write the safe fixes (a backup NAME.gpudoctor.bak is kept)")
+    p.add_argument("--unsafe-fixes", action="store_true",
+                   help="also fixes that change what the job does (GPUs, tasks, batch size, workers, launch)")
+    p.add_argument("--diff", action="store_true", help="print the plan; exit 1 when changes are pending (CI gate)")
+    p.add_argument("--json", action="store_true", help=f"print the plan and outcome as {SCHEMA} (docs/fix.schema.json)")
+    p.add_argument("--shell", action="store_true", help='print export/unset lines for eval "$(gpudoctor fix --shell)"')
+    p.add_argument("--env-file", metavar="FILE", help="write the environment changes to FILE to source")
+
+
+def _inputs(args):
+    """The facts, the context and the checks exactly as `gpudoctor check` gets them from these options."""
+    from gpudoctor.cli import UsageError, _context, _probe_kwargs, _specs
+    from gpudoctor.facts import Facts, SnapshotError
+    from gpudoctor.runner import run_checks
+
+    if args.snapshot and args.python:
+        raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
+    specs = _specs(args)
+    ctx = _context(args)
+    if args.snapshot:
+        try:
+            facts = Facts.load(args.snapshot)
+        except SnapshotError as e:
+            raise UsageError(str(e)) from None
+    else:
+        from gpudoctor.probe import collect
+
+        facts = collect({n for s in specs for n in s.needs}, **_probe_kwargs(args))
+    return facts, ctx, lambda f, c: run_checks(specs, f, c)
+
+
+def run(args, findings_runner=_inputs) -> int:
+    from gpudoctor.fixes import apply as writer
+    from gpudoctor.fixes import envfile
+    from gpudoctor.fixes.plan import InputError, make_plan
+
+    if sum(bool(x) for x in (args.json, args.shell, args.diff)) > 1:
+        raise _usage("choose one of --json, --shell, --diff")
+    facts, ctx, run_checks = findings_runner(args)
+    allowed = frozenset({Safety.SAFE, Safety.UNSAFE} if args.unsafe_fixes else {Safety.SAFE})
+    try:
+        plan = make_plan(run_checks, facts, ctx, allowed)
+    except InputError as e:
+        raise _usage(str(e)) from None
+    planned = [writer.Planned(p, plan.original.texts[p].encode("utf-8", errors="surrogateescape"), plan.final.texts[p])
+               for p in plan.changed_files]
+    backups: dict[str, str] = {}
+    env_file_backup = None
+    try:
+        if args.apply and planned:
+            backups = writer.write_all(planned)
+        if args.env_file:
+            env_file_backup = writer.write_env_file(args.env_file, envfile.render(plan.env_changes))
+    except writer.WriteRefused as e:
+        raise _usage(str(e)) from None
+    except OSError as e:
+        raise _usage(f"cannot write: {e.strerror or e} ({getattr(e, 'filename', '')})") from None
+    if args.shell:
+        text = "\n".join(envfile.lines(plan.env_changes))
+        sys.stdout.write(text + ("\n" if text else ""))
+        _summary_line(plan, args, backups, sys.stderr)
+    elif args.json:
+        sys.stdout.write(json.dumps(to_json(plan, args, backups, env_file_backup), indent=2) + "\n")
+    else:
+        render_text(plan, args, backups, env_file_backup, sys.stdout)
+    if args.diff and plan.pending and not args.apply:
+        return ExitCode.FAIL
+    return ExitCode.OK
+
+
+def _usage(message: str) -> Exception:
+    from gpudoctor.cli import UsageError
+
+    return UsageError(message)
+
+
+def diff(plan, path: str) -> str:
+    a = plan.original.texts[path].splitlines(keepends=True)
+    b = plan.final.texts[path].splitlines(keepends=True)
+    out = "".join(difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}"))
+    return out if out.endswith("\n") or not out else out + "\n\\ No newline at end of file\n"
+
+
+def _status(plan) -> dict:
+    """Per check id that was not clean before: its severity before and after, and what decided it."""
+    def worst(findings, cid):
+        sev = [f for f in findings if f.id == cid]
+        return max(sev, key=lambda f: f.severity.rank) if sev else None
+
+    ids = []
+    for f in plan.before:
+        if f.severity.value in ("info", "warn", "fail", "error") and f.id not in ids:
+            ids.append(f.id)
+    for f in plan.after:
+        if f.severity.value in ("info", "warn", "fail", "error") and f.id not in ids:
+            ids.append(f.id)
+    fixed, remaining = [], []
+    for cid in ids:
+        b, a = worst(plan.before, cid), worst(plan.after, cid)
+        kept = [d for d in plan.decisions if d.kept and d.finding.id == cid]
+        if a is None or a.severity.value in ("pass", "skip") or (b and a.severity.rank < b.severity.rank):
+            fixed.append({"id": cid, "before": b.severity.value if b else "pass", "after": a.severity.value if a else "pass",
+                          "by": [d.fix.title for d in kept] or ["another fix in this plan"]})
+        if a is not None and a.severity.value in ("info", "warn", "fail", "error"):
+            remaining.append({"id": cid, "severity": a.severity.value, "message": a.message, "reason": _why_left(plan, a)})
+    return {"fixed": fixed, "remaining": remaining}
+
+
+def _why_left(plan, finding) -> str:
+    refused = [d for d in plan.decisions if not d.kept and d.finding.id == finding.id]
+    if refused:
+        return "fix refused: " + refused[-1].reason
+    if any(f.id == finding.id for f, _ in plan.unsafe_available):
+        return "its fix is unsafe (changes what the job does): add --unsafe-fixes"
+    if any(f.id == finding.id for f, _ in plan.manual):
+        return "a manual step (see below)"
+    if finding.fix is None:
+        return "no automatic fix"
+    return "its fix was not tried (another fix changed the finding)"
+
+
+def to_json(plan, args, backups: dict, env_file_backup: str | None) -> dict:
+    from gpudoctor import __version__
+    from gpudoctor.fixes import envfile
+
+    status = _status(plan)
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "gpudoctor", "version": __version__},
+        "mode": "apply" if args.apply else "plan",
+        "unsafe_fixes": bool(args.unsafe_fixes),
+        "pending": plan.pending and not args.apply,
+        "files": [{"path": p, "diff": diff(plan, p), "written": p in backups, "backup": backups.get(p)}
+                  for p in plan.changed_files],
+        "env": [{"name": k, "value": v, "action": "unset" if v is None else "set"} for k, v in sorted(plan.env_changes.items())],
+        "env_file": {"path": args.env_file, "backup": env_file_backup} if args.env_file else None,
+        "shell": envfile.lines(plan.env_changes),
+        "fixes": [{"id": d.finding.id, "title": d.fix.title, "safety": d.fix.safety.value, "kept": d.kept, "reason": d.reason,
+                   "edits": [e.describe() for e in d.edits]} for d in plan.decisions],
+        "unsafe_available": [{"id": f.id, "title": fix.title} for f, fix in plan.unsafe_available],
+        "manual": [{"id": f.id, "title": fix.title, "commands": [a.target for a in fix.actions]} for f, fix in plan.manual],
+        "fixed": status["fixed"],
+        "remaining": status["remaining"],
+        "summary": {"files_changed": len(plan.changed_files), "env_changes": len(plan.env_changes),
+                    "fixed": len(status["fixed"]), "remaining": len(status["remaining"])},
+    }
+
+
+def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> None:
+    from gpudoctor.fixes import envfile
+
+    w = out.write
+    for p in plan.changed_files:
+        w(diff(plan, p))
+        if p in backups:
+            w(f"wrote {p} (original kept as {backups[p]})\n")
+    if plan.env_changes:
+        where = f"written to {args.env_file}" if args.env_file else 'apply with: eval "$(gpudoctor fix --shell ...)"'
+        w(f"\nEnvironment changes ({where}):\n")
+        for line in envfile.lines(plan.env_changes):
+            w(f"  {line}\n")
+    kept = [d for d in plan.decisions if d.kept]
+    refused = [d for d in plan.decisions if not d.kept]
+    if kept:
+        w("\nFixes" + (" applied" if args.apply else " planned (verified by re-running the checks)") + ":\n")
+        for d in kept:
+            w(f"  {d.finding.id} [{d.fix.safety.value}] {d.fix.title}: {d.reason}\n")
+    if refused:
+        w("\nFixes not kept:\n")
+        for d in refused:
+            w(f"  {d.finding.id} {d.fix.title}: {d.reason}\n")
+    if plan.unsafe_available:
+        w(f"\n{len(plan.unsafe_available)} unsafe fix(es) available with --unsafe-fixes (they change what the job does):\n")
+        for f, fix in plan.unsafe_available:
+            w(f"  {f.id} {fix.title}\n")
+    if plan.manual:
+        w("\nManual steps (gpudoctor never runs these):\n")
+        for f, fix in plan.manual:
+            w(f"  {f.id} {fix.title}\n")
+            for a in fix.actions:
+                w(f"      {a.target}\n")
+    status = _status(plan)
+    if status["remaining"]:
+        w("\nRemaining:\n")
+        for r in status["remaining"]:
+            w(f"  {r['id']} {r['severity']}: {r['reason']}\n")
+    _summary_line(plan, args, backups, out)
+
+
+def _summary_line(plan, args, backups: dict, out) -> None:
+    status = _status(plan)
+    files = len(plan.changed_files)
+    if args.apply:
+        head = f"applied: {len(backups)} file(s) written" if backups else "nothing to write"
+    else:
+        head = f"dry run: {files} file(s) would change (--apply writes them)" if files else "dry run: no file changes"
+    out.write(f"\ngpudoctor fix: {head}; {len(status['fixed'])} check(s) fixed, {len(status['remaining'])} remaining\n")

@@ -1,0 +1,365 @@
+"""Plan the fixes: resolve each fix's actions to edits of the place that decides the value, apply them
+to copies in memory, re-run the checks on the result, and keep a fix only if it helps.
+
+Where a value is edited (issue 11, "edit where the value comes from"), in this order:
+  1. the batch script's own `export` line or `#SBATCH` directive (--sbatch);
+  2. an override on the launch line: Hydra/OmegaConf `key=value`, or `--flag value`;
+  3. the training config's key (--config; YAML kept byte-for-byte outside the edit, or JSON);
+  4. else the environment: lines for `eval "$(gpudoctor fix --shell)"` or --env-file.
+A new `export` goes directly before the launch line.
+
+Verify, then keep (ruff's fix-until-stable): each candidate fix is applied to the in-memory
+workspace, the edited script and config are read again through gpudoctor's own readers, and the
+checks run again on the same facts. The fix is kept only when its finding gets better (fail ->
+warn -> info -> pass) and no other check gets a new warn/fail. The loop repeats until a round keeps
+nothing. Two fixes that set one value to different values are never both kept: the second is
+reported as a conflict.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from gpudoctor.facts import Facts
+from gpudoctor.fixes import config_edit, sbatch_edit
+from gpudoctor.fixes.sbatch_edit import EditError
+from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
+
+ENV = "<environment>"  # the destination of env changes that no file of the job holds
+MAX_ROUNDS = 20
+_BAD = (Severity.WARN, Severity.FAIL, Severity.ERROR)
+
+
+class InputError(ValueError):
+    """An input file that cannot be read back (one line, exit 2; nothing is written)."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One concrete change: where, what, which key (see ActionKind for the script operations)."""
+
+    dest: str  # a file path, or ENV
+    op: str  # an ActionKind value, "config_set", "env_set" or "env_unset"
+    key: str | None
+    value: object = None
+
+    def describe(self) -> str:
+        if self.dest == ENV:
+            return f"export {self.key}={self.value}" if self.op == "env_set" else f"unset {self.key}"
+        what = {
+            ActionKind.SBATCH_SET.value: f"#SBATCH --{self.key}={self.value}",
+            ActionKind.SBATCH_REMOVE.value: f"remove #SBATCH --{self.key}",
+            ActionKind.SBATCH_HOIST.value: f"move `{self.value}` above the first command",
+            ActionKind.SRUN_PREFIX.value: "start the launch line with srun" + (f" {self.value}" if self.value else ""),
+            ActionKind.EXPORT_SET.value: f"export {self.key}={self.value}",
+            ActionKind.EXPORT_REMOVE.value: f"drop export {self.key}",
+            ActionKind.OVERRIDE_SET.value: f"launch-line override {self.key}={self.value}",
+            "config_set": f"{self.key}: {self.value}",
+        }.get(self.op, self.op)
+        return f"{self.dest}: {what}"
+
+    @property
+    def slot(self) -> tuple:
+        """The value this edit decides: two kept edits of one slot must agree."""
+        if self.op in (ActionKind.SBATCH_SET.value, ActionKind.SBATCH_REMOVE.value):
+            return (self.dest, "sbatch", self.key)
+        if self.op in (ActionKind.EXPORT_SET.value, ActionKind.EXPORT_REMOVE.value, "env_set", "env_unset"):
+            return (self.dest, "env", self.key)
+        return (self.dest, self.op, self.key)
+
+
+@dataclass
+class Workspace:
+    """The inputs as text (the files as they would be written) and the environment changes."""
+
+    texts: dict[str, str]
+    env: dict[str, str | None] = field(default_factory=dict)  # ENV destination: value, or None for unset
+
+    def copy(self) -> "Workspace":
+        return Workspace(dict(self.texts), dict(self.env))
+
+
+@dataclass
+class Decision:
+    finding: Finding
+    fix: Fix
+    kept: bool
+    reason: str
+    edits: tuple[Edit, ...] = ()
+
+
+@dataclass
+class Plan:
+    original: Workspace
+    final: Workspace
+    before: list[Finding]
+    after: list[Finding]
+    decisions: list[Decision]
+    manual: list[tuple[Finding, Fix]]
+    unsafe_available: list[tuple[Finding, Fix]]
+
+    @property
+    def changed_files(self) -> list[str]:
+        return [p for p, t in self.final.texts.items() if self.original.texts.get(p) != t]
+
+    @property
+    def env_changes(self) -> dict[str, str | None]:
+        return dict(self.final.env)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.changed_files or self.env_changes)
+
+
+# ---------------------------------------------------------------- reading the inputs
+
+
+def read_text(path: str) -> str:
+    """A file's text with every byte kept (undecodable bytes survive as surrogates)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def context_for(ctx: Context, ws: Workspace) -> Context:
+    """The context with the workspace's script and config read through gpudoctor's own readers."""
+    sbatch, config = ctx.sbatch, ctx.config
+    if ctx.sbatch_path and ctx.sbatch_path in ws.texts:
+        sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path])
+    if ctx.config_path and ctx.config_path in ws.texts:
+        config = _read_config(ctx.config_path, ws.texts[ctx.config_path])
+    return replace(ctx, sbatch=sbatch, config=config, running=None)
+
+
+def _read_script(path: str, text: str):
+    """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
+    from dataclasses import replace as with_field
+
+    from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
+    from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
+
+    try:
+        _check_sbatch_accepts(text, path)
+        script = parse_sbatch(text, path)
+    except SbatchError as e:
+        raise EditError(f"the edited script does not read back: {e}") from None
+    return with_field(script, bash_syntax=bash_syntax(text))
+
+
+def _read_config(path: str, text: str) -> dict:
+    """The config through readers/trainconfig.load_config itself (same name, same parser)."""
+    from gpudoctor.readers.trainconfig import ConfigError, load_config
+
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-fix-") as tmp:
+        copy = os.path.join(tmp, os.path.basename(path))
+        with open(copy, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write(text)
+        try:
+            return load_config(copy)
+        except ConfigError as e:
+            raise EditError(f"the edited config does not read back: {str(e).replace(copy, path)}") from None
+
+
+def facts_for(facts: Facts, ws: Workspace) -> Facts:
+    if not ws.env:
+        return facts
+    env = dict(facts.env)
+    for name, value in ws.env.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    sections = dict(facts.sections)
+    sections["env"] = {**(facts.sections.get("env") or {}), "vars": env}
+    return Facts(sections=sections, meta=facts.meta)
+
+
+# ---------------------------------------------------------------- from actions to edits
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[Edit]:
+    """The edit(s) one action becomes, at the place that decides the value; EditError if none can."""
+    kind = ActionKind(action.kind)
+    script = ctx.sbatch_path if ctx.sbatch_path in ws.texts else None
+    if kind in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
+        name = action.target
+        if script:
+            if kind is ActionKind.SET_ENV:
+                return [Edit(script, ActionKind.EXPORT_SET.value, name, str(action.value))]
+            return [Edit(script, ActionKind.EXPORT_REMOVE.value, name, name in facts.env)]
+        return [Edit(ENV, "env_set" if kind is ActionKind.SET_ENV else "env_unset", name,
+                     str(action.value) if kind is ActionKind.SET_ENV else None)]
+    if kind is ActionKind.YAML_SET:
+        key = action.key or ""
+        if script and sbatch_edit.override_on_launch(ws.texts[script], key):
+            return [Edit(script, ActionKind.OVERRIDE_SET.value, key, action.value)]
+        if not ctx.config_path or not _same_file(action.target, ctx.config_path):
+            raise EditError(f"{action.target} is not the --config given")
+        return [Edit(ctx.config_path, "config_set", key, action.value)]
+    if kind is ActionKind.COMMAND:
+        raise EditError("a command for the user to run")
+    if not script or not _same_file(action.target, script):
+        raise EditError(f"{action.target} is not the --sbatch script given")
+    if kind is ActionKind.SBATCH_SET and action.value is None:
+        kind = ActionKind.SBATCH_REMOVE
+    value = action.value
+    if kind is ActionKind.EXPORT_REMOVE:
+        value = action.key in facts.env
+    return [Edit(script, kind.value, action.key, value)]
+
+
+_SCRIPT_OPS: dict[str, Callable[[str, Edit], str]] = {
+    ActionKind.SBATCH_SET.value: lambda t, e: sbatch_edit.set_directive(t, e.key, e.value),
+    ActionKind.SBATCH_REMOVE.value: lambda t, e: sbatch_edit.remove_directive(t, e.key),
+    ActionKind.SBATCH_HOIST.value: lambda t, e: sbatch_edit.hoist_directive(t, str(e.value)),
+    ActionKind.SRUN_PREFIX.value: lambda t, e: sbatch_edit.prefix_srun(t, str(e.value or "")),
+    ActionKind.EXPORT_SET.value: lambda t, e: sbatch_edit.set_export(t, e.key, e.value),
+    ActionKind.EXPORT_REMOVE.value: lambda t, e: sbatch_edit.remove_export(t, e.key, inherited=bool(e.value)),
+    ActionKind.OVERRIDE_SET.value: lambda t, e: sbatch_edit.set_override(t, e.key, e.value),
+}
+
+
+def apply_edits(ws: Workspace, edits: list[Edit]) -> Workspace:
+    out = ws.copy()
+    for e in edits:
+        if e.dest == ENV:
+            out.env[e.key] = e.value if e.op == "env_set" else None
+        elif e.op == "config_set":
+            out.texts[e.dest] = config_edit.set_key(out.texts[e.dest], e.dest, e.key, e.value)
+        else:
+            out.texts[e.dest] = _SCRIPT_OPS[e.op](out.texts[e.dest], e)
+    return out
+
+
+# ---------------------------------------------------------------- judging a fix
+
+
+def _worst(findings: list[Finding], check_id: str) -> int:
+    return max((f.severity.rank for f in findings if f.id == check_id), default=Severity.PASS.rank)
+
+
+def _bad_counts(findings: list[Finding]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in findings:
+        if f.severity in _BAD:
+            out[f.id] = out.get(f.id, 0) + (10 if f.severity is Severity.FAIL else 1)
+    return out
+
+
+def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple[bool, str]:
+    """Kept when the target finding gets better and no check gets a new warn/fail."""
+    was, now = _worst(before, target.id), _worst(after, target.id)
+    if now >= was:
+        sev = next((f.severity.value for f in after if f.id == target.id and f.severity.rank == now), "pass")
+        return False, f"{target.id} is still {sev} after it"
+    old, new = _bad_counts(before), _bad_counts(after)
+    worse = sorted(i for i, n in new.items() if n > old.get(i, 0) and i != target.id)
+    if worse:
+        detail = "; ".join(f"{f.id} {f.severity.value}: {f.message[:120]}" for f in after if f.id in worse and f.severity in _BAD)
+        return False, f"it would cause {detail}"
+    return True, f"{target.id} {_sev_name(before, target.id, was)} -> {_sev_name(after, target.id, now)}"
+
+
+def _sev_name(findings: list[Finding], check_id: str, rank: int) -> str:
+    return next((f.severity.value for f in findings if f.id == check_id and f.severity.rank == rank), "pass")
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def _fix_key(f: Finding) -> tuple:
+    return (f.id, f.fix.title, tuple(tuple(sorted(a.to_dict().items(), key=str)) for a in f.fix.actions)) if f.fix else (f.id,)
+
+
+def make_plan(run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx: Context,
+              allowed: frozenset[Safety]) -> Plan:
+    """Plan every fix that verifies. `run` runs the selected checks on (facts, context)."""
+    texts = {}
+    for path in (ctx.sbatch_path, ctx.config_path):
+        if path:
+            texts[path] = read_text(path)
+    original = Workspace(texts)
+    ws = original.copy()
+    before = run(facts_for(facts, ws), context_for(ctx, ws))
+    current = before
+    decided: dict[tuple, Decision] = {}  # the last decision about each fix
+    manual: list[tuple[Finding, Fix]] = []
+    unsafe: list[tuple[Finding, Fix]] = []
+    slots: dict[tuple, tuple[object, str, str]] = {}  # slot -> (value, op, finding id) of kept edits
+    tried: set[tuple] = set()
+    for _ in range(MAX_ROUNDS):
+        kept_one = False
+        candidates = sorted((f for f in current if f.fix and f.severity not in (Severity.PASS, Severity.SKIP)),
+                            key=lambda f: -f.severity.rank)
+        for f in candidates:
+            key = _fix_key(f)
+            if key in tried:
+                continue
+            tried.add(key)
+            fix = f.fix
+
+            def decide(kept: bool, reason: str, edits: list[Edit] | tuple = (), f=f, fix=fix, key=key) -> None:
+                decided[key] = Decision(f, fix, kept, reason, tuple(edits))
+
+            if fix.safety is Safety.MANUAL or not fix.actions or all(ActionKind(a.kind) is ActionKind.COMMAND for a in fix.actions):
+                manual.append((f, fix))
+                continue
+            if fix.safety not in allowed:
+                unsafe.append((f, fix))
+                continue
+            try:
+                edits = [e for a in fix.actions if ActionKind(a.kind) is not ActionKind.COMMAND for e in resolve(a, ctx, facts, ws)]
+            except EditError as e:
+                decide(False, f"not applied: {e}")
+                continue
+            clash = next((e for e in edits if e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.op)), None)
+            if clash is not None:
+                value, _op, other = slots[clash.slot]
+                decide(False, f"conflict: {clash.describe()} but the kept fix for {other} set "
+                                                         f"{clash.key} to {value!r}", edits)
+                continue
+            try:
+                trial = apply_edits(ws, edits)
+                if trial.texts == ws.texts and trial.env == ws.env:
+                    decide(False, "changes nothing in the files given", edits)
+                    continue
+                after = run(facts_for(facts, trial), context_for(ctx, trial))
+            except EditError as e:
+                decide(False, f"not applied: {e}", edits)
+                continue
+            ok, why = judge(f, current, after)
+            decide(ok, why, edits)
+            if ok:
+                ws, current, kept_one = trial, after, True
+                for e in edits:
+                    slots[e.slot] = (e.value, e.op, f.id)
+                # A fix refused before may work now (it needed this one first): try those again.
+                tried -= {k for k, d in decided.items() if not d.kept}
+                break  # the findings changed: start the round again from the new ones
+        if not kept_one:
+            break
+    return Plan(original, ws, before, current, list(decided.values()), _unique(manual), _unique(unsafe))
+
+
+def _unique(pairs: list[tuple[Finding, Fix]]) -> list[tuple[Finding, Fix]]:
+    seen, out = set(), []
+    for f, fix in pairs:
+        if (f.id, fix.title) not in seen:
+            seen.add((f.id, fix.title))
+            out.append((f, fix))
+    return out
