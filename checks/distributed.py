@@ -79,7 +79,7 @@ def _disagrees_with_slurm(env: dict) -> list[str]:
 
 def _script_exports(ctx) -> dict:
     """--sbatch's `export NAME=...` lines that set a value (not `unset`)."""
-    return {k: v for k, v in ((ctx.sbatch or {}).get("exports") or {}).items() if isinstance(v, dict) and v.get("value") is not None}
+    return {k: v for k, v in (ctx.sbatch.exports if ctx.sbatch is not None else {}).items() if v.value is not None}
 
 
 def _rank_exported_before_srun(facts, ctx):
@@ -90,11 +90,11 @@ def _rank_exported_before_srun(facts, ctx):
 
     shape = job_shape(facts, ctx)
     exports = _script_exports(ctx)
-    names = [n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n]["line"] < (shape.launch_lineno or 0)]
+    names = [n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n].line < (shape.launch_lineno or 0)]
     if not names or not shape.srun_launch or shape.launcher not in ("python", "lightning") or (shape.ntasks or 1) < 2:
         return None  # torchrun/accelerate/deepspeed set RANK and LOCAL_RANK for their workers themselves
-    lines = [f"line {exports[n]['line']}: {exports[n].get('text') or n + '=' + exports[n]['value']}" for n in names]
-    values = ", ".join(f"{n}={exports[n]['value']}" for n in names)
+    lines = [f"line {exports[n].line}: {exports[n].text or n + '=' + exports[n].value}" for n in names]
+    values = ", ".join(f"{n}={exports[n].value}" for n in names)
     return fail(
         f"{', '.join(names)} exported in the batch shell ({'; '.join(lines)}) before line {shape.launch_lineno} starts "
         f"{shape.ntasks} srun tasks: the batch shell is task 0, so every task inherits the same value "
@@ -110,21 +110,23 @@ def _rank_exported_before_srun(facts, ctx):
 def _node_rank_same_on_every_node(facts, ctx):
     """`srun torchrun --node_rank=$SLURM_NODEID` over several nodes: the batch shell (node 0) expands the
     variable once, before srun copies the line to every node, so every node claims node rank 0."""
-    launch = (ctx.sbatch or {}).get("launch") or {}
-    launcher = launch.get("launcher")
-    if not launch.get("srun") or launcher not in ("torchrun", "torch.distributed.launch", "accelerate") or launch.get("standalone"):
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    if launch is None:
         return None
-    if (launch.get("rdzv_backend") or "static") != "static":
+    launcher = launch.launcher
+    if not launch.srun or launcher not in ("torchrun", "torch.distributed.launch", "accelerate") or launch.standalone:
+        return None
+    if (launch.rdzv_backend or "static") != "static":
         return None  # c10d/etcd rendezvous hands out node ranks itself
-    rank = launch.get("node_rank")
-    if rank is None and launcher == "accelerate" and launch.get("config_file"):
+    rank = launch.node_rank
+    if rank is None and launcher == "accelerate" and launch.config_file:
         return None  # the config file may set machine_rank
     if rank is not None and not re.fullmatch(r"\d+", str(rank)):
         return None  # left for each task's shell to expand ('$SLURM_NODEID' in single quotes)
     from gpudoctor.job.shape import job_shape
 
     shape = job_shape(facts, ctx)
-    nnodes = str(launch.get("nnodes") or "")
+    nnodes = str(launch.nnodes or "")
     if (shape.nodes or 1) < 2 or (nnodes.isdigit() and int(nnodes) < 2):
         return None
     option = "--machine_rank" if launcher == "accelerate" else "--node_rank"
@@ -140,7 +142,7 @@ def _node_rank_same_on_every_node(facts, ctx):
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
         nodes=shape.nodes,
         node_rank=rank,
-        rdzv_backend=launch.get("rdzv_backend") or "static (default)",
+        rdzv_backend=launch.rdzv_backend or "static (default)",
     )
 
 
@@ -218,8 +220,8 @@ def rank_variables_inconsistent(facts, ctx):
 
 def _per_task_srun_launch(ctx) -> bool:
     """--sbatch's training line is `srun python ...`: every task is one rank."""
-    launch = (ctx.sbatch or {}).get("launch") or {}
-    return launch.get("srun") is not None and launch.get("launcher") in ("python", "lightning")
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    return launch is not None and launch.srun is not None and launch.launcher in ("python", "lightning")
 
 
 # --- GD-DIST-002 ---------------------------------------------------------------------------
@@ -355,8 +357,8 @@ def rendezvous_endpoint_unreachable(facts, ctx):
 
 # --- GD-DIST-004 ---------------------------------------------------------------------------
 
-def _legacy_launches(sbatch: dict) -> list[dict]:
-    return [ln for ln in sbatch.get("launches") or [] if ln.get("launcher") == "torch.distributed.launch"]
+def _legacy_launches(sbatch) -> list:
+    return [ln for ln in sbatch.launches if ln.launcher == "torch.distributed.launch"]
 
 
 @check(
@@ -377,11 +379,11 @@ def deprecated_torch_distributed_launch(facts, ctx):
     if ctx.sbatch is None:
         return skip("no batch script given (--sbatch): the launch command is not known")
     legacy = _legacy_launches(ctx.sbatch)
-    evidence = {"sbatch": ctx.sbatch_path, "lines": [f"line {ln.get('line')}: {ln.get('text')}" for ln in legacy][:5]}
+    evidence = {"sbatch": ctx.sbatch_path, "lines": [f"line {ln.line}: {ln.text}" for ln in legacy][:5]}
     if not legacy:
         return passed("the batch script does not use torch.distributed.launch", sbatch=ctx.sbatch_path)
     fix = manual("Launch with torchrun instead", "torchrun --nproc-per-node=$SLURM_GPUS_ON_NODE train.py")
-    if all(re.search(r"--use[-_]env\b", ln.get("text") or "") for ln in legacy):
+    if all(re.search(r"--use[-_]env\b", ln.text or "") for ln in legacy):
         return info("the batch script uses the deprecated torch.distributed.launch (with --use-env, so ranks come from LOCAL_RANK): use torchrun", fix, **evidence)
     return warn(
         "the batch script launches with the deprecated torch.distributed.launch: since torch 2.0 it passes "

@@ -61,8 +61,14 @@ def _script(shape: JobShape, facts) -> str | None:
     return None
 
 
-def directive_fix(shape: JobShape, facts, title: str, changes: dict, note: str | None = None) -> Fix:
-    """#SBATCH changes as sbatch_set actions on the script; a manual fix when no script is known."""
+def directive_fix(shape: JobShape, facts, title: str, changes: dict, note: str | None = None,
+                  srun_prefix: str | None = None) -> Fix:
+    """#SBATCH changes as sbatch_set/sbatch_remove actions on the script (and, with srun_prefix, `srun` put
+    before the launch line); a manual fix when no script is known.
+
+    Always `unsafe`: every directive these checks change is a resource request (GPUs, tasks, nodes, CPUs)
+    or the launch topology, which changes what the job does (issue 11: safe means meaning-preserving).
+    """
     per_node = changes.get("ntasks-per-node")
     if per_node is not None and "ntasks" in shape.directives and "ntasks" not in changes:
         # With --ntasks the per-node count is only a maximum, and --ntasks=16 at 1 per node on 2 nodes
@@ -71,8 +77,11 @@ def directive_fix(shape: JobShape, facts, title: str, changes: dict, note: str |
             changes = {**changes, "ntasks": None}
     target = _script(shape, facts)
     if target:
-        actions = tuple(Action(ActionKind.SBATCH_SET, target, value=v, key=k) for k, v in changes.items())
-        return Fix(title, Safety.SAFE, actions)
+        actions = tuple(Action(ActionKind.SBATCH_SET, target, value=v, key=k) if v is not None
+                        else Action(ActionKind.SBATCH_REMOVE, target, key=k) for k, v in changes.items())
+        if srun_prefix is not None:
+            actions += (Action(ActionKind.SRUN_PREFIX, target, value=srun_prefix),)
+        return Fix(title, Safety.UNSAFE, actions)
     lines = [f"#SBATCH --{k}={v}" if v is not None else f"remove #SBATCH --{k}" for k, v in changes.items()]
     if note:
         lines.append(note)
@@ -141,7 +150,7 @@ def slurm_job_values_unreadable(facts, ctx):
     problems = list(shape.problems)
     site_options: list[str] = []
     if shape.from_script:
-        problems_, site_options = _unknown_directives(ctx.sbatch or {})
+        problems_, site_options = _unknown_directives(ctx.sbatch)
         problems += problems_
     else:
         problems += _env_inconsistencies(facts.env)
@@ -159,18 +168,18 @@ def slurm_job_values_unreadable(facts, ctx):
     return passed(f"{shape.where}: {summary}", **_ev(shape))
 
 
-def _unknown_directives(sb: dict) -> tuple[list[str], list[str]]:
+def _unknown_directives(sb) -> tuple[list[str], list[str]]:
     """(likely typos, which sbatch refuses; other unknown options, which a site plugin may add)."""
     from gpudoctor.readers.sbatch import close_option
 
     typos, site = [], []
-    for u in sb.get("unknown_directives", []):
-        for opt in u.get("options") or []:
+    for u in sb.unknown_directives if sb is not None else ():
+        for opt in u.options:
             meant = close_option(opt)
             if meant:
-                typos.append(f"line {u['line']}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script")
+                typos.append(f"line {u.line}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script")
             else:
-                site.append(f"line {u['line']}: {opt} is not a standard sbatch option: sbatch refuses it unless a site plugin "
+                site.append(f"line {u.line}: {opt} is not a standard sbatch option: sbatch refuses it unless a site plugin "
                             "(SPANK) on this cluster adds it")
     return typos, site
 
@@ -320,7 +329,7 @@ def allocated_gpus_left_idle(facts, ctx):
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
         msg = (f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or --gpus-per-task): the job will run without one"
-               + _unread_gpu_directives(ctx.sbatch or {})
+               + _unread_gpu_directives(ctx.sbatch)
                if shape.from_script else
                "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)")
         if shape.from_script and shape.directives.get("exclusive"):
@@ -490,10 +499,19 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
     changes = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
     if shape.ntasks_option is not None:
         changes["ntasks"] = None
+    old_tasks = 1 if shape.srun_launch is False else shape.tasks_here
+    cpt = shape.directives.get("cpus-per-task") if shape.from_script else None
+    if str(cpt).isdigit() and old_tasks and int(cpt) * old_tasks % int(devices) == 0 and int(cpt) * old_tasks >= int(devices):
+        # Keep the CPUs the job asks per node: 1 task x 128 CPUs becomes 8 tasks x 16, not 8 x 128.
+        if int(cpt) * old_tasks // int(devices) != int(cpt):
+            changes["cpus-per-task"] = str(int(cpt) * old_tasks // int(devices))
     title = f"One SLURM task per GPU: --ntasks-per-node={devices}, --nodes={plan.num_nodes}, and start training with `srun`"
-    if shape.from_script and shape.srun_launch is False:
+    if "cpus-per-task" in changes:
+        title += f" (--cpus-per-task={changes['cpus-per-task']}: the same CPUs per node)"
+    add_srun = shape.from_script and shape.srun_launch is False
+    if add_srun:
         title += f" (line {shape.launch_lineno}: `srun {shape.launch_line.split()[0]} ...`)"
-    return directive_fix(shape, facts, title, changes)
+    return directive_fix(shape, facts, title, changes, srun_prefix="" if add_srun else None)
 
 
 # ---------------------------------------------------------------- GD-SLURM-006
@@ -729,16 +747,18 @@ def launcher_inside_multi_task_srun(facts, ctx):
 _GPU_OPTION = re.compile(r"(--gres[= ]\S*gpu|--gpus(-per-(node|task|socket))?[= ]|\s-G\s*\d)")
 
 
-def _unread_gpu_directives(sb: dict) -> str:
+def _unread_gpu_directives(sb) -> str:
     """'; line 10 (#SBATCH --gres=gpu:4) is below the first command ...' for GPU requests sbatch will not read."""
     parts = []
-    for d in sb.get("late_directives") or []:
-        if _GPU_OPTION.search(" " + d["text"]):
-            parts.append(f"line {d['line']} ({d['text']}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
-    for d in sb.get("commented_directives") or []:
-        if _GPU_OPTION.search(" " + d["text"]):
-            how = "is indented: sbatch reads only lines that begin with #SBATCH" if d["text"].startswith("#SBATCH") else "is commented out"
-            parts.append(f"line {d['line']} ({d['text']}) {how}")
+    if sb is None:
+        return ""
+    for d in sb.late_directives:
+        if _GPU_OPTION.search(" " + d.text):
+            parts.append(f"line {d.line} ({d.text}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
+    for d in sb.commented_directives:
+        if _GPU_OPTION.search(" " + d.text):
+            how = "is indented: sbatch reads only lines that begin with #SBATCH" if d.text.startswith("#SBATCH") else "is commented out"
+            parts.append(f"line {d.line} ({d.text}) {how}")
     return "; " + "; ".join(parts) if parts else ""
 
 
@@ -778,17 +798,21 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
     gpus = shape.gpus_per_node
     if shape.from_script:
         exp = shape.cuda_visible_export
-        if not exp or exp.get("value") is None:
+        if not exp or exp.value is None:
             return passed("the script leaves CUDA_VISIBLE_DEVICES to SLURM", **_ev(shape))
         from gpudoctor.readers.cudavis import parse_visible_devices
 
-        named = parse_visible_devices(exp["value"]).count
-        fix = manual(f"Delete line {exp['line']} of {shape.where} (export CUDA_VISIBLE_DEVICES={exp['value']}); SLURM sets it", f"sed -i '{exp['line']}d' {shape.script}")
+        named = parse_visible_devices(exp.value).count
+        # Dropping the export is meaning-preserving only when it named exactly the GPUs the job gets per node.
+        same = named is not None and named == gpus
+        fix = Fix(f"Drop the export of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
+                  Safety.SAFE if same else Safety.UNSAFE,
+                  (Action(ActionKind.EXPORT_REMOVE, shape.script, key="CUDA_VISIBLE_DEVICES"),))
         ev = _ev(shape, gpus_named=named, gpus_per_node=gpus)
         if gpus is not None and named is not None and named > gpus:
-            return fail(f"line {exp['line']} exports CUDA_VISIBLE_DEVICES={exp['value']} ({named} GPUs) but the job gets {gpus} per node: "
+            return fail(f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value} ({named} GPUs) but the job gets {gpus} per node: "
                         "it points at GPUs not given to it", fix, **ev)
-        return warn(f"line {exp['line']} exports CUDA_VISIBLE_DEVICES={exp['value']}, replacing the GPUs SLURM assigns: on a shared node "
+        return warn(f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value}, replacing the GPUs SLURM assigns: on a shared node "
                     "those indices can be another job's GPUs", fix, **ev)
     env = facts.env
     if "CUDA_VISIBLE_DEVICES" not in env:
@@ -831,13 +855,16 @@ RESOURCE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-
 def sbatch_directive_after_first_command(facts, ctx):
     if ctx.sbatch is None:
         return skip("no --sbatch script given")
-    late = ctx.sbatch.get("late_directives") or []
+    late = ctx.sbatch.late_directives
     if not late:
         return passed("every #SBATCH directive is read")
-    path = ctx.sbatch.get("path")
-    lines = [f"line {d['line']}: {d['text']}" for d in late]
-    important = [d for d in late if any(f"--{o}" in d["text"] or _short_form(d["text"], o) for o in RESOURCE_OPTIONS)]
-    fix = manual(f"Move these #SBATCH lines above the first command of {path}", *lines)
+    path = ctx.sbatch.path
+    lines = [f"line {d.line}: {d.text}" for d in late]
+    important = [d for d in late if any(f"--{o}" in d.text or _short_form(d.text, o) for o in RESOURCE_OPTIONS)]
+    # Moving them makes sbatch read them: a resource line then changes what the job asks for (unsafe).
+    fix = Fix(f"Move these #SBATCH lines above the first command of {path}: " + "; ".join(lines),
+              Safety.UNSAFE if important else Safety.SAFE,
+              tuple(Action(ActionKind.SBATCH_HOIST, path, value=d.text) for d in late))
     sev = fail if important else warn
     return sev(f"sbatch ignores {len(late)} #SBATCH line(s) below the first command: " + "; ".join(lines), fix, ignored=lines)
 
@@ -872,7 +899,11 @@ def multi_task_job_without_srun(facts, ctx):
         return passed(f"line {shape.launch_lineno} starts the training with srun", **_ev(shape))
     nodes = shape.nodes or 1
     line = shape.launch_line.split()[0]
-    fix = manual(f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
+    # One launcher per node for launchers that start the ranks themselves; one task per rank otherwise.
+    options = f"--nodes={nodes} --ntasks={nodes} --ntasks-per-node=1" if shape.launcher in MULTI_PROCESS_LAUNCHERS else ""
+    fix = Fix(f"Start line {shape.launch_lineno} with srun: `srun {(options + ' ') if options else ''}{_first_words(shape.launch_line)} ...`",
+              Safety.UNSAFE, (Action(ActionKind.SRUN_PREFIX, shape.script, value=options),)) if shape.script else manual(
+        f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
     ev = _ev(shape)
     if nodes > 1 and shape.launcher != "deepspeed":
         return fail(f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"

@@ -480,7 +480,7 @@ def test_scripts_sbatch_refuses_are_refused(tmp_path, content, words):
 def test_a_stray_latin1_byte_in_a_comment_does_not_refuse_the_script(tmp_path):
     path = tmp_path / "job.slurm"
     path.write_bytes(b"#!/bin/bash\n# caf\xe9 au lait\n#SBATCH --nodes=1\nsrun python t.py\n")
-    assert load_sbatch(str(path))["directives"] == {"nodes": "1"}
+    assert load_sbatch(str(path)).options == {"nodes": "1"}
 
 
 @pytest.mark.parametrize(

@@ -28,33 +28,33 @@ def test_short_and_long_forms_with_equals_or_space():
         "#SBATCH --tasks-per-node=8\n"
         "srun python train.py\n"
     )
-    d = sb["directives"]
+    d = sb.options
     assert d["nodes"] == "2" and d["ntasks"] == "16" and d["ntasks-per-node"] == "8"
     assert d["gres"] == "gpu:h100:8" and d["cpus-per-task"] == "12" and d["job-name"] == "train"
-    assert sb["job_name"] == "train"
-    assert sb["directive_lines"]["gres"] == 5
+    assert sb.job_name == "train"
+    assert sb.directive_lines["gres"] == 5
 
 
 def test_directives_stop_at_first_command_as_sbatch_does():
     sb = parse("#!/bin/bash\n#SBATCH --nodes=1\n\n# a comment\nmodule load cuda\n#SBATCH --gres=gpu:8\nsrun python x.py\n")
-    assert "gres" not in sb["directives"]
-    assert sb["late_directives"] == [{"line": 6, "text": "#SBATCH --gres=gpu:8"}]
+    assert "gres" not in sb.options
+    assert [(d.line, d.text) for d in sb.late_directives] == [(6, "#SBATCH --gres=gpu:8")]
 
 
 def test_commented_out_directives_are_not_read():
     sb = parse("#!/bin/bash\n##SBATCH --gres=gpu:8\n# SBATCH --nodes=4\n#SBATCH --nodes=1\npython t.py\n")
-    assert sb["directives"] == {"nodes": "1"}
+    assert sb.options == {"nodes": "1"}
 
 
 def test_later_directive_wins_and_prefix_abbreviation():
     sb = parse("#SBATCH --ntasks=4\n#SBATCH --ntasks=8\n#SBATCH --cpus-per-t=4\ntrue\n")
-    assert sb["directives"]["ntasks"] == "8"
-    assert sb["directives"]["cpus-per-task"] == "4"
+    assert sb.options["ntasks"] == "8"
+    assert sb.options["cpus-per-task"] == "4"
 
 
 def test_unknown_option_is_recorded():
     sb = parse("#SBATCH --ntask-per-nod=8\ntrue\n")
-    assert sb["unknown_directives"][0]["options"] == ["--ntask-per-nod=8"]
+    assert sb.unknown_directives[0].options == ("--ntask-per-nod=8",)
 
 
 @pytest.mark.parametrize(
@@ -101,17 +101,17 @@ def test_missing_directory_and_binary_files(tmp_path):
 )
 def test_launch_lines(line, launcher, per_node, srun):
     sb = parse(f"#!/bin/bash\n#SBATCH --nodes=1\n{line}\n")
-    launch = sb["launch"]
-    assert launch["launcher"] == launcher
-    assert launch.get("nproc_per_node") == per_node
-    assert (launch["srun"] is not None) is srun
+    launch = sb.launch
+    assert launch.launcher == launcher
+    assert launch.nproc_per_node == per_node
+    assert (launch.srun is not None) is srun
 
 
 def test_accelerate_counts_and_srun_options():
     sb = parse("#SBATCH -N2\nsrun -N 2 --ntasks-per-node=1 -c 32 accelerate launch --num_processes=16 --num_machines=2 t.py\n")
-    launch = sb["launch"]
-    assert launch["num_processes"] == "16" and launch["nnodes"] == "2"
-    assert launch["srun"]["options"] == {"nodes": "2", "ntasks-per-node": "1", "cpus-per-task": "32"}
+    launch = sb.launch
+    assert launch.num_processes == "16" and launch.nnodes == "2"
+    assert dict(launch.srun.options) == {"nodes": "2", "ntasks-per-node": "1", "cpus-per-task": "32"}
 
 
 def test_preflight_and_probes_are_not_the_training_launch():
@@ -124,9 +124,9 @@ def test_preflight_and_probes_are_not_the_training_launch():
         "srun python train.py\n"
         "echo done\n"
     )
-    assert sb["launch"]["line"] == 6
-    assert [launch["line"] for launch in sb["launches"]] == [2, 3, 4, 5, 6]
-    assert sb["launches"][1].get("inline") and sb["launches"][2].get("gpudoctor")
+    assert sb.launch.line == 6
+    assert [launch.line for launch in sb.launches] == [2, 3, 4, 5, 6]
+    assert sb.launches[1].inline and sb.launches[2].gpudoctor
 
 
 def test_variables_and_slurm_values_are_expanded():
@@ -135,30 +135,30 @@ def test_variables_and_slurm_values_are_expanded():
         "GPUS=8\nexport SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\n"
         "srun torchrun --nnodes=$SLURM_NNODES --nproc-per-node=${GPUS} train.py\n"
     )
-    assert sb["launch"]["nproc_per_node"] == "8"
-    assert sb["launch"]["nnodes"] == "2"
-    assert sb["exports"]["SRUN_CPUS_PER_TASK"]["value"] == "64"
+    assert sb.launch.nproc_per_node == "8"
+    assert sb.launch.nnodes == "2"
+    assert sb.exports["SRUN_CPUS_PER_TASK"].value == "64"
 
 
 def test_lightning_arguments_on_the_launch_line():
     sb = parse("#SBATCH -N1\nsrun python main.py fit --trainer.devices 8 --trainer.num_nodes=1\n")
-    assert sb["launch"]["lightning"] == {"devices": "8", "num_nodes": "1"}
+    assert dict(sb.launch.lightning) == {"devices": "8", "num_nodes": "1"}
     sb = parse("#SBATCH -N1\nsrun python run.py trainer.params.devices=4 +trainer.params.num_nodes=2\n")
-    assert sb["launch"]["lightning"] == {"devices": "4", "num_nodes": "2"}
+    assert dict(sb.launch.lightning) == {"devices": "4", "num_nodes": "2"}
 
 
 def test_continuation_lines_are_joined():
     sb = parse("#SBATCH -N1\nsrun \\\n  torchrun \\\n  --nproc-per-node=8 \\\n  train.py\n")
-    assert sb["launch"]["launcher"] == "torchrun" and sb["launch"]["line"] == 2
+    assert sb.launch.launcher == "torchrun" and sb.launch.line == 2
 
 
 def test_seed_scripts_parse():
     broken = load_sbatch(str(SCRIPTS / "seed-broken-gres1-ntasks8.slurm"))
-    assert broken["directives"]["gres"] == "gpu:h200:1" and broken["directives"]["ntasks-per-node"] == "8"
+    assert broken.options["gres"] == "gpu:h200:1" and broken.options["ntasks-per-node"] == "8"
     fixed = load_sbatch(str(SCRIPTS / "seed-fixed-ntasks1-lightning.slurm"))
-    assert fixed["directives"]["ntasks"] == "1"
-    assert fixed["exports"]["CUDA_VISIBLE_DEVICES"]["value"] == "0,1,2,3,4,5,6,7"
-    assert fixed["launch"]["srun"] is None
+    assert fixed.options["ntasks"] == "1"
+    assert fixed.exports["CUDA_VISIBLE_DEVICES"].value == "0,1,2,3,4,5,6,7"
+    assert fixed.launch.srun is None
 
 
 # ---------------------------------------------------------------- through the CLI
@@ -211,14 +211,14 @@ def test_cli_bad_script_is_one_line_exit_2(tmp_path):
 
 def test_srun_own_options_take_their_values():
     sb = parse("#SBATCH -N1 --ntasks-per-node=1 --gres=gpu:8\nsrun --wait=60 -W 30 --jobid $SLURM_JOB_ID --kill-on-bad-exit=1 torchrun --nproc_per_node 8 t.py\n")
-    launch = sb["launch"]
-    assert launch["launcher"] == "torchrun" and launch["nproc_per_node"] == "8"
-    assert launch["srun"]["options"]["jobid"] == "$SLURM_JOB_ID" and launch["srun"]["unknown"] == []
+    launch = sb.launch
+    assert launch.launcher == "torchrun" and launch.nproc_per_node == "8"
+    assert launch.srun.options["jobid"] == "$SLURM_JOB_ID" and launch.srun.unknown == ()
 
 
 def test_pyxis_container_options_belong_to_srun():
     sb = parse("#SBATCH -N1\nsrun --container-image nvcr.io/nvidia/pytorch:24.05-py3 --container-mounts /data:/data --no-container-mount-home python t.py\n")
-    assert sb["launch"]["program"] == "python" and sb["launch"]["srun"]["unknown"] == []
+    assert sb.launch.program == "python" and sb.launch.srun.unknown == ()
 
 
 @pytest.mark.parametrize(
@@ -232,9 +232,9 @@ def test_pyxis_container_options_belong_to_srun():
     ],
 )
 def test_shell_wrappers_are_looked_into(line, launcher, count):
-    launch = parse(f"#SBATCH -N1\n{line}\n")["launch"]
-    assert launch["launcher"] == launcher
-    assert (launch.get("nproc_per_node") or launch.get("num_processes")) == count
+    launch = parse(f"#SBATCH -N1\n{line}\n").launch
+    assert launch.launcher == launcher
+    assert (launch.nproc_per_node or launch.num_processes) == count
 
 
 def test_launch_command_kept_in_variables_and_arithmetic():
@@ -245,7 +245,7 @@ def test_launch_command_kept_in_variables_and_arithmetic():
         'export CMD="$LAUNCHER train.py"\n'
         "srun $CMD\n"
     )
-    assert sb["launch"]["num_processes"] == "16" and sb["launch"]["nnodes"] == "4"
+    assert sb.launch.num_processes == "16" and sb.launch.nnodes == "4"
     from gpudoctor.readers.sbatch import expand_vars
 
     assert expand_vars("$((N * 8)) $((1/0)) $((2**99)) $((M+1))", {"N": "2", "M": "x"}) == "16 $((1/0)) $((2**99)) $((M+1))"
@@ -253,14 +253,14 @@ def test_launch_command_kept_in_variables_and_arithmetic():
 
 def test_batch_shell_is_task_zero():
     sb = parse("#SBATCH -N1 --ntasks-per-node=8\nexport RANK=$SLURM_PROCID\nsrun python t.py\n")
-    assert sb["exports"]["RANK"]["value"] == "0" and sb["exports"]["RANK"]["text"] == "export RANK=$SLURM_PROCID"
+    assert sb.exports["RANK"].value == "0" and sb.exports["RANK"].text == "export RANK=$SLURM_PROCID"
 
 
 def test_hetjob_components_and_commented_directives():
     sb = parse("#SBATCH -n1 -c 32\n#SBATCH hetjob\n#SBATCH -N1 --gres=gpu:4\n##SBATCH --gres=gpu:8\nsrun --het-group=1 python t.py\n")
-    assert sb["het_components"] == 2 and sb["het_group"] == 1
-    assert sb["directives"] == {"nodes": "1", "gres": "gpu:4"} and sb["unknown_directives"] == []
-    assert sb["commented_directives"] == [{"line": 4, "text": "##SBATCH --gres=gpu:8"}]
+    assert sb.het_components == 2 and sb.het_group == 1
+    assert sb.options == {"nodes": "1", "gres": "gpu:4"} and sb.unknown_directives == ()
+    assert [(d.line, d.text) for d in sb.commented_directives] == [(4, "##SBATCH --gres=gpu:8")]
 
 
 def test_single_quotes_and_backslash_leave_per_task_variables_to_each_task():
@@ -275,11 +275,11 @@ def test_single_quotes_and_backslash_leave_per_task_variables_to_each_task():
 def test_if_branches_that_cannot_run_for_this_job_are_skipped():
     head = "#SBATCH --nodes=2 --ntasks-per-node=1 --gres=gpu:8\n"
     sb = parse(head + 'if [ "$SLURM_NNODES" -gt 1 ]; then\n  srun torchrun --nproc_per_node=8 t.py\nelse\n  torchrun --standalone t.py\nfi\n')
-    assert sb["launch"]["srun"] is not None and [ln["line"] for ln in sb["launches"]] == [3]
+    assert sb.launch.srun is not None and [ln.line for ln in sb.launches] == [3]
     unknown = parse(head + 'if [ -n "$DEBUG" ]; then srun python a.py; else python b.py; fi\n')
-    assert len(unknown["launches"]) == 2  # a condition gpudoctor cannot judge: both branches may run
+    assert len(unknown.launches) == 2  # a condition gpudoctor cannot judge: both branches may run
 
 
 def test_a_single_process_step_after_the_training_is_not_the_training():
     sb = parse("#SBATCH -N1 --ntasks-per-node=8 --gres=gpu:8\nsrun python train.py\nsrun -n 1 python eval.py\npython plot.py\n")
-    assert sb["launch"]["script"] == "train.py"
+    assert sb.launch.script == "train.py"

@@ -34,9 +34,9 @@ def script(text: str, name: str = "job.slurm") -> dict:
 
 
 def sb_run(check_id, text_or_sb, slurm=SLURM_2205, **ctx):
-    sb = text_or_sb if isinstance(text_or_sb, dict) else script(text_or_sb)
+    sb = text_or_sb if not isinstance(text_or_sb, str) else script(text_or_sb)
     facts = make_facts(patch={"slurm": slurm})
-    return run(check_id, facts, sbatch=sb, sbatch_path=sb["path"], **ctx)
+    return run(check_id, facts, sbatch=sb, sbatch_path=sb.path, **ctx)
 
 
 def one(findings):
@@ -416,7 +416,7 @@ def test_correct_scripts_have_no_fail_or_warn(name):
     sb = load_sbatch(str(SCRIPTS / name))
     facts = make_facts(patch={"slurm": dict(SLURM_2205, packages={"lightning": "2.4.0"})})
     for n in range(1, 13):
-        for f in run(f"GD-SLURM-{n:03d}", facts, sbatch=sb, sbatch_path=sb["path"]):
+        for f in run(f"GD-SLURM-{n:03d}", facts, sbatch=sb, sbatch_path=sb.path):
             assert f.severity not in (Severity.FAIL, Severity.WARN, Severity.ERROR), (f.id, f.message)
 
 
@@ -467,7 +467,7 @@ def test_common_correct_scripts_raise_no_fail_or_warn(text):
     sb = script(text)
     facts = make_facts(patch={"slurm": dict(SLURM_2205, packages={"lightning": "2.4.0"})})
     for n in range(1, 13):
-        for f in run(f"GD-SLURM-{n:03d}", facts, sbatch=sb, sbatch_path=sb["path"]):
+        for f in run(f"GD-SLURM-{n:03d}", facts, sbatch=sb, sbatch_path=sb.path):
             assert f.severity not in (Severity.FAIL, Severity.WARN, Severity.ERROR), (f.id, f.message)
 
 

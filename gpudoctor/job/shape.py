@@ -18,8 +18,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.readers import slurmfmt
+
+if TYPE_CHECKING:
+    from gpudoctor.readers.sbatch import BatchScript, Launch
 
 INTERACTIVE_JOB_NAMES = ("bash", "interactive")  # Lightning: SLURM not managing tasks under these names
 
@@ -50,7 +54,7 @@ class JobShape:
     lightning: dict = field(default_factory=dict)  # devices / num_nodes the job gives Lightning, with sources
     launch_line: str | None = None  # sbatch: the training command as written
     launch_lineno: int | None = None
-    cuda_visible_export: dict | None = None  # sbatch: `export CUDA_VISIBLE_DEVICES=...` ({"value", "line"})
+    cuda_visible_export: Any = None  # sbatch: `export CUDA_VISIBLE_DEVICES=...` (readers.sbatch.Assignment)
     directives: dict = field(default_factory=dict)  # sbatch: the #SBATCH options
     directive_lines: dict = field(default_factory=dict)
     srun_options: dict | None = None  # sbatch: options on the launch line's srun
@@ -278,20 +282,21 @@ def _launcher_from_env(shape: JobShape, env: dict, ctx, used: dict) -> None:
 # ---------------------------------------------------------------- from a batch script
 
 
-def from_sbatch(sb: dict, ctx) -> JobShape:
+def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     p: list[str] = []
-    d = dict(sb.get("directives") or {})
-    launch = sb.get("launch") or {}
-    srun = (launch.get("srun") or {}).get("options") if launch.get("srun") else None
+    d = sb.options
+    launch = sb.launch
+    srun = dict(launch.srun.options) if launch and launch.srun else None
+    exports = sb.exports
     shape = JobShape(
-        source="sbatch", where=os.path.basename(sb.get("path") or "the batch script"), script=sb.get("path"),
-        srun_launch=(srun is not None) if launch else None, job_name=sb.get("job_name"), problems=p, directives=d,
-        directive_lines=dict(sb.get("directive_lines") or {}), srun_options=srun,
-        launch_line=launch.get("text"), launch_lineno=launch.get("line"),
-        cuda_visible_export=(sb.get("exports") or {}).get("CUDA_VISIBLE_DEVICES"),
+        source="sbatch", where=os.path.basename(sb.path or "the batch script"), script=sb.path,
+        srun_launch=(srun is not None) if launch else None, job_name=sb.job_name, problems=p, directives=d,
+        directive_lines=sb.directive_lines, srun_options=srun,
+        launch_line=launch.text if launch else None, launch_lineno=launch.line if launch else None,
+        cuda_visible_export=exports.get("CUDA_VISIBLE_DEVICES"),
     )
-    if (sb.get("het_components") or 1) > 1:
-        shape.notes.append(f"heterogeneous job with {sb['het_components']} components: judged component {sb.get('het_group', 0)}, "
+    if sb.het_components > 1:
+        shape.notes.append(f"heterogeneous job with {sb.het_components} components: judged component {sb.het_group}, "
                            "where the training step runs")
     ev = {f"#SBATCH --{k}": v for k, v in d.items() if k in _SHAPE_OPTIONS}
     step = dict(d)
@@ -316,15 +321,15 @@ def from_sbatch(sb: dict, ctx) -> JobShape:
     _gpus_from_options(shape, step, p)
     _ntasks_per_gpu(shape, step, p)
     shape.cpus_per_task = _int(d.get("cpus-per-task"), "--cpus-per-task", p, 1)
-    exported = (sb.get("exports") or {}).get("SRUN_CPUS_PER_TASK")
+    exported = exports.get("SRUN_CPUS_PER_TASK")
     if srun and "cpus-per-task" in srun:
         shape.srun_cpus_per_task = _int(srun["cpus-per-task"], "srun --cpus-per-task", p, 1)
-    elif exported and exported.get("value"):
-        shape.srun_cpus_per_task = _int(exported["value"], "SRUN_CPUS_PER_TASK", [], 1) or -1  # -1: set, value not literal
-        ev["export SRUN_CPUS_PER_TASK"] = exported["value"]
+    elif exported and exported.value:
+        shape.srun_cpus_per_task = _int(exported.value, "SRUN_CPUS_PER_TASK", [], 1) or -1  # -1: set, value not literal
+        ev["export SRUN_CPUS_PER_TASK"] = exported.value
     _launcher_from_script(shape, launch, ctx)
     if shape.cuda_visible_export:
-        ev["export CUDA_VISIBLE_DEVICES"] = shape.cuda_visible_export.get("value")
+        ev["export CUDA_VISIBLE_DEVICES"] = shape.cuda_visible_export.value
     if shape.launch_line:
         ev["launch line"] = f"line {shape.launch_lineno}: {_short(shape.launch_line)}"
     shape.evidence = ev
@@ -435,24 +440,24 @@ def _ntasks_per_gpu(shape: JobShape, step: dict, p: list[str]) -> None:
     shape.task_gpus = 1
 
 
-def _launcher_from_script(shape: JobShape, launch: dict, ctx) -> None:
-    light_hints = launch.get("lightning")
-    launcher = launch.get("launcher")
+def _launcher_from_script(shape: JobShape, launch: Launch | None, ctx) -> None:
+    light_hints = dict(launch.lightning) if launch and launch.lightning else None
+    launcher = launch.launcher if launch else None
     if ctx.launcher and ctx.launcher != "srun":
         shape.launcher, shape.launcher_source = ctx.launcher, f"--launcher {ctx.launcher}"
     elif launcher:
-        shape.launcher, shape.launcher_source = launcher, f"launch line {launch.get('line')}"
+        shape.launcher, shape.launcher_source = launcher, f"launch line {launch.line}"
     elif ctx.launcher == "srun":
         shape.launcher, shape.launcher_source = "python", "--launcher srun"
     if shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed", "lightning") and launcher == shape.launcher:
-        shape.procs_per_task = _count_arg(launch.get("nproc_per_node"), shape.task_gpus)
-        if launcher == "deepspeed" and launch.get("nproc_per_node") is None:
+        shape.procs_per_task = _count_arg(launch.nproc_per_node, shape.task_gpus)
+        if launcher == "deepspeed" and launch.nproc_per_node is None:
             shape.procs_per_task = shape.task_gpus  # deepspeed defaults to every visible GPU
-        if launcher == "torchrun" and launch.get("nproc_per_node") is None:
+        if launcher == "torchrun" and launch.nproc_per_node is None:
             shape.procs_per_task = 1  # torchrun's default is one process
     elif shape.launcher == "accelerate" and launcher == "accelerate":
-        total = _count_arg(launch.get("num_processes"), None)
-        machines = _count_arg(launch.get("nnodes"), None) or 1
+        total = _count_arg(launch.num_processes, None)
+        machines = _count_arg(launch.nnodes, None) or 1
         shape.procs_per_task = total // machines if total else None
     elif shape.launcher == "python":
         shape.procs_per_task = 1

@@ -1,0 +1,301 @@
+"""What a launch line starts: srun's options, the launcher (torchrun, deepspeed, accelerate, python,
+Lightning/Fabric) and its process counts, read through the wrappers real scripts put around it
+(env/exec/time/nohup/numactl..., `bash -c "..."`, shifter, apptainer, uv/conda run).
+
+Wrappers are peeled in a loop and shell command strings are followed at most MAX_SHELL_DEPTH
+deep, so a line of 1500 nested wrappers is read without recursion (issue 13 B7).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from gpudoctor.readers.sbatch.options import parse_options
+from gpudoctor.readers.sbatch.script import SbatchError
+from gpudoctor.readers.sbatch.shell import split_commands
+
+LAUNCHERS = ("torchrun", "torch.distributed.launch", "deepspeed", "accelerate", "python", "lightning")
+MAX_SHELL_DEPTH = 8
+_PY = re.compile(r"^python(\d+(\.\d+)?)?$")
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+# Commands in front of the real one: `exec`, `time`, `nohup`, `env A=1`, `stdbuf -oL` ...
+_PREFIX_COMMANDS = {"exec", "time", "nohup", "command", "builtin", "nice", "stdbuf", "env", "numactl", "taskset", "unbuffer"}
+NOT_TRAINING = {"hostname", "nvidia-smi", "echo", "printf", "mkdir", "cd", "ls", "cat", "sleep", "date", "true", "env",
+                "module", "source", "conda", "pip", "export", "rm", "cp", "mv", "tee", "scontrol", "squeue", "sacct"}
+
+
+def _strip_prefixes(tokens: list[str]) -> list[str]:
+    """Drop VAR=value assignments and wrapper commands in front of the real command."""
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if _ASSIGN.match(tok):
+            i += 1
+        elif os.path.basename(tok) in _PREFIX_COMMANDS:
+            i += 1
+            while i < len(tokens) and tokens[i].startswith("-"):  # wrapper options (stdbuf -oL, nice -n 5)
+                i += 2 if tokens[i] in ("-n", "-C", "--cpunodebind", "--membind", "-c") else 1
+        else:
+            break
+    return tokens[i:]
+
+
+
+
+def _take(args: list[str], names: tuple[str, ...], flags: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
+    """Launcher options (`--x v`, `--x=v`, flags) up to the first positional -> (options, rest)."""
+    opts, i = {}, 0
+    while i < len(args):
+        tok = args[i]
+        if not tok.startswith("-") or tok == "-":
+            break
+        name, eq, value = tok.partition("=")
+        key = name.lstrip("-").replace("_", "-")
+        if key in names:
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                i += 1
+            opts[key] = value
+        elif key in flags:
+            opts[key] = True
+        elif not eq and i + 1 < len(args) and not args[i + 1].startswith("-") and key not in ("m", "module"):
+            i += 1  # an unknown option with a separate value: skip the value too
+        i += 1
+    return opts, args[i:]
+
+
+_TORCHRUN_VALUES = ("nproc-per-node", "nnodes", "node-rank", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
+                    "master-addr", "master-port", "max-restarts", "monitor-interval", "start-method", "role", "log-dir",
+                    "redirects", "r", "tee", "t", "local-addr", "local-ranks-filter", "logs-specs")
+_TORCHRUN_FLAGS = ("standalone", "use-env", "module", "m", "no-python", "run-path")
+
+
+def _lightning_args(args: list[str]) -> dict:
+    """devices/num_nodes passed to a Lightning script: Hydra `trainer.devices=8`, LightningCLI `--trainer.devices 8`."""
+    found = {}
+    for i, tok in enumerate(args):
+        key, eq, value = tok.lstrip("+-").partition("=")
+        if not eq and tok.startswith("--") and i + 1 < len(args):
+            value = args[i + 1]
+        parts = key.split(".")
+        if parts[0] == "trainer" and parts[-1] in ("devices", "num_nodes", "gpus", "accelerator", "strategy"):
+            found[parts[-1]] = value
+        elif parts[0] == "trainer":
+            found.setdefault("mentioned", True)
+    return found
+
+
+def _describe_python(args: list[str]) -> dict:
+    """python [opts] (-m module | script) args."""
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok == "-m" and i + 1 < len(args):
+            return {"module": args[i + 1], "args": args[i + 2 :]}
+        if tok.startswith("-m") and len(tok) > 2:
+            return {"module": tok[2:], "args": args[i + 1 :]}
+        if tok == "-c":
+            return {"inline": True, "args": args[i + 2 :]}
+        if tok in ("-X", "-W", "-Q"):
+            i += 2
+            continue
+        if tok.startswith("-"):
+            i += 1
+            continue
+        return {"script": tok, "args": args[i + 1 :]}
+    return {}
+
+
+_SHELLS = {"bash", "sh", "zsh", "dash", "ksh"}
+
+
+def _shell_command_string(args: list[str]) -> str | None:
+    """The command string of `bash -c '...'` / `sh -xeuc '...'`; None for `bash script.sh`."""
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            i += 2
+            continue
+        if tok.startswith("-") and not tok.startswith("--") and "c" in tok[1:]:
+            return args[i + 1] if i + 1 < len(args) else None
+        if tok.startswith(("-", "+")):
+            i += 1
+            continue
+        return None
+    return None
+
+
+def _inner_launch(text: str, depth: int) -> list[str] | None:
+    """The command inside a `bash -c` string that starts the training (the last launcher, else the last program)."""
+    cmds = [c for c in split_commands(text) if _strip_prefixes(c)]
+    described = [(c, describe_command(c, depth)) for c in cmds]
+    for c, d in reversed(described):
+        if d.get("launcher"):
+            return c
+    for c, d in reversed(described):
+        if d.get("program") and d["program"] not in NOT_TRAINING and not d["program"].startswith("$"):
+            return c
+    return None
+
+
+def describe_command(tokens: list[str], depth: int = 0) -> dict:
+    """What a command (after srun, if any) launches: launcher and its process counts."""
+    while True:
+        tokens = _strip_prefixes(tokens)
+        if not tokens:
+            return {"program": None}
+        prog = os.path.basename(tokens[0])
+        args = tokens[1:]
+        rest = _unwrap(prog, args)
+        if rest is None:
+            break
+        if not rest:
+            return {"program": prog, "launcher": None}
+        tokens = rest
+    out: dict = {"program": prog, "launcher": None}
+    if prog in _SHELLS:
+        inner = _shell_command_string(args)
+        picked = _inner_launch(inner, depth + 1) if inner and depth < MAX_SHELL_DEPTH else None
+        if picked:  # srun bash -c "RANK=\$SLURM_PROCID python train.py": judge what the shell runs
+            return {**describe_command(picked, depth + 1), "via_shell": f"{prog} -c"}
+        return out
+    if prog == "torchrun":
+        return {**out, "launcher": "torchrun", **_torchrun(args)}
+    if _PY.match(prog):
+        py = _describe_python(args)
+        module = py.get("module")
+        if module in ("torch.distributed.run", "torch.distributed.launch"):
+            launcher = "torchrun" if module.endswith("run") else "torch.distributed.launch"
+            return {**out, "launcher": launcher, "module": module, **_torchrun(py.get("args", []))}
+        if module in ("accelerate.commands.launch",):
+            return {**out, **_accelerate(py.get("args", []))}
+        if module == "deepspeed" or (module or "").startswith("deepspeed.launcher"):
+            return {**out, **_deepspeed(py.get("args", []))}
+        if module == "gpudoctor" or (py.get("script") or "").endswith("gpudoctor"):
+            return {**out, "launcher": None, "gpudoctor": True}
+        res = {**out, "launcher": "python", **{k: v for k, v in py.items() if k != "args"}, "script_args": py.get("args", [])}
+        light = _lightning_args(py.get("args", []))
+        if light:
+            res["lightning"] = light
+        return res
+    if prog == "accelerate" and args[:1] == ["launch"]:
+        return {**out, **_accelerate(args[1:])}
+    if prog == "deepspeed":
+        return {**out, **_deepspeed(args)}
+    fabric_args = (args[2:] if prog == "lightning" and args[:2] == ["run", "model"]
+                   else args[1:] if prog == "fabric" and args[:1] == ["run"] else None)
+    if fabric_args is not None:  # `lightning run model` / `fabric run`: Fabric's own launcher
+        opts, rest = _take(fabric_args, ("devices", "num-nodes", "accelerator", "strategy", "precision", "node-rank",
+                                         "main-address", "main-port"))
+        return {**out, "launcher": "lightning", "nproc_per_node": opts.get("devices"), "nnodes": opts.get("num-nodes"),
+                "script": rest[0] if rest else None}
+    if prog == "gpudoctor":
+        return {**out, "gpudoctor": True}
+    return out
+
+
+def _unwrap(prog: str, args: list[str]) -> list[str] | None:
+    """The command a container/environment wrapper runs ([] when none is named); None when prog is no wrapper."""
+    if prog == "shifter":  # NERSC's container wrapper: shifter --image=X [--env=A=B] command
+        rest = list(args)
+        while rest and rest[0].startswith("-"):
+            rest = rest[1:] if "=" in rest[0] else rest[2:]
+        return rest
+    if prog in ("uv", "poetry", "pipenv", "pixi") and args[:1] == ["run"]:
+        return args[1:]
+    if prog == "conda" and args[:1] == ["run"]:
+        rest = args[1:]
+        while rest and rest[0].startswith("-"):
+            rest = rest[2:] if rest[0] in ("-n", "--name", "-p", "--prefix") else rest[1:]
+        return rest
+    if prog in ("apptainer", "singularity") and args[:1] in (["exec"], ["run"]):
+        rest = args[1:]
+        while rest and rest[0].startswith("-"):
+            rest = rest[2:] if rest[0] in ("-B", "--bind", "--env", "--home", "-H", "--pwd") else rest[1:]
+        return rest[1:]  # rest[0] is the image
+    return None
+
+
+def _torchrun(args: list[str]) -> dict:
+    opts, rest = _take(args, _TORCHRUN_VALUES, _TORCHRUN_FLAGS)
+    res = {
+        "nproc_per_node": opts.get("nproc-per-node"),
+        "nnodes": opts.get("nnodes"),
+        "standalone": bool(opts.get("standalone")),
+        "rdzv_backend": opts.get("rdzv-backend"),
+        "rdzv_endpoint": opts.get("rdzv-endpoint"),
+        "node_rank": opts.get("node-rank"),
+        "script": rest[0] if rest else None,
+        "script_args": rest[1:],
+    }
+    light = _lightning_args(rest[1:])
+    if light:
+        res["lightning"] = light
+    return res
+
+
+def _accelerate(args: list[str]) -> dict:
+    opts, rest = _take(
+        args,
+        ("num-processes", "num-machines", "machine-rank", "main-process-ip", "main-process-port", "gpu-ids",
+         "mixed-precision", "config-file", "dynamo-backend", "rdzv-backend", "num-cpu-threads-per-process"),
+        ("multi-gpu", "use-deepspeed", "use-fsdp", "cpu", "module", "m", "no-python"),
+    )
+    return {"launcher": "accelerate", "num_processes": opts.get("num-processes"), "nnodes": opts.get("num-machines"),
+            "node_rank": opts.get("machine-rank"), "rdzv_backend": opts.get("rdzv-backend"), "config_file": opts.get("config-file"),
+            "script": rest[0] if rest else None, "script_args": rest[1:]}
+
+
+def _deepspeed(args: list[str]) -> dict:
+    opts, rest = _take(
+        args,
+        ("num-gpus", "num-nodes", "hostfile", "include", "exclude", "master-port", "master-addr", "launcher",
+         "launcher-args", "node-rank", "ssh-port", "venv-script"),
+        ("no-python", "no-local-rank", "force-multi", "module", "elastic-training", "bind-cores-to-rank", "no-ssh", "no-ssh-check"),
+    )
+    return {"launcher": "deepspeed", "nproc_per_node": opts.get("num-gpus"), "nnodes": opts.get("num-nodes"),
+            "deepspeed_launcher": opts.get("launcher"), "script": rest[0] if rest else None, "script_args": rest[1:]}
+
+
+
+
+def describe_launch(tokens: list[str]) -> dict | None:
+    """A body command that starts a program under srun or a known launcher; None otherwise.
+
+    Raises SbatchError (without the file position) for an srun option that lacks its value.
+    """
+    tokens = _strip_prefixes(tokens)
+    if not tokens:
+        return None
+    srun = None
+    if os.path.basename(tokens[0]) == "srun":
+        sopts, unknown, cmd = parse_options(tokens[1:], srun=True)
+        srun = {"options": sopts, "unknown": unknown}
+        tokens = cmd
+        if not tokens:
+            return None
+    desc = describe_command(tokens)
+    if srun is None and not desc.get("launcher") and not desc.get("gpudoctor"):
+        return None
+    return {"srun": srun, **desc}
+
+
+def trains(launch: dict) -> bool:
+    """The training launch, not a preflight (gpudoctor), a probe (python -c) or `srun hostname`."""
+    if launch.get("gpudoctor") or launch.get("inline"):
+        return False
+    if launch.get("launcher"):
+        return True
+    prog = launch.get("program") or ""
+    return bool(prog) and prog not in NOT_TRAINING
+
+
+def side_step(launch: dict, before: list[dict]) -> bool:
+    """One plain python process (`python plot.py`, `srun -n 1 python eval.py`) after an srun training
+    step: evaluation or post-processing run on purpose, not the training the job is sized for."""
+    if launch.get("launcher") != "python" or not any(b.get("srun") is not None and trains(b) for b in before):
+        return False
+    srun = launch.get("srun")
+    return srun is None or str(srun["options"].get("ntasks")) == "1"

@@ -1,0 +1,511 @@
+"""Reading a SLURM batch script without running it: #SBATCH directives as sbatch reads them, the
+body as bash reads it, into a typed BatchScript whose values keep their spans.
+
+Directives are read as sbatch reads them (sbatch man page, "DESCRIPTION": options "may be
+specified ... in the script as lines beginning with #SBATCH ... before any executable commands"):
+`#SBATCH` at the very start of a line, short and long forms, `--opt=value` and `--opt value`, a
+trailing `# comment` allowed; #SBATCH lines below the first command are ignored by sbatch and
+reported as late_directives.
+
+The body is read with the bash lexer of shell.py. The batch shell is task 0 on node 0, so
+`$SLURM_PROCID` there expands to 0. Credential-named variables (gpudoctor.facts.is_credential_name)
+are never expanded and their values never kept: evidence shows `$WANDB_API_KEY` or <redacted>.
+
+A script that cannot be read, or whose directive values sbatch itself would reject, raises
+SbatchError (cli.py prints it as one line and exits 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+from types import MappingProxyType
+
+from gpudoctor.facts import is_credential_name
+from gpudoctor.readers import slurmfmt
+from gpudoctor.readers.sbatch.launch import describe_launch, side_step, trains
+from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
+from gpudoctor.readers.sbatch.script import (
+    REDACTED, Assignment, BashSyntax, BatchScript, BrokenContinuation, Directive, Launch, SbatchError, ScriptLine,
+    SrunStep,
+)
+from gpudoctor.readers.sbatch.shell import MAX_VALUE, Branches, Expander, Source, Token, commands, tokenize, unquote
+
+MAX_SCRIPT_BYTES = 8 * 1024 * 1024  # real batch scripts are kilobytes; this bounds memory and time
+BASH_TIMEOUT_S = 5.0
+# Set per task by srun: the batch shell's value (task 0) is not what a task's own shell sees.
+PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"})
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+_MAX_DIGITS = 9  # sbatch reads counts as 32-bit integers; longer numbers are out of its range
+# A directive number this long is refused outright (exit 2) rather than judged: Python's int() refuses
+# over 4300 digits, and no SLURM value comes near. Shorter out-of-range counts are left to the checks.
+_REFUSED_DIGITS = 100
+
+
+def expand_vars(text: str, known: dict[str, str]) -> str:
+    """$X, ${X}, ${X:-default} and integer $((...)) from the variables known; unknown ones stay as written.
+
+    In single quotes and after a backslash the per-task SLURM variables stay as written: each task's
+    shell expands them to its own values.
+    """
+    return Expander().expand(text, known, PER_TASK_VARS)
+
+
+# ---------------------------------------------------------------- redaction
+
+_CRED_ASSIGN = re.compile(r"""(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|'[^']*'|[^\s;&|]*)""")
+_CRED_OPTION = re.compile(r"""(?<![\w])(--?[A-Za-z][\w.-]*)(=|[ \t]+)("[^"]*"|'[^']*'|[^\s;&|-][^\s;&|]*)""")
+
+
+def redact(text: str) -> str:
+    """NAME=value and --option value / --option=value with a credential-like name: the value becomes <redacted>."""
+    def assign(m: re.Match) -> str:
+        return f"{m.group(1)}={REDACTED}" if is_credential_name(m.group(1)) and m.group(2) else m.group(0)
+
+    def option(m: re.Match) -> str:
+        name = m.group(1).lstrip("-").replace("-", "_").replace(".", "_")
+        return f"{m.group(1)}{m.group(2)}{REDACTED}" if is_credential_name(name) else m.group(0)
+
+    return _CRED_OPTION.sub(option, _CRED_ASSIGN.sub(assign, text))
+
+
+def _one_line(text: str) -> str:
+    """A command as written, its line continuations joined."""
+    return re.sub(r"[ \t]*\\\n[ \t]*", " ", text).strip()
+
+
+# ---------------------------------------------------------------- the job SLURM will create
+
+
+def implied_slurm_env(directives: dict, job_name: str) -> dict[str, str]:
+    """The SLURM_* values the directives give the batch shell (as far as they follow from them)."""
+    env = {"SLURM_JOB_NAME": job_name}
+    nodes = directives.get("nodes")
+    if nodes and re.fullmatch(r"\d+", str(nodes)):
+        env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = str(nodes)
+    for opt, var in (("ntasks", "SLURM_NTASKS"), ("ntasks-per-node", "SLURM_NTASKS_PER_NODE"), ("cpus-per-task", "SLURM_CPUS_PER_TASK"),
+                     ("gpus-per-node", "SLURM_GPUS_PER_NODE"), ("gpus-per-task", "SLURM_GPUS_PER_TASK"), ("gpus", "SLURM_GPUS")):
+        if opt in directives and directives[opt] is not True:
+            env[var] = str(directives[opt])
+    if "ntasks" not in directives and "ntasks-per-node" in directives and "SLURM_NNODES" in env:
+        try:
+            env["SLURM_NTASKS"] = str(int(directives["ntasks-per-node"]) * int(env["SLURM_NNODES"]))
+        except ValueError:
+            pass
+    gpn = gpus_per_node_requested(directives)
+    if gpn is not None:
+        env["SLURM_GPUS_ON_NODE"] = str(gpn.count)
+    return env
+
+
+def gpus_per_node_requested(directives: dict) -> slurmfmt.GpuRequest | None:
+    """GPUs per node the directives ask for (--gres, --gpus-per-node, --gpus over --nodes); None if none named."""
+    try:
+        if directives.get("gres"):
+            req = slurmfmt.parse_gres(directives["gres"])
+            if req is not None:
+                return req
+        if directives.get("gpus-per-node"):
+            return slurmfmt.parse_gpus(directives["gpus-per-node"])
+        if directives.get("gpus"):
+            total = slurmfmt.parse_gpus(directives["gpus"])
+            nodes = directives.get("nodes")
+            if nodes is None or str(nodes) == "1":
+                return total
+            if re.fullmatch(r"\d+", str(nodes)) and int(nodes) > 0 and total.count % int(nodes) == 0:
+                return slurmfmt.GpuRequest(total.count // int(nodes), total.type)
+    except slurmfmt.SlurmFormatError:
+        return None
+    return None
+
+
+def _validate(directives: dict, lines: dict, path: str) -> None:
+    """Values sbatch itself would refuse: one clear line instead of a wrong verdict."""
+    for opt in INTEGER_OPTIONS:
+        if opt in directives:
+            value = directives[opt]
+            if value is True or not re.fullmatch(r"\s*\d+\s*", str(value)):
+                raise SbatchError(f"{path}:{lines.get(opt, '?')}: #SBATCH --{opt}={value}: expected a whole number")
+    nodes = directives.get("nodes")
+    if nodes is not None and not re.fullmatch(r"\d+(-\d+)?", str(nodes)):
+        raise SbatchError(f"{path}:{lines.get('nodes', '?')}: #SBATCH --nodes={nodes}: expected N or MIN-MAX")
+    for opt, parse in (("gres", slurmfmt.parse_gres), ("gpus", slurmfmt.parse_gpus), ("gpus-per-node", slurmfmt.parse_gpus),
+                       ("gpus-per-task", slurmfmt.parse_gpus)):
+        if opt in directives:
+            try:
+                parse(str(directives[opt]))
+            except slurmfmt.SlurmFormatError as e:
+                raise SbatchError(f"{path}:{lines.get(opt, '?')}: #SBATCH --{opt}={directives[opt]}: {e}") from None
+
+
+
+
+def _check_ranges(directives: dict, lines: dict, path: str) -> None:
+    """Numbers of over _REFUSED_DIGITS digits refused before any int() can meet them."""
+    for opt, value in directives.items():
+        if value is True:
+            continue
+        for digits in re.findall(r"\d+", str(value)):
+            if len(digits) > _REFUSED_DIGITS:
+                shown = f"{digits[:12]}... ({len(digits)} digits)"
+                raise SbatchError(f"{path}:{lines.get(opt, '?')}: #SBATCH --{opt}: the number {shown} is out of range")
+
+
+# ---------------------------------------------------------------- the header (sbatch's reading)
+
+
+def _header(src: Source, path: str):
+    """(components [(directives, lines)], unknown, late, commented, first command offset)."""
+    components: list[list[Directive]] = [[]]
+    unknown: list[ScriptLine] = []
+    late: list[ScriptLine] = []
+    commented: list[ScriptLine] = []
+    first_command: int | None = None
+    offset = 0
+    text = src.text
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        start, offset = offset, offset + len(raw) + 1
+        stripped = raw.strip()
+        line_span = src.span(start, start + len(raw))
+        if raw.startswith("#SBATCH"):
+            entry = ScriptLine(lineno, stripped, line_span)
+            if first_command is not None:
+                late.append(entry)
+                continue
+            rest = raw[len("#SBATCH"):]
+            if rest and not rest[0].isspace():
+                unknown.append(entry)  # '#SBATCHx' is a comment to sbatch
+                continue
+            if rest.split()[:1] in (["hetjob"], ["packjob"]):  # the next component of a heterogeneous job
+                components.append([])
+                continue
+            directives, bad = _directive_line(src, lineno, start + len("#SBATCH"), rest, raw, line_span, path)
+            components[-1].extend(directives)
+            if bad:
+                unknown.append(ScriptLine(lineno, stripped, line_span, tuple(bad)))
+            continue
+        if first_command is None and re.match(r"\s*#+\s*SBATCH\s", raw):
+            commented.append(ScriptLine(lineno, stripped, line_span))  # '##SBATCH' / '# SBATCH' / '  #SBATCH'
+        if not stripped or stripped.startswith("#"):
+            continue
+        if first_command is None:
+            first_command = start
+    return components, unknown, late, commented, first_command
+
+
+def _directive_line(src: Source, lineno: int, base: int, rest: str, raw: str, line_span, path: str):
+    tokens = [t for t in _until_comment(tokenize(rest)) if t.kind == "word"]
+    if any(t.unterminated for t in tokens):
+        raise SbatchError(f"{path}:{lineno}: cannot split {raw.strip()!r} into words (No closing quotation)")
+    words = [unquote(t.text) for t in tokens]
+    try:
+        hits, bad, _ = read_options(words, stop_at_command=False)
+    except SbatchError as e:
+        raise SbatchError(f"{path}:{lineno}: #SBATCH: {e}") from None
+    out = []
+    for h in hits:
+        opt_tok = tokens[h.word]
+        end_tok = tokens[h.value_word] if h.value_word is not None else opt_tok
+        value_span = None
+        if h.value_word is not None:
+            vt = tokens[h.value_word]
+            value_span = src.span(base + vt.start + h.value_offset, base + vt.end)
+        out.append(Directive(h.option, h.value, h.written, lineno, raw.strip(),
+                             src.span(base + opt_tok.start, base + end_tok.end), value_span, line_span))
+    return out, bad
+
+
+def _until_comment(tokens: list[Token]) -> list[Token]:
+    out = []
+    for t in tokens:
+        if t.kind in ("comment", "newline"):
+            break
+        out.append(t)
+    return out
+
+
+# ---------------------------------------------------------------- the body (bash's reading)
+
+_ESCAPED_BLANK_END = re.compile(r"(?<!\\)(?:\\\\)*\\[ \t]$")
+
+
+def _broken_continuations(src: Source, tokens: list[Token]) -> list[BrokenContinuation]:
+    """Words that end in backslash-blank as the last thing on their line (before an optional comment)."""
+    found = []
+    for i, tok in enumerate(tokens):
+        if tok.kind != "word" or not _ESCAPED_BLANK_END.search(tok.text):
+            continue
+        j = i + 1
+        if j < len(tokens) and tokens[j].kind == "comment":
+            j += 1
+        if j >= len(tokens) or tokens[j].kind != "newline":
+            continue
+        after = text_after = src.text[tok.end : tokens[j].start]
+        if after.strip() and not after.strip().startswith("#"):
+            continue
+        nxt = next((t for t in tokens[j + 1 :] if t.kind != "newline"), None)
+        if nxt is None or nxt.kind != "word":
+            continue
+        next_cmd = next((c for c in commands(tokens[j + 1 :]) if c.start == nxt.start), None)
+        line, _ = src.position(tok.start)
+        next_line, _ = src.position(nxt.start)
+        next_text = _one_line(src.text[next_cmd.start : next_cmd.end]) if next_cmd else nxt.text
+        backslash_at = tok.end - len(tok.text) + tok.text.rstrip(" \t").rfind("\\")
+        found.append(BrokenContinuation(line, redact(src.line_text(line).strip()), src.span(backslash_at, tok.end + len(text_after) - len(text_after.lstrip(" \t"))),
+                                        next_line, redact(next_text), unquote(nxt.text)))
+    return found
+
+
+class _Body:
+    """The body's commands in order, with the variables known so far."""
+
+    def __init__(self, src: Source, path: str, known: dict[str, str]) -> None:
+        self.src, self.path, self.known = src, path, known
+        self.expander = Expander()
+        self.assignments: list[Assignment] = []
+        self.launches: list[tuple[Launch, dict]] = []
+        self.arrays: set[str] = set()
+        self.branches = Branches()
+
+    def read(self, tokens: list[Token]) -> None:
+        for cmd in commands(tokens):
+            self._command(cmd)
+
+    def _command(self, cmd) -> None:
+        raw_words = [w.text for w in cmd.words]
+        joined = " ".join(raw_words)
+        for name in self.arrays:  # "${CMD[@]}" is the array's words, each one word
+            joined = joined.replace(f'"${{{name}[@]}}"', f"${{{name}[@]}}")
+        expanded = self.expander.expand(joined, self.known, PER_TASK_VARS)
+        line = self.src.position(cmd.start)[0]
+        as_written = _one_line(self.src.text[cmd.start : cmd.end])
+        for sub in commands(tokenize(expanded)):
+            tokens = self.branches.feed([unquote(w.text) for w in sub.words])
+            if not tokens or not self.branches.may_run:
+                continue
+            if tokens[0] == "export":
+                for tok in tokens[1:]:
+                    self._assign(tok, cmd, line, as_written, exported=True)
+                continue
+            if tokens[0] == "unset":
+                for tok in tokens[1:]:
+                    if not tok.startswith("-"):
+                        self.assignments.append(Assignment(tok, None, line, redact(as_written), self.src.span(cmd.start, cmd.end),
+                                                           None, exported=False, unset=True))
+                        self.known.pop(tok, None)
+                continue
+            if all(_ASSIGN.match(t) for t in tokens):
+                for tok in tokens:
+                    self._assign(tok, cmd, line, as_written, exported=False)
+                continue
+            self._launch(tokens, cmd, line, as_written)
+
+    def _assign(self, tok: str, cmd, line: int, as_written: str, exported: bool) -> None:
+        m = _ASSIGN.match(tok)
+        if not m:
+            if exported and tok in self.known and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tok):  # `X=1; export X`
+                self.assignments.append(Assignment(tok, self.known[tok], line, redact(as_written),
+                                                   self.src.span(cmd.start, cmd.end), None, exported=True))
+            return
+        name, append, value = m.groups()
+        if append:
+            value = self.known.get(name, "") + value
+        raw = next((w for w in cmd.words if w.text.startswith(f"{name}=") or w.text.startswith(f"{name}+=")), None)
+        value_span = self.src.span(raw.start + raw.text.index("=") + 1, raw.end) if raw else None
+        if value.startswith("(") and value.endswith(")") and raw is not None and "=(" in raw.text:
+            value = value[1:-1].strip()
+            self.arrays.add(name)
+        span = self.src.span(cmd.start, cmd.end)
+        if is_credential_name(name):
+            self.known.pop(name, None)  # never expanded into a launch line or evidence
+            self.assignments.append(Assignment(name, REDACTED, line, redact(as_written), span, value_span, exported,
+                                               redacted=True))
+            return
+        if len(value) > MAX_VALUE:
+            self.known.pop(name, None)  # too long to be a setting: unknown rather than growing without bound
+        else:
+            self.known[name] = value
+        self.assignments.append(Assignment(name, value if len(value) <= MAX_VALUE else None, line, redact(as_written),
+                                           span, value_span, exported))
+
+    def _launch(self, tokens: list[str], cmd, line: int, as_written: str) -> None:
+        try:
+            desc = describe_launch(tokens)
+        except SbatchError as e:
+            raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
+        if desc is None:
+            return
+        self.launches.append((_to_launch(desc, line, redact(as_written), redact(" ".join(tokens)),
+                                         self.src.span(cmd.start, cmd.end)), desc))
+
+
+def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
+    srun = desc.get("srun")
+    light = desc.get("lightning")
+
+    def opt(key: str) -> str | None:
+        value = desc.get(key)
+        return None if value is None else str(value)
+
+    return Launch(
+        line=line, text=text, expanded=expanded, span=span,
+        srun=SrunStep(MappingProxyType(dict(srun["options"])), tuple(srun["unknown"])) if srun else None,
+        program=desc.get("program"), launcher=desc.get("launcher"), module=desc.get("module"), script=desc.get("script"),
+        script_args=tuple(desc.get("script_args") or ()), nproc_per_node=opt("nproc_per_node"), nnodes=opt("nnodes"),
+        num_processes=opt("num_processes"), node_rank=opt("node_rank"), standalone=bool(desc.get("standalone")),
+        rdzv_backend=desc.get("rdzv_backend"), rdzv_endpoint=desc.get("rdzv_endpoint"), config_file=desc.get("config_file"),
+        deepspeed_launcher=desc.get("deepspeed_launcher"), lightning=MappingProxyType(dict(light)) if light else None,
+        inline=bool(desc.get("inline")), gpudoctor=bool(desc.get("gpudoctor")), via_shell=desc.get("via_shell"),
+    )
+
+
+def _het_group(launch: Launch | None, components: int) -> int:
+    """The heterogeneous-job component the training step runs in (srun --het-group=N; 0 by default)."""
+    if components <= 1 or launch is None or launch.srun is None:
+        return 0
+    first = re.match(r"\d+", str(launch.srun.options.get("het-group", "0")))
+    n = int(first.group(0)) if first and len(first.group(0)) <= _MAX_DIGITS else 0
+    return n if n < components else 0
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
+    """The script read as sbatch (directives) and bash (body) read it; raises SbatchError."""
+    src = Source(text)
+    components, unknown, late, commented, first_command = _header(src, path)
+    values = []
+    for directives in components:
+        opts = {d.option: d.value for d in directives}
+        lines = {d.option: d.line for d in directives}
+        _check_ranges(opts, lines, path)
+        _validate(opts, lines, path)
+        values.append(opts)
+    job_name = str(values[0].get("job-name") or os.path.basename(path))
+    known = implied_slurm_env(values[0], job_name)
+    # The batch shell is task 0 on node 0: `export RANK=$SLURM_PROCID` there gives every srun task RANK=0.
+    batch_shell = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    known.update(batch_shell)
+    tokens = tokenize(text)
+    body = _Body(src, path, known)
+    body.read(tokens)
+    descs = [d for _, d in body.launches]
+    launches = [launch for launch, _ in body.launches]
+    training = [i for i, d in enumerate(descs) if trains(d)]
+    main = next((i for i in reversed(training) if not side_step(descs[i], descs[:i])), training[-1] if training else None)
+    launch = launches[main] if main is not None else None
+    group = _het_group(launch, len(components))
+    chosen = list(components[group])
+    if group and values[0].get("job-name") and "job-name" not in values[group]:
+        chosen.insert(0, next(d for d in reversed(components[0]) if d.option == "job-name"))
+    return BatchScript(
+        path=path, job_name=job_name, directives=tuple(chosen), het_components=len(components), het_group=group,
+        unknown_directives=tuple(unknown), late_directives=tuple(late), commented_directives=tuple(commented),
+        assignments=tuple(body.assignments), launches=tuple(launches), launch=launch,
+        broken_continuations=tuple(_broken_continuations(src, tokens)),
+        first_command_line=src.position(first_command)[0] if first_command is not None else None,
+        variables=MappingProxyType({k: v for k, v in known.items() if not k.startswith("SLURM_") and k not in batch_shell}),
+    )
+
+
+def load_sbatch(path: str, check_syntax: bool = True) -> BatchScript:
+    """Read and parse a batch script; SbatchError for a missing, unreadable, oversized or malformed one.
+
+    check_syntax: also run `bash -n` on it (bounded), recorded in BatchScript.bash_syntax.
+    """
+    text = _read_script(path)
+    if "\x00" in text:
+        raise SbatchError(f"--sbatch {path}: a binary file, not a batch script")
+    _check_sbatch_accepts(text, path)
+    script = parse_sbatch(text, path)
+    if check_syntax:
+        from dataclasses import replace
+
+        script = replace(script, bash_syntax=bash_syntax(text))
+    return script
+
+
+def _read_script(path: str) -> str:
+    """The file's text, read only if it is a regular file of at most MAX_SCRIPT_BYTES (a FIFO would block
+    forever, /dev/zero never ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise SbatchError(f"--sbatch {path}: no such file") from None
+    except IsADirectoryError:
+        raise SbatchError(f"--sbatch {path}: is a directory, not a batch script") from None
+    except OSError as e:
+        raise SbatchError(f"--sbatch {path}: cannot read ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise SbatchError(f"--sbatch {path}: is a directory, not a batch script")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
+            raise SbatchError(f"--sbatch {path}: {kind}, not a batch script file")
+        if st.st_size > MAX_SCRIPT_BYTES:
+            raise SbatchError(f"--sbatch {path}: {st.st_size} bytes; a batch script over {MAX_SCRIPT_BYTES // 2**20} MiB is refused")
+        chunks, size = [], 0
+        while size <= MAX_SCRIPT_BYTES:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_SCRIPT_BYTES:
+            raise SbatchError(f"--sbatch {path}: over {MAX_SCRIPT_BYTES // 2**20} MiB; refused")
+    except OSError as e:
+        raise SbatchError(f"--sbatch {path}: cannot read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    # sbatch reads bytes: a stray Latin-1 byte in a comment is no reason to refuse the script; \r\n is kept.
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _check_sbatch_accepts(text: str, path: str) -> None:
+    """The whole-file checks sbatch makes before it reads any directive."""
+    if not text.strip():
+        raise SbatchError(f"--sbatch {path}: the script is {'empty' if not text else 'only whitespace'}; sbatch refuses it")
+    if not text.startswith("#!"):
+        raise SbatchError(f"--sbatch {path}: the first line must start with #! and an interpreter (#!/bin/bash); sbatch refuses it")
+    if "\r\n" in text:
+        raise SbatchError(f"--sbatch {path}: DOS line breaks (\\r\\n); sbatch refuses it: run dos2unix {path}")
+
+
+_SHELL_INTERPRETERS = {"bash", "sh"}
+
+
+def bash_syntax(text: str) -> BashSyntax:
+    """`bash -n` over the script text (stdin), in its own process group, killed whole after BASH_TIMEOUT_S."""
+    shebang = text.split("\n", 1)[0][2:].split()
+    interpreter = os.path.basename(shebang[0]) if shebang else ""
+    if interpreter == "env" and len(shebang) > 1:
+        interpreter = os.path.basename(shebang[1])
+    if interpreter not in _SHELL_INTERPRETERS:
+        return BashSyntax(None, f"the script runs under {interpreter or 'an unnamed interpreter'}, not bash")
+    bash = shutil.which("bash")
+    if bash is None:
+        return BashSyntax(None, "bash is not on PATH: the script's syntax was not checked")
+    try:
+        proc = subprocess.Popen([bash, "-n"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+    except OSError as e:
+        return BashSyntax(None, f"bash -n could not run ({e.strerror or e})")
+    try:
+        _, err = proc.communicate(text.encode("utf-8", errors="replace"), timeout=BASH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        return BashSyntax(None, f"bash -n did not finish within {BASH_TIMEOUT_S:g} s")
+    if proc.returncode == 0:
+        return BashSyntax(True)
+    lines = [redact(ln.strip()) for ln in err.decode("utf-8", errors="replace").splitlines() if ln.strip()]
+    return BashSyntax(False, "; ".join(lines[:3])[:500] or f"bash -n exited {proc.returncode}")

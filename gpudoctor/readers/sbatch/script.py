@@ -1,0 +1,162 @@
+"""The typed result of reading a batch script: every value keeps where it is written.
+
+A `Span` is (line, column) to (end_line, end_column) -- lines 1-based, columns 0-based in
+characters, the end exclusive -- plus the same as character offsets into the script text
+(`start`, `end`), so a fix can replace `text[span.start:span.end]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+REDACTED = "<redacted>"
+
+
+class SbatchError(ValueError):
+    """A batch script that cannot be used: one clear line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Span:
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One option of an `#SBATCH` line sbatch reads."""
+
+    option: str  # canonical long name: "ntasks-per-node" for -n... / --tasks-per-node
+    value: str | bool  # True for a flag
+    written: str  # the option as written: "-N", "--tasks-per-node"
+    line: int
+    text: str  # the whole #SBATCH line
+    span: Span  # the option and its value ("--gres=gpu:8", "-N 2")
+    value_span: Span | None  # the value alone, as written (quotes included); None for a flag
+    line_span: Span  # the whole line
+
+
+@dataclass(frozen=True)
+class ScriptLine:
+    """An #SBATCH-like line sbatch does not read as asked: below the first command, commented, unknown."""
+
+    line: int
+    text: str
+    span: Span
+    options: tuple[str, ...] = ()  # unknown options on the line
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """`export NAME=value`, `NAME=value` or `unset NAME` in the body."""
+
+    name: str
+    value: str | None  # after expansion; None for unset; REDACTED for a credential name
+    line: int
+    text: str  # the command as written (credential values redacted)
+    span: Span  # the whole command
+    value_span: Span | None  # the value as written; None for unset
+    exported: bool
+    unset: bool = False
+    redacted: bool = False
+
+
+@dataclass(frozen=True)
+class SrunStep:
+    """srun's own options on a launch line."""
+
+    options: Mapping[str, str | bool]
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A command that starts a program under srun or a known launcher, and what it launches."""
+
+    line: int
+    text: str  # as written, continuations joined into one line, credential values redacted
+    expanded: str  # with the variables known in the batch shell expanded (credentials never)
+    span: Span
+    srun: SrunStep | None
+    program: str | None = None
+    launcher: str | None = None  # torchrun | torch.distributed.launch | deepspeed | accelerate | python | lightning
+    module: str | None = None
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
+    nproc_per_node: str | None = None
+    nnodes: str | None = None
+    num_processes: str | None = None  # accelerate: a total over the machines
+    node_rank: str | None = None
+    standalone: bool = False
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    config_file: str | None = None
+    deepspeed_launcher: str | None = None
+    lightning: Mapping[str, str | bool] | None = None  # trainer.devices/num_nodes/... on the line
+    inline: bool = False  # python -c '...'
+    gpudoctor: bool = False  # a gpudoctor preflight
+    via_shell: str | None = None  # "bash -c": the launcher was read inside a shell's command string
+
+
+@dataclass(frozen=True)
+class BrokenContinuation:
+    """`arg \\    # note`: the backslash escapes a space, the comment ends the command, and bash runs
+    the next line as a command of its own."""
+
+    line: int
+    text: str  # that line as written
+    backslash: Span  # the backslash and the blanks after it
+    next_line: int
+    next_text: str  # the next command, which bash runs on its own
+    next_program: str  # its first word
+
+
+@dataclass(frozen=True)
+class BashSyntax:
+    """`bash -n` on the script: ok True/False, or None with the reason it was not run."""
+
+    ok: bool | None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    path: str
+    job_name: str
+    directives: tuple[Directive, ...]  # of the component the training step runs in, in order
+    het_components: int = 1
+    het_group: int = 0
+    unknown_directives: tuple[ScriptLine, ...] = ()
+    late_directives: tuple[ScriptLine, ...] = ()  # #SBATCH below the first command: sbatch ignores them
+    commented_directives: tuple[ScriptLine, ...] = ()  # '##SBATCH' / '# SBATCH' / '  #SBATCH'
+    assignments: tuple[Assignment, ...] = ()
+    launches: tuple[Launch, ...] = ()
+    launch: Launch | None = None  # the training launch
+    broken_continuations: tuple[BrokenContinuation, ...] = ()
+    first_command_line: int | None = None
+    variables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    bash_syntax: BashSyntax | None = None
+
+    @property
+    def options(self) -> dict[str, str | bool]:
+        """{canonical option: value}, the last directive winning as in sbatch."""
+        return {d.option: d.value for d in self.directives}
+
+    @property
+    def directive_lines(self) -> dict[str, int]:
+        return {d.option: d.line for d in self.directives}
+
+    def directive(self, option: str) -> Directive | None:
+        """The directive sbatch uses for an option (the last one), or None."""
+        return next((d for d in reversed(self.directives) if d.option == option), None)
+
+    @property
+    def exports(self) -> dict[str, Assignment]:
+        """The last `export NAME=...` or `unset NAME` per name: what srun tasks inherit."""
+        return {a.name: a for a in self.assignments if a.exported or a.unset}
