@@ -185,7 +185,7 @@ def test_cli_seed_broken_script_fails_with_a_directive_fix():
     assert shared["evidence"]["#SBATCH --gres"] == "gpu:h200:1"
     action = shared["fix"]["actions"][0]
     assert action == {"kind": "sbatch_set", "target": script, "key": "gres", "value": "gpu:h200:8"}
-    assert shared["fix"]["safety"] == "safe"
+    assert shared["fix"]["safety"] == "unsafe"  # it changes the GPUs the job requests (issue 11)
 
 
 def test_cli_correct_script_passes():
