@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     c.add_argument("-v", "--verbose", action="store_true", help="show evidence for every check")
     c.add_argument("--torch-timeout", type=float, default=None, metavar="S", help="limit for importing torch (default 60)")
+    c.add_argument("--job", action="store_true",
+                   help="inside srun/torchrun: gather every rank's view, rank 0 prints one report for the job")
+    c.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="with --job: how long rank 0 waits for the other ranks (default 60)")
 
     from gpudoctor.fixes import cli as fix_cli
 
@@ -67,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     s.add_argument("--python", metavar="PATH", help="probe the torch of another interpreter")
     s.add_argument("--torch-timeout", type=float, default=None, metavar="S")
+
+    cmp = sub.add_parser("compare", help="compare snapshots of several nodes (or days): the differences that matter")
+    cmp.add_argument("snapshots", nargs="+", metavar="FILE", help="facts files from 'gpudoctor snapshot -o'")
+    cmp.add_argument("--select", type=_csv, metavar="LIST", help="only these categories or check ids")
+    cmp.add_argument("--ignore", type=_csv, metavar="LIST", help="skip these categories or check ids")
+    cmp.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    cmp.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
+    cmp.add_argument("-v", "--verbose", action="store_true", help="show the checks that passed too")
 
     ls = sub.add_parser("list", help="list the checks")
     ls.add_argument("--json", action="store_true")
@@ -165,6 +177,10 @@ def cmd_check(args) -> int:
 
     if args.snapshot and args.python:
         raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
+    if args.job or args.timeout is not None:
+        from gpudoctor.job import gather
+
+        return gather.run(args, _specs(args), _context(args), _probe_kwargs(args), UsageError)
     torch_probe = None
     if not args.snapshot and not args.select:
         # A full check needs torch's facts: start the (slow) import now, so that loading the
@@ -186,6 +202,7 @@ def cmd_check(args) -> int:
         if not args.json:
             import rich.console  # noqa: F401  (the report's import, done while torch loads in the child)
         facts = collect(needed, torch_probe=torch_probe, **_probe_kwargs(args))
+    specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
     findings = run_checks(specs, facts, ctx)
     if args.junit:
         from gpudoctor.fileio import write_atomic
@@ -301,6 +318,16 @@ def cmd_fix(args) -> int:
     return fix_cli.run(args)
 
 
+def cmd_compare(args) -> int:
+    from gpudoctor.facts import SnapshotError
+    from gpudoctor.job.compare import compare
+
+    try:
+        return compare(args.snapshots, _specs(args), args.json, args.strict, args.verbose)
+    except SnapshotError as e:
+        raise UsageError(str(e)) from None
+
+
 def cmd_smoke(args) -> int:
     from gpudoctor.sample_train import cli as smoke_cli
 
@@ -310,6 +337,7 @@ def cmd_smoke(args) -> int:
 COMMANDS = {
     "check": cmd_check,
     "snapshot": cmd_snapshot,
+    "compare": cmd_compare,
     "list": cmd_list,
     "explain": cmd_explain,
     "docs": cmd_docs,

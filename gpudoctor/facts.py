@@ -17,6 +17,8 @@ SCHEMA = "gpudoctor.facts/1"
 
 SECTIONS = (
     "host", "nvidia", "torch_meta", "torch", "libraries", "env", "network", "rendezvous", "slurm", "kernel", "pci",
+    "job",  # not probed: built by gpudoctor/job (check --job, compare) from every rank's facts
+    "cluster",  # the partition a batch script runs in and its node types (probe/cluster.py)
 )
 
 # Environment variables worth collecting: exact names and prefixes.
@@ -150,6 +152,10 @@ class Facts:
     @property
     def pci(self) -> dict:
         return self.sections.get("pci") or {}
+
+    @property
+    def cluster(self) -> dict:
+        return self.sections.get("cluster") or {}
 
     @property
     def env(self) -> dict[str, str]:

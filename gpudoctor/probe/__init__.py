@@ -60,8 +60,10 @@ def collect(
     torch_timeout: float = DEFAULT_TORCH_TIMEOUT,
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT,
     torch_probe=None,
+    partition: str | None = None,
 ) -> Facts:
-    """torch_probe: a TorchProbe the caller started earlier (see start_torch_probe)."""
+    """torch_probe: a TorchProbe the caller started earlier (see start_torch_probe); partition: the
+    SLURM partition whose nodes the cluster section describes (default: the cluster's default one)."""
     wanted = [s for s in SECTIONS if s in set(sections)]
     started = getattr(torch_probe, "started", None) or time.monotonic()
     if "torch" in wanted and torch_probe is None:  # first: the slowest, and it runs in another process
@@ -88,11 +90,14 @@ def collect(
         "rendezvous": lazy("gpudoctor.probe.rendezvous"),
         "kernel": lazy("gpudoctor.probe.kernel"),
         "pci": lazy("gpudoctor.probe.pci"),
+        "cluster": lazy("gpudoctor.probe.cluster", "probe", partition),
     }
     pending = {name: _in_thread(runners[name]) for name in wanted if name in runners}
     deadline = time.monotonic() + probe_timeout
     out: dict = {}
     for name in wanted:
+        if name not in pending and name != "torch":
+            continue  # a section no probe makes ("job" is built from every rank's facts)
         if name == "torch":
             out[name] = torch_probe.result()
         else:

@@ -1,0 +1,118 @@
+"""gpudoctor compare and the job checks over the job view (facts fixtures: data, not mocks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpudoctor.cli import main
+from gpudoctor.facts import Facts
+from gpudoctor.job.compare import Member, aspects, digest, ranks_text, view
+from gpudoctor.model import Context, Severity
+from gpudoctor.registry import load_all
+from gpudoctor.runner import run_checks
+from tests.factsutil import make_facts
+
+ENV = {"NCCL_SOCKET_IFNAME": "eth0", "MASTER_ADDR": "gpu-node-01", "MASTER_PORT": "29500", "OMP_NUM_THREADS": "8"}
+
+
+def _write(tmp_path, name: str, facts: Facts) -> str:
+    path = tmp_path / name
+    facts.dump(str(path))
+    return str(path)
+
+
+def _compare(capsys, *paths: str, json_out: bool = False):
+    code = main(["compare", *paths, *(["--json"] if json_out else [])])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_agreeing_snapshots_pass(tmp_path, capsys):
+    a = _write(tmp_path, "a.json", make_facts(env=ENV))
+    b = _write(tmp_path, "b.json", make_facts(env=ENV, patch={"host.hostname": "gpu-node-02"}))
+    code, out, _ = _compare(capsys, a, b)
+    assert code == 0, out
+    assert "pass on 2 of 2 node(s)" in out
+
+
+def test_the_node_that_differs_is_named_with_the_fact(tmp_path, capsys):
+    a = _write(tmp_path, "a.json", make_facts(env=ENV))
+    b = _write(tmp_path, "b.json", make_facts(env={**ENV, "OMP_NUM_THREADS": "1"},
+                                              patch={"host.hostname": "gpu-node-02", "torch.nccl": [2, 18, 1]}))
+    c = _write(tmp_path, "c.json", make_facts(env=ENV, patch={"host.hostname": "gpu-node-03"}))
+    code, out, _ = _compare(capsys, a, b, c)
+    assert code == 1
+    assert f"on gpu-node-02 ({b}): nccl=2.18.1 where" in out
+    assert f"on gpu-node-02 ({b}): OMP_NUM_THREADS=1 where" in out
+    assert "pass on 2 of 3 node(s)" in out
+
+
+def test_json_report_carries_the_job_findings(tmp_path, capsys):
+    a = _write(tmp_path, "a.json", make_facts(env=ENV))
+    b = _write(tmp_path, "b.json", make_facts(env=ENV, patch={"host.hostname": "n2", "nvidia.driver_version": "535.1"}))
+    code, out, _ = _compare(capsys, a, b, json_out=True)
+    rep = json.loads(out)
+    assert rep["schema"] == "gpudoctor.report/1"
+    drift = [f for f in rep["findings"] if f["id"] == "GD-JOB-002"]
+    assert drift and drift[0]["severity"] == "warn" and drift[0]["evidence"]["differs"] == {"driver": "535.1"}
+    assert code == 0  # a driver drift alone warns
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"schema": "other/1"}', ""])
+def test_unreadable_snapshot_exits_2_with_one_line(tmp_path, capsys, content):
+    good = _write(tmp_path, "a.json", make_facts(env=ENV))
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code, out, err = _compare(capsys, good, str(bad))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "bad.json" in err
+
+
+def test_one_snapshot_is_a_usage_error(tmp_path, capsys):
+    code, _, err = _compare(capsys, _write(tmp_path, "a.json", make_facts(env=ENV)))
+    assert code == 2 and "two snapshots" in err
+
+
+# --- the live view's checks, over views built from fixture facts --------------------------------------------
+
+
+def _member(rank: int, node: str, facts: Facts, gpu: str | None = None, leader: bool = True) -> Member:
+    parts = aspects(facts, [], ranks_here=None, leader=leader)
+    return Member(rank=rank, node=node, hostname=node, node_index=None, gpu=gpu, leader=leader,
+                  digests={a: digest(c) for a, c in parts.items()}, contents=parts)
+
+
+def _judge(job: dict, check_id: str):
+    facts = Facts(sections={"job": job})
+    return run_checks([load_all()[check_id]], facts, Context())
+
+
+def test_missing_ranks_are_named():
+    f = make_facts(env=ENV)
+    job = view([_member(0, "n0", f), _member(1, "n0", f, leader=False)], source="live", world_size=4,
+               missing=[2, 3])
+    job["timeout_s"] = 5
+    (finding,) = _judge(job, "GD-JOB-001")
+    assert finding.severity is Severity.FAIL and "ranks 2–3 of a world of 4 never reported within 5 s" in finding.message
+
+
+def test_two_ranks_on_one_gpu_fail():
+    f = make_facts(env=ENV)
+    job = view([_member(0, "n0", f, gpu="GPU-a"), _member(1, "n0", f, gpu="GPU-a", leader=False),
+                _member(2, "n0", f, gpu="GPU-b", leader=False)], source="live", world_size=3)
+    (finding,) = _judge(job, "GD-JOB-006")
+    assert finding.severity is Severity.FAIL and "ranks 0–1 all use GPU GPU-a" in finding.message
+
+
+def test_more_ranks_than_gpus_fail():
+    f = make_facts(env=ENV)  # 8 GPUs
+    members = [_member(r, "n0", f, leader=r == 0) for r in range(9)]
+    (finding,) = _judge(view(members, source="live", world_size=9), "GD-JOB-007")
+    assert finding.severity is Severity.FAIL and "9 ranks share 8 GPU(s)" in finding.message
+
+
+def test_ranks_text_spans():
+    assert ranks_text([8, 9, 10, 11, 13]) == "ranks 8–11, 13"
+    assert ranks_text([3]) == "rank 3"
