@@ -244,3 +244,248 @@ def fabric_manager_not_running(facts, ctx):
     if not count and not fabric:
         return passed("no NVSwitch fabric on this machine", **evidence)
     return passed("NVSwitch fabric initialised", **evidence)
+
+
+# ---------------------------------------------------------------- issue 13: PCIe generation, kernel log, ACS/IOMMU, FM
+
+
+def _busy(gpu: dict) -> bool:
+    """Working now: NVML does not report the idle clock reason, and memory or processes are in use."""
+    reasons = gpu.get("throttle_reasons")
+    if not isinstance(reasons, dict) or "gpu_idle" in (reasons.get("active") or []):
+        return False
+    return bool(gpu.get("processes")) or (gpu.get("memory_used_bytes") or 0) > 1 << 30
+
+
+@check(
+    id="GD-HW-007",
+    name="pcie-generation-low-under-load",
+    category="hardware",
+    title="Busy GPUs run their PCIe link at the full generation",
+    needs=["env", "nvidia"],
+    requires=["job-gpus"],
+    what="For GPUs that are busy now (no idle clock reason, memory or processes in use), compares the PCIe link "
+    "generation with the highest this GPU and slot can train to (nvmlDeviceGetMaxPcieLinkGeneration, the "
+    "lower of the two). Idle GPUs are not judged: they drop to a lower generation to save power.",
+    why="A link that stays at Gen1-3 while the GPU works (a riser or slot that cannot hold the rate, BIOS "
+    "set to a lower generation, a link retrained after errors) halves or quarters host-to-GPU bandwidth. NVML "
+    "documents the current generation as possibly lower at idle (NVML API reference, "
+    "nvmlDeviceGetCurrPcieLinkGeneration); `nvidia-smi -q -d PCIE` shows both.",
+    fix="Confirm under load (`nvidia-smi -q -d PCIE`); check the BIOS PCIe speed setting, reseat the card or "
+    "riser, and look for AER errors in the kernel log (GD-HW-008).",
+)
+def pcie_generation_low_under_load(facts, ctx):
+    gpus = cudavis.job_gpus(facts)
+    low, idle = {}, []
+    for g in gpus:
+        pcie = g.get("pcie") or {}
+        cur, best = pcie.get("gen_current"), pcie.get("gen_max")
+        if not (cur and best and cur < best):
+            continue
+        if _busy(g):
+            low[g["index"]] = f"Gen{cur} of Gen{best}"
+        else:
+            idle.append(g["index"])
+    evidence = {"low_generation_busy": low, "low_generation_idle": idle,
+                "generations": {g["index"]: (g.get("pcie") or {}).get("gen_current") for g in gpus}}
+    if low:
+        detail = ", ".join(f"GPU {i} {v}" for i, v in low.items())
+        return warn(
+            f"PCIe link below its generation while the GPU is busy: {detail} - less host-GPU bandwidth",
+            manual("Check the BIOS PCIe speed, the riser/slot, and AER errors", "nvidia-smi -q -d PCIE"),
+            **evidence,
+        )
+    if idle:
+        return passed(f"GPU(s) {idle} idle at a lower PCIe generation (normal power saving); busy links at full speed", **evidence)
+    return passed("every PCIe link at its highest generation", **evidence)
+
+
+# Xid codes by what they mean for the next job (NVIDIA "Xid Errors" catalog, docs.nvidia.com/deploy/xid-errors;
+# "Dynamic Page Retirement" and "Row Remapping" guides). Codes not listed are application-level (13 graphics engine
+# exception, 31 MMU fault, 43 stopped processing, 45 preemptive cleanup): the faulting program, not the GPU.
+XID_NEEDS_RESET = {
+    48: "double-bit ECC error",
+    62: "internal micro-controller halt",
+    64: "row remapping / page retirement failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    140: "unrecovered ECC error",
+}
+XID_HARDWARE = {61: "internal micro-controller breakpoint", 63: "row remapping / page retirement event",
+                92: "high single-bit ECC rate", 94: "contained ECC error", 121: "C2C link error",
+                149: "NVLink/fabric error", 154: "GPU recovery action changed"}
+
+
+def _pci_key(text: str | None) -> str | None:
+    """'00000000:3B:00.0', '0000:3b:00', '0000:3b:00.0' -> '3b:00' (bus:device), the part every form shares."""
+    if not text:
+        return None
+    parts = text.lower().split(":")
+    return ":".join(parts[-2:]).split(".")[0] if len(parts) >= 2 else None
+
+
+@check(
+    id="GD-HW-008",
+    name="kernel-log-gpu-errors",
+    category="hardware",
+    title="No GPU Xid errors, reset requests or PCIe AER errors in the kernel log",
+    needs=["env", "nvidia", "kernel"],
+    what="Reads the kernel log of the last hours (/dev/kmsg, journalctl -k or dmesg): NVRM Xid events, NVRM "
+    "messages asking for a GPU reset or a reboot, and PCIe AER errors. Says when the log cannot be read "
+    "(a container, a user without CAP_SYSLOG where kernel.dmesg_restrict=1).",
+    why="Xid 79 (fallen off the bus), 48/95 (uncorrectable ECC), 64 (row-remap failure), 74 (NVLink) and 119/120 (GSP) "
+    "mean the GPU must be reset before it can be trusted: the next job crashes or computes on corrupt memory "
+    "(NVIDIA Xid catalog, docs.nvidia.com/deploy/xid-errors). Uncorrected PCIe AER errors precede GPUs falling "
+    "off the bus and links retraining at lower speed. nvidia-smi shows none of this history.",
+    fix="Drain the node and reset the GPU (`sudo nvidia-smi -r -i N`) or reboot; for repeated hardware Xids run "
+    "`dcgmi diag -r 3` and contact the vendor. Application Xids (13, 31, 43) point at the program that faulted.",
+)
+def kernel_log_gpu_errors(facts, ctx):
+    log = facts.kernel.get("log") or {}
+    if facts.kernel.get("error"):
+        return skip(f"the kernel probe failed: {facts.kernel['error']}")
+    if not log.get("readable"):
+        reasons = "; ".join(a.get("reason", "?") for a in log.get("attempts") or []) or "no source"
+        return skip(f"the kernel log cannot be read here ({reasons})", attempts=log.get("attempts"))
+    hours = log.get("window_hours")
+    gpu_of = {_pci_key(g.get("pci_bus_id")): g.get("index") for g in facts.gpus if g.get("pci_bus_id")}
+    job = {g.get("index") for g in cudavis.job_gpus(facts)}
+    xids = log.get("xid") or []
+    reset = log.get("reset_required") or []
+    aer = [a for a in log.get("aer") or [] if a.get("severity") in ("fatal", "non_fatal")]
+    corrected = [a for a in log.get("aer") or [] if a.get("severity") == "corrected"]
+
+    def where(pci: str | None) -> str:
+        index = gpu_of.get(_pci_key(pci))
+        return f"GPU {index}" if index is not None else f"PCI {pci}"
+
+    severe = [x for x in xids if x.get("code") in XID_NEEDS_RESET]
+    hardware = [x for x in xids if x.get("code") in XID_HARDWARE]
+    app = [x for x in xids if x.get("code") not in XID_NEEDS_RESET and x.get("code") not in XID_HARDWARE]
+    evidence = {"source": log.get("source"), "window_hours": hours, "counts": log.get("counts"),
+                "xid": [f"{where(x.get('pci'))}: Xid {x.get('code')}" for x in xids][-10:],
+                "reset_required": [r.get("message") for r in reset][-3:],
+                "aer": [f"{a.get('device')}: {a.get('severity')}" for a in aer + corrected][-10:]}
+    reset_fix = manual("Drain the node and reset the GPU(s), or reboot", "sudo nvidia-smi -r -i <index>", "sudo dmesg -T | grep -E 'Xid|NVRM'")
+    on_job = any(gpu_of.get(_pci_key(x.get("pci"))) in job or gpu_of.get(_pci_key(x.get("pci"))) is None for x in severe)
+    if reset or (severe and on_job):
+        what = sorted({f"{where(x.get('pci'))} Xid {x['code']} ({XID_NEEDS_RESET[x['code']]})" for x in severe})
+        if reset:
+            what.append(f"the driver asks for a reset: {reset[-1].get('message')}")
+        return fail(f"kernel log of the last {hours} h: {'; '.join(what)}", reset_fix, **evidence)
+    if severe or hardware or aer:
+        what = sorted({f"{where(x.get('pci'))} Xid {x['code']} ({(XID_NEEDS_RESET | XID_HARDWARE)[x['code']]})" for x in severe + hardware})
+        what += sorted({f"PCIe AER {a.get('severity').replace('_', '-')} error on {a.get('device') or '?'}" for a in aer})
+        return warn(f"kernel log of the last {hours} h: {'; '.join(what)}", manual("Watch the GPU; run diagnostics", "dcgmi diag -r 2"), **evidence)
+    if app or corrected:
+        notes = []
+        if app:
+            notes.append(f"application Xid(s) {sorted({x['code'] for x in app})} (faults of a program, not the GPU)")
+        if corrected:
+            notes.append(f"{len(corrected)} corrected PCIe AER error(s)")
+        return info(f"kernel log of the last {hours} h: {'; '.join(notes)}", None, **evidence)
+    return passed(f"no Xid, reset request or PCIe AER error in the kernel log of the last {hours} h ({log.get('source')})", **evidence)
+
+
+def _translated(domain: str | None) -> bool:
+    return bool(domain) and domain.upper().startswith("DMA")
+
+
+@check(
+    id="GD-HW-009",
+    name="pcie-acs-or-iommu-blocks-p2p",
+    category="hardware",
+    title="PCIe peer-to-peer between the job's GPUs is not redirected (ACS) or translated (IOMMU)",
+    needs=["env", "nvidia", "pci"],
+    requires=["job-gpus"],
+    what="For jobs on two or more GPUs that talk over PCIe (no NVLink between them, from NVML's P2P status), "
+    "reads the ACS control register of the PCIe switch ports above the GPUs (request/completion redirect) "
+    "and the IOMMU domain of each GPU (DMA = translated, identity = passthrough).",
+    why="NCCL's troubleshooting guide: IO virtualization (VT-d/IOMMU) can interfere with GPU Direct by "
+    "redirecting all PCI point-to-point traffic to the CPU root complex (ACS), causing a significant performance "
+    "reduction or even a hang; the kernel enables ACS on switch ports whenever an IOMMU is on. NCCL's P2P "
+    "transport then stalls at the first all-reduce although nvidia-smi topo -p2p reports OK.",
+    fix="Disable IO virtualization / VT-d / ACS in the BIOS, or boot with `iommu=pt` (passthrough); on PLX/Broadcom "
+    "switches ACS can be cleared per boot with `setpci -s <bridge> ECAP_ACS+0x6.w=0000` (root). Until then, "
+    "NCCL_P2P_DISABLE=1 avoids the hang at a bandwidth cost.",
+)
+def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
+    gpus = cudavis.job_gpus(facts)
+    pci = facts.pci
+    if pci.get("error"):
+        return skip(f"the PCI probe failed: {pci['error']}")
+    if len(gpus) < 2:
+        return passed(f"{len(gpus)} GPU in the job: no GPU-to-GPU traffic", gpus=len(gpus))
+    job = {g["index"] for g in gpus}
+    pairs = [p for p in (facts.nvidia.get("p2p") or {}).get("pairs") or [] if set(p.get("gpus") or []) <= job]
+    if pairs and all(p.get("nvlink") == "ok" for p in pairs):
+        return passed("every pair of the job's GPUs is connected by NVLink: peer traffic does not cross PCIe switches", pairs=len(pairs))
+    by_key = {_pci_key(g.get("pci_bus_id")): g["index"] for g in gpus}
+    sys_gpus = [s for s in pci.get("gpus") or [] if _pci_key(s.get("bdf")) in by_key]
+    bridges = {b.get("bdf"): b for b in pci.get("bridges") or []}
+    redirect, unreadable, translated = {}, set(), {}
+    for s in sys_gpus:
+        index = by_key[_pci_key(s["bdf"])]
+        if _translated(s.get("iommu_domain")):
+            translated[index] = s["iommu_domain"]
+        for bdf in (s.get("bridges") or [])[1:]:  # below the root port: switch ports, where P2P turns around
+            acs = (bridges.get(bdf) or {}).get("acs") or {}
+            if not acs.get("readable"):
+                unreadable.add(bdf)
+            elif acs.get("request_redirect") or acs.get("completion_redirect"):
+                redirect.setdefault(bdf, []).append(index)
+    evidence = {"acs_redirect": redirect, "acs_unreadable": sorted(unreadable), "iommu_translated": translated,
+                "iommu": pci.get("iommu"), "p2p": {f"{p['gpus'][0]}-{p['gpus'][1]}": f"{p.get('topology')} read={p.get('read')}" for p in pairs}}
+    fix = manual("Disable ACS / VT-d in the BIOS or boot with iommu=pt (administrator); meanwhile NCCL_P2P_DISABLE=1",
+                 "sudo lspci -vvv | grep -E 'ACSCtl|^[0-9a-f]'", "cat /proc/cmdline")
+    if not sys_gpus:
+        return skip("sysfs lists none of the job's GPUs (a container or VM without the PCI tree)", **evidence)
+    if redirect:
+        detail = ", ".join(f"{bdf} (above GPU {', '.join(map(str, idx))})" for bdf, idx in sorted(redirect.items()))
+        return warn(f"PCIe ACS redirects peer-to-peer traffic on {detail}: NCCL's P2P transfers go through the root "
+                    "complex - much slower, or a hang at the first collective", fix, **evidence)
+    if translated:
+        return warn(f"the IOMMU translates the DMA of GPU(s) {sorted(translated)} ({', '.join(sorted(set(translated.values())))}): "
+                    "GPU peer-to-peer and GPUDirect RDMA are remapped - slower, and on some platforms a hang", fix, **evidence)
+    if unreadable and (pci.get("iommu") or {}).get("enabled"):
+        return info(f"the IOMMU is on and the ACS state of {len(unreadable)} switch port(s) needs root to read; run as root to judge", None, **evidence)
+    return passed("no ACS redirect above the job's GPUs and no translated IOMMU domain", **evidence)
+
+
+@check(
+    id="GD-HW-010",
+    name="fabric-manager-version-mismatch",
+    category="hardware",
+    title="The NVIDIA fabric manager matches the driver version",
+    needs=["env", "nvidia"],
+    what="On NVSwitch systems, compares `nv-fabricmanager --version` with the driver version NVML reports, and reads "
+    "the nvidia-fabricmanager service state.",
+    why="The fabric manager must be exactly the driver's version (NVIDIA Fabric Manager user guide: the "
+    "fabric manager and driver versions must match); after a driver upgrade without the matching "
+    "nvidia-fabricmanager package the service fails to start, the NVSwitches stay unconfigured and CUDA "
+    "initialisation fails with error 802 'system not yet initialized'.",
+    fix="Install the nvidia-fabricmanager package of the driver's exact version, then "
+    "`sudo systemctl restart nvidia-fabricmanager`.",
+)
+def fabric_manager_version_mismatch(facts, ctx):
+    nv = facts.nvidia
+    if not nv.get("available"):
+        return skip("no NVIDIA driver (see GD-DRV-001)")
+    nvswitch = nv.get("nvswitch") or {}
+    fm = nvswitch.get("fabric_manager")
+    evidence = {"nvswitch_count": nvswitch.get("count"), "driver_version": nv.get("driver_version"), "fabric_manager": fm}
+    if not nvswitch.get("count"):
+        return passed("no NVSwitch on this machine: no fabric manager needed", **evidence)
+    if not isinstance(fm, dict) or not fm.get("binary"):
+        return skip("nv-fabricmanager is not visible from here (a container, or not installed; see GD-HW-006)", **evidence)
+    version, driver = fm.get("version"), nv.get("driver_version")
+    if not version or not driver:
+        return skip(f"the fabric manager's version could not be read ({(fm.get('errors') or {}).get('version', 'no version printed')})", **evidence)
+    if version != driver:
+        return fail(f"nv-fabricmanager {version} does not match driver {driver}: the service refuses to start "
+                    f"(state: {fm.get('service') or 'unknown'}) and CUDA fails with error 802",
+                    manual(f"Install nvidia-fabricmanager {driver} and restart it", "sudo systemctl restart nvidia-fabricmanager"), **evidence)
+    return passed(f"nv-fabricmanager {version} matches the driver (service: {fm.get('service') or 'unknown'})", **evidence)

@@ -1,0 +1,140 @@
+"""The rules of issue 13 (part A) over facts fixtures: each catches its case, and none raises a warning or a
+failure on the healthy fixtures (the recorded H100, the recorded CPU machine, the healthy 8-GPU node)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudoctor.model import Context, Severity
+from gpudoctor.registry import load_all
+from gpudoctor.runner import run_checks
+from tests.factsutil import HEALTHY_GPU, RECORDED_CPU, make_facts, run, severity
+
+RECORDED_H100 = "recorded-h100x1-driver580-torch2.11-cu130"
+NEW_IDS = (
+    "GD-HW-007", "GD-HW-008", "GD-HW-009", "GD-HW-010",
+)
+
+
+def _log(**kinds) -> dict:
+    log = {"readable": True, "source": "/dev/kmsg", "window_hours": 24, "xid": [], "reset_required": [], "aer": [],
+           "counts": {}, "truncated": False, "attempts": []}
+    log.update(kinds)
+    return {"cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/sda1", "log": log}
+
+
+def _pci(gpus: list[dict], bridges: list[dict], iommu: bool = False) -> dict:
+    return {"iommu": {"enabled": iommu, "units": ["dmar0"] if iommu else [], "groups": 40 if iommu else 0},
+            "gpus": gpus, "bridges": bridges}
+
+
+def _acs(redirect: bool) -> dict:
+    return {"readable": True, "capable": True, "control": 0x1D if redirect else 0, "source_validation": redirect,
+            "request_redirect": redirect, "completion_redirect": redirect, "direct_translated": False}
+
+
+def _pcie_pairs(n: int, nvlink: str = "not_supported") -> dict:
+    return {"pairs": [{"gpus": [a, b], "topology": "PXB", "read": "ok", "nvlink": nvlink}
+                      for a in range(n) for b in range(a + 1, n)], "truncated": False}
+
+
+# ------------------------------------------------------------------ healthy set-ups: no new alarm
+
+
+@pytest.mark.parametrize("fixture, expect", [(RECORDED_H100, 1), (RECORDED_CPU, 0), (HEALTHY_GPU, 8)])
+def test_new_rules_raise_nothing_on_healthy_fixtures(fixture, expect):
+    found = run_checks([load_all()[i] for i in NEW_IDS], make_facts(fixture), Context(expect_gpus=expect))
+    bad = [(f.id, f.severity.value, f.message) for f in found if f.severity in (Severity.WARN, Severity.FAIL, Severity.ERROR, Severity.INFO)]
+    assert bad == []
+
+
+def test_healthy_fixtures_with_clean_new_facts_raise_nothing():
+    """The healthy 8-GPU node with the new sections filled as a clean machine would fill them."""
+    facts = make_facts(patch={"kernel": _log(), "pci": _pci([], []), "nvidia.p2p": _pcie_pairs(8, nvlink="ok")})
+    found = run_checks([load_all()[i] for i in NEW_IDS], facts, Context(expect_gpus=8))
+    assert [(f.id, f.message) for f in found if f.severity not in (Severity.PASS, Severity.SKIP)] == []
+
+
+# ------------------------------------------------------------------ GD-HW-007 PCIe generation under load
+
+
+def test_low_generation_on_a_busy_gpu_warns_but_not_at_idle():
+    busy = {"pcie.gen_current": 3, "throttle_reasons": {"raw": 0, "active": []}, "memory_used_bytes": 40 << 30}
+    (f,) = run("GD-HW-007", make_facts(each_gpu=busy), expect_gpus=8)
+    assert f.severity is Severity.WARN and "Gen3 of Gen5" in f.message
+    # the healthy fixture: Gen1 of Gen5, idle - power saving, not a fault
+    assert severity("GD-HW-007", make_facts(), expect_gpus=8) is Severity.PASS
+
+
+# ------------------------------------------------------------------ GD-HW-008 kernel log
+
+
+def test_xid_79_on_a_job_gpu_fails_and_names_the_gpu():
+    facts = make_facts(patch={"kernel": _log(xid=[{"pci": "0000:18:00", "code": 79, "message": "GPU has fallen off the bus.", "seconds_ago": 300}])})
+    (f,) = run("GD-HW-008", facts, expect_gpus=8)
+    assert f.severity is Severity.FAIL and "GPU 0 Xid 79" in f.message
+
+
+def test_reset_required_fails():
+    facts = make_facts(patch={"kernel": _log(reset_required=[{"message": "NVRM: GPU recovery action changed to 0x1 (GPU Reset Required)", "seconds_ago": 5}])})
+    assert severity("GD-HW-008", facts, expect_gpus=8) is Severity.FAIL
+
+
+def test_uncorrected_aer_warns_and_corrected_aer_or_app_xids_are_info():
+    aer = {"severity": "non_fatal", "device": "0000:18:00.0", "message": "AER: Uncorrected (Non-Fatal) error received", "seconds_ago": 60}
+    assert severity("GD-HW-008", make_facts(patch={"kernel": _log(aer=[aer])}), expect_gpus=8) is Severity.WARN
+    corrected = dict(aer, severity="corrected")
+    app = {"pci": "0000:18:00", "code": 31, "message": "MMU Fault", "seconds_ago": 60}
+    (f,) = run("GD-HW-008", make_facts(patch={"kernel": _log(aer=[corrected], xid=[app])}), expect_gpus=8)
+    assert f.severity is Severity.INFO and "31" in f.message
+
+
+def test_unreadable_log_is_a_skip_with_the_reason():
+    kernel = {"cmdline": None, "log": {"readable": False, "source": None, "window_hours": 24,
+                                       "attempts": [{"source": "/dev/kmsg", "reason": "permission denied (kernel.dmesg_restrict)"}]}}
+    (f,) = run("GD-HW-008", make_facts(patch={"kernel": kernel}), expect_gpus=8)
+    assert f.severity is Severity.SKIP and "dmesg_restrict" in f.message
+
+
+# ------------------------------------------------------------------ GD-HW-009 ACS / IOMMU
+
+
+def _two_gpus_behind_a_switch(redirect: bool, domain: str | None = None) -> dict:
+    chain = ["0000:16:01.0", "0000:17:00.0"]
+    gpus = [{"bdf": "0000:18:00.0", "iommu_group": "3", "iommu_domain": domain, "bridges": chain},
+            {"bdf": "0000:2a:00.0", "iommu_group": "4", "iommu_domain": domain, "bridges": chain}]
+    bridges = [{"bdf": chain[0], "root_port": True, "acs": _acs(True)}, {"bdf": chain[1], "root_port": False, "acs": _acs(redirect)}]
+    return _pci(gpus, bridges, iommu=domain is not None)
+
+
+def test_acs_redirect_on_the_switch_above_pcie_gpus_warns():
+    patch = {"pci": _two_gpus_behind_a_switch(redirect=True), "nvidia.p2p": _pcie_pairs(8)}
+    (f,) = run("GD-HW-009", make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}), expect_gpus=2)
+    assert f.severity is Severity.WARN and "0000:17:00.0" in f.message
+
+
+def test_root_port_acs_alone_and_passthrough_iommu_pass():
+    patch = {"pci": _two_gpus_behind_a_switch(redirect=False, domain="identity"), "nvidia.p2p": _pcie_pairs(8)}
+    assert severity("GD-HW-009", make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}), expect_gpus=2) is Severity.PASS
+
+
+def test_translated_iommu_domain_warns():
+    patch = {"pci": _two_gpus_behind_a_switch(redirect=False, domain="DMA-FQ"), "nvidia.p2p": _pcie_pairs(8)}
+    (f,) = run("GD-HW-009", make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}), expect_gpus=2)
+    assert f.severity is Severity.WARN and "DMA-FQ" in f.message
+
+
+def test_nvlink_pairs_are_not_judged_by_acs():
+    patch = {"pci": _two_gpus_behind_a_switch(redirect=True), "nvidia.p2p": _pcie_pairs(8, nvlink="ok")}
+    assert severity("GD-HW-009", make_facts(patch=patch), expect_gpus=8) is Severity.PASS
+
+
+# ------------------------------------------------------------------ GD-HW-010 fabric manager version
+
+
+def test_fabric_manager_of_another_version_fails():
+    fm = {"binary": "/usr/bin/nv-fabricmanager", "version": "535.129.03", "service": "failed"}
+    (f,) = run("GD-HW-010", make_facts(patch={"nvidia.nvswitch.fabric_manager": fm}), expect_gpus=8)
+    assert f.severity is Severity.FAIL and "535.129.03" in f.message and "550.54.15" in f.message
+    same = dict(fm, version="550.54.15", service="active")
+    assert severity("GD-HW-010", make_facts(patch={"nvidia.nvswitch.fabric_manager": same}), expect_gpus=8) is Severity.PASS
