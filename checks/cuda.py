@@ -7,6 +7,7 @@ import os
 import re
 
 from gpudoctor import versions
+from gpudoctor.job.gpus import describe_groups, gpu_capabilities, nvml_gpus
 from gpudoctor.readers import cudavis
 from gpudoctor.model import Outcome, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
@@ -30,33 +31,6 @@ def _not_a_cuda_build(facts) -> Outcome | None:
     if not t.get("cuda"):
         return skip(f"torch {t.get('version')} is a CPU-only build (see GD-CUDA-002)")
     return None
-
-
-def _nvml_gpus(facts) -> list[dict]:
-    """GPUs the driver sees and could describe (NVML)."""
-    if not facts.nvidia.get("available"):
-        return []
-    return [g for g in facts.gpus if not g.get("error")]
-
-
-def _capability(gpu: dict) -> tuple[int, int] | None:
-    cc = gpu.get("compute_capability") or gpu.get("capability")
-    return (int(cc[0]), int(cc[1])) if cc and len(cc) >= 2 else None
-
-
-def gpu_capabilities(facts) -> dict[int, tuple[str, tuple[int, int]]]:
-    """GPU index -> (name, compute capability), from NVML, else from torch."""
-    gpus = _nvml_gpus(facts) or [d for d in facts.torch.get("devices") or [] if not d.get("error")]
-    out = {}
-    for g in gpus:
-        cc = _capability(g)
-        if cc:
-            out[g.get("index", len(out))] = (g.get("name") or "?", cc)
-    return out
-
-
-def format_indices(idx: list[int]) -> str:
-    return ",".join(str(i) for i in sorted(idx))
 
 
 def _so_major(path: str) -> int | None:
@@ -254,7 +228,7 @@ def torch_not_importable(facts, ctx):
 )
 def torch_cpu_only_build(facts, ctx):
     t = facts.torch
-    gpus = _nvml_gpus(facts)
+    gpus = nvml_gpus(facts)
     evidence = {"torch": t.get("version"), "torch_cuda": t.get("cuda"), "nvidia_gpus": len(gpus)}
     if t.get("cuda"):
         return passed(f"torch {t.get('version')} is built for CUDA {t['cuda']}", **evidence)
@@ -321,7 +295,7 @@ def torch_cuda_init_failed(facts, ctx):
     if skipped:
         return skipped
     t = facts.torch
-    gpus = _nvml_gpus(facts)
+    gpus = nvml_gpus(facts)
     if not gpus:
         if t.get("cuda_available"):
             return passed(f"torch initialises CUDA and sees {t.get('device_count')} device(s) (NVML could not list them)", device_count=t.get("device_count"))
@@ -419,9 +393,6 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
         by_cov.setdefault(_coverage(arch_list, cc), {}).setdefault((name, cc), []).append(idx)
     evidence = {"torch": t.get("version"), "arch_list": arch_list, "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()}}
 
-    def describe(groups):
-        return "; ".join(f"GPU {format_indices(idx)} ({name}, compute capability {versions.fmt(cc)})" for (name, cc), idx in groups.items())
-
     if None in by_cov:
         groups = by_cov[None]
         ccs = sorted({cc for _, cc in groups})
@@ -433,14 +404,14 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
             "python -c 'import torch; print(torch.cuda.get_arch_list())'",
         )
         return fail(
-            f"{describe(groups)}: torch {t.get('version')} has no kernels for this architecture (arch list: "
+            f"{describe_groups(groups)}: torch {t.get('version')} has no kernels for this architecture (arch list: "
             f"{' '.join(arch_list)}); CUDA calls fail with 'no kernel image is available for execution on the device'",
             fix,
             **evidence,
         )
     if "ptx" in by_cov:
         return warn(
-            f"{describe(by_cov['ptx'])}: torch {t.get('version')} has only PTX for this architecture (arch list: "
+            f"{describe_groups(by_cov['ptx'])}: torch {t.get('version')} has only PTX for this architecture (arch list: "
             f"{' '.join(arch_list)}); the driver JIT-compiles every kernel on first use, which can take many minutes "
             "per process (cached in ~/.nv/ComputeCache, CUDA_CACHE_MAXSIZE), and JIT needs a driver at least as new as torch's "
             "CUDA (see GD-DRV-002)",

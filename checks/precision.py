@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor import versions
-from gpudoctor.checks.cuda import gpu_capabilities, format_indices
+from gpudoctor.job.gpus import describe_groups, gpu_capabilities
 from gpudoctor.model import Action, ActionKind, Fix, Safety, info, manual, passed, skip, unset_env, warn
 from gpudoctor.registry import check
 
@@ -51,7 +51,7 @@ def _describe(gpus: dict) -> str:
     groups: dict[tuple, list[int]] = {}
     for idx, (name, cc) in gpus.items():
         groups.setdefault((name, cc), []).append(idx)
-    return "; ".join(f"GPU {format_indices(idx)} ({name}, compute capability {versions.fmt(cc)})" for (name, cc), idx in groups.items())
+    return describe_groups(groups)
 
 
 @check(

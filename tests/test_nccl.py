@@ -1,6 +1,6 @@
 import pytest
 
-from gpudoctor.checks.nccl import c_strtoll, p2p_disabled, parse_prefix_list, select_names
+from gpudoctor.readers.ncclenv import c_strtoll, p2p_disabled, parse_prefix_list, select_names
 from gpudoctor.model import Severity
 from gpudoctor.readers.sbatch import parse_sbatch
 from tests.factsutil import RECORDED_CPU, make_facts, run, severity
@@ -24,7 +24,7 @@ def test_c_strtoll_reads_like_c(text, n):
     ("NCCL_IB_TIMEOUT", "08", "leading number, 0"),  # 8 is no octal digit: strtoll stops at it
 ])
 def test_nccl_integers_in_c_notation(name, text, problem):
-    from gpudoctor.checks.nccl import nccl_problems
+    from gpudoctor.readers.ncclenv import nccl_problems
 
     got = nccl_problems({name: text})
     assert (got == []) if problem is None else (problem in got[0])
