@@ -1,45 +1,244 @@
-"""File writes that never leave a half-written file behind."""
+"""Every file gpudoctor reads from or writes to a path the user names goes through here.
+
+Reads (`read_input`) are bounded: only a regular file is read (a FIFO would block forever, /dev/zero
+never ends, a directory is no input), and at most `max_bytes` of it. Writes (`write_output`) never
+destroy what the path is: a symlink is followed and its target written, a character device or FIFO
+(/dev/null, /dev/stdout, a pipe) is written through like a shell redirect, a block device, socket or
+directory is refused; only a regular file is replaced, atomically (temporary file + rename in the
+target's directory), keeping its mode, so no half-written file is ever left behind.
+Both raise FileIOError with one line naming the option and the path (the CLI turns it into exit 2).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import tempfile
 
+DEFAULT_MAX_BYTES = 16 * 2**20  # a snapshot, a config or a batch script is kilobytes; 16 MiB is far past any real one
 
-def write_atomic(path: str, text: str, backup: bool = False) -> str | None:
-    """Write text to path via a temporary file and rename; optionally keep path + '.bak'.
 
-    Returns the backup path, if one was made.
+class FileIOError(OSError):
+    """A path that cannot be read or written as asked: one clear line (str(e)), exit 2."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _label(what: str, path: str) -> str:
+    return f"{what} {path}" if what else path
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def read_input_bytes(path: str, what: str = "", max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of the regular file at path (symlinks followed), at most max_bytes.
+
+    Opened non-blocking so that a FIFO cannot block the open; its type is checked on the open
+    descriptor (no race with a swapped path). Raises FileIOError with one line.
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    backup_path = None
-    mode = None
-    if os.path.exists(path):
-        mode = os.stat(path).st_mode & 0o7777
-        if backup:
-            backup_path = path + ".gpudoctor.bak"
-            shutil.copy2(path, backup_path)
-    fd, tmp = tempfile.mkstemp(prefix=".gpudoctor-", dir=directory)
+    label = _label(what, path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileIOError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise FileIOError(f"{label}: is a directory, not a file") from None
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot read ({_reason(e)})") from None
+    except ValueError:  # an embedded NUL in the path
+        raise FileIOError(f"{label}: not a valid path") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileIOError(f"{label}: is {_kind(st.st_mode)}, not a regular file; refused")
+        if st.st_size > max_bytes:
+            raise FileIOError(f"{label}: {st.st_size:,} bytes, over the {_size(max_bytes)} limit; refused")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:  # st_size can lie (/proc files, a file still growing): count what is read
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise FileIOError(f"{label}: over the {_size(max_bytes)} limit; refused")
+        return b"".join(chunks)
+    except FileIOError:
         raise
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot read ({_reason(e)})") from None
+    finally:
+        os.close(fd)
+
+
+def read_input(path: str, what: str = "", max_bytes: int = DEFAULT_MAX_BYTES, errors: str = "strict") -> str:
+    """read_input_bytes decoded as UTF-8 (errors='strict' refuses other bytes with one line; 'replace' keeps going)."""
+    data = read_input_bytes(path, what, max_bytes)
+    try:
+        return data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        raise FileIOError(f"{_label(what, path)}: not UTF-8 text (byte {e.start})") from None
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def write_output(path: str, text: str | bytes, what: str = "", backup: bool = False) -> str | None:
+    """Write text (str as UTF-8, or bytes) to path without ever replacing what is not a regular file.
+
+    - a symlink (chain) is followed: its final target is written, the link stays a link;
+    - a character device or FIFO is written through in place (/dev/null, /dev/stdout, a pipe with a
+      reader); a FIFO with no reader is refused instead of blocking;
+    - a directory, block device or socket is refused;
+    - a regular file (or a new one) is written atomically: a temporary file in the target's directory,
+      fsync, rename; an existing file keeps its mode (and owner, when run as root); a new one gets
+      0666 & ~umask. A file with other hard links is rewritten in place so the links keep sharing it.
+    backup=True copies an existing regular target to TARGET.gpudoctor.bak first and returns that path.
+    Raises FileIOError (one line) on any failure; nothing is left half-written.
+    """
+    label = _label(what, path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    try:
+        target = os.path.realpath(path)
+    except (OSError, ValueError) as e:
+        raise FileIOError(f"{label}: not a usable path ({e})") from None
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            _write_through(target, data, label, fifo=stat.S_ISFIFO(st.st_mode))
+            return None
+        raise FileIOError(f"{label}: is {_kind(st.st_mode)}; refused (give a file path)")
+    backup_path = None
+    if st is not None and backup:
+        backup_path = target + ".gpudoctor.bak"
+        try:
+            shutil.copy2(target, backup_path)
+        except OSError as e:
+            raise FileIOError(f"{label}: cannot keep a backup at {backup_path} ({_reason(e)})") from None
+    if st is not None and st.st_nlink > 1:
+        _write_in_place(target, data, label)
+        return backup_path
+    _write_replacing(target, data, label, st)
     return backup_path
 
 
-def read_text(path: str) -> str | None:
-    """A small /proc or /sys file, stripped; None when it cannot be read."""
+def _write_through(target: str, data: bytes, label: str, fifo: bool) -> None:
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    if fifo:
+        flags |= os.O_NONBLOCK  # with no reader, open fails (ENXIO) instead of blocking forever
     try:
-        with open(path) as fh:
-            return fh.read().strip()
+        fd = os.open(target, flags)
+    except OSError as e:
+        if e.errno == errno.ENXIO and fifo:
+            raise FileIOError(f"{label}: a FIFO with no reader; refused") from None
+        raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
+    try:
+        if fifo:
+            os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
+    finally:
+        os.close(fd)
+
+
+def _write_in_place(target: str, data: bytes, label: str) -> None:
+    try:
+        with open(target, "r+b") as fh:
+            fh.truncate(0)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
+
+
+def _write_replacing(target: str, data: bytes, label: str, st: os.stat_result | None) -> None:
+    directory = os.path.dirname(target) or "."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".gpudoctor-", dir=directory)
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot write in {directory} ({_reason(e)})") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                os.chown(tmp, st.st_uid, st.st_gid)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
+        raise
+
+
+def write_atomic(path: str, text: str, backup: bool = False) -> str | None:
+    """The former name of write_output (kept for callers written before it)."""
+    return write_output(path, text, backup=backup)
+
+
+def read_text(path: str, max_bytes: int = 1 << 20) -> str | None:
+    """A small /proc or /sys file, stripped; None when it cannot be read (never blocks on a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while size < max_bytes:  # a /proc seq_file may hand its text over in several reads
+            chunk = os.read(fd, max_bytes - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
+    finally:
+        os.close(fd)
