@@ -77,7 +77,12 @@ def _set_yaml(text: str, key: str, value: object) -> str:
     segments = _segments(key)
     parent = _navigate(data, segments)
     leaf = segments[-1]
+    _refuse_shared(data, segments)
+    if hasattr(parent, "fa") and parent.fa.flow_style():
+        raise EditError(f"{key} is inside a flow collection ({{...}} / [...]): edit it by hand")
     if isinstance(parent, dict) and leaf in parent:
+        if hasattr(parent, "_ok") and leaf not in parent._ok:
+            raise EditError(f"{key} is inherited through a YAML merge key (<<: *anchor): edit it by hand")
         line_no, col = parent.lc.value(leaf)
         return _replace_scalar(text, line_no, col, value)
     if isinstance(parent, list) and leaf.isdigit() and int(leaf) < len(parent):
@@ -96,6 +101,24 @@ def _set_yaml(text: str, key: str, value: object) -> str:
     return out.getvalue()
 
 
+def _refuse_shared(data, segments: list[str]) -> None:
+    """A value inside an anchored node (`&name`) is shared by every alias and merge of it: never edited here."""
+    node = data
+    for seg in segments:
+        anchor = getattr(getattr(node, "anchor", None), "value", None)
+        if anchor:
+            raise EditError(f"{'.'.join(segments)} is inside the anchor &{anchor}, which other keys reuse: edit it by hand")
+        if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+            node = node[int(seg)]
+        elif isinstance(node, dict) and seg in node:
+            node = node[seg]
+        else:
+            return
+    anchor = getattr(getattr(node, "anchor", None), "value", None)
+    if anchor:
+        raise EditError(f"{'.'.join(segments)} carries the anchor &{anchor}, which other keys reuse: edit it by hand")
+
+
 _SCALAR = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^#\n\r]*?)(\s+#.*)?(\r?\n)?$""", re.S)
 
 
@@ -112,7 +135,10 @@ def _replace_scalar(text: str, line_no: int, col: int, value: object) -> str:
         raise EditError("the value spans more than one line: edit it by hand")
     old = m.group(1)
     quote = old[0] if old[:1] in ("'", '"') else None
-    lines[line_no] = line[:col] + _yaml_scalar(value, quote) + rest[len(old):]
+    new = _yaml_scalar(value, quote)
+    if isinstance(value, bool) and old.strip() in ("True", "False", "TRUE", "FALSE"):
+        new = new.capitalize() if old.strip()[1:2].islower() else new.upper()  # keep the file's spelling
+    lines[line_no] = line[:col] + new + rest[len(old):]
     return "".join(lines)
 
 

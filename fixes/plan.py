@@ -134,7 +134,42 @@ def context_for(ctx: Context, ws: Workspace) -> Context:
         sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path])
     if ctx.config_path and ctx.config_path in ws.texts:
         config = _read_config(ctx.config_path, ws.texts[ctx.config_path])
+    if config is not None and sbatch is not None and getattr(sbatch, "launch", None) is not None:
+        config = with_launch_overrides(config, tuple(sbatch.launch.script_args))
     return replace(ctx, sbatch=sbatch, config=config, running=None)
+
+
+def with_launch_overrides(config: dict, args: tuple[str, ...]) -> dict:
+    """The config the program will run with: Hydra/OmegaConf `key=value` overrides on the launch line
+    replace the keys they name (`+key=` adds one, `++key=` adds or replaces; a value is read as YAML, as
+    Hydra's override grammar reads ints, floats, bools and null). Without this, an edit of the override
+    could not be verified, and a config edit the override hides would look like a fix."""
+    import copy
+
+    import yaml
+
+    out = copy.deepcopy(config)
+    for arg in args:
+        key, eq, raw = arg.partition("=")
+        plus = len(key) - len(key.lstrip("+"))
+        key = key.lstrip("+")
+        if not eq or not key or "$" in raw or key.startswith("-") or not all(p.isidentifier() or p.isdigit() for p in key.split(".")):
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node, dict):
+                break
+            if part not in node and plus:
+                node[part] = {}
+            node = node.get(part)
+        if isinstance(node, dict) and (parts[-1] in node or plus):
+            node[parts[-1]] = value
+    return out
 
 
 def _read_script(path: str, text: str):
