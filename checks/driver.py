@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 from gpudoctor import versions
-from gpudoctor.model import fail, manual, passed, skip, warn
+from gpudoctor.model import fail, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
 # Driver branch -> newest CUDA it supports (NVIDIA's CUDA toolkit release notes, table 3).
@@ -130,6 +133,21 @@ def driver_too_old_for_torch_cuda(facts, ctx):
         return skip("NVML did not report the driver's CUDA version", **evidence)
     compat = [c for c in facts.libraries.get("cuda_compat", []) if c.get("version")]
     compat_cuda = max((cuda_for_driver(c["version"]) or (0, 0) for c in compat), default=None)
+    unsupported = forward_compat_unsupported(facts)
+    if compat_cuda and compat_cuda > have and unsupported:
+        # the compat libcuda is not a newer driver here: judged with the installed one (GD-CUDA-003 agrees)
+        evidence["forward_compat"] = [c["path"] for c in compat]
+        evidence["forward_compat_unsupported"] = unsupported
+        if not t.get("cuda_available"):
+            return fail(
+                f"a CUDA forward-compatibility libcuda ({', '.join(evidence['forward_compat'])}) is on the library path, "
+                f"but {unsupported}: CUDA initialisation fails with error 804 "
+                "(cudaErrorCompatNotSupportedOnDevice); the driver itself supports CUDA "
+                f"{versions.fmt(have)}, torch needs {versions.fmt(need)}",
+                _without_compat(facts, compat),
+                **evidence,
+            )
+        compat_cuda = None
     if compat_cuda and compat_cuda > have:
         evidence["forward_compat"] = [c["path"] for c in compat]
         evidence["forward_compat_cuda"] = versions.fmt(compat_cuda)
@@ -143,7 +161,9 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     if have_eff >= need:
         via = f" through forward-compatibility libcuda (CUDA {versions.fmt(compat_cuda)})" if have_eff != have else ""
         return passed(f"driver supports CUDA {versions.fmt(have_eff)}{via}; torch needs {versions.fmt(need)}", **evidence)
-    if have_eff[0] < need[0]:
+    if have_eff[0] < need[0] or need[0] < 11:
+        # before CUDA 11 there is no minor-version compatibility: a 10.2 runtime needs a 10.2 driver (NVIDIA,
+        # "CUDA Compatibility", Minor Version Compatibility: applies from CUDA 11 onwards)
         return fail(
             f"torch {t.get('version')} needs CUDA {versions.fmt(need)} but the driver supports only CUDA {versions.fmt(have_eff)}: "
             f"CUDA calls will fail with 'driver too old (found version {have_eff[0] * 1000 + have_eff[1] * 10})'",
@@ -156,3 +176,27 @@ def driver_too_old_for_torch_cuda(facts, ctx):
         upgrade,
         **evidence,
     )
+
+
+# Forward compatibility (cuda-compat) is supported only on data-centre GPUs, select NGC-ready RTX SKUs and Jetson
+# (NVIDIA, "CUDA Compatibility", Forward Compatibility); elsewhere CUDA fails with error 804,
+# cudaErrorCompatNotSupportedOnDevice. GeForce and TITAN cards are never among them.
+_CONSUMER = re.compile(r"\b(GeForce|TITAN)\b", re.I)
+
+
+def forward_compat_unsupported(facts) -> str | None:
+    """Why a forward-compatibility libcuda cannot work on this machine's GPUs, or None when it may."""
+    consumer = sorted({g.get("name") for g in facts.gpus if _CONSUMER.search(g.get("name") or "")})
+    if consumer:
+        return f"forward compatibility works only on data-centre GPUs, not on {', '.join(consumer)}"
+    error = str(facts.torch.get("cuda_error") or "")
+    if "804" in error or "forward compatibility was attempted" in error.lower():
+        return "CUDA reported error 804 (forward compatibility not supported on this hardware)"
+    return None
+
+
+def _without_compat(facts, compat: list[dict]):
+    dirs = {os.path.dirname(os.path.normpath(c["path"])) for c in compat}
+    keep = [d for d in facts.env.get("LD_LIBRARY_PATH", "").split(":") if d and os.path.normpath(d) not in dirs]
+    title = f"Remove {', '.join(sorted(dirs))} (cuda-compat) from LD_LIBRARY_PATH"
+    return set_env("LD_LIBRARY_PATH", ":".join(keep), title=title) if keep else unset_env("LD_LIBRARY_PATH", title=title)

@@ -138,3 +138,46 @@ def test_fabric_manager_of_another_version_fails():
     assert f.severity is Severity.FAIL and "535.129.03" in f.message and "550.54.15" in f.message
     same = dict(fm, version="550.54.15", service="active")
     assert severity("GD-HW-010", make_facts(patch={"nvidia.nvswitch.fabric_manager": same}), expect_gpus=8) is Severity.PASS
+
+
+# ------------------------------------------------------------------ GD-DRV-002 and GD-CUDA-003 together
+
+RTX4090 = "synthetic-docker-rtx4090-defaults"
+COMPAT = {"path": "/usr/local/cuda-12.4/compat/libcuda.so.550.54.15", "version": "550.54.15", "source": "LD_LIBRARY_PATH", "symlink": False}
+ERROR_804 = "CUDA unknown error - this may be due to an incorrectly set up environment (Error 804: forward compatibility was attempted on non supported HW)"
+
+
+def _old_driver_with_compat(base: str, cuda_ok: bool) -> dict:
+    return {"nvidia.cuda_driver_version": 12000, "nvidia.driver_version": "525.147.05", "torch.cuda": "12.4",
+            "libraries.cuda_compat": [COMPAT], "torch.cuda_available": cuda_ok, "torch.cuda_error": None if cuda_ok else ERROR_804,
+            "torch.device_count": 1 if cuda_ok else 0}
+
+
+def test_forward_compat_on_geforce_is_error_804_in_both_checks():
+    facts = make_facts(RTX4090, env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.4/compat:/opt/lib"}, patch=_old_driver_with_compat(RTX4090, False))
+    found = {f.id: f for f in run_checks([load_all()[i] for i in ("GD-DRV-002", "GD-CUDA-003")], facts, Context(expect_gpus=1))}
+    drv, cuda = found["GD-DRV-002"], found["GD-CUDA-003"]
+    assert drv.severity is Severity.FAIL and "804" in drv.message and "GeForce" in drv.message
+    assert cuda.severity is Severity.FAIL and "forward-compatibility" in cuda.message
+    assert drv.fix.actions[0].value == "/opt/lib"  # the compat folder leaves LD_LIBRARY_PATH, the rest stays
+
+
+def test_forward_compat_on_geforce_that_did_not_load_is_judged_by_the_real_driver():
+    facts = make_facts(RTX4090, patch=_old_driver_with_compat(RTX4090, True))
+    (drv,) = run("GD-DRV-002", facts, expect_gpus=1)
+    assert drv.severity is Severity.WARN and "forward" not in drv.message  # 12.0 driver, torch 12.4: minor-version compat
+    assert severity("GD-CUDA-003", facts, expect_gpus=1) is Severity.PASS
+
+
+def test_forward_compat_on_a_data_centre_gpu_still_counts():
+    facts = make_facts(patch=_old_driver_with_compat(HEALTHY_GPU, True))
+    (drv,) = run("GD-DRV-002", facts, expect_gpus=8)
+    assert drv.severity is Severity.PASS and "forward" in drv.message
+
+
+def test_cuda_10_runtime_newer_than_the_driver_fails_no_minor_version_compatibility():
+    facts = make_facts(patch={"nvidia.cuda_driver_version": 10010, "nvidia.driver_version": "418.87.01", "torch.cuda": "10.2"})
+    (drv,) = run("GD-DRV-002", facts, expect_gpus=8)
+    assert drv.severity is Severity.FAIL and "10.2" in drv.message
+    same_minor_11 = make_facts(patch={"nvidia.cuda_driver_version": 11020, "nvidia.driver_version": "460.91.03", "torch.cuda": "11.8"})
+    assert severity("GD-DRV-002", same_minor_11, expect_gpus=8) is Severity.WARN  # CUDA 11+: minor-version compatibility
