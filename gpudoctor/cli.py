@@ -7,7 +7,8 @@ import os
 import sys
 
 from gpudoctor import __version__
-from gpudoctor.model import ExitCode
+from gpudoctor.fileio import FileIOError
+from gpudoctor.model import CLI_LAUNCHERS, ExitCode
 from gpudoctor.registry import RegistryError
 
 
@@ -34,7 +35,7 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-LAUNCHERS = ("torchrun", "lightning", "srun", "accelerate", "deepspeed", "python")
+LAUNCHERS = CLI_LAUNCHERS  # model.LAUNCHER_TABLE, the one launcher table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             build_parser().print_help()
             return ExitCode.USAGE
         return COMMANDS[args.command](args)
-    except (UsageError, RegistryError) as e:  # RegistryError: a check or plug-in that cannot load
+    except (UsageError, RegistryError, FileIOError) as e:  # RegistryError: a check or plug-in that cannot load
         print(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e), file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:
@@ -205,13 +206,10 @@ def cmd_check(args) -> int:
     specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
     findings = run_checks(specs, facts, ctx)
     if args.junit:
-        from gpudoctor.fileio import write_atomic
+        from gpudoctor.fileio import write_output
         from gpudoctor.report import junit
 
-        try:
-            write_atomic(args.junit, junit.render(findings, strict=args.strict))
-        except OSError as e:
-            raise UsageError(f"--junit {args.junit}: {e.strerror or e}") from None
+        write_output(args.junit, junit.render(findings, strict=args.strict), what="--junit")
     if args.json:
         from gpudoctor.report import json_report
 
@@ -252,10 +250,7 @@ def cmd_snapshot(args) -> int:
 
     facts = collect(**_probe_kwargs(args))
     if args.output:
-        try:
-            facts.dump(args.output)
-        except OSError as e:
-            raise UsageError(f"-o {args.output}: {e.strerror or e}") from None
+        facts.dump(args.output)  # fileio.write_output: a FileIOError is one line, exit 2
         print(f"gpudoctor: facts written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(facts.dump())
@@ -301,12 +296,9 @@ def cmd_docs(args) -> int:
 
     text = checks_markdown(load_all())
     if args.output:
-        from gpudoctor.fileio import write_atomic
+        from gpudoctor.fileio import write_output
 
-        try:
-            write_atomic(args.output, text)
-        except OSError as e:
-            raise UsageError(f"-o {args.output}: {e.strerror or e}") from None
+        write_output(args.output, text, what="-o")
     else:
         sys.stdout.write(text)
     return ExitCode.OK

@@ -198,20 +198,19 @@ class Facts:
     def dump(self, path: str | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
         if path:
-            from gpudoctor.fileio import write_atomic
+            from gpudoctor.fileio import write_output
 
-            write_atomic(path, text)
+            write_output(path, text, what="-o")
         return text
 
     @classmethod
     def load(cls, path: str) -> "Facts":
+        from gpudoctor.fileio import FileIOError, read_input
+
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except FileNotFoundError:
-            raise SnapshotError(f"{path}: no such snapshot file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise SnapshotError(f"{path}: cannot read snapshot ({e})") from None
+            data = json.loads(read_input(path, "--snapshot"))
+        except FileIOError as e:
+            raise SnapshotError(str(e).replace(": no such file", ": no such snapshot file")) from None
         except json.JSONDecodeError as e:
             raise SnapshotError(f"{path}: corrupt snapshot, not JSON (line {e.lineno}: {e.msg})") from None
         except RecursionError:

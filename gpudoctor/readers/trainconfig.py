@@ -11,13 +11,12 @@ class ConfigError(ValueError):
 
 
 def load_config(path: str) -> dict:
+    from gpudoctor.fileio import FileIOError, read_input
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ConfigError(f"--config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--config {path}: cannot read ({e})") from None
+        text = read_input(path, "--config")
+    except FileIOError as e:
+        raise ConfigError(str(e)) from None
     if os.path.splitext(path)[1].lower() == ".json":
         try:
             data = json.loads(text)
