@@ -662,3 +662,78 @@ def nvcc_torch_cuda_mismatch(facts, ctx):
             **evidence,
         )
     return passed(f"nvcc at {tk['nvcc']} is CUDA {versions.fmt(nvcc_cuda)}, as torch", **evidence)
+
+
+# ---------------------------------------------------------------- GD-CUDA-008 (issue 13)
+
+_NCCL_FILE_VERSION = re.compile(r"libnccl\.so\.(\d+\.\d+\.\d+)")
+
+
+def _nccl_file_version(path: str, facts) -> tuple[int, ...] | None:
+    """The x.y.z in a libnccl file's name, directly or through the found copy it is the target of."""
+    m = _NCCL_FILE_VERSION.search(os.path.basename(path))
+    if m:
+        return versions.parse(m.group(1))
+    for e in (facts.libraries.get("found") or {}).get("nccl") or []:
+        if os.path.normpath(e.get("path", "")) == os.path.normpath(path) or e.get("realpath") == path:
+            m = _NCCL_FILE_VERSION.search(os.path.basename(e.get("realpath") or e["path"]))
+            if m:
+                return versions.parse(m.group(1))
+    return None
+
+
+@check(
+    id="GD-CUDA-008",
+    name="nccl-library-shadowed",
+    category="cuda",
+    title="torch loads an NCCL at least as new as the one it was built with",
+    needs=["torch", "libraries", "env"],
+    requires=["torch"],
+    what="Compares the NCCL version torch was built with (torch.cuda.nccl.version(), from nccl.h at build time) "
+    "with the libnccl file torch's process mapped, and with libnccl copies on LD_LIBRARY_PATH, which the loader "
+    "searches before the RUNPATH that points torch at the nvidia-nccl wheel.",
+    why="A libnccl.so.2 on LD_LIBRARY_PATH (a CUDA or HPC-SDK module, a container's /usr/local/nccl) replaces the "
+    "one torch ships, whatever its minor version: an older one fails with 'undefined symbol: ncclCommSplit' or "
+    "similar, or lacks fixes torch relies on. torch.cuda.nccl.version() is the nccl.h torch was compiled "
+    "with (torch/csrc/cuda/nccl.cpp, NCCL_MAJOR/MINOR/PATCH), not the library the loader picked.",
+    fix="Remove the folder holding the other libnccl from LD_LIBRARY_PATH (pip and conda torch bring their own), "
+    "or install an NCCL at least as new as torch's.",
+)
+def nccl_library_shadowed(facts, ctx):
+    skipped = _not_a_cuda_build(facts)
+    if skipped:
+        return skipped
+    t = facts.torch
+    built = tuple(t.get("nccl") or ()) or None
+    if not built or len(built) < 2:
+        return skip(f"torch {t.get('version')} reports no NCCL version (built without NCCL?)")
+    loaded = ((t.get("loaded_libraries") or {}).get("nccl")) or []
+    bundled = _bundled_dirs(facts)
+    wheel = _wheel_copies(facts, "nccl")
+    ld_copies = [e for e in (facts.libraries.get("found") or {}).get("nccl") or []
+                 if e.get("source") == "LD_LIBRARY_PATH" and _entry_major(e) == 2 and _entry_dir(e) not in bundled]
+    evidence = {"torch_nccl": versions.fmt(built), "loaded": loaded, "ld_library_path": facts.env.get("LD_LIBRARY_PATH"),
+                "ld_library_path_copies": [e["path"] for e in ld_copies], "wheel_copies": wheel}
+    foreign = [p for p in loaded if os.path.dirname(os.path.normpath(p)) not in bundled]
+    if loaded and not foreign:
+        return passed(f"torch uses its own NCCL {versions.fmt(built)} ({', '.join(loaded)})", **evidence)
+    # Without a mapped file (NCCL loads lazily in some builds) the first LD_LIBRARY_PATH copy is what the loader will take.
+    candidates = foreign or ([ld_copies[0]["path"]] if ld_copies and wheel else [])
+    if not candidates:
+        return passed(f"torch is built with NCCL {versions.fmt(built)}; no other libnccl.so.2 on LD_LIBRARY_PATH", **evidence)
+    path = candidates[0]
+    have = _nccl_file_version(path, facts)
+    evidence["other_nccl"] = path
+    evidence["other_nccl_version"] = versions.fmt(have) if have else None
+    dirs = {os.path.dirname(os.path.normpath(e["path"])) for e in ld_copies if e["path"] == path or _entry_dir(e) == os.path.dirname(path)}
+    fix = _ld_path_without(facts, dirs) if dirs else manual("Make torch load its own libnccl (check LD_LIBRARY_PATH and LD_PRELOAD)")
+    verb = "loaded" if foreign else "will load"
+    if have and have[:3] < built[:3]:
+        return warn(f"torch {verb} NCCL {versions.fmt(have)} from {path}, older than the {versions.fmt(built)} it was built with: "
+                    "missing symbols or fixes torch expects ('undefined symbol: nccl...' or hangs fixed since)", fix, **evidence)
+    if have:
+        return passed(f"torch {verb} NCCL {versions.fmt(have)} from {path} (built with {versions.fmt(built)}): not older", **evidence)
+    if wheel:
+        return warn(f"torch {verb} a libnccl from {path} instead of the copy its wheel installed ({', '.join(wheel)}); its version "
+                    f"is unknown (torch was built with {versions.fmt(built)})", fix, **evidence)
+    return passed(f"torch uses the NCCL at {path} (built with {versions.fmt(built)}; no wheel copy to compare)", **evidence)

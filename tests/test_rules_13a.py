@@ -12,7 +12,7 @@ from tests.factsutil import HEALTHY_GPU, RECORDED_CPU, make_facts, run, severity
 
 RECORDED_H100 = "recorded-h100x1-driver580-torch2.11-cu130"
 NEW_IDS = (
-    "GD-HW-007", "GD-HW-008", "GD-HW-009", "GD-HW-010",
+    "GD-HW-007", "GD-HW-008", "GD-HW-009", "GD-HW-010", "GD-DRV-002", "GD-CUDA-008",
 )
 
 
@@ -181,3 +181,38 @@ def test_cuda_10_runtime_newer_than_the_driver_fails_no_minor_version_compatibil
     assert drv.severity is Severity.FAIL and "10.2" in drv.message
     same_minor_11 = make_facts(patch={"nvidia.cuda_driver_version": 11020, "nvidia.driver_version": "460.91.03", "torch.cuda": "11.8"})
     assert severity("GD-DRV-002", same_minor_11, expect_gpus=8) is Severity.WARN  # CUDA 11+: minor-version compatibility
+
+
+# ------------------------------------------------------------------ GD-CUDA-008 libnccl ahead of torch's
+
+WHEEL_NCCL = "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+
+
+def _nccl_found(*extra: dict) -> list[dict]:
+    return [{"path": WHEEL_NCCL, "version": "2", "source": "pip-wheel", "symlink": False}, *extra]
+
+
+def test_older_libnccl_loaded_from_ld_library_path_warns_with_a_fix():
+    old = {"path": "/opt/hpcx/nccl/lib/libnccl.so.2.18.1", "version": "2.18.1", "source": "LD_LIBRARY_PATH", "symlink": False}
+    facts = make_facts(RECORDED_H100, env={"LD_LIBRARY_PATH": "/opt/hpcx/nccl/lib:/usr/local/nvidia/lib64"},
+                       patch={"libraries.found.nccl": _nccl_found(old), "torch.loaded_libraries.nccl": [old["path"]]})
+    (f,) = run("GD-CUDA-008", facts, expect_gpus=1)
+    assert f.severity is Severity.WARN and "2.18.1" in f.message and "2.28.9" in f.message
+    assert f.fix.actions[0].value == "/usr/local/nvidia/lib64"
+
+
+def test_an_ld_library_path_copy_not_yet_loaded_is_judged_as_the_one_the_loader_will_take():
+    old = {"path": "/usr/local/nccl/lib/libnccl.so.2", "version": "2", "source": "LD_LIBRARY_PATH", "symlink": True,
+           "realpath": "/usr/local/nccl/lib/libnccl.so.2.21.5"}
+    facts = make_facts(RECORDED_H100, env={"LD_LIBRARY_PATH": "/usr/local/nccl/lib"},
+                       patch={"libraries.found.nccl": _nccl_found(old), "torch.loaded_libraries.nccl": []})
+    (f,) = run("GD-CUDA-008", facts, expect_gpus=1)
+    assert f.severity is Severity.WARN and "will load" in f.message and "2.21.5" in f.message
+
+
+def test_a_newer_libnccl_or_the_system_copy_in_the_loader_cache_passes():
+    newer = {"path": "/opt/nccl/lib/libnccl.so.2.30.1", "version": "2.30.1", "source": "LD_LIBRARY_PATH", "symlink": False}
+    facts = make_facts(RECORDED_H100, patch={"libraries.found.nccl": _nccl_found(newer), "torch.loaded_libraries.nccl": [newer["path"]]})
+    assert severity("GD-CUDA-008", facts, expect_gpus=1) is Severity.PASS
+    # the recorded machine: libnccl 2.28.3 in the loader cache, torch's wheel 2.28.9 loaded - not a problem
+    assert severity("GD-CUDA-008", make_facts(RECORDED_H100), expect_gpus=1) is Severity.PASS
