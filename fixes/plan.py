@@ -359,7 +359,7 @@ def make_plan(run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx:
                 continue
             try:
                 edits = [e for a in fix.actions if ActionKind(a.kind) is not ActionKind.COMMAND for e in resolve(a, ctx, facts, ws)]
-            except EditError as e:
+            except (EditError, ValueError) as e:
                 decide(False, f"not applied: {e}")
                 continue
             clash = next((e for e in edits if e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.op)), None)
@@ -376,6 +376,9 @@ def make_plan(run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx:
                 after = run(facts_for(facts, trial), context_for(ctx, trial))
             except EditError as e:
                 decide(False, f"not applied: {e}", edits)
+                continue
+            except Exception as e:  # a bug in one editor must not cost the user the other fixes
+                decide(False, f"not applied (gpudoctor error: {type(e).__name__}: {e})", edits)
                 continue
             ok, why = judge(f, current, after)
             decide(ok, why, edits)
