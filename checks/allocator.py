@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpudoctor import versions
 from gpudoctor.readers import allocconf
+from gpudoctor.readers.ints import python_int
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, unset_env, warn
 from gpudoctor.registry import check
 
@@ -283,13 +284,6 @@ def _tool_name(path: str) -> str | None:
     return next((name for hint, name in _INJECTION_HINTS if hint in low), None)
 
 
-def _int_value(text: str | None) -> int | None:
-    try:
-        return int(text.strip()) if text is not None else None
-    except ValueError:
-        return None
-
-
 def _debug_switches(env: dict) -> list[tuple[str, str, str]]:
     """(variable, value, what it does) for each speed-costing tool or logging switch that is on."""
     found = []
@@ -304,12 +298,12 @@ def _debug_switches(env: dict) -> list[tuple[str, str, str]]:
         found.append(("TORCH_CUDA_SANITIZER", env["TORCH_CUDA_SANITIZER"], "torch's CUDA stream sanitizer checks every kernel's tensor accesses"))
     if env.get("CUDNN_LOGINFO_DBG") == "1":
         found.append(("CUDNN_LOGINFO_DBG", "1", "cuDNN logs every API call"))
-    level = _int_value(env.get("CUDNN_LOGLEVEL_DBG"))
+    level = python_int(env.get("CUDNN_LOGLEVEL_DBG"))
     if level is not None and level >= 3:
         found.append(("CUDNN_LOGLEVEL_DBG", env["CUDNN_LOGLEVEL_DBG"], "cuDNN 9 logs every API call (level 3 = info)"))
     if env.get("CUBLAS_LOGINFO_DBG") == "1":
         found.append(("CUBLAS_LOGINFO_DBG", "1", "cuBLAS logs every API call"))
-    level = _int_value(env.get("CUBLASLT_LOG_LEVEL"))
+    level = python_int(env.get("CUBLASLT_LOG_LEVEL"))
     if level is not None and level >= 2:
         found.append(("CUBLASLT_LOG_LEVEL", env["CUBLASLT_LOG_LEVEL"], "cuBLASLt traces its calls (level 2 and up)"))
     return found

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from gpudoctor.readers import cudavis
-from gpudoctor.model import fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.model import MULTI_PROCESS_LAUNCHERS, fail, info, manual, passed, set_env, skip, warn
 from gpudoctor.registry import check
 
 GIB = 1 << 30
 BUSY_MIN_BYTES = 1 * GIB  # above the driver's own reservation (~0.5 GiB) on an idle GPU
 BUSY_FAIL_FRACTION = 0.5  # half the memory already taken: the job will most likely run out
-MULTI_PROCESS_LAUNCHERS = ("torchrun", "lightning", "srun", "accelerate", "deepspeed")
 
 
 def _visible(facts) -> tuple[cudavis.Visibility, list[dict]]:

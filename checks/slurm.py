@@ -31,16 +31,26 @@ import re
 
 from gpudoctor import versions
 from gpudoctor.readers import slurmfmt
-from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.model import (
+    LAUNCHER_TABLE,
+    SPAWNING_LAUNCHERS,
+    Action,
+    ActionKind,
+    Fix,
+    Safety,
+    fail,
+    info,
+    manual,
+    passed,
+    set_env,
+    skip,
+    warn,
+)
 from gpudoctor.registry import check
 from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
 
 NOT_IN_SLURM = "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
 FIXED_AGAIN = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again (see the module docstring)
-# Launchers that start several processes per task, with the flag that says how many.
-PROCESS_COUNT_FLAG = {"torchrun": "--nproc-per-node", "torch.distributed.launch": "--nproc-per-node",
-                      "deepspeed": "--num_gpus", "accelerate": "--num_processes"}
-MULTI_PROCESS_LAUNCHERS = tuple(PROCESS_COUNT_FLAG)
 
 
 # ---------------------------------------------------------------- helpers
@@ -716,7 +726,7 @@ def launcher_inside_multi_task_srun(facts, ctx):
         return out
     launcher, tasks = shape.launcher, shape.tasks_here
     ev = _ev(shape, tasks_on_node=tasks, processes_per_task=shape.procs_per_task)
-    if launcher not in MULTI_PROCESS_LAUNCHERS:
+    if launcher not in SPAWNING_LAUNCHERS:
         return passed(f"the tasks run {launcher or 'a program'} directly, not a second launcher" if launcher else "no second launcher seen (give --launcher to check)", **ev)
     if not tasks or tasks <= 1 or shape.srun_launch is False:
         return passed(f"{launcher} runs once per node and starts the ranks itself", **ev)
@@ -733,7 +743,7 @@ def launcher_inside_multi_task_srun(facts, ctx):
                         fix, **ev)
         return passed(f"{launcher} starts one process in each of the {tasks} tasks per node", **ev)
     fix = directive_fix(shape, facts, f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)", {"ntasks-per-node": "1"})
-    total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {PROCESS_COUNT_FLAG[launcher]}"
+    total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {LAUNCHER_TABLE[launcher].process_count_flag}"
     gpus = f" on {shape.gpus_per_node} GPU(s)" if shape.gpus_per_node else ""
     if shape.srun_launch is None:
         # srun takes the job's SLURM_NTASKS as its task count and ignores a lone --ntasks-per-node against it.
@@ -900,7 +910,7 @@ def multi_task_job_without_srun(facts, ctx):
     nodes = shape.nodes or 1
     line = shape.launch_line.split()[0]
     # One launcher per node for launchers that start the ranks themselves; one task per rank otherwise.
-    options = f"--nodes={nodes} --ntasks={nodes} --ntasks-per-node=1" if shape.launcher in MULTI_PROCESS_LAUNCHERS else ""
+    options = f"--nodes={nodes} --ntasks={nodes} --ntasks-per-node=1" if shape.launcher in SPAWNING_LAUNCHERS else ""
     fix = Fix(f"Start line {shape.launch_lineno} with srun: `srun {(options + ' ') if options else ''}{_first_words(shape.launch_line)} ...`",
               Safety.UNSAFE, (Action(ActionKind.SRUN_PREFIX, shape.script, value=options),)) if shape.script else manual(
         f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
@@ -916,3 +926,70 @@ def multi_task_job_without_srun(facts, ctx):
 
 def _first_words(text: str, n: int = 3) -> str:
     return " ".join(text.split()[:n])
+
+
+# ---------------------------------------------------------------- GD-SLURM-013 / 014 (the script as bash reads it)
+
+
+@check(
+    id="GD-SLURM-013",
+    name="sbatch-backslash-before-comment",
+    category="slurm",
+    title="Every line continuation in the batch script continues the command",
+    needs=[],
+    what="For --sbatch: finds a backslash followed by blanks (and often a `# comment`) at the end of a line "
+    "of a command, e.g. `trainer.params.accelerator=gpu \\    # use GPU`.",
+    why="Only a backslash directly before the newline continues a line (bash manual, 3.1.2.1 Escape Character: "
+    "https://www.gnu.org/software/bash/manual/html_node/Escape-Character.html). A backslash before a blank "
+    "escapes that blank, the `#` word then starts a comment that runs to the end of the line (3.1.3 Comments), "
+    "and the newline ends the command: the launch runs without the arguments below it, and bash runs the next "
+    "line as a command of its own -- `trainer.params.num_nodes=1: command not found`.",
+    fix="Put nothing after the backslash: delete the blanks and move the comment to its own line above the command.",
+)
+def sbatch_backslash_before_comment(facts, ctx):
+    if ctx.sbatch is None:
+        return skip("no --sbatch script given")
+    broken = ctx.sbatch.broken_continuations
+    if not broken:
+        return passed("every line ending in a backslash continues its command")
+    path = ctx.sbatch.path
+    parts, commands, evidence = [], [], {}
+    for b in broken:
+        parts.append(f"line {b.line} ends with a backslash and blanks{' and a comment' if '#' in b.text[b.backslash.column:] else ''}, "
+                     f"so the command ends there and bash runs line {b.next_line} (`{b.next_text[:80]}`) on its own: "
+                     f"`{b.next_program[:40]}: command not found`")
+        commands.append(f"sed -i -E '{b.line}s/\\\\[[:blank:]]+(#.*)?$/\\\\/' {path}")
+        evidence[f"line {b.line}"] = b.text
+        evidence[f"line {b.next_line}"] = b.next_text
+    fix = manual("Delete what follows the backslash on " + ", ".join(f"line {b.line}" for b in broken)
+                 + " (move the comment above the command)", *commands)
+    return fail("; ".join(parts), fix, **evidence)
+
+
+@check(
+    id="GD-SLURM-014",
+    name="sbatch-script-bash-syntax",
+    category="slurm",
+    title="bash can parse the batch script",
+    needs=[],
+    what="For --sbatch: runs `bash -n` on the script (syntax only, nothing is executed; bounded by a timeout, in "
+    "its own process group).",
+    why="sbatch does not parse the script: a missing `fi`, `done` or quote is found only when the job starts, "
+    "after it waited in the queue, and the job then fails at once (bash manual, 6.1 Invoking Bash: `-n` reads "
+    "commands without executing them, https://www.gnu.org/software/bash/manual/html_node/Invoking-Bash.html; "
+    "sbatch man page: the script is run by the interpreter of its #! line, https://slurm.schedmd.com/sbatch.html).",
+    fix="Correct the syntax error bash names (line numbers count from the #! line), then re-run `bash -n SCRIPT`.",
+)
+def sbatch_script_bash_syntax(facts, ctx):
+    if ctx.sbatch is None:
+        return skip("no --sbatch script given")
+    result = ctx.sbatch.bash_syntax
+    if result is None:
+        return skip("the script's syntax was not checked (read without `bash -n`)")
+    if result.ok is None:
+        return skip(result.message)
+    if result.ok:
+        return passed("bash -n reads the script without a syntax error")
+    path = ctx.sbatch.path
+    return fail(f"bash cannot parse the script: {result.message}; the job would fail as soon as it starts",
+                manual("Correct the syntax error, then check again", f"bash -n {path}"), bash_n=result.message)

@@ -221,7 +221,52 @@ class Context:
     running: frozenset[str] | None = None
     # Outcomes of the checks named in this check's defers_to that are in this run (set by the runner).
     deferred: dict[str, tuple[Outcome, ...]] = field(default_factory=dict)
+    # --node-snapshot F: the machine/node facts were recorded on a node the job runs on, so node-scope
+    # verdicts are about the job's node even before submission (gpudoctor/job/target.py).
+    node_facts: str | None = None
 
     @property
     def gpus_expected(self) -> bool:
         return self.expect_gpus is None or self.expect_gpus > 0
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How a launcher starts training processes: the one table every part of gpudoctor reads.
+
+    Sources: torchrun (torch/distributed/run.py: --nproc-per-node, 'gpu' = one per GPU), DeepSpeed
+    (deepspeed launcher: --num_gpus, all visible GPUs by default), Accelerate (accelerate launch:
+    --num_processes), Lightning (Trainer(devices=...) starts one process per device itself, or uses
+    the SLURM tasks under srun), srun (one process per task).
+    """
+
+    name: str
+    per_gpu: bool  # left to its defaults, it starts one rank per GPU this process sees
+    multi_process: bool  # it runs several training processes (a distributed job)
+    process_count_flag: str | None  # it spawns worker processes per task; this flag says how many
+    cli: bool  # offered by `gpudoctor check --launcher`
+    on_launch_line: bool  # recognised as the program on a batch script's launch line
+
+    @property
+    def spawns_workers(self) -> bool:
+        """A second launcher inside each srun task: it starts the ranks itself."""
+        return self.process_count_flag is not None
+
+
+LAUNCHER_TABLE: dict[str, Launcher] = {
+    launcher.name: launcher
+    for launcher in (
+        Launcher("torchrun", True, True, "--nproc-per-node", cli=True, on_launch_line=True),
+        Launcher("torch.distributed.launch", True, True, "--nproc-per-node", cli=False, on_launch_line=True),
+        Launcher("lightning", True, True, None, cli=True, on_launch_line=True),
+        Launcher("srun", False, True, None, cli=True, on_launch_line=False),
+        Launcher("accelerate", True, True, "--num_processes", cli=True, on_launch_line=True),
+        Launcher("deepspeed", True, True, "--num_gpus", cli=True, on_launch_line=True),
+        Launcher("python", False, False, None, cli=True, on_launch_line=True),
+    )
+}
+CLI_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.cli)
+SCRIPT_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.on_launch_line)
+PER_GPU_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.per_gpu)
+MULTI_PROCESS_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.multi_process)
+SPAWNING_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.spawns_workers)

@@ -21,18 +21,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-PER_GPU_LAUNCHERS = ("torchrun", "lightning", "accelerate", "deepspeed")
+from gpudoctor.model import PER_GPU_LAUNCHERS
+from gpudoctor.readers.ints import python_int
 
 
 def env_int(env: dict, name: str) -> int | None:
     """The variable as Python's int() reads it (what torch does), None when unset or not a number."""
-    text = env.get(name)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    return python_int(env.get(name))
 
 
 def tasks_on_node(value: str | None, node_index: int = 0) -> int | None:
@@ -234,6 +229,7 @@ def layout(facts, ctx) -> Layout:
 
 
 def before_submission(facts, ctx) -> bool:
-    """--sbatch given outside any SLURM job: this host is the submit host, not where the job runs."""
-    return bool(ctx.sbatch) and "SLURM_JOB_ID" not in facts.env
+    """--sbatch given outside any SLURM job: this host is the submit host, not where the job runs
+    (unless the facts are a --node-snapshot recorded on the job's node)."""
+    return bool(ctx.sbatch) and "SLURM_JOB_ID" not in facts.env and not getattr(ctx, "node_facts", None)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import re
 
+from gpudoctor.model import SCRIPT_LAUNCHERS
 from gpudoctor.readers.sbatch.options import parse_options
 from gpudoctor.readers.sbatch.script import SbatchError
 from gpudoctor.readers.sbatch.shell import split_commands
 
-LAUNCHERS = ("torchrun", "torch.distributed.launch", "deepspeed", "accelerate", "python", "lightning")
+LAUNCHERS = SCRIPT_LAUNCHERS  # model.LAUNCHER_TABLE, the one launcher table
 MAX_SHELL_DEPTH = 8
 _PY = re.compile(r"^python(\d+(\.\d+)?)?$")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
