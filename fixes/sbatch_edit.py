@@ -167,7 +167,8 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
         together = [o for o in script.assignments if o.span == a.span and o is not a]
         if together and a.value_span is not None:  # `export A=1 B=2`: drop this word only
             word_start = a.value_span.start - len(name) - 1
-            text = text[:word_start].rstrip(" \t") + " " + text[a.value_span.end:].lstrip(" \t")
+            tail = text[a.value_span.end:].lstrip(" \t")
+            text = text[:word_start].rstrip(" \t") + ("" if tail[:1] in ("\n", ";", "#", "") else " ") + tail
             continue
         start, end = _line_bounds(text, a.span.start)
         line = text[start:end]
