@@ -328,3 +328,273 @@ def nccl_env_malformed(facts, ctx):
     if not names:
         return passed("no NCCL_* or TORCH_NCCL_* variables set", **evidence)
     return passed(f"{len(names)} NCCL variable(s) set, all well-formed", **evidence)
+
+
+# --- issue 13: interface lists that select more than meant, rails down, virtual NICs, consumer-GPU P2P ----------
+
+
+@check(
+    id="GD-NCCL-007",
+    name="nccl-socket-ifname-exclusion-keeps-loopback",
+    category="nccl",
+    title="An NCCL_SOCKET_IFNAME exclusion list still leaves out lo and container bridges",
+    needs=["env", "network"],
+    scope="node",
+    what="For NCCL_SOCKET_IFNAME values that start with '^' (exclude), lists the interfaces still selected. NCCL's "
+    "default ('^docker,lo') is replaced by the user's list, so lo and docker/virtual bridges are back in play.",
+    why="NCCL takes the interfaces in the kernel's order and bootstraps over the first one that matches (NCCL "
+    "maintainers on NVIDIA/nccl#286 and #519: the default is ^lo,docker; a user list replaces it). lo has "
+    "interface index 1, so `NCCL_SOCKET_IFNAME=^eth1` makes a multi-node job bootstrap on 127.0.0.1 and hang; "
+    "a docker or libvirt bridge has an address no other node can reach.",
+    fix="Name the interface to use (NCCL_SOCKET_IFNAME=eth0, or '=eth0' for exactly that name), or add lo and "
+    "docker to the exclusions: NCCL_SOCKET_IFNAME=^lo,docker,virbr,eth1.",
+)
+def nccl_socket_ifname_exclusion_keeps_loopback(facts, ctx):
+    value = job_env(facts, ctx).get("NCCL_SOCKET_IFNAME")
+    if value is None or not value.startswith("^"):
+        return skip("NCCL_SOCKET_IFNAME is not an exclusion list ('^...')", NCCL_SOCKET_IFNAME=value)
+    if facts.network.get("error"):
+        return skip(f"the network probe failed: {facts.network['error']}")
+    usable = _usable_interfaces(facts)
+    chosen = select_names(value, [i["name"] for i in usable])
+    local = [i["name"] for i in usable if i["name"] in chosen and _host_local_only(i)]
+    lay = layout(facts, ctx)
+    evidence = {"NCCL_SOCKET_IFNAME": value, "selected": chosen, "host_local_selected": local, **lay.evidence()}
+    if not local:
+        return passed(f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen) or 'nothing'} (no loopback or bridge)", **evidence)
+    fixed = "^" + ",".join(dict.fromkeys(["lo", "docker", *parse_prefix_list(value)[2]]))
+    fix = set_env("NCCL_SOCKET_IFNAME", fixed, title="Exclude lo and docker too")
+    if not lay.multi_node:
+        return passed(f"NCCL_SOCKET_IFNAME={value!r} leaves {', '.join(local)} selected; harmless on one node", **evidence)
+    if any(i["name"] == n and i.get("loopback") for i in usable for n in local):
+        return fail(f"NCCL_SOCKET_IFNAME={value!r} replaces NCCL's default exclusions and leaves the loopback interface "
+                    f"selected ({', '.join(local)}): NCCL bootstraps over the first match, lo, and the "
+                    f"{lay.nodes.value}-node job hangs", fix, **evidence)
+    return warn(f"NCCL_SOCKET_IFNAME={value!r} leaves host-local bridge(s) {', '.join(local)} selected: NCCL may open "
+                "connections on addresses other nodes cannot reach", fix, **evidence)
+
+
+def _prefix_overreach(value: str, names: list[str]) -> dict[str, list[str]]:
+    """Entries of a non-'=' list that name an interface exactly but also prefix-match others: {entry: others}."""
+    _, exact, entries = parse_prefix_list(value)
+    if exact:
+        return {}
+    out = {}
+    for e in entries:
+        others = [n for n in names if n != e and n.startswith(e)]
+        if e in names and others:
+            out[e] = others
+    return out
+
+
+@check(
+    id="GD-NCCL-008",
+    name="nccl-name-list-prefix-matches-more",
+    category="nccl",
+    title="NCCL_SOCKET_IFNAME / NCCL_IB_HCA names select only the named devices",
+    needs=["env", "network"],
+    scope="node",
+    what="Finds entries of NCCL_SOCKET_IFNAME and NCCL_IB_HCA that are the full name of an interface or HCA but, "
+    "without the '=' prefix, also match longer names as a prefix: bond0 also selects bond0.2093, mlx5_1 also "
+    "selects mlx5_10 to mlx5_17.",
+    why="NCCL treats each entry as a prefix unless the list starts with '=' (NCCL docs, NCCL_SOCKET_IFNAME and "
+    "NCCL_IB_HCA; NVIDIA/nccl#177 and nccl-tests#9: bond0 picking a VLAN sub-interface no other node can use). The "
+    "job then uses HCAs or interfaces it was meant to avoid: traffic on the wrong rail, or a hang on an "
+    "unroutable VLAN.",
+    fix="Prefix the list with '=' for exact names (NCCL_SOCKET_IFNAME==bond0, NCCL_IB_HCA==mlx5_1; after '^' "
+    "for exclusions: ^=bond0).",
+)
+def nccl_name_list_prefix_matches_more(facts, ctx):
+    env = job_env(facts, ctx)
+    if facts.network.get("error"):
+        return skip(f"the network probe failed: {facts.network['error']}")
+    lists = {
+        "NCCL_SOCKET_IFNAME": [i["name"] for i in _usable_interfaces(facts)],
+        "NCCL_IB_HCA": sorted({str(p.get("device")) for p in _ib_ports(facts)}),
+    }
+    set_vars = {k: env[k] for k in lists if env.get(k)}
+    if not set_vars:
+        return skip("neither NCCL_SOCKET_IFNAME nor NCCL_IB_HCA is set", **{k: None for k in lists})
+    problems, fixes, evidence = [], [], dict(set_vars)
+    for name, value in set_vars.items():
+        over = _prefix_overreach(value, lists[name])
+        if not over:
+            continue
+        exclude, _, entries = parse_prefix_list(value)
+        verb = "excludes" if exclude else "selects"
+        evidence[f"{name}_overreach"] = over
+        problems.append(f"{name}={value!r} also {verb} " + "; ".join(f"{', '.join(o)} (prefix {e!r})" for e, o in over.items()))
+        if all(e in lists[name] for e in entries):  # every entry an exact name: '=' keeps the meaning
+            fixes.append(set_env(name, ("^" if exclude else "") + "=" + value[1 if exclude else 0 :],
+                                 title=f"Match {name} entries exactly"))
+    if not problems:
+        return passed("every NCCL_SOCKET_IFNAME / NCCL_IB_HCA entry selects only what it names", **evidence)
+    return warn("; ".join(problems) + ": NCCL reads entries as prefixes unless the list starts with '='",
+                fixes[0] if fixes else None, **evidence)
+
+
+def _rate_gbps(rate: str | None) -> float | None:
+    try:
+        return float(str(rate).split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+@check(
+    id="GD-NCCL-009",
+    name="ib-port-down-on-multi-node-job",
+    category="nccl",
+    title="Every InfiniBand/RoCE rail of a multi-node job is ACTIVE at full rate",
+    needs=["env", "network", "nvidia"],
+    scope="node",
+    what="On a multi-node job, compares the InfiniBand/RoCE ports NCCL may use (all, or those NCCL_IB_HCA selects) "
+    "of one link layer: ports that are not ACTIVE while others are, and ACTIVE ports at a lower rate than the "
+    "others.",
+    why="NCCL uses only ACTIVE ports and pairs each GPU with its nearest NIC; with one rail down its GPUs' traffic "
+    "crosses PCIe/CPU to another NIC and shares it, and the all-reduce of the whole job runs at the pace of the "
+    "slowest rail (NCCL docs, NCCL_IB_HCA; `ibstat`). A port that negotiated a lower rate (a bad cable) does the same.",
+    fix="Check the port with `ibstat` / `ibstatus` (cable, switch port, subnet manager); drain the node until the "
+    "rail is back, or restrict NCCL_IB_HCA to the healthy ports knowingly.",
+)
+def ib_port_down_on_multi_node_job(facts, ctx):
+    env = job_env(facts, ctx)
+    lay = layout(facts, ctx)
+    if facts.network.get("error"):
+        return skip(f"the network probe failed: {facts.network['error']}")
+    if not lay.multi_node:
+        return skip(f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'})", **lay.evidence())
+    ports = _ib_ports(facts)
+    hca = env.get("NCCL_IB_HCA")
+    if hca:
+        chosen = set(select_names(hca, sorted({str(p.get("device")) for p in ports})))
+        ports = [p for p in ports if p.get("device") in chosen]
+    ports = [p for p in ports if str(p.get("phys_state") or "").lower() != "disabled"]  # switched off on purpose
+    from gpudoctor.readers.cudavis import job_gpus
+
+    gpus = len(job_gpus(facts))
+    evidence = {"ports": {_port_name(p): f"{p.get('state')} {p.get('rate') or ''} {p.get('link_layer') or ''}".strip() for p in ports},
+                "NCCL_IB_HCA": hca, "gpus": gpus, **lay.evidence()}
+    problems = []
+    for layer in sorted({str(p.get("link_layer") or "?") for p in ports}):
+        group = [p for p in ports if str(p.get("link_layer") or "?") == layer]
+        active = [p for p in group if str(p.get("state") or "").upper() == "ACTIVE"]
+        down = [p for p in group if p not in active]
+        if not active:
+            continue  # no rail at all: GD-NCCL-003 says so
+        # A rail-optimised node has a NIC per GPU; an extra, uncabled port beside as many rails as GPUs is no loss.
+        if down and (hca or len(active) < max(gpus, 2)):
+            names = ", ".join(f"{_port_name(p)} {p.get('state')}" for p in down)
+            problems.append(f"{layer} port(s) {names} not ACTIVE while {len(active)} are")
+        rates = {_port_name(p): _rate_gbps(p.get("rate")) for p in active}
+        best = max((r for r in rates.values() if r), default=None)
+        slow = [f"{n} {r:g} Gb/s" for n, r in rates.items() if r and best and r < best]
+        if slow:
+            problems.append(f"{layer} port(s) at a lower rate than the others ({best:g} Gb/s): {', '.join(slow)}")
+    if problems:
+        return warn("; ".join(problems) + ": this node's share of the all-reduce runs on fewer or slower rails",
+                    manual("Check the ports (cable, switch, subnet manager)", "ibstat"), **evidence)
+    return passed(f"{sum(1 for p in ports if str(p.get('state') or '').upper() == 'ACTIVE')} InfiniBand/RoCE port(s) ACTIVE, "
+                  "none down or slow", **evidence)
+
+
+# Interfaces NCCL's default list ('^docker,lo') still accepts but no other node can reach, or that are not the
+# cluster network: libvirt/container/overlay bridges, VPN tunnels, the USB "host interface" of a BMC (usb0, 169.254.x).
+_VIRTUAL_NICS = ("virbr", "veth", "br-", "cni", "flannel", "cali", "vxlan", "tailscale", "wg", "tun", "tap",
+                 "zt", "usb", "enx", "vmnet", "lxc", "podman", "kube")
+
+
+def _virtual_nic(iface: dict) -> bool:
+    name = iface["name"]
+    link_local = all(a.startswith(("169.254.", "fe80:")) for a in iface.get("addresses") or [])
+    return name.startswith(_VIRTUAL_NICS) or (link_local and not iface.get("loopback"))
+
+
+@check(
+    id="GD-NCCL-010",
+    name="nccl-default-interfaces-include-virtual-nics",
+    category="nccl",
+    title="NCCL's own interface choice cannot land on a virtual or USB NIC",
+    needs=["env", "network"],
+    scope="node",
+    what="With NCCL_SOCKET_IFNAME unset on a multi-node job, applies NCCL's default choice (ib* interfaces first, "
+    "else every interface but lo and docker*) and looks for libvirt/container/overlay bridges, VPN tunnels and "
+    "USB or link-local-only NICs (a BMC's usb0 at 169.254.x.x) among the candidates.",
+    why="NCCL lists the interfaces with an address and picks the first that matches its filter (NCCL maintainers "
+    "on NVIDIA/nccl#519: a veth with an IPv6 address was picked); the socket transport uses every match. An "
+    "address on virbr0, a tunnel or a USB NIC is not reachable from the other nodes: bootstrap hangs or the "
+    "all-reduce fails with 'connection refused' / timeouts (horovod#98 shows NCCL using docker0, br-* and veth*).",
+    fix="Set NCCL_SOCKET_IFNAME to the cluster interface (e.g. NCCL_SOCKET_IFNAME=eth0, or ib for IPoIB), or "
+    "exclude the virtual ones: NCCL_SOCKET_IFNAME=^lo,docker,virbr,veth,usb.",
+)
+def nccl_default_interfaces_include_virtual_nics(facts, ctx):
+    env = job_env(facts, ctx)
+    if env.get("NCCL_SOCKET_IFNAME") is not None:
+        return skip("NCCL_SOCKET_IFNAME is set (see GD-NCCL-002/007/008)", NCCL_SOCKET_IFNAME=env["NCCL_SOCKET_IFNAME"])
+    if facts.network.get("error"):
+        return skip(f"the network probe failed: {facts.network['error']}")
+    lay = layout(facts, ctx)
+    if not lay.multi_node:
+        return skip(f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'}): one node needs no reachable interface", **lay.evidence())
+    usable = _usable_interfaces(facts)
+    ib = [i for i in usable if i["name"].startswith("ib")]
+    candidates = ib or [i for i in usable if not i.get("loopback") and not i["name"].startswith(("docker", "lo"))]
+    virtual = [i["name"] for i in candidates if _virtual_nic(i)]
+    evidence = {"candidates": [i["name"] for i in candidates], "virtual_or_usb": virtual, **lay.evidence()}
+    if not virtual:
+        return passed(f"NCCL would choose among {', '.join(evidence['candidates']) or 'no interface'}: no virtual or USB NIC", **evidence)
+    real = [n for n in evidence["candidates"] if n not in virtual]
+    fix = set_env("NCCL_SOCKET_IFNAME", real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(virtual))),
+                  title="Tell NCCL which interface to use")
+    return warn(f"NCCL_SOCKET_IFNAME is unset and NCCL's default choice includes {', '.join(virtual)} "
+                f"(virtual, tunnel or USB NIC) beside {', '.join(real) or 'nothing else'}: other nodes cannot reach it",
+                fix, **evidence)
+
+
+_GEFORCE = ("GeForce", "TITAN")
+
+
+@check(
+    id="GD-NCCL-011",
+    name="nccl-p2p-on-consumer-gpus",
+    category="nccl",
+    title="NCCL peer-to-peer over PCIe on GeForce GPUs is known to work with this driver",
+    needs=["env", "nvidia"],
+    requires=["job-gpus"],
+    what="For jobs on two or more GeForce/TITAN GPUs whose driver reports PCIe peer-to-peer as supported, reads "
+    "the driver branch and NCCL_P2P_DISABLE / NCCL_P2P_LEVEL.",
+    why="On consumer GPUs, drivers that report PCIe P2P as available while it does not work make NCCL hang at the "
+    "first all-reduce or return wrong data: RTX 4090 with drivers 520-525 (NVIDIA/nccl-tests#117), RTX 30/40 "
+    "with 545-560 (NVIDIA/nccl#1127, dmlc/xgboost#11242: fixed with 570). nvidia-smi shows nothing wrong.",
+    fix="Upgrade the driver (570 or newer), or set NCCL_P2P_DISABLE=1 (NCCL then copies through host memory) and "
+    "confirm with nccl-tests' all_reduce_perf.",
+)
+def nccl_p2p_on_consumer_gpus(facts, ctx):
+    from gpudoctor import versions
+
+    from gpudoctor.readers.cudavis import job_gpus
+
+    gpus = job_gpus(facts)
+    consumer = [g for g in gpus if any(w.lower() in (g.get("name") or "").lower() for w in _GEFORCE)]
+    env = job_env(facts, ctx)
+    driver = facts.nvidia.get("driver_version")
+    evidence = {"gpus": {g["index"]: g.get("name") for g in consumer}, "driver_version": driver,
+                "NCCL_P2P_DISABLE": env.get("NCCL_P2P_DISABLE"), "NCCL_P2P_LEVEL": env.get("NCCL_P2P_LEVEL")}
+    if len(consumer) < 2:
+        return passed("fewer than two GeForce/TITAN GPUs in the job", **evidence)
+    idx = {g["index"] for g in consumer}
+    pairs = [p for p in (facts.nvidia.get("p2p") or {}).get("pairs") or [] if set(p.get("gpus") or []) <= idx]
+    pcie_ok = [p for p in pairs if p.get("read") == "ok" and p.get("nvlink") != "ok"]
+    evidence["pcie_p2p_pairs"] = [p["gpus"] for p in pcie_ok]
+    if p2p_disabled(env):
+        return passed(f"{p2p_disabled(env)}: NCCL does not use peer-to-peer between the GeForce GPUs", **evidence)
+    if not pairs:
+        return skip("the driver's P2P status between the GPUs was not probed (older snapshot)", **evidence)
+    if not pcie_ok:
+        return passed("the driver reports no PCIe peer-to-peer between these GeForce GPUs: NCCL copies through host memory", **evidence)
+    branch = (versions.parse(driver) or (0,))[0]
+    fix = set_env("NCCL_P2P_DISABLE", "1", title="Turn NCCL peer-to-peer off (or upgrade the driver to 570+)")
+    if 520 <= branch < 570:
+        return warn(f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}: with drivers 520-560 NCCL hangs or "
+                    "corrupts data over consumer-GPU P2P (nccl-tests#117, xgboost#11242)", fix, **evidence)
+    return info(f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}; if NCCL hangs at the first all-reduce, "
+                "try NCCL_P2P_DISABLE=1", None, **evidence)

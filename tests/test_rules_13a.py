@@ -13,6 +13,7 @@ from tests.factsutil import HEALTHY_GPU, RECORDED_CPU, make_facts, run, severity
 RECORDED_H100 = "recorded-h100x1-driver580-torch2.11-cu130"
 NEW_IDS = (
     "GD-HW-007", "GD-HW-008", "GD-HW-009", "GD-HW-010", "GD-DRV-002", "GD-CUDA-008",
+    "GD-NCCL-007", "GD-NCCL-008", "GD-NCCL-009", "GD-NCCL-010", "GD-NCCL-011",
 )
 
 
@@ -216,3 +217,102 @@ def test_a_newer_libnccl_or_the_system_copy_in_the_loader_cache_passes():
     assert severity("GD-CUDA-008", facts, expect_gpus=1) is Severity.PASS
     # the recorded machine: libnccl 2.28.3 in the loader cache, torch's wheel 2.28.9 loaded - not a problem
     assert severity("GD-CUDA-008", make_facts(RECORDED_H100), expect_gpus=1) is Severity.PASS
+
+
+# ------------------------------------------------------------------ NCCL: interface lists, rails, virtual NICs, GeForce P2P
+
+TWO_NODES = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "2", "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}
+
+
+def _iface(name: str, *addresses: str, loopback: bool = False) -> dict:
+    return {"name": name, "up": True, "operstate": "up", "loopback": loopback, "mtu": 1500, "speed_mbps": None, "addresses": list(addresses)}
+
+
+LO = _iface("lo", "127.0.0.1", loopback=True)
+
+
+def test_healthy_two_node_job_gets_no_new_nccl_alarm():
+    facts = make_facts(env=TWO_NODES)
+    for check_id in ("GD-NCCL-007", "GD-NCCL-008", "GD-NCCL-009", "GD-NCCL-010", "GD-NCCL-011"):
+        assert severity(check_id, facts, expect_gpus=8) in (Severity.PASS, Severity.SKIP), check_id
+
+
+def test_exclusion_list_that_keeps_lo_fails_on_two_nodes_and_passes_on_one():
+    env = {**TWO_NODES, "NCCL_SOCKET_IFNAME": "^eth1"}
+    (f,) = run("GD-NCCL-007", make_facts(env=env), expect_gpus=8)
+    assert f.severity is Severity.FAIL and "lo" in f.message
+    assert f.fix.actions[0].value == "^lo,docker,eth1"
+    assert severity("GD-NCCL-007", make_facts(env={"NCCL_SOCKET_IFNAME": "^eth1"}), expect_gpus=8) is Severity.PASS
+    ok = {**TWO_NODES, "NCCL_SOCKET_IFNAME": "^lo,docker"}
+    assert severity("GD-NCCL-007", make_facts(env=ok), expect_gpus=8) is Severity.PASS
+
+
+def test_exclusion_list_that_keeps_a_docker_bridge_warns():
+    ifaces = [LO, _iface("eth0", "10.0.3.11"), _iface("docker0", "172.17.0.1")]
+    env = {**TWO_NODES, "NCCL_SOCKET_IFNAME": "^lo,eth1"}
+    (f,) = run("GD-NCCL-007", make_facts(env=env, patch={"network.interfaces": ifaces}), expect_gpus=8)
+    assert f.severity is Severity.WARN and "docker0" in f.message
+
+
+def test_exact_name_that_prefix_matches_a_vlan_warns_with_the_equals_fix():
+    ifaces = [LO, _iface("bond0", "10.0.0.5"), _iface("bond0.2093", "10.209.0.5")]
+    (f,) = run("GD-NCCL-008", make_facts(env={"NCCL_SOCKET_IFNAME": "bond0"}, patch={"network.interfaces": ifaces}), expect_gpus=8)
+    assert f.severity is Severity.WARN and "bond0.2093" in f.message
+    assert f.fix.actions[0].value == "=bond0"
+    exact = make_facts(env={"NCCL_SOCKET_IFNAME": "=bond0"}, patch={"network.interfaces": ifaces})
+    assert severity("GD-NCCL-008", exact, expect_gpus=8) is Severity.PASS
+
+
+def test_ib_hca_mlx5_1_also_selects_mlx5_10():
+    ports = [{"device": f"mlx5_{i}", "port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}
+             for i in (0, 1, 10, 11)]
+    (f,) = run("GD-NCCL-008", make_facts(env={"NCCL_IB_HCA": "mlx5_0,mlx5_1"}, patch={"network.infiniband": ports}), expect_gpus=8)
+    assert f.severity is Severity.WARN and "mlx5_10" in f.message and f.fix.actions[0].value == "=mlx5_0,mlx5_1"
+
+
+def _ports(states: list[str], rates: list[str] | None = None) -> list[dict]:
+    rates = rates or ["400 Gb/sec (4X NDR)"] * len(states)
+    return [{"device": f"mlx5_{i}", "port": 1, "state": s, "phys_state": "LinkUp" if s == "ACTIVE" else "Polling",
+             "rate": r, "link_layer": "InfiniBand"} for i, (s, r) in enumerate(zip(states, rates))]
+
+
+def test_one_rail_down_on_a_two_node_job_warns():
+    facts = make_facts(env=TWO_NODES, patch={"network.infiniband": _ports(["ACTIVE"] * 7 + ["DOWN"])})
+    (f,) = run("GD-NCCL-009", facts, expect_gpus=8)
+    assert f.severity is Severity.WARN and "mlx5_7:1 DOWN" in f.message
+    # a spare, uncabled port beside a full set of rails is no loss
+    spare = make_facts(env=TWO_NODES, patch={"network.infiniband": _ports(["ACTIVE"] * 8 + ["DOWN"])})
+    assert severity("GD-NCCL-009", spare, expect_gpus=8) is Severity.PASS
+    # one node: not judged
+    assert severity("GD-NCCL-009", make_facts(patch={"network.infiniband": _ports(["ACTIVE"] * 7 + ["DOWN"])}), expect_gpus=8) is Severity.SKIP
+
+
+def test_a_rail_at_a_lower_rate_warns():
+    rates = ["400 Gb/sec (4X NDR)"] * 7 + ["200 Gb/sec (4X HDR)"]
+    (f,) = run("GD-NCCL-009", make_facts(env=TWO_NODES, patch={"network.infiniband": _ports(["ACTIVE"] * 8, rates)}), expect_gpus=8)
+    assert f.severity is Severity.WARN and "200 Gb/s" in f.message
+
+
+def test_virbr0_and_a_bmc_usb_nic_among_nccl_default_candidates_warn_on_two_nodes():
+    ifaces = [LO, _iface("eno1", "10.1.0.7"), _iface("virbr0", "192.168.122.1"), _iface("usb0", "169.254.3.1")]
+    (f,) = run("GD-NCCL-010", make_facts(env=TWO_NODES, patch={"network.interfaces": ifaces}), expect_gpus=8)
+    assert f.severity is Severity.WARN and "virbr0" in f.message and "usb0" in f.message
+    assert f.fix.actions[0].value == "eno1"
+    # an IPoIB interface: NCCL takes ib* first, the bridge is never a candidate
+    with_ib = ifaces + [_iface("ibp24s0", "192.168.10.11")]
+    assert severity("GD-NCCL-010", make_facts(env=TWO_NODES, patch={"network.interfaces": with_ib}), expect_gpus=8) is Severity.PASS
+
+
+def _geforce_pair(driver: str) -> dict:
+    return {"nvidia.driver_version": driver, "nvidia.p2p": {"pairs": [{"gpus": [0, 1], "topology": "PHB", "read": "ok", "nvlink": "not_supported"}]}}
+
+
+def test_pcie_p2p_on_geforce_with_a_known_bad_driver_warns():
+    facts = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"}, patch=_geforce_pair("525.60.11"))
+    (f,) = run("GD-NCCL-011", facts, expect_gpus=2)
+    assert f.severity is Severity.WARN and f.fix.actions[0].target == "NCCL_P2P_DISABLE"
+    newer = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"}, patch=_geforce_pair("570.124.06"))
+    assert severity("GD-NCCL-011", newer, expect_gpus=2) is Severity.INFO
+    disabled = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"},
+                          patch=_geforce_pair("525.60.11"))
+    assert severity("GD-NCCL-011", disabled, expect_gpus=2) is Severity.PASS
