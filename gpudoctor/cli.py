@@ -57,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sbatch", metavar="FILE", help="audit a SLURM batch script before submitting it")
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
-    c.add_argument("-v", "--verbose", action="store_true", help="show evidence for every check")
+    c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
+    c.add_argument("-q", "--quiet", action="store_true", help="print only the problems, the next steps and the verdict")
+    c.add_argument("--node-snapshot", metavar="FILE",
+                   help="facts recorded on a compute node (gpudoctor snapshot -o FILE there): judge the job on that node")
     c.add_argument("--torch-timeout", type=float, default=None, metavar="S", help="limit for importing torch (default 60)")
     c.add_argument("--job", action="store_true",
                    help="inside srun/torchrun: gather every rank's view, rank 0 prints one report for the job")
@@ -174,7 +177,7 @@ def _context(args):
 
 def cmd_check(args) -> int:
     from gpudoctor.facts import Facts, SnapshotError
-    from gpudoctor.runner import exit_code, run_checks
+    from gpudoctor.runner import run_checks
 
     if args.snapshot and args.python:
         raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
@@ -191,6 +194,8 @@ def cmd_check(args) -> int:
         torch_probe = start_torch_probe(**_probe_kwargs(args))
     specs = _specs(args)
     ctx = _context(args)
+    from gpudoctor.report import preflight
+
     if args.snapshot:
         try:
             facts = Facts.load(args.snapshot)
@@ -198,13 +203,28 @@ def cmd_check(args) -> int:
             raise UsageError(str(e)) from None
     else:
         from gpudoctor.probe import collect
+        from gpudoctor.report.progress import spinner
 
         needed = {n for s in specs for n in s.needs}
         if not args.json:
             import rich.console  # noqa: F401  (the report's import, done while torch loads in the child)
-        facts = collect(needed, torch_probe=torch_probe, **_probe_kwargs(args))
+        with spinner("probing this machine" + (" and importing torch" if "torch" in needed else ""), enabled=not args.json):
+            facts = collect(needed, torch_probe=torch_probe, partition=preflight.partition_of(ctx), **_probe_kwargs(args))
+    local_host = facts.host.get("hostname")
+    if args.node_snapshot:
+        try:
+            facts = preflight.merge_node_snapshot(facts, Facts.load(args.node_snapshot))
+        except SnapshotError as e:
+            raise UsageError(f"--node-snapshot {e}") from None
+        from dataclasses import replace as _replace
+
+        ctx = _replace(ctx, node_facts=args.node_snapshot)
     specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
     findings = run_checks(specs, facts, ctx)
+    from gpudoctor.job.target import decide
+    from gpudoctor.job.target import exit_code as target_exit_code
+
+    target = decide(facts, ctx, args.node_snapshot, local_host)
     if args.junit:
         from gpudoctor.fileio import write_output
         from gpudoctor.report import junit
@@ -213,12 +233,13 @@ def cmd_check(args) -> int:
     if args.json:
         from gpudoctor.report import json_report
 
-        sys.stdout.write(json_report.render(findings, _source(facts, args)))
+        sys.stdout.write(json_report.render(findings, _source(facts, args), {"target": preflight.json_target(target, findings)}))
     else:
         from gpudoctor.report import text
 
-        text.render(findings, header=_header(facts, args), verbose=args.verbose)
-    return exit_code(findings, strict=args.strict)
+        text.render(findings, file=sys.stdout, verbose="all" if args.verbose else ("problems" if args.quiet else "default"),
+                    view=preflight.view(__version__, facts, ctx, target, args))
+    return target_exit_code(findings, target, strict=args.strict)
 
 
 def _source(facts, args) -> dict:
@@ -315,7 +336,7 @@ def cmd_compare(args) -> int:
     from gpudoctor.job.compare import compare
 
     try:
-        return compare(args.snapshots, _specs(args), args.json, args.strict, args.verbose)
+        return compare(args.snapshots, _specs(args), args.json, args.strict, args.verbose, args.ignore)
     except SnapshotError as e:
         raise UsageError(str(e)) from None
 

@@ -1,13 +1,31 @@
-"""Grouped text report in the spirit of `flutter doctor`: one line per check, details indented."""
+"""The text report, in the spirit of `flutter doctor`: one screen that says what is judged, one line per
+category with its worst verdict, details only where something is wrong, and the exact commands to run.
+
+Three levels (`gpudoctor check`, `-q`, `-v`):
+- default: one line per category; warn/fail/error findings with their message, a little evidence and the fix;
+  passes and skips folded into counts (the reason a category does not apply said once); the machine
+  gpudoctor runs on in a short section of its own when it is not the target (gpudoctor.job.target);
+  a closing "next steps" list of copy-pasteable commands; the verdict.
+- `-q`: only the problems, the next steps and the verdict.
+- `-v`: every finding with its full evidence.
+
+Everything printed that came from outside (hostnames, GPU names, messages quoting env values) goes through
+`clean()`: terminal escape sequences are removed and other control characters shown as \\xNN, so a replayed
+snapshot cannot move the cursor or retitle the terminal. Colour only on a terminal, never with NO_COLOR.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
+import shlex
 import sys
-from itertools import groupby
+from collections import Counter
+from dataclasses import dataclass, field
 
-from gpudoctor.model import CATEGORIES, Finding, Severity
-from gpudoctor.runner import summarize
+from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
 
 MARKS = {
     Severity.PASS: ("✓", "green"),
@@ -18,56 +36,299 @@ MARKS = {
     Severity.ERROR: ("E", "magenta"),
 }
 ORDER = {c: i for i, c in enumerate(CATEGORIES)}
+PROBLEMS = (Severity.FAIL, Severity.ERROR, Severity.WARN)
+SAFETY_MEANING = {
+    Safety.SAFE: "safe: reversible, changes only the job's environment or a file gpudoctor backs up; "
+    "`gpudoctor fix --apply` writes it",
+    Safety.UNSAFE: "unsafe: changes what the job does (GPUs, tasks, batch size, workers); "
+    "written only with `gpudoctor fix --apply --unsafe-fixes`",
+    Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
+}
+FILE_EDITS = frozenset({ActionKind.YAML_SET, ActionKind.SBATCH_SET, ActionKind.SBATCH_REMOVE, ActionKind.SBATCH_HOIST,
+                        ActionKind.SRUN_PREFIX, ActionKind.EXPORT_SET, ActionKind.EXPORT_REMOVE, ActionKind.OVERRIDE_SET})
+DEFAULT_EVIDENCE_LINES = 3
+VALUE_LIMIT = 120
+
+_ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def _evidence_lines(evidence: dict, limit: int = 6) -> list[str]:
-    lines = []
-    for k, v in list(evidence.items())[:limit]:
-        text = v if isinstance(v, str) else json.dumps(v, default=str)
-        if len(text) > 160:
-            text = text[:157] + "..."
-        lines.append(f"{k}: {text}")
-    if len(evidence) > limit:
-        lines.append(f"... {len(evidence) - limit} more (see --json)")
+def clean(text) -> str:
+    """A string safe to write to a terminal: escape sequences dropped, other control characters as \\xNN."""
+    text = _ESCAPE_SEQUENCE.sub("", str(text))
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def human(value) -> str:
+    """A value as a person reads it: rounded numbers, no None/null, short lists."""
+    if value is None:
+        return "not known"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return "not a number"
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(human(v) for v in value) if value else "none"
+    if isinstance(value, dict):
+        return json.dumps({k: v for k, v in value.items() if v is not None}, default=str)
+    return str(value)
+
+
+def _short(text: str, limit: int = VALUE_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def evidence_lines(evidence: dict, limit: int | None = DEFAULT_EVIDENCE_LINES) -> list[str]:
+    """'key: value' lines; None values left out (they say nothing), long values cut unless limit is None."""
+    items = [(k, v) for k, v in evidence.items() if v is not None and k != "judged_for"]
+    shown = items if limit is None else items[:limit]
+    lines = [f"{k}: {human(v) if limit is None else _short(human(v))}" for k, v in shown]
+    if limit is not None and len(items) > limit:
+        lines.append(f"... {len(items) - limit} more (-v)")
     return lines
 
 
-def render(findings: list[Finding], header: str = "", verbose: bool = False, file=None) -> None:
-    from rich.console import Console
-    from rich.markup import escape
+def action_lines(fix: Fix) -> list[str]:
+    """Each action of a fix as one line: a shell command where it is one (verbatim, copy-pasteable),
+    else the edit it makes."""
+    out = []
+    for a in fix.actions:
+        kind = ActionKind(a.kind)
+        if kind is ActionKind.SET_ENV:
+            out.append(f"export {a.target}={shlex.quote(str(a.value))}")
+        elif kind is ActionKind.UNSET_ENV:
+            out.append(f"unset {a.target}")
+        elif kind is ActionKind.COMMAND:
+            out.append(a.target)
+        elif kind is ActionKind.SBATCH_SET:
+            out.append(f"{a.target}: #SBATCH --{a.key}={a.value}")
+        elif kind is ActionKind.SBATCH_REMOVE:
+            out.append(f"{a.target}: remove #SBATCH --{a.key}")
+        elif kind is ActionKind.SBATCH_HOIST:
+            out.append(f"{a.target}: move `{a.value}` above the first command")
+        elif kind is ActionKind.SRUN_PREFIX:
+            out.append(f"{a.target}: start the launch line with `srun{' ' + a.value if a.value else ''}`")
+        elif kind is ActionKind.EXPORT_SET:
+            out.append(f"{a.target}: export {a.key}={shlex.quote(str(a.value))}")
+        elif kind is ActionKind.EXPORT_REMOVE:
+            out.append(f"{a.target}: drop the export of {a.key}")
+        elif kind is ActionKind.YAML_SET:
+            out.append(f"{a.target}: {a.key}: {json.dumps(a.value, default=str)}")
+        elif kind is ActionKind.OVERRIDE_SET:
+            out.append(f"{a.target}: launch line {a.key}={a.value}")
+        else:  # a kind added later: its raw form rather than nothing
+            out.append(f"{kind.value} {a.target} {a.key or ''} {a.value if a.value is not None else ''}".strip())
+    return out
+
+
+def shell_commands(fix: Fix) -> list[str]:
+    """The commands a person runs for this fix (not the file edits `gpudoctor fix --apply` makes)."""
+    return [line for a, line in zip(fix.actions, action_lines(fix)) if ActionKind(a.kind) not in FILE_EDITS]
+
+
+@dataclass
+class View:
+    """What the report knows besides the findings (all optional: a smoke report passes none)."""
+
+    header: str = ""
+    lines: list[str] = field(default_factory=list)  # under the header: what is judged, where the node facts come from
+    target: object = None  # gpudoctor.job.target.Target
+    fix_command: str | None = None  # `gpudoctor fix ...` with this run's inputs, for file edits
+    label: str | None = None  # "rank 3/8 on gpu07": prefixed to every line under a launcher
+
+
+def _color(file) -> bool:
+    if os.environ.get("NO_COLOR") is not None or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return file.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Out:
+    def __init__(self, color: bool):
+        from rich.console import Console
+
+        self.buf = io.StringIO()
+        self.console = Console(file=self.buf, force_terminal=color, no_color=not color, color_system="standard" if color else None,
+                               highlight=False, soft_wrap=True, emoji=False, markup=True)
+        self.count = 0
+
+    def line(self, markup: str = "") -> None:
+        self.console.print(markup)
+
+    def text(self, indent: int, text: str, style: str | None = None) -> None:
+        from rich.markup import escape
+
+        body = escape(clean(text))
+        self.console.print(" " * indent + (f"[{style}]{body}[/]" if style else body))
+
+
+def _worst(items: list[Finding]) -> Severity:
+    return max(items, key=lambda f: f.severity.rank).severity
+
+
+def _by_category(findings: list[Finding]) -> list[tuple[str, list[Finding]]]:
+    groups: dict[str, list[Finding]] = {}
+    for f in sorted(findings, key=lambda f: (ORDER.get(f.category, 99), f.id)):
+        groups.setdefault(f.category, []).append(f)
+    return list(groups.items())
+
+
+def _skip_reason(skips: list[Finding]) -> str:
+    reasons = Counter(f.message for f in skips)
+    reason, n = reasons.most_common(1)[0]
+    return reason if n == len(skips) else f"{reason}; {len(reasons) - 1} other reason(s) (-v)"
+
+
+def _counts(items: list[Finding], detail: str) -> str:
+    c = Counter(f.severity for f in items)
+    parts = [f"{c[s]} {word}" for s, word in ((Severity.FAIL, "fail"), (Severity.ERROR, "error"), (Severity.WARN, "warn")) if c[s]]
+    if c[Severity.INFO]:
+        parts.append(f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}" + ("" if detail == "all" else " (-v)"))
+    if c[Severity.PASS]:
+        parts.append(f"{c[Severity.PASS]} passed")
+    skips = [f for f in items if f.severity is Severity.SKIP]
+    if skips:
+        parts.append(f"{len(skips)} not applicable" + ("" if detail == "all" else f": {_skip_reason(skips)}"))
+    return " · ".join(parts)
+
+
+class _Renderer:
+    def __init__(self, out: _Out, detail: str):
+        self.out = out
+        self.detail = detail  # "default" | "all" | "problems"
+        self.explained: set[Safety] = set()
+
+    def finding(self, f: Finding, indent: int = 4) -> None:
+        mark, style = MARKS[f.severity]
+        self.out.text(indent, f"{mark} {f.title}  {f.id}", style if f.severity in PROBLEMS else None)
+        self.out.text(indent + 4, f.message)
+        limit = None if self.detail == "all" else DEFAULT_EVIDENCE_LINES
+        for ev in evidence_lines(f.evidence, limit):
+            self.out.text(indent + 4, ev, "dim")
+        if f.fix is not None:
+            self.fix(f.fix, indent + 4)
+
+    def fix(self, fix: Fix, indent: int) -> None:
+        label = fix.safety.value
+        if fix.safety not in self.explained:
+            label = SAFETY_MEANING[fix.safety]
+            self.explained.add(fix.safety)
+        self.out.text(indent, f"fix ({label}): {fix.title}")
+        for line in action_lines(fix):
+            self.out.text(indent + 2, line)
+
+    def category(self, category: str, items: list[Finding]) -> None:
+        worst = _worst(items)
+        mark, style = MARKS[worst]
+        from rich.markup import escape
+
+        self.out.line(f"[{style}]\\[{mark}][/] [bold]{category:<12}[/] [dim]{escape(clean(_counts(items, self.detail)))}[/]")
+        for f in items:
+            if f.severity in PROBLEMS or self.detail == "all":
+                self.finding(f)
+
+
+def next_steps(findings: list[Finding], fix_command: str | None) -> list[str]:
+    """The commands that fix the problems, in order (fail first), each once; file edits as one `gpudoctor fix` line."""
+    steps: list[str] = []
+    edits_unsafe = None
+    for f in sorted(findings, key=lambda f: -f.severity.rank):
+        if f.severity not in PROBLEMS or f.fix is None:
+            continue
+        for cmd in shell_commands(f.fix):
+            if cmd not in steps:
+                steps.append(cmd)
+        if any(ActionKind(a.kind) in FILE_EDITS for a in f.fix.actions):
+            edits_unsafe = bool(edits_unsafe) or f.fix.safety is Safety.UNSAFE
+    if edits_unsafe is not None:
+        cmd = fix_command or "gpudoctor fix --apply"
+        if edits_unsafe and "--unsafe-fixes" not in cmd:
+            cmd += " --unsafe-fixes"
+        steps.insert(0, f"{cmd}   # writes the file edits above (backup kept); run without --apply to see the diff")
+    return steps
+
+
+def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -> None:
+    host = getattr(target, "hostname", "this machine")
+    out.line()
+    out.text(0, f"this machine: {host} (the submit host: not where the job runs, not in the verdict)", "bold")
+    groups = _by_category(findings)
+    quiet = []
+    for category, items in groups:
+        worst = _worst(items)
+        if r.detail == "all":
+            r.category(category, items)
+            continue
+        if worst not in PROBLEMS:
+            quiet.append(category)
+            continue
+        first = next(f for f in items if f.severity is worst)
+        mark, style = MARKS[worst]
+        more = sum(1 for f in items if f.severity in PROBLEMS) - 1
+        out.text(4, f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""), style)
+    if quiet:
+        out.text(4, f"{', '.join(quiet)}: fine or not applicable here", "dim")
+    out.text(4, "run `srun gpudoctor check` inside the job (or give --node-snapshot F recorded on a compute node) "
+                "to judge the node itself", "dim")
+
+
+def _verdict(findings: list[Finding], target) -> tuple[str, str]:
+    c = Counter(f.severity for f in findings)
+    what = "the job" if getattr(target, "kind", None) == "job" else "this machine"
+    parts = [f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s]]
+    if c[Severity.FAIL]:
+        return f"✗ {what}: {', '.join(parts)} — it will not run as intended (exit 1)", "bold red"
+    if c[Severity.WARN] or c[Severity.ERROR]:
+        return f"! {what}: {', '.join(parts)} — it runs, with the problems above", "bold yellow"
+    if not findings:
+        return "no checks ran", "dim"
+    return f"✓ {what}: no problems found ({c[Severity.PASS]} passed)", "bold green"
+
+
+def render(findings: list[Finding], header: str = "", verbose=False, file=None, view: View | None = None) -> None:
+    """verbose: False/"default", True/"all" (every finding, full evidence) or "problems" (-q)."""
+    from gpudoctor.job.target import split
 
     file = file or sys.stdout
-    console = Console(file=file, highlight=False, soft_wrap=True)
-    if header:
-        console.print(escape(header))
-    ordered = sorted(findings, key=lambda f: (ORDER.get(f.category, 99), f.id))
-    for category, items in groupby(ordered, key=lambda f: f.category):
-        items = list(items)
-        worst = max(items, key=lambda f: f.severity.rank).severity
-        mark, style = MARKS[worst]
-        reasons = {f.message for f in items}
-        if worst is Severity.SKIP and not verbose:
-            # a whole category that does not apply here: one line, not one per check
-            why = reasons.pop() if len(reasons) == 1 else "see -v for each reason"
-            console.print(f"[{style}]\\[{mark}][/] [bold]{category}[/] [dim]({len(items)} checks not applicable: {escape(why)})[/]")
-            continue
-        console.print(f"[{style}]\\[{mark}][/] [bold]{category}[/]")
-        for f in items:
-            mark, style = MARKS[f.severity]
-            quiet = f.severity in (Severity.PASS, Severity.SKIP) and not verbose
-            line = f"    [{style}]{mark}[/] {escape(f.title)}"
-            if quiet:
-                line += f" [dim]({escape(f.message)})[/]" if f.severity is Severity.SKIP else ""
-                console.print(line + f" [dim]{f.id}[/]")
-                continue
-            console.print(line + f" [dim]{f.id}[/]")
-            console.print(f"        {escape(f.message)}")
-            if verbose or f.severity in (Severity.WARN, Severity.FAIL, Severity.ERROR):
-                for ev in _evidence_lines(f.evidence):
-                    console.print(f"        [dim]{escape(ev)}[/]")
-            if f.fix:
-                console.print(f"        [bold]fix[/] ({f.fix.safety.value}): {escape(f.fix.title)}")
-    counts = summarize(findings)
-    parts = [f"{counts[s.value]} {s.value}" for s in (Severity.FAIL, Severity.WARN, Severity.ERROR, Severity.INFO, Severity.PASS, Severity.SKIP) if counts[s.value]]
-    verdict = "problems found" if counts["fail"] else ("warnings" if counts["warn"] else "no problems found")
-    console.print(f"\n{verdict}: " + ", ".join(parts or ["no checks ran"]))
+    detail = {True: "all", False: "default", None: "default"}.get(verbose, verbose)
+    view = view or View(header=header)
+    out = _Out(_color(file))
+    r = _Renderer(out, detail)
+    target = view.target
+    verdict, machine = split(findings, target) if target is not None else (findings, [])
+    if view.header:
+        out.text(0, view.header, "bold")
+    for line in view.lines:
+        out.text(2, line)
+    groups = _by_category(verdict)
+    if detail == "problems":
+        for _category, items in groups:
+            for f in items:
+                if f.severity in PROBLEMS:
+                    r.finding(f, indent=0)
+    else:
+        for category, items in groups:
+            r.category(category, items)
+        if machine:
+            _machine_section(r, out, machine, target)
+    steps = next_steps(verdict, view.fix_command)
+    if steps:
+        out.line()
+        out.text(0, "next steps", "bold")
+        for i, step in enumerate(steps, 1):
+            out.text(2, f"{i}. {step}")
+    if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
+        out.line()
+    text, style = _verdict(verdict, target)
+    out.text(0, text, style)
+    body = out.buf.getvalue()
+    if view.label:
+        prefix = f"[{clean(view.label)}] "
+        body = "".join(prefix + line for line in body.splitlines(keepends=True))
+    file.write(body)
+    file.flush()

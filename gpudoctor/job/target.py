@@ -1,0 +1,121 @@
+"""What a `gpudoctor check` verdict is about: the job, or the machine gpudoctor runs on.
+
+The patient is the job (DESIGN.md). Where gpudoctor runs decides what it can see of it:
+
+- inside the job's own environment (a SLURM allocation, or rank variables set by a launcher), this
+  machine is one of the job's nodes: every finding is about the job and counts;
+- before submission (`--sbatch`, or `--config` with `--expect-gpus`/`--launcher` on a machine
+  without an NVIDIA driver), gpudoctor runs on a login or submit host. The job's own checks
+  (scope "job": its script, config, environment, launcher) judge the job from anywhere. Checks of
+  scope "machine" (driver, torch install, GPUs) and "node" (CPUs, memory, network measured here)
+  describe this host, which is not where the job runs: they are shown in a short section of
+  their own and do not set the exit code. The nodes the job will land on come from the cluster
+  (`scontrol`, the cluster fact section) or from a snapshot recorded on a compute node
+  (`--node-snapshot F`), whose facts then stand for the job's node and count in full;
+- otherwise (a plain `gpudoctor check`) this machine is the target.
+
+The scope of a check comes from its registry metadata (`@check(scope=...)`). Checks that leave the
+default ("machine") but judge only the job's settings are mapped here by category and id until
+they declare scope="job" themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from gpudoctor.model import Finding, Severity
+
+# Categories whose checks judge the job's settings (script, config, environment, launcher), not a machine.
+JOB_CATEGORIES = frozenset({"slurm", "distributed", "allocator", "dataloader", "job"})
+# Checks in machine categories that only read the job's environment values.
+JOB_CHECKS = frozenset({"GD-NCCL-005", "GD-NCCL-006"})
+# Evidence key a node-scope check sets when, before submission, it judged the job's requested resources
+# (e.g. the script's --cpus-per-task) instead of this host's: its verdict is about the job.
+JUDGED_FOR = "judged_for"
+JOB_RESOURCES = "the job's requested resources"
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID")
+
+
+def in_job_environment(env: dict) -> bool:
+    """This process runs where the job runs: inside a SLURM allocation, or started by a launcher."""
+    return "SLURM_JOB_ID" in env or "SLURM_JOBID" in env or any(name in env for name in RANK_VARIABLES)
+
+
+def scope_of(check_id: str, category: str) -> str:
+    """'job', 'node' or 'machine' (registry.SCOPES) for a finding's check."""
+    from gpudoctor.registry import registered
+
+    spec = registered(check_id)
+    scope = spec.scope if spec is not None else "machine"
+    if scope != "machine":
+        return scope
+    if category in JOB_CATEGORIES or check_id in JOB_CHECKS:
+        return "job"
+    return "machine"
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "job": the job a script/config describes, judged from elsewhere; "machine": this machine
+    label: str  # said in the report's first line
+    machine_in_verdict: bool  # this machine's (or the node snapshot's) machine/node findings set the exit code
+    reason: str  # how the target was decided
+    hostname: str
+    nodes: str | None = None  # where the job's node facts come from (--node-snapshot F), when not this machine
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "label": self.label, "this_machine_in_verdict": self.machine_in_verdict,
+                "reason": self.reason, "hostname": self.hostname, "node_facts": self.nodes}
+
+
+def decide(facts, ctx, node_snapshot: str | None = None, local_hostname: str | None = None) -> Target:
+    """The target of this run (module docstring)."""
+    env = facts.env
+    host = local_hostname or facts.host.get("hostname") or "this machine"
+    script = os.path.basename(ctx.sbatch_path) if ctx.sbatch_path else None
+    config = os.path.basename(ctx.config_path) if ctx.config_path else None
+    what = f"the job in {script}" if script else (f"the job configured in {config}" if config else "the job")
+    if node_snapshot:
+        recorded_on = facts.host.get("hostname") or "a compute node"
+        return Target("job", f"{what}, on the node recorded in {os.path.basename(node_snapshot)} ({recorded_on})", True,
+                      f"--node-snapshot: machine and node checks judge {recorded_on}, a node the job runs on", host,
+                      nodes=node_snapshot)
+    if in_job_environment(env):
+        where = "this SLURM allocation" if ("SLURM_JOB_ID" in env or "SLURM_JOBID" in env) else "the launcher's environment"
+        return Target("machine", f"{what if script or config else 'this job'} on {host} (inside {where})", True,
+                      f"running inside {where}: this machine is one of the job's nodes", host)
+    job_described = bool(ctx.sbatch) or (bool(ctx.config) and (ctx.expect_gpus is not None or bool(ctx.launcher)))
+    if job_described and (ctx.sbatch or not facts.nvidia.get("available")):
+        return Target("job", f"{what} (before submission, from {host})", False,
+                      f"{'--sbatch' if ctx.sbatch else '--config'} outside any job: {host} is the submit host, "
+                      "not where the job runs", host)
+    return Target("machine", f"this machine ({host})", True, "no job script: the machine gpudoctor runs on", host)
+
+
+def about_this_machine(finding: Finding, target: Target) -> bool:
+    """A finding that describes the submit host, not the job (shown apart, outside the verdict)."""
+    if target.machine_in_verdict:
+        return False
+    if finding.evidence.get(JUDGED_FOR) == JOB_RESOURCES:
+        return False
+    return scope_of(finding.id, finding.category) != "job"
+
+
+def split(findings: list[Finding], target: Target) -> tuple[list[Finding], list[Finding]]:
+    """(the verdict's findings, this machine's findings outside the verdict)."""
+    job, machine = [], []
+    for f in findings:
+        (machine if about_this_machine(f, target) else job).append(f)
+    return job, machine
+
+
+def exit_code(findings: list[Finding], target: Target, strict: bool = False) -> int:
+    from gpudoctor.runner import exit_code as verdict_exit
+
+    return int(verdict_exit(split(findings, target)[0], strict=strict))
+
+
+def problems(findings: list[Finding]) -> list[Finding]:
+    bad = (Severity.FAIL, Severity.ERROR, Severity.WARN)
+    return [f for f in findings if f.severity in bad]

@@ -1,0 +1,154 @@
+"""`gpudoctor check` around the checks: which partition to ask the cluster about, a --node-snapshot merged
+in as the job's node, and the report's first lines (what is judged, the nodes the job lands on, the
+rank and host under a launcher). The target decision itself is gpudoctor.job.target.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from gpudoctor.facts import Facts
+
+# Sections a --node-snapshot contributes: what the node is. The environment, the batch script's view of
+# the job and the cluster's answers stay this run's (the snapshot may have been taken inside another job).
+LOCAL_SECTIONS = ("env", "cluster", "job")
+
+
+def partition_of(ctx) -> str | None:
+    """The partition the script asks for (#SBATCH --partition / -p), None for the cluster's default."""
+    sb = ctx.sbatch
+    options = getattr(sb, "options", None) or {}
+    value = options.get("partition")
+    if isinstance(value, str) and value.strip() and "$" not in value:
+        return value.strip()
+    return None
+
+
+def merge_node_snapshot(local: Facts, node: Facts) -> Facts:
+    """The job's node (the snapshot) with this run's environment and cluster view."""
+    sections = {k: v for k, v in node.sections.items() if k not in LOCAL_SECTIONS}
+    for k in LOCAL_SECTIONS:
+        if k in local.sections:
+            sections[k] = local.sections[k]
+    slurm = sections.get("slurm")
+    if isinstance(slurm, dict):  # the recording job's controller record is not this job's
+        sections["slurm"] = {**slurm, "job": None, "in_job": False}
+    meta = {**local.meta, "node_snapshot_collected_at": node.meta.get("collected_at")}
+    return Facts(sections=sections, meta=meta)
+
+
+def _mib(n: int | None) -> str:
+    if not n:
+        return "memory not known"
+    return f"{n / 1024:,.0f} GiB" if n >= 10 * 1024 else f"{n:,} MiB"
+
+
+def node_lines(facts: Facts, target, ctx) -> list[str]:
+    """What the report can say about the nodes the job lands on."""
+    if target.kind != "job":
+        return []
+    if target.nodes:
+        gpus = facts.gpus
+        names = sorted({str(g.get("name") or "GPU") for g in gpus})
+        what = f"{len(gpus)}x {', '.join(names)}" if gpus else "no NVIDIA GPU"
+        return [f"node: {facts.host.get('hostname') or 'recorded node'} from {target.nodes} ({what})"]
+    cluster = facts.cluster
+    if not cluster:
+        return []
+    if not cluster.get("available"):
+        return [f"nodes: not known ({cluster.get('reason', 'cluster not queried')}); "
+                "give --node-snapshot F recorded on a compute node (gpudoctor snapshot -o F)"]
+    lines = []
+    name = cluster.get("partition")
+    source = cluster.get("partition_source")
+    for t in cluster.get("node_types") or []:
+        gpus = f"{t['gpus']}x {t['gpu_type'] or 'GPU'}" if t.get("gpus") else "no GPUs"
+        cpus = f"{t['cpus']} CPUs" if t.get("cpus") else "CPUs not known"
+        feats = f", features {','.join(t['features'])}" if t.get("features") else ""
+        lines.append(f"nodes: partition {name} ({source}): {t['count']} node(s) with {gpus}, {cpus}, {_mib(t.get('memory_mb'))}{feats}")
+    if not lines:
+        lines.append(f"nodes: partition {name} has no nodes listed")
+    if len(lines) > 3:
+        lines = lines[:3] + [f"nodes: ... {len(lines) - 3} more node types (--json)"]
+    return lines
+
+
+def rank_label(env: dict, hostname: str | None) -> str | None:
+    """'rank 3/8 on gpu07' for a task started by srun or a launcher; None for a lone process."""
+    rank = env.get("RANK") or env.get("SLURM_PROCID")
+    if rank is None:
+        return None
+    size = env.get("WORLD_SIZE") or env.get("SLURM_NTASKS") or env.get("SLURM_STEP_NUM_TASKS")
+    host = hostname or env.get("SLURMD_NODENAME") or env.get("HOSTNAME") or "this host"
+    return f"rank {rank}{'/' + size if size else ''} on {host}"
+
+
+def fix_command(ctx, python: str | None = None, node_snapshot: str | None = None) -> str:
+    """`gpudoctor fix --apply` with this run's inputs, so the edits it writes are the ones shown."""
+    parts = ["gpudoctor", "fix", "--apply"]
+    if ctx.sbatch_path:
+        parts += ["--sbatch", ctx.sbatch_path]
+    if ctx.config_path:
+        parts += ["--config", ctx.config_path]
+    if ctx.launcher:
+        parts += ["--launcher", ctx.launcher]
+    if ctx.expect_gpus is not None:
+        parts += ["--expect-gpus", str(ctx.expect_gpus)]
+    if python:
+        parts += ["--python", python]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def header(version: str, facts: Facts, target, snapshot: str | None) -> str:
+    """The first line: what this report judges."""
+    line = f"gpudoctor {version} · {target.label}"
+    if snapshot:
+        line += f" · replaying {os.path.basename(snapshot)}"
+        if facts.meta.get("collected_at"):
+            line += f", recorded {facts.meta['collected_at']}"
+    return line
+
+
+def machine_line(facts: Facts) -> str | None:
+    """The machine's GPUs and torch, said once under the header."""
+    parts = []
+    gpus = facts.gpus
+    if gpus:
+        names = sorted({str(g.get("name") or "GPU") for g in gpus})
+        driver = facts.nvidia.get("driver_version")
+        parts.append(f"{len(gpus)} GPU(s): {', '.join(names)}" + (f", driver {driver}" if driver else ""))
+    elif facts.has("nvidia"):
+        parts.append("no NVIDIA GPU")
+    version = facts.torch.get("version") or facts.torch_meta.get("version")
+    if version:
+        parts.append(f"torch {version}")
+    return " · ".join(parts) if parts else None
+
+
+def json_target(target, findings) -> dict:
+    """The report's top-level "target" object: what the verdict is about and which findings stay outside it."""
+    from gpudoctor.job.target import split
+
+    _, machine = split(findings, target)
+    return {**target.to_dict(), "outside_verdict": sorted({f.id for f in machine})}
+
+
+def view(version: str, facts: Facts, ctx, target, args):
+    """The text report's View for this run."""
+    from gpudoctor.report.text import View
+
+    lines = []
+    machine = machine_line(facts)
+    if machine and target.machine_in_verdict:
+        lines.append(machine)
+    lines.extend(node_lines(facts, target, ctx))
+    if not target.machine_in_verdict:
+        lines.append(f"only the job's own settings set the exit code: {target.reason}")
+    return View(
+        header=header(version, facts, target, getattr(args, "snapshot", None)),
+        lines=lines,
+        target=target,
+        fix_command=fix_command(ctx, getattr(args, "python", None)),
+        label=rank_label(facts.env, facts.host.get("hostname")),
+    )
