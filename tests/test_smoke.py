@@ -356,7 +356,15 @@ def test_straggler_on_gpu_warns():
     results = [fake_result(0, FALLING), slow, fake_result(2, FALLING)]
     ranks = [{"rank": r["rank"], "local_compute_s_p50": r["local_compute_s"][0], "device": "cuda:0"} for r in results]
     f = report._straggler_finding(report._stragglers(ranks), ranks)
-    assert f.severity is Severity.WARN and "slowest rank 1" in f.message
+    assert f.id == "GD-SMOKE-010" and f.severity is Severity.WARN and "slowest rank 1" in f.message
+
+
+def test_precision_verdict_says_which_precision_ran_and_why():
+    rep, found = judged([fake_result(0, FALLING), fake_result(1, FALLING)])
+    verdict = found["GD-SMOKE-011"]
+    # bf16 is a pass; any fallback (fp32 on a CPU without native bf16) is info carrying the reason.
+    assert verdict["severity"] == ("pass" if rep["run"]["precision"] == "bf16" else "info")
+    assert verdict["message"] == rep["run"]["precision_reason"] and verdict["category"] == "precision"
 
 
 def test_building_the_cli_does_not_import_torch():
