@@ -52,7 +52,7 @@ def test_hanging_nvcc_is_killed_with_what_it_started(tmp_path):
     nvcc = _script(tmp_path / "bin" / "nvcc", f"sleep 300 &\necho $! > {pidfile}\nwait\n")
     started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
-        libraries._run_bounded([str(nvcc), "--version"], timeout=1)
+        libraries.run_bounded([str(nvcc), "--version"], timeout=1)  # probe.proc, the one runner
     assert time.monotonic() - started < 5
     pid = int(pidfile.read_text())
     time.sleep(0.2)

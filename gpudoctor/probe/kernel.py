@@ -17,7 +17,6 @@ import errno
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 
@@ -41,19 +40,10 @@ PCIE_BUS_ERROR = re.compile(r"(\S+): PCIe Bus Error: severity=([^,]+)")
 def run_bounded(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, str, str]:
     """(returncode, stdout, stderr) of cmd, run in its own process group; at the deadline the whole
     group is killed (a wrapper's children too) and subprocess.TimeoutExpired is raised."""
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.communicate()
-        raise
-    return proc.returncode, out[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), err[:4096].decode("utf-8", "replace")
+    from gpudoctor.probe import proc  # the one bounded runner (group killed at exit and at the deadline)
+
+    r = proc.run_bounded(cmd, timeout, env=env, max_output=MAX_OUTPUT_BYTES)
+    return r.returncode, r.stdout, r.stderr[:4096]
 
 
 def classify(message: str, seconds_ago: float | None, events: dict[str, list], counts: dict[str, int]) -> None:

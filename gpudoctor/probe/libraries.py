@@ -10,9 +10,10 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
+
+from gpudoctor.probe.proc import run_bounded
 
 FAMILIES = {
     "cudnn": re.compile(r"^libcudnn\.so(?:\.(\d+(?:\.\d+)*))?$"),
@@ -48,7 +49,7 @@ def _ldconfig_dirs() -> list[str]:
     if not exe:
         return []
     try:
-        out = subprocess.run([exe, "-p"], capture_output=True, text=True, errors="replace", timeout=5).stdout
+        out = run_bounded([exe, "-p"], timeout=5).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     dirs = []
@@ -96,29 +97,13 @@ def _toolkit(env: dict) -> dict:
             pass
     if out["version"] is None and out["nvcc"]:
         try:
-            text = _run_bounded([out["nvcc"], "--version"], timeout=10)
+            text = run_bounded([out["nvcc"], "--version"], timeout=10).stdout
             m = re.search(r"release ([0-9]+\.[0-9]+)", text)
             out["version"] = m.group(1) if m else None
             out["version_source"] = "nvcc --version"
         except (OSError, subprocess.TimeoutExpired) as e:
             out["error"] = f"nvcc --version: {e}"
     return out
-
-
-def _run_bounded(cmd: list[str], timeout: float) -> str:
-    """stdout of cmd, decoded leniently (an nvcc wrapper may print anything); at the deadline the
-    command's whole process group is killed, so a wrapper script's children do not live on."""
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait()
-        raise
-    return stdout.decode("utf-8", "replace")
 
 
 def probe(environ: dict | None = None) -> dict:

@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import sys
 
+from gpudoctor.probe.proc import run_bounded
+
 COMMAND_TIMEOUT = 5.0
 # scontrol fields worth keeping (the rest can hold paths, comments, user names).
 JOB_FIELDS = ("JobId", "JobName", "NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "ReqTRES", "AllocTRES",
@@ -24,9 +26,9 @@ PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric", "accelerate", 
 
 def _run(cmd: list[str], timeout: float = COMMAND_TIMEOUT) -> tuple[int | None, str, str]:
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        r = run_bounded(cmd, timeout)  # its own process group, killed whole: a wrapper's children too
     except subprocess.TimeoutExpired:
-        return None, "", f"{cmd[0]} did not answer within {timeout:g} s"
+        return None, "", f"{cmd[0]} did not answer within {timeout:g} s (killed)"
     except OSError as e:
         return None, "", f"cannot run {cmd[0]}: {e.strerror or e}"
     return r.returncode, r.stdout, r.stderr

@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from gpudoctor.probe.proc import run_bounded
+
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_child.py")
 RESULT_MARKER = "GPUDOCTOR-TORCH-FACTS "  # as in torch_child.py (which cannot import us)
 STAGE_MARKER = "GPUDOCTOR-STAGE "
@@ -144,9 +146,11 @@ def _parse(base: dict, rc: int, stdout: str, stderr: str) -> dict:
     results = [ln[len(RESULT_MARKER):] for ln in (stdout or "").splitlines() if ln.startswith(RESULT_MARKER)]
     if rc == 0 and results:
         try:
-            return json.loads(results[-1])
-        except json.JSONDecodeError:
-            pass
+            result = json.loads(results[-1])
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            result = None
+        if isinstance(result, dict):  # a wrapper printing a JSON list or number is no torch probe result
+            return result
     tail = _stderr_tail(stderr)
     stage = _last_stage(stderr)
     where = f" while {STAGES[stage]}" if stage in STAGES else ""
@@ -183,9 +187,11 @@ def torch_meta(python: str | None) -> dict:
         "except Exception: print(json.dumps({'installed': False, 'version': None}))"
     )
     try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+        r = run_bounded([python, "-c", code], timeout=10)  # its process group is killed whole
         out = json.loads(r.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
         return {"error": f"cannot ask {python} for torch's version: {e}", "python": python}
+    if not isinstance(out, dict) or not isinstance(out.get("installed"), bool):
+        return {"error": f"cannot ask {python} for torch's version: its answer is not the expected object", "python": python}
     out["python"] = python
     return out

@@ -1,0 +1,132 @@
+"""The one way a probe runs a command: bounded in time and output, and leaving nothing behind.
+
+subprocess.run(timeout=...) kills only the direct child: a wrapper script's children (an `ldconfig`
+shim that runs another program, a `--python` conda shim whose child sleeps) live on as orphans and
+keep the pipes open. Here the command runs in its own session (its own process group); when it
+exits, and at the deadline, the whole group is killed with SIGKILL before the leader is reaped (so
+the group id cannot have been reused). Output past max_output bytes is read and thrown away, so a
+command that floods its pipe cannot grow memory. A grandchild that holds the pipes after the command
+exited is given EXIT_GRACE_S to let go.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+DEFAULT_MAX_OUTPUT = 4 * 2**20
+EXIT_GRACE_S = 0.5
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    truncated: bool = False  # output past max_output was dropped
+
+
+def run_bounded(
+    cmd: list[str],
+    timeout: float,
+    env: dict | None = None,
+    input: bytes | None = None,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+    cwd: str | None = None,
+) -> Result:
+    """Run cmd with stdin from `input` (or /dev/null); its process group is killed when it exits or at
+    `timeout` seconds. Raises subprocess.TimeoutExpired (after the kill) or OSError (cannot start)."""
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
+    deadline = time.monotonic() + timeout
+    out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    truncated = False
+    reaped = False
+    try:
+        with selectors.DefaultSelector() as sel:
+            for stream in (proc.stdout, proc.stderr):
+                os.set_blocking(stream.fileno(), False)
+                sel.register(stream.fileno(), selectors.EVENT_READ)
+            pending = memoryview(input) if input is not None else None
+            stdin_fd = proc.stdin.fileno() if pending is not None else -1
+            if pending is not None:
+                os.set_blocking(stdin_fd, False)
+                sel.register(stdin_fd, selectors.EVENT_WRITE)
+            exited_at = None
+            while sel.get_map():
+                now = time.monotonic()
+                if now >= deadline:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                if exited_at is None and _exited(proc.pid):
+                    exited_at = now
+                if exited_at is not None and now - exited_at > EXIT_GRACE_S:
+                    break  # the command is done; whatever still holds its pipes is killed below
+                for key, _ in sel.select(min(deadline - now, 0.1)):
+                    fd = key.fd
+                    if fd == stdin_fd:
+                        try:
+                            pending = pending[os.write(fd, pending[:65536]):]
+                        except (BrokenPipeError, BlockingIOError) as e:
+                            if isinstance(e, BlockingIOError):
+                                continue
+                            pending = pending[len(pending):]
+                        if not pending:
+                            sel.unregister(fd)
+                            proc.stdin.close()
+                        continue
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(fd)
+                        continue
+                    room = max_output - len(out[fd])
+                    if len(chunk) > room:
+                        truncated = True
+                    out[fd] += chunk[: max(room, 0)]
+        while not _exited(proc.pid):
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            time.sleep(0.01)
+        _kill_group(proc.pid)
+        proc.wait()
+        reaped = True
+    finally:
+        if not reaped:
+            _kill_group(proc.pid)
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+    stdout, stderr = (bytes(buf).decode("utf-8", "replace") for buf in out.values())  # insertion order
+    return Result(proc.returncode, stdout, stderr, truncated)
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, without reaping it (its pid, and so its group id, stays ours)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
