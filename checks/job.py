@@ -86,8 +86,10 @@ def ranks_missing(facts, ctx):
     arrived = len(_members(job))
     parts = []
     if missing:
+        nodes = job.get("missing_nodes") or []
         parts.append(f"{ranks_text(missing)} of a world of {world} never reported within "
-                     f"{job.get('timeout_s', '?')} s ({arrived} arrived)")
+                     f"{job.get('timeout_s', 0):g} s ({arrived} arrived)"
+                     + (f"; no rank of node index {', '.join(map(str, nodes))} arrived" if nodes else ""))
     for e in errors:
         parts.append(f"rank {e.get('rank')} on {e.get('node', '?')}: {e.get('error')}")
     if parts:
@@ -175,8 +177,17 @@ def node_sizes_differ(facts, ctx):
     "--export=ALL), not in a node-specific profile; unset the stray one on the named node.",
 )
 def env_differs(facts, ctx):
-    return _drift(facts.sections["job"], "env", "NCCL/torch/rendezvous settings",
-                  lambda k: Severity.FAIL if k.startswith("MASTER_") else Severity.WARN, node_wide=False)
+    return _drift(facts.sections["job"], "env", "NCCL/torch/rendezvous settings", _env_severity, node_wide=False)
+
+
+# Logging only: one node debugging more than the others changes no behaviour.
+_LOGGING = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_CPP_LOG_LEVEL", "TORCH_SHOW_CPP_STACKTRACES"})
+
+
+def _env_severity(name: str) -> Severity:
+    if name.startswith("MASTER_"):
+        return Severity.FAIL
+    return Severity.INFO if name in _LOGGING else Severity.WARN
 
 
 # --- GD-JOB-006 ---------------------------------------------------------------------------------------------

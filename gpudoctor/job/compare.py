@@ -261,7 +261,16 @@ def _master_from_rendezvous(env: dict, rdzv: dict) -> dict | None:
     return out
 
 
-def compare(paths: list[str], specs: list, as_json: bool = False, strict: bool = False, verbose: bool = False) -> int:
+def job_specs(ignore: list[str] | None) -> list:
+    """The job checks: always judged by compare and check --job (--select narrows only the nodes' own
+    checks), unless --ignore names them."""
+    from gpudoctor.registry import load_all, select
+
+    return select(load_all(), ["job"], ignore)
+
+
+def compare(paths: list[str], specs: list, as_json: bool = False, strict: bool = False, verbose: bool = False,
+            ignore: list[str] | None = None) -> int:
     """`gpudoctor compare`: exit 0/1 like check; an unreadable snapshot raises SnapshotError (exit 2)."""
     from gpudoctor.facts import SnapshotError
     from gpudoctor.model import Context
@@ -273,6 +282,7 @@ def compare(paths: list[str], specs: list, as_json: bool = False, strict: bool =
     if len(paths) < 2:
         raise SnapshotError("compare needs two snapshots or more")
     node_specs = [s for s in specs if s.category != "job"]
+    specs = node_specs + job_specs(ignore)
     ctx = Context()
     findings_list = [run_checks(node_specs, f, ctx) for f in facts_list]
     members = members_from_snapshots(paths, facts_list, findings_list)

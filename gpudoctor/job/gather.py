@@ -1,0 +1,283 @@
+"""`gpudoctor check --job`: every rank's view meets at rank 0 through torch.distributed's TCPStore.
+
+The store is the job's own rendezvous point (MASTER_ADDR:MASTER_PORT; under srun without them the
+first host of the step and a port derived from the job and step, as the smoke run does), hosted
+by torchrun's agent or by rank 0: no new server, no shared filesystem. torch is imported only here.
+
+The exchange, under the key prefix gpudoctor-job/<run id>/<restart>:
+  m/<rank>    every rank: who it is and the digests of its aspects (a few hundred bytes)
+  arrived     a counter every rank increments after writing m/<rank>
+  request     rank 0: which ranks must send which aspects (one rank per digest rank 0 lacks)
+  c/<rank>    the asked ranks: the contents of those aspects
+  verdict     rank 0: the job's exit code, which every rank exits with
+  done        a counter the ranks increment after reading the verdict (rank 0 keeps the store up till then)
+Every wait is bounded: rank 0 waits --timeout for the ranks, then names the missing ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+
+from gpudoctor.job.compare import Member, aspects, digest, emit, job_specs, label_nodes, node_index, view
+
+DEFAULT_TIMEOUT = 60.0
+FETCH_S = 10.0  # rank 0's extra wait for the contents it asked for
+MARGIN_S = 15.0  # how much longer than rank 0 the other ranks wait for it
+MASTER_CONNECT_S = 3.0
+POLL_S = 0.05
+RANK_ONLY_SECTIONS = frozenset({"env"})  # a non-leader rank runs the checks that need nothing more
+
+
+def _say(text: str) -> None:
+    print(f"gpudoctor: {text}", file=sys.stderr, flush=True)
+
+
+def run(args, specs: list, ctx, probe_kwargs: dict, usage_error) -> int:
+    """Entry from cli.cmd_check; usage_error is the CLI's one-line exit-2 exception."""
+    from gpudoctor.sample_train.world import WorldError, detect
+
+    if not args.job:
+        raise usage_error("--timeout applies to --job")
+    if args.snapshot:
+        raise usage_error("--job gathers live ranks; it cannot replay a --snapshot (use gpudoctor compare)")
+    timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+    if not 0 < timeout < math.inf:
+        raise usage_error(f"--timeout must be a finite number of seconds, more than 0 (got {timeout})")
+    try:
+        world = detect()
+    except WorldError as e:
+        raise usage_error(f"--job: {e}") from None
+    if world is None:
+        raise usage_error("--job runs inside a launcher's world (srun -n N, torchrun, RANK/WORLD_SIZE set); "
+                          "none found here")
+    try:
+        import torch.distributed as dist
+    except Exception as e:
+        raise usage_error(f"--job exchanges views through torch.distributed's TCPStore: torch does not import "
+                          f"({type(e).__name__}: {e})") from None
+    return Gatherer(world, dist, args, specs, ctx, probe_kwargs, timeout).run()
+
+
+class Gatherer:
+    def __init__(self, world, dist, args, specs, ctx, probe_kwargs: dict, timeout: float):
+        self.world, self.dist, self.args, self.specs, self.ctx = world, dist, args, specs, ctx
+        self.probe_kwargs, self.timeout = dict(probe_kwargs), timeout
+        self.started = time.monotonic()
+        self.ns = world.namespace.replace("gpudoctor-smoke/", "gpudoctor-job/", 1)
+        self.env = dict(os.environ)
+        self.hostname = socket.gethostname()
+        self.leader = world.local_rank == 0
+        self.store = None
+
+    def key(self, name: str) -> str:
+        return f"{self.ns}/{name}"
+
+    def who(self) -> str:
+        idx = node_index(self.env)
+        return f"rank {self.world.rank} on {self.hostname}" + (f" (node {idx})" if idx is not None else "")
+
+    # --- this rank's view ------------------------------------------------------------------------------
+
+    def probe(self) -> Member:
+        from gpudoctor.probe import collect
+        from gpudoctor.runner import run_checks
+
+        # the torch import must end well before rank 0 stops waiting
+        self.probe_kwargs["torch_timeout"] = min(self.probe_kwargs.get("torch_timeout", 60.0), 0.5 * self.timeout)
+        job_free = [s for s in self.specs if s.category != "job"]
+        if self.leader:
+            needed = {n for s in job_free for n in s.needs} | {"host", "nvidia", "torch", "env", "slurm"}
+            facts = collect(needed, **self.probe_kwargs)
+            local = job_free
+        else:
+            facts = collect({"env", "nvidia"}, **self.probe_kwargs)
+            local = [s for s in job_free if set(s.needs) <= RANK_ONLY_SECTIONS]
+        findings = run_checks(local, facts, self.ctx)
+        parts = aspects(facts, findings, ranks_here=self.world.local_world_size, leader=self.leader)
+        member = Member(rank=self.world.rank, node=self.hostname, hostname=self.hostname,
+                        node_index=node_index(self.env), local_rank=self.world.local_rank, leader=self.leader,
+                        gpu=_gpu_of(facts, self.world))
+        member.digests = {a: digest(c) for a, c in parts.items()}
+        member.contents = parts
+        return member
+
+    def _master(self) -> dict | None:
+        addr, port = self.env.get("MASTER_ADDR"), self.env.get("MASTER_PORT")
+        if not addr:
+            return None
+        out: dict = {"addr": addr, "port": port}
+        try:
+            socket.create_connection((addr, int(port or 0)), timeout=MASTER_CONNECT_S).close()
+        except (OSError, ValueError) as e:
+            out["error"] = f"{type(e).__name__}: {e}"
+        return out
+
+    # --- the store -------------------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        w, dist = self.world, self.dist
+        op_timeout = timedelta(seconds=self.timeout + FETCH_S + 2 * MARGIN_S)
+        if w.rank == 0 and not w.agent_store:
+            self.store = dist.TCPStore(w.master_addr, w.master_port, None, True, timeout=op_timeout,
+                                       wait_for_workers=False)
+            return
+        deadline = self.started + self.timeout
+        while True:  # TCPStore's own connect retries for about twice its timeout: bound it here
+            try:
+                socket.create_connection((w.master_addr, w.master_port), timeout=1.0).close()
+                break
+            except OSError as e:
+                if time.monotonic() >= deadline:
+                    raise ConnectionError(f"the job's store at {w.master_addr}:{w.master_port} did not accept "
+                                          f"a connection within {self.timeout:g} s ({e.strerror or e})") from None
+                time.sleep(0.2)
+        self.store = dist.TCPStore(w.master_addr, w.master_port, None, False, timeout=op_timeout)
+
+    def run(self) -> int:
+        me = self.probe()
+        try:
+            self.connect()
+        except Exception as e:
+            what = "host" if self.world.rank == 0 and not self.world.agent_store else "reach"
+            _say(f"{self.who()} could not {what} the job's store: {str(e).splitlines()[0] if str(e) else e}")
+            return 1
+        if self.leader:  # after connecting: where rank 0 hosts the store, MASTER_PORT is up only now
+            me.master = self._master()
+        wire = json.dumps(me.to_wire(), separators=(",", ":"))
+        self.store.set(self.key(f"m/{self.world.rank}"), wire)
+        self.store.add(self.key("arrived"), 1)
+        if self.world.rank == 0:
+            return self.judge(me)
+        return self.follow(me)
+
+    # --- the other ranks ------------------------------------------------------------------------------------
+
+    def _wait(self, key: str, until: float) -> bool:
+        while time.monotonic() < until:
+            try:
+                if self.store.check([key]):
+                    return True
+            except Exception:
+                return False  # the store is gone: rank 0 ended
+            time.sleep(POLL_S * 4)
+        return False
+
+    def follow(self, me: Member) -> int:
+        until = self.started + self.timeout + FETCH_S + MARGIN_S
+        if not self._wait(self.key("request"), until):
+            _say(f"{self.who()}: rank 0 did not answer within {until - self.started:.0f} s; no job verdict")
+            return 1
+        request = json.loads(self.store.get(self.key("request")))
+        wanted = request.get(str(self.world.rank))
+        if wanted:
+            self.store.set(self.key(f"c/{self.world.rank}"),
+                           json.dumps({a: me.contents.get(a) for a in wanted}, separators=(",", ":")))
+        if not self._wait(self.key("verdict"), time.monotonic() + FETCH_S + MARGIN_S):
+            _say(f"{self.who()}: rank 0 gave no verdict; no job verdict")
+            return 1
+        verdict = json.loads(self.store.get(self.key("verdict")))
+        try:
+            self.store.add(self.key("done"), 1)
+        except Exception:
+            pass
+        return int(verdict.get("exit", 1))
+
+    # --- rank 0 -----------------------------------------------------------------------------------------------
+
+    def judge(self, me: Member) -> int:
+        from gpudoctor.facts import Facts
+        from gpudoctor.runner import exit_code, run_checks
+
+        n = self.world.world_size
+        deadline = self.started + self.timeout
+        while self.store.add(self.key("arrived"), 0) < n and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        arrived_count = self.store.add(self.key("arrived"), 0)
+        keys = [self.key(f"m/{r}") for r in range(n)]
+        present = list(range(n)) if arrived_count >= n else [r for r in range(n) if self.store.check([keys[r]])]
+        raw = self.store.multi_get([keys[r] for r in present]) if present else []
+        members = [_member(json.loads(bytes(b).decode())) for b in raw]
+        members = [m for m in members if m.rank != 0] + [me]
+        missing = sorted(set(range(n)) - {m.rank for m in members})
+        self._fetch(members, me)
+        label_nodes(members)
+        job = view(members, source="live", world_size=n, missing=missing)
+        job["timeout_s"] = self.timeout
+        job["missing_nodes"] = _missing_nodes(members, missing, self.world.local_world_size)
+        facts = Facts(sections={"job": job}, meta={})
+        findings = run_checks(job_specs(self.args.ignore), facts, self.ctx)
+        code = int(exit_code(findings, strict=self.args.strict))
+        header = (f"gpudoctor check --job ({self.world.launcher}, world size {n}, "
+                  f"{time.monotonic() - self.started:.1f} s)")
+        emit(findings, job, as_json=self.args.json, verbose=self.args.verbose, header=header)
+        if self.args.junit:
+            from gpudoctor.fileio import write_atomic
+            from gpudoctor.report import junit
+
+            write_atomic(self.args.junit, junit.render(findings, strict=self.args.strict))
+        sys.stdout.flush()
+        self.store.set(self.key("verdict"), json.dumps({"exit": code}))
+        # keep the store up until the others have read the verdict (bounded: a dead rank never reads it)
+        others = len(members) - 1
+        until = time.monotonic() + MARGIN_S
+        while others and self.store.add(self.key("done"), 0) < others and time.monotonic() < until:
+            time.sleep(POLL_S)
+        return code
+
+    def _fetch(self, members: list[Member], me: Member) -> None:
+        """Ask one rank of each digest rank 0 does not hold for that aspect's content; wait bounded."""
+        known = {(a, d) for a, d in me.digests.items()}
+        request: dict[str, list[str]] = {}
+        for m in sorted(members, key=lambda m: m.rank):
+            for a, d in m.digests.items():
+                if (a, d) not in known:
+                    known.add((a, d))
+                    request.setdefault(str(m.rank), []).append(a)
+        self.store.set(self.key("request"), json.dumps(request, separators=(",", ":")))
+        by_rank = {m.rank: m for m in members}
+        until = time.monotonic() + min(FETCH_S, self.timeout)
+        for rank, wanted in request.items():
+            key = self.key(f"c/{rank}")
+            if self._wait(key, until):
+                got = json.loads(self.store.get(key))
+                by_rank[int(rank)].contents.update({a: got.get(a) for a in wanted if got.get(a) is not None})
+
+
+def _member(d: dict) -> Member:
+    return Member(rank=d["rank"], node=d.get("node") or "?", hostname=d.get("hostname"),
+                  node_index=d.get("node_index"), local_rank=d.get("local_rank"), leader=bool(d.get("leader")),
+                  gpu=d.get("gpu"), master=d.get("master"), digests=d.get("digests") or {})
+
+
+def _missing_nodes(members: list[Member], missing: list[int], local_world_size: int) -> list[int]:
+    """Node indices none of whose ranks arrived, where the launcher numbers ranks node by node
+    (torchrun: rank = node index x local world size + local rank)."""
+    if not missing or local_world_size < 1 or any(m.node_index is None for m in members):
+        return []
+    arrived = {m.node_index for m in members}
+    return sorted({r // local_world_size for r in missing} - arrived)
+
+
+def _gpu_of(facts, world) -> str | None:
+    """The UUID of the GPU this rank will train on: CUDA_VISIBLE_DEVICES resolved against NVML."""
+    from gpudoctor.readers import cudavis
+    from gpudoctor.sample_train.placement import device_index_for
+
+    gpus = [g for g in facts.gpus if not g.get("error")]
+    if not gpus:
+        return None
+    vis = cudavis.from_facts(facts)
+    if vis.mig:
+        return vis.mig[0]
+    order = list(vis.gpus) if vis.is_set and vis.gpus is not None else [g.get("index") for g in gpus]
+    idx = device_index_for(len(order), world.local_rank, world.launcher)
+    if idx is None:
+        return None
+    by_index = {g.get("index"): g for g in gpus}
+    return (by_index.get(order[idx]) or {}).get("uuid")

@@ -1,0 +1,120 @@
+"""check --job for real: torchrun agents as two nodes on this host, env-launched ranks, a real TCPStore.
+
+Drift is injected by giving one node another environment (never by editing facts); a rank that never
+starts and a refused store connection must be named within the timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch.distributed")
+
+GD = [sys.executable, "-m", "gpudoctor", "check", "--job", "--expect-gpus", "0"]
+HOST = socket.gethostname()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "NCCL_", "TORCHELASTIC_", "MASTER_", "PET_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "OMP_NUM_THREADS")}
+    env.update(extra or {})
+    return env
+
+
+def _package_dir(tmp_path: Path, name: str, version: str) -> Path:
+    """A directory that, on PYTHONPATH, exposes another installed version of a package (its metadata)."""
+    root = tmp_path / "site"
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return root
+
+
+def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    port = _free_port()
+    drift = {"NCCL_SOCKET_IFNAME": "gd-no-such-if0", "OMP_NUM_THREADS": "3",
+             "PYTHONPATH": str(_package_dir(tmp_path, "accelerate", "0.99.0"))}
+    agents = []
+    started = time.monotonic()
+    for node in (0, 1):
+        cmd = [torchrun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"gd-{port}",
+               "--max-restarts", "0", "-m", "gpudoctor", *GD[3:], "--timeout", "40"]
+        env = _env({"OMP_NUM_THREADS": "1", **(drift if node == 1 else {})})
+        agents.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       cwd=tmp_path))
+    outs = [a.communicate(timeout=120) for a in agents]
+    elapsed = time.monotonic() - started
+    report = outs[0][0]
+    assert outs[1][0] == "", "only rank 0 prints the report"
+    assert "4 rank(s) on 2 node(s)" in report, outs
+    # the node identity is torchrun's GROUP_RANK: one host name, two nodes
+    node1 = f"{HOST}#1 (ranks 2–3)"
+    assert f"on {node1}: NCCL_SOCKET_IFNAME=gd-no-such-if0 where {HOST}#0 (ranks 0–1) has unset" in report
+    assert "OMP_NUM_THREADS=3 where" in report
+    assert f"on {node1}: accelerate=0.99.0 where {HOST}#0 (ranks 0–1) has " in report
+    assert all(a.returncode != 0 for a in agents), "every rank exits with the job's verdict (fail)"
+    assert elapsed < 90
+
+
+def _env_ranks(tmp_path: Path, world: int, ranks: list[int], port: int, timeout: float,
+               port_of: dict | None = None) -> list[subprocess.Popen]:
+    procs = []
+    for r in ranks:
+        env = _env({"RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(world),
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str((port_of or {}).get(r, port))})
+        procs.append(subprocess.Popen([*GD, "--timeout", str(timeout), "--select", "distributed"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+    return procs
+
+
+def test_a_rank_that_never_starts_is_named_within_the_timeout(tmp_path):
+    started = time.monotonic()
+    procs = _env_ranks(tmp_path, 3, [0, 1], _free_port(), timeout=6)
+    outs = [p.communicate(timeout=90) for p in procs]
+    elapsed = time.monotonic() - started
+    assert "rank 2 of a world of 3 never reported within 6 s (2 arrived)" in outs[0][0], outs
+    assert [p.returncode for p in procs] == [1, 1]
+    assert elapsed < 6 + 40, "bounded: the timeout plus the fixed margins, never a hang"
+
+
+def test_a_refused_store_connection_is_named_bounded(tmp_path):
+    port, wrong = _free_port(), _free_port()  # nothing listens on `wrong`: connections are refused
+    started = time.monotonic()
+    procs = _env_ranks(tmp_path, 2, [0, 1], port, timeout=5, port_of={1: wrong})
+    outs = [p.communicate(timeout=90) for p in procs]
+    elapsed = time.monotonic() - started
+    assert "rank 1 of a world of 2 never reported within 5 s" in outs[0][0], outs
+    assert f"rank 1 on {HOST} could not reach the job's store" in outs[1][1]
+    assert f"127.0.0.1:{wrong}" in outs[1][1] and "refused" in outs[1][1].lower()
+    assert [p.returncode for p in procs] == [1, 1]
+    assert elapsed < 5 + 40
+
+
+def test_agreeing_ranks_pass_and_every_rank_exits_0(tmp_path):
+    procs = _env_ranks(tmp_path, 2, [0, 1], _free_port(), timeout=30)
+    outs = [p.communicate(timeout=90) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "no problems found" in outs[0][0] and "pass on 1 of 1 node(s)" in outs[0][0]
+    assert outs[1][0] == ""
+
+
+def test_job_outside_a_launcher_is_a_usage_error(tmp_path):
+    r = subprocess.run([*GD, "--timeout", "5"], env=_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--job" in r.stderr
