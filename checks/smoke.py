@@ -222,8 +222,7 @@ def not_bf16(facts: Facts, ctx: Context) -> Outcome:
     title="CUDA GPUs are visible to torch",
     needs=[],
     source="smoke",
-    what="Before starting ranks, and in every rank, asks torch whether it sees a CUDA GPU "
-    "(torch.cuda.is_available()).",
+    what="Before starting ranks, and in every rank, asks torch whether it sees a CUDA GPU (torch.cuda.is_available()).",
     why="Without a GPU, a GPU run cannot start; torch reports no error of its own until the first CUDA call.",
     fix="Run `gpudoctor check` on that machine for the cause (driver, CUDA_VISIBLE_DEVICES, a CPU-only "
     "torch), or pass --device cpu to test the CPU/gloo path.",

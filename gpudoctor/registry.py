@@ -44,8 +44,9 @@ import importlib
 import pkgutil
 import re
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from gpudoctor.facts import SECTIONS
 from gpudoctor.model import CATEGORIES
@@ -205,7 +206,7 @@ def check(
             category=category,
             title=title,
             needs=tuple(needs),
-            docs={section: str(text).strip() for section, text in zip(DOC_SECTIONS, texts.values())},
+            docs={section: str(text).strip() for section, text in zip(DOC_SECTIONS, texts.values(), strict=True)},
             func=func,
             module=func.__module__,
             requires=requires_t,
@@ -277,9 +278,7 @@ def registered(check_id: str) -> CheckSpec | None:
     return _REGISTRY.get(check_id)
 
 
-def select(
-    specs: dict[str, CheckSpec], selected: list[str] | None, ignored: list[str] | None
-) -> list[CheckSpec]:
+def select(specs: dict[str, CheckSpec], selected: list[str] | None, ignored: list[str] | None) -> list[CheckSpec]:
     """The checks `gpudoctor check` runs, filtered by categories or ids; unknown names raise RegistryError.
 
     Smoke-sourced checks are never among them (`gpudoctor smoke` judges those).

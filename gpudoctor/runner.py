@@ -9,8 +9,8 @@ shared finding to.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Callable, Iterable
 
 from gpudoctor.facts import Facts
 from gpudoctor.model import Context, ExitCode, Finding, Outcome, Severity
@@ -53,8 +53,11 @@ def _scoped(spec: CheckSpec, o: Outcome, facts: Facts, ctx: Context) -> Outcome:
     a hint, since the job runs on compute nodes that may differ from the submit host. It becomes
     info that says where it was judged (run `srun gpudoctor check` in the job for a verdict)."""
     from gpudoctor.job.layout import before_submission
+    from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
 
     if spec.scope != "node" or o.severity not in (Severity.WARN, Severity.FAIL) or not before_submission(facts, ctx):
+        return o
+    if o.evidence.get(JUDGED_FOR) == JOB_RESOURCES:  # judged against the script's resources, not this host's
         return o
     host = facts.host.get("hostname") or "this host"
     return replace(

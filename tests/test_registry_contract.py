@@ -85,7 +85,9 @@ def test_check_modules_import_no_sibling_check_module():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpudoctor.checks"):
                 offenders.append(f"{path.name}: from {node.module}")
             if isinstance(node, ast.Import):
-                offenders += [f"{path.name}: import {a.name}" for a in node.names if a.name.startswith("gpudoctor.checks")]
+                offenders += [
+                    f"{path.name}: import {a.name}" for a in node.names if a.name.startswith("gpudoctor.checks")
+                ]
     assert offenders == []
 
 
@@ -95,8 +97,14 @@ def test_every_requirement_has_one_runner_wording():
 
 def test_the_registry_imports_no_torch():
     r = subprocess.run(
-        [sys.executable, "-c", "import sys; from gpudoctor.registry import load_all; load_all(); print('torch' in sys.modules)"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from gpudoctor.registry import load_all; load_all(); print('torch' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
 
@@ -110,7 +118,12 @@ def test_the_registry_imports_no_torch():
         ("GD-DL-002", {}, {"expect_gpus": 0, "config": {"num_workers": 0}}, "no GPU training expected"),
         ("GD-NCCL-001", {}, {"expect_gpus": 0}, "no GPU training expected"),
         ("GD-HW-001", {"patch": {"nvidia.available": False}}, {}, "no NVIDIA driver (see GD-DRV-001)"),
-        ("GD-CUDA-002", {"patch": {"torch.status": "missing"}}, {}, "torch could not be imported (missing; see GD-CUDA-001)"),
+        (
+            "GD-CUDA-002",
+            {"patch": {"torch.status": "missing"}},
+            {},
+            "torch could not be imported (missing; see GD-CUDA-001)",
+        ),
     ],
 )
 def test_an_unmet_requirement_is_one_skip_with_one_wording(check_id, facts_kwargs, ctx, wording):
@@ -128,8 +141,14 @@ def test_smoke_checks_are_listed_but_never_run_by_check():
 # --- registration mistakes, each caught at import with the file and the check --------------
 
 GOOD = dict(
-    id="GD-TMPX-001", name="tmp-check-problem", category="host", title="a title", needs='["env"]',
-    what="what it checks", why="why it matters", fix="how to fix",
+    id="GD-TMPX-001",
+    name="tmp-check-problem",
+    category="host",
+    title="a title",
+    needs='["env"]',
+    what="what it checks",
+    why="why it matters",
+    fix="how to fix",
 )
 
 

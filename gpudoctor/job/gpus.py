@@ -38,5 +38,6 @@ def format_indices(idx: list[int]) -> str:
 def describe_groups(groups: dict[tuple[str, Capability], list[int]]) -> str:
     """'GPU 0,1 (NVIDIA H100, compute capability 9.0); GPU 2 (...)' for GPUs grouped by (name, capability)."""
     return "; ".join(
-        f"GPU {format_indices(idx)} ({name}, compute capability {versions.fmt(cc)})" for (name, cc), idx in groups.items()
+        f"GPU {format_indices(idx)} ({name}, compute capability {versions.fmt(cc)})"
+        for (name, cc), idx in groups.items()
     )

@@ -90,7 +90,14 @@ def select_names(value: str, names: list[str]) -> list[str]:
 # --- whole-environment problems (GD-NCCL-006) ---------------------------------------------
 
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
-NCCL_FLAGS = ("NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NET_GDR_READ", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE")
+NCCL_FLAGS = (
+    "NCCL_IB_DISABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_NET_GDR_READ",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_NVLS_ENABLE",
+)
 NCCL_RANGES = {  # name: (low, high, what)
     "NCCL_IB_TIMEOUT": (1, 31, "the IB verbs timeout exponent (4.096 us x 2^value)"),
     "NCCL_IB_RETRY_CNT": (0, 7, "the IB verbs retry count"),
@@ -103,7 +110,12 @@ NCCL_RANGES = {  # name: (low, high, what)
 NCCL_NTHREADS_VALUES = (64, 128, 256, 512)
 P2P_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 
-TORCH_NCCL_INTS = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC")
+TORCH_NCCL_INTS = (
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_ASYNC_ERROR_HANDLING",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+)
 TORCH_NCCL_BOOLS = (
     "TORCH_NCCL_BLOCKING_WAIT",
     "NCCL_BLOCKING_WAIT",
@@ -118,7 +130,16 @@ TORCH_NCCL_BOOLS = (
     "TORCH_NCCL_HIGH_PRIORITY",
     "TORCH_NCCL_AVOID_RECORD_STREAMS",
 )
-NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT", "CollNet")  # CollNet: NCCL < 2.14
+NCCL_ALGOS = (
+    "Tree",
+    "Ring",
+    "CollnetDirect",
+    "CollnetChain",
+    "NVLS",
+    "NVLSTree",
+    "PAT",
+    "CollNet",
+)  # CollNet: NCCL < 2.14
 NCCL_PROTOS = ("LL", "LL128", "Simple")
 NCCL_FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv")
 
@@ -146,7 +167,10 @@ TORCH_BOOL_WORDS = ("y", "yes", "1", "t", "true", "n", "no", "0", "f", "false")
 def _nccl_flag_problem(name: str, text: str) -> str | None:
     n = c_strtoll(text)
     if n is None:
-        return f"{name}={text!r}: NCCL reads integers, so this is 0 (or the default) and does NOT turn the feature off; use 1"
+        return (
+            f"{name}={text!r}: NCCL reads integers, so this is 0 (or the default) "
+            "and does NOT turn the feature off; use 1"
+        )
     if not is_plain_int(text):
         return f"{name}={text!r}: NCCL reads only the leading number ({n})"
     if octal_surprise(text) is not None:
@@ -181,24 +205,35 @@ def nccl_problems(env: dict) -> list[str]:
     if "NCCL_NTHREADS" in env:
         text = env["NCCL_NTHREADS"]
         if c_strtoll(text) not in NCCL_NTHREADS_VALUES or not is_plain_int(text):
-            read = f" (NCCL reads {c_strtoll(text)})" if c_strtoll(text) is not None and octal_surprise(text) is not None else ""
+            read = (
+                f" (NCCL reads {c_strtoll(text)})"
+                if c_strtoll(text) is not None and octal_surprise(text) is not None
+                else ""
+            )
             out.append(f"NCCL_NTHREADS={text!r}: accepted values are 64, 128, 256 and 512{read}")
     for name in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"):
         text = env.get(name)
-        if text is not None and text not in P2P_LEVELS and not (text and text[0] in "0123456789"):  # NCCL: '0' <= str[0] <= '9'
+        if (
+            text is not None and text not in P2P_LEVELS and not (text and text[0] in "0123456789")
+        ):  # NCCL: '0' <= str[0] <= '9'
             hint = f" (values are case-sensitive: {text.upper()})" if text.upper() in P2P_LEVELS else ""
             out.append(f"{name}={text!r} is not a level NCCL knows ({', '.join(P2P_LEVELS)}){hint}: NCCL ignores it")
     debug = env.get("NCCL_DEBUG")
     if debug is not None and debug.strip().upper() not in NCCL_DEBUG_LEVELS:
-        out.append(f"NCCL_DEBUG={debug!r} is not a level ({', '.join(NCCL_DEBUG_LEVELS)}): NCCL logs nothing, not even warnings")
+        out.append(
+            f"NCCL_DEBUG={debug!r} is not a level ({', '.join(NCCL_DEBUG_LEVELS)}): "
+            "NCCL logs nothing, not even warnings"
+        )
     for name in TORCH_NCCL_INTS:
         text = env.get(name)
-        if text is not None and "ASYNC_ERROR_HANDLING" in name and re.match(r"^\s*[+-]?[0-9]", text):
-            mode = int(re.match(r"^\s*([+-]?[0-9]+)", text).group(1))
+        number = re.match(r"^\s*([+-]?[0-9]+)", text) if text is not None and "ASYNC_ERROR_HANDLING" in name else None
+        if number is not None:
+            mode = int(number.group(1))
             if not 0 <= mode <= 3:
                 # torch casts the number to its mode enum without checking: no error, and no mode applies
                 out.append(
-                    f"{name}={text!r} is not a mode (0 none, 1 tear down, 2 clean up only, 3 skip clean-up, the default): "
+                    f"{name}={text!r} is not a mode "
+                    "(0 none, 1 tear down, 2 clean up only, 3 skip clean-up, the default): "
                     "torch accepts it without a word and then neither tears down nor cleans up on a NCCL error"
                 )
     for name, known in (("NCCL_ALGO", NCCL_ALGOS), ("NCCL_PROTO", NCCL_PROTOS)):
@@ -223,12 +258,20 @@ def torch_nccl_problems(env: dict) -> list[str]:
         text = env.get(name)
         number = re.match(r"^\s*[+-]?[0-9]+", text) if text is not None else None
         if text is not None and not number:
-            out.append(f"{name}={text!r} is not an integer: creating the NCCL process group raises 'Invalid value for environment variable'")
+            out.append(
+                f"{name}={text!r} is not an integer: creating the NCCL process group raises "
+                "'Invalid value for environment variable'"
+            )
         elif number and abs(int(number.group(0))) > STOI_MAX:
-            out.append(f"{name}={text!r} does not fit in an int (at most {STOI_MAX}): torch's std::stoi fails, so creating the NCCL "
-                       "process group raises 'Invalid value for environment variable'")
+            out.append(
+                f"{name}={text!r} does not fit in an int (at most {STOI_MAX}): torch's std::stoi fails, "
+                "so creating the NCCL "
+                "process group raises 'Invalid value for environment variable'"
+            )
     for name in TORCH_NCCL_BOOLS:
         text = env.get(name)
         if text is not None and text.lower() not in TORCH_BOOL_WORDS:
-            out.append(f"{name}={text!r} is not a boolean (1/0, true/false, yes/no): creating the NCCL process group raises")
+            out.append(
+                f"{name}={text!r} is not a boolean (1/0, true/false, yes/no): creating the NCCL process group raises"
+            )
     return out
