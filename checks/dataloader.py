@@ -60,6 +60,37 @@ def cpu_budget(facts) -> Known:
     return Known(allowed, "CPUs this process may run on") if allowed else Known(None)
 
 
+def script_cpu_budget(facts, ctx, lay) -> tuple[Known, Known] | None:
+    """Before submission (--sbatch on a submit host): (CPUs one task of the job gets, ranks sharing them),
+    from the batch script rather than this host's CPUs; None otherwise. With srun each task gets
+    --cpus-per-task CPUs for its own ranks; without srun the one batch-shell task holds every rank."""
+    from gpudoctor.job.layout import before_submission
+    from gpudoctor.job.shape import job_shape
+
+    if not before_submission(facts, ctx):
+        return None
+    shape = job_shape(facts, ctx)
+    if shape is None:
+        return None
+    if shape.srun_launch and shape.srun_cpus_per_task and shape.srun_cpus_per_task > 0:
+        cpus = Known(shape.srun_cpus_per_task, "srun --cpus-per-task in the batch script, per task")
+    elif shape.cpus_per_task:
+        cpus = Known(shape.cpus_per_task, "#SBATCH --cpus-per-task, per task")
+    else:
+        cpus = Known(None, "the batch script sets no --cpus-per-task (see GD-SLURM-008)")
+    ranks = lay.local_ranks.value or 1
+    tasks = shape.tasks_here or 1
+    if shape.srun_launch and tasks > 1:
+        return cpus, Known(max(1, ranks // tasks), f"{ranks} rank(s) per node in {tasks} srun task(s)")
+    return cpus, Known(ranks, lay.local_ranks.source or "assumed: one process")
+
+
+def _job_resources(evidence: dict) -> dict:
+    from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
+
+    return {**evidence, JUDGED_FOR: JOB_RESOURCES}
+
+
 def ranks_sharing_cpus(facts, ctx, lay) -> Known:
     """How many ranks share the CPU set this probe saw.
 
@@ -107,11 +138,11 @@ def dataloader_workers_oversubscribe_cpus(facts, ctx):
     workers, unknown = _worker_count(settings)
     if unknown:
         return unknown
-    cpus = cpu_budget(facts)
-    if not cpus.known:
-        return skip("the host probe did not report the CPUs this process may use")
     lay = layout(facts, ctx)
-    sharing = ranks_sharing_cpus(facts, ctx, lay)
+    scripted = script_cpu_budget(facts, ctx, lay)
+    cpus, sharing = scripted if scripted else (cpu_budget(facts), ranks_sharing_cpus(facts, ctx, lay))
+    if not cpus.known:
+        return skip(cpus.source if scripted else "the host probe did not report the CPUs this process may use")
     demand = sharing.value * (workers + 1)
     evidence = {
         **settings.evidence(),
@@ -119,9 +150,11 @@ def dataloader_workers_oversubscribe_cpus(facts, ctx):
         "ranks_sharing_cpus": f"{sharing.value} ({sharing.source})",
         **lay.evidence(),
     }
+    if scripted:
+        evidence = _job_resources(evidence)
     sum_text = f"{sharing.value} rank(s) x ({workers} workers + 1 main process) = {demand} processes"
     if demand <= cpus.value:
-        return passed(f"{sum_text} on {cpus.value} CPUs", **evidence)
+        return passed(f"{sum_text} on {cpus.value} CPUs ({cpus.source})", **evidence)
     suggested = max(1, cpus.value // sharing.value - 1)
     message = (
         f"{settings.describe('num_workers')} is per rank: {sum_text} compete for {cpus.value} CPUs "
@@ -200,8 +233,9 @@ def dataloader_loads_in_main_process(facts, ctx):
 
 
 def _suggested_workers(facts, ctx) -> int:
-    cpus = cpu_budget(facts)
-    sharing = ranks_sharing_cpus(facts, ctx, layout(facts, ctx))
+    lay = layout(facts, ctx)
+    scripted = script_cpu_budget(facts, ctx, lay)  # before submission: the job's CPUs, not this host's
+    cpus, sharing = scripted if scripted and scripted[0].known else (cpu_budget(facts), ranks_sharing_cpus(facts, ctx, lay))
     return max(1, min(8, (cpus.value or 4) // sharing.value - 1))
 
 
@@ -244,6 +278,8 @@ def dataloader_memory_not_pinned(facts, ctx):
         return skip(settings.unknown("pin_memory"), **settings.evidence())
     if pin:
         return passed(f"{settings.describe('pin_memory')}", **settings.evidence())
+    if is_wsl(facts):  # pinned memory is limited under WSL2: unpinned is the right choice there (GD-DL-010)
+        return passed(f"{settings.describe('pin_memory')}: right under WSL2, where pinned memory is limited (see GD-DL-010)", **settings.evidence())
     return info(
         f"{settings.describe('pin_memory')}: host-to-GPU copies go through a staging buffer and cannot overlap compute",
         _change_setting(settings, "pin_memory", True, "Set pin_memory to true"),
@@ -376,14 +412,16 @@ def omp_threads(env: dict) -> tuple[int | None, str | None]:
 )
 def omp_threads_oversubscribe_cpus(facts, ctx):
     env = job_env(facts, ctx)
-    cpus = cpu_budget(facts)
-    if not cpus.known:
-        return skip("the host probe did not report the CPUs this process may use")
     lay = layout(facts, ctx)
-    sharing = ranks_sharing_cpus(facts, ctx, lay)
+    scripted = script_cpu_budget(facts, ctx, lay)
+    cpus, sharing = scripted if scripted else (cpu_budget(facts), ranks_sharing_cpus(facts, ctx, lay))
+    if not cpus.known:
+        return skip(cpus.source if scripted else "the host probe did not report the CPUs this process may use")
     threads, problem = omp_threads(env)
     share = max(1, cpus.value // sharing.value)
     evidence = {"OMP_NUM_THREADS": env.get("OMP_NUM_THREADS"), "cpus": f"{cpus.value} ({cpus.source})", "ranks_sharing_cpus": f"{sharing.value} ({sharing.source})", **lay.evidence()}
+    if scripted:
+        evidence = _job_resources(evidence)
     if problem:
         return warn(problem, set_env("OMP_NUM_THREADS", str(share)), **evidence)
     torchrun = lay.under_torchrun or intended_launcher(ctx) == "torchrun"
@@ -666,3 +704,43 @@ def dataloader_not_sharded_across_ranks(facts, ctx):
         return info(msg + " (unless Lightning/accelerate, or the sampler itself, shards it by rank)", fix, **evidence)
     return warn(msg, fix, **evidence)
 
+
+
+# --- GD-DL-010 (issue 13) ---------------------------------------------------------------------
+
+
+def is_wsl(facts) -> bool:
+    """WSL kernels carry 'microsoft' in their release string (5.15.153.1-microsoft-standard-WSL2)."""
+    return "microsoft" in str(facts.host.get("kernel") or "").lower()
+
+
+@check(
+    id="GD-DL-010",
+    name="pin-memory-under-wsl2",
+    category="dataloader",
+    title="DataLoader does not pin memory under WSL2",
+    needs=["host"],
+    requires=["gpus-expected"],
+    what="Under WSL2 (a kernel release naming Microsoft), looks for pin_memory=True, stated or by the framework's "
+    "default (Hugging Face's dataloader_pin_memory is True).",
+    why="NVIDIA's CUDA on WSL user guide lists pinned system memory as limited for Linux CUDA applications under "
+    "WSL2; every worker batch is pinned, and loaders fail with 'CUDA error: out of memory' in the pin-memory "
+    "thread while GPU memory is free (microsoft/WSL#8447).",
+    fix="pin_memory=False (dataloader_pin_memory: false for Hugging Face) under WSL2, or train on native Linux.",
+)
+def pin_memory_under_wsl2(facts, ctx):
+    if not is_wsl(facts):
+        return passed("not WSL: pinned memory is not restricted", kernel=facts.host.get("kernel"))
+    settings = _settings(facts, ctx)
+    if settings is None:
+        return _no_settings()
+    found = settings.effective("pin_memory")
+    evidence = {"kernel": facts.host.get("kernel"), **settings.evidence()}
+    if found is None or found.value is None:
+        return skip(settings.unknown("pin_memory"), **evidence)
+    if not found.value:
+        return passed(f"{settings.describe('pin_memory')} under WSL2", **evidence)
+    where = "" if "pin_memory" in settings.found else f" (the framework's default, {found.path})"
+    return warn(f"pin_memory is on{where} under WSL2, where pinned host memory is limited: loaders can fail with "
+                "'CUDA error: out of memory' while the GPU has room", _change_setting(settings, "pin_memory", False, "Set pin_memory to false"),
+                **evidence)

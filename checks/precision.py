@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudoctor import versions
 from gpudoctor.job.gpus import describe_groups, gpu_capabilities
-from gpudoctor.model import Action, ActionKind, Fix, Safety, info, manual, passed, skip, unset_env, warn
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, skip, unset_env, warn
 from gpudoctor.registry import check
 
 AMPERE = (8, 0)  # first compute capability with bf16 and TF32 tensor cores
@@ -164,3 +164,65 @@ def tf32_unavailable_or_off(facts, ctx):
         ),
         **evidence,
     )
+
+
+# ---------------------------------------------------------------- GD-PREC-003 (issue 13)
+
+TF32_KEYS = ("tf32", "allow_tf32", "enable_tf32", "use_tf32")
+MATMUL_PRECISION_KEYS = ("float32_matmul_precision", "matmul_precision")
+
+
+def requested_tf32(config, path: str = "", depth: int = 0) -> tuple[str, str] | None:
+    """(dotted key, value) of the first config entry that asks for TF32, searching nested mappings."""
+    if not isinstance(config, dict) or depth > 20:
+        return None
+    for key, value in config.items():
+        name = str(key).lower()
+        dotted = f"{path}{key}"
+        if name in TF32_KEYS and (value is True or str(value).lower() in ("true", "1", "yes")):
+            return dotted, str(value)
+        if name in MATMUL_PRECISION_KEYS and str(value).lower() in ("high", "medium"):
+            return dotted, str(value)
+    for key, value in config.items():
+        found = requested_tf32(value, f"{path}{key}.", depth + 1)
+        if found:
+            return found
+    return None
+
+
+@check(
+    id="GD-PREC-003",
+    name="tf32-requested-on-pre-ampere",
+    category="precision",
+    title="The config does not ask for TF32 on GPUs without it",
+    needs=["nvidia", "torch"],
+    requires=["gpus-expected"],
+    what="Finds TF32 requests in the training config (Hugging Face `tf32: true`, `allow_tf32`, "
+    "`float32_matmul_precision: high|medium`) and compares them with the GPUs' compute capability (TF32 needs 8.0).",
+    why="Hugging Face TrainingArguments raises 'ValueError: --tf32 requires Ampere or a newer GPU arch, cuda>=11 and "
+    "torch>=1.7' on a V100 or T4, so the job dies before training; elsewhere the request is silently ignored and fp32 "
+    "runs at plain fp32 speed - the speed-up the config was written for never comes.",
+    fix="Remove the TF32 setting for pre-Ampere GPUs (tf32: false), or run on Ampere or newer; use fp16 autocast "
+    "for tensor cores on Volta/Turing.",
+)
+def tf32_requested_on_pre_ampere(facts, ctx):
+    if not ctx.config:
+        return skip("no training config (--config) to read a TF32 setting from")
+    found = requested_tf32(ctx.config)
+    gpus = gpu_capabilities(facts)
+    if not found:
+        return passed("the config asks for no TF32")
+    key, value = found
+    evidence = {"setting": f"{key}={value}", "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()}}
+    if not gpus:
+        return skip("no NVIDIA GPU visible to compare with (see GD-DRV-001)", **evidence)
+    old = {i: g for i, g in gpus.items() if g[1] < AMPERE}
+    if not old:
+        return passed(f"{key}={value}: every GPU has TF32 (compute capability 8.0+)", **evidence)
+    fix = Fix(f"Turn {key} off for these GPUs", Safety.UNSAFE, (Action(ActionKind.YAML_SET, ctx.config_path, False, key),)) \
+        if ctx.config_path and key.rsplit(".", 1)[-1].lower() in TF32_KEYS else None
+    if key.rsplit(".", 1)[-1].lower() == "tf32":
+        return fail(f"{key}={value} on {_describe(old)} (no TF32 before compute capability 8.0): Hugging Face's "
+                    "TrainingArguments raises 'ValueError: --tf32 requires Ampere or a newer GPU arch'", fix, **evidence)
+    return warn(f"{key}={value} on {_describe(old)}: these GPUs have no TF32, the setting is silently ignored and fp32 "
+                "runs at plain fp32 speed", fix, **evidence)

@@ -14,6 +14,7 @@ RECORDED_H100 = "recorded-h100x1-driver580-torch2.11-cu130"
 NEW_IDS = (
     "GD-HW-007", "GD-HW-008", "GD-HW-009", "GD-HW-010", "GD-DRV-002", "GD-CUDA-008",
     "GD-NCCL-007", "GD-NCCL-008", "GD-NCCL-009", "GD-NCCL-010", "GD-NCCL-011",
+    "GD-DEV-004", "GD-DEV-006", "GD-ALLOC-007", "GD-DL-010", "GD-PREC-003",
 )
 
 
@@ -316,3 +317,66 @@ def test_pcie_p2p_on_geforce_with_a_known_bad_driver_warns():
     disabled = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"},
                           patch=_geforce_pair("525.60.11"))
     assert severity("GD-NCCL-011", disabled, expect_gpus=2) is Severity.PASS
+
+
+# ------------------------------------------------------------------ devices: MIG list, persistence on multi-GPU servers
+
+MIG = "synthetic-a100x2-mig"
+MIG0, MIG1 = "MIG-9a1b2c3d-4e5f-5a6b-8c7d-000000000000", "MIG-9a1b2c3d-4e5f-5a6b-8c7d-000000000001"
+
+
+def test_two_mig_devices_listed_for_one_process_warns_and_keeps_the_first():
+    (f,) = run("GD-DEV-004", make_facts(MIG, env={"CUDA_VISIBLE_DEVICES": f"{MIG0},{MIG1}"}))
+    assert f.severity is Severity.WARN and "only the first" in f.message
+    assert f.fix.actions[0].value == MIG0
+    assert severity("GD-DEV-004", make_facts(MIG, env={"CUDA_VISIBLE_DEVICES": MIG1}), expect_gpus=1) is Severity.PASS
+
+
+def test_persistence_off_on_a_single_gpu_machine_stays_info():
+    one = make_facts(RECORDED_H100, patch={"nvidia.gpus.0.persistence_mode": False})
+    assert severity("GD-DEV-006", one, expect_gpus=1) is Severity.INFO
+
+
+# ------------------------------------------------------------------ allocator, dataloader, precision
+
+WSL_KERNEL = "5.15.153.1-microsoft-standard-WSL2"
+
+
+def test_max_split_with_expandable_segments_warns_and_keeps_the_other_keys():
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:True,garbage_collection_threshold:0.8"}
+    (f,) = run("GD-ALLOC-007", make_facts(env=env), expect_gpus=8)  # torch 2.3.1: the fixed assert, the growth remains
+    assert f.severity is Severity.WARN and "123548" in f.message
+    assert f.fix.actions[0].value == "expandable_segments:True,garbage_collection_threshold:0.8"
+    (old,) = run("GD-ALLOC-007", make_facts(env=env, patch={"torch_meta.version": "2.2.2", "torch.version": "2.2.2"}), expect_gpus=8)
+    assert old.severity is Severity.WARN and "INTERNAL ASSERT" in old.message
+    for alone in ("expandable_segments:True", "max_split_size_mb:512", "max_split_size_mb:512,expandable_segments:False"):
+        assert severity("GD-ALLOC-007", make_facts(env={"PYTORCH_CUDA_ALLOC_CONF": alone}), expect_gpus=8) is Severity.PASS
+
+
+def test_pin_memory_under_wsl2_warns_also_by_the_hugging_face_default():
+    wsl = make_facts(RTX4090, patch={"host.kernel": WSL_KERNEL})
+    (f,) = run("GD-DL-010", wsl, expect_gpus=1, config={"dataloader": {"pin_memory": True, "num_workers": 4}}, config_path="train.yaml")
+    assert f.severity is Severity.WARN and f.fix.actions[0].value is False
+    hf = {"per_device_train_batch_size": 8, "dataloader_num_workers": 4}
+    (d,) = run("GD-DL-010", wsl, expect_gpus=1, config=hf, config_path="args.yaml")
+    assert d.severity is Severity.WARN and "default" in d.message
+    # native Linux: no finding; WSL2 with pinning off: GD-DL-003 no longer asks to turn it on
+    assert severity("GD-DL-010", make_facts(RTX4090), expect_gpus=1, config={"dataloader": {"pin_memory": True}}) is Severity.PASS
+    off = {"dataloader": {"pin_memory": False, "num_workers": 4}}
+    assert severity("GD-DL-010", wsl, expect_gpus=1, config=off) is Severity.PASS
+    assert severity("GD-DL-003", wsl, expect_gpus=1, config=off) is Severity.PASS
+    assert severity("GD-DL-003", make_facts(RTX4090), expect_gpus=1, config=off) is Severity.INFO
+
+
+def _v100(n: int = 8) -> dict:
+    return {"name": "Tesla V100-SXM2-32GB", "compute_capability": [7, 0]}
+
+
+def test_hf_tf32_on_volta_fails_and_other_tf32_requests_warn():
+    volta = make_facts(each_gpu=_v100())
+    (f,) = run("GD-PREC-003", volta, expect_gpus=8, config={"training_args": {"tf32": True, "bf16": False}}, config_path="a.yaml")
+    assert f.severity is Severity.FAIL and "Ampere" in f.message and f.fix.actions[0].key == "training_args.tf32"
+    (w,) = run("GD-PREC-003", volta, expect_gpus=8, config={"trainer": {"float32_matmul_precision": "high"}})
+    assert w.severity is Severity.WARN
+    assert severity("GD-PREC-003", make_facts(), expect_gpus=8, config={"tf32": True}) is Severity.PASS  # H100
+    assert severity("GD-PREC-003", volta, expect_gpus=8, config={"tf32": False}) is Severity.PASS
