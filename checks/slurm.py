@@ -118,10 +118,26 @@ def _slurm_version(facts) -> tuple[int, ...] | None:
     return versions.parse((facts.slurm or {}).get("version"))
 
 
+# Lightning 2.0 (March 2023) is the current major release; 1.x is end-of-life (no releases since 1.9.5).
+CURRENT_LIGHTNING_MAJOR = 2
+
+
+def _lightning_major(facts) -> tuple[int, str | None]:
+    """The installed Lightning's major version; when it is not known here (a login node without the training
+    env), the current major release, with the note that says so and how to be exact."""
+    major = lightning_major(facts)
+    if major is not None:
+        return major, None
+    return CURRENT_LIGHTNING_MAJOR, (
+        f"judged as Lightning {CURRENT_LIGHTNING_MAJOR}.x, the current major release (1.x is end-of-life): the installed "
+        "version is not known here; run with --python <the training env's python> to judge the one the job uses"
+    )
+
+
 def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
     """Processes each SLURM task becomes (1 for plain python), with the reason."""
     if shape.launcher == "lightning":
-        plan = lightning_plan(shape, lightning_major(facts))
+        plan = lightning_plan(shape, _lightning_major(facts)[0])
         if plan.spawns:
             return plan.devices, f"Lightning starts {plan.devices} process(es) per task ({plan.devices_source})"
         if plan.spawns is False:
@@ -335,7 +351,9 @@ def allocated_gpus_left_idle(facts, ctx):
     if not ctx.gpus_expected and not gpus:
         return skip("no GPUs expected (--expect-gpus 0)", **_ev(shape))
     if gpus == 0 or (gpus is None and not shape.from_script and "CUDA_VISIBLE_DEVICES" not in facts.env):
-        want = ctx.expect_gpus or 1
+        # One GPU per training process of a node (4 tasks need 4 GPUs, not 1), unless the user said how many.
+        per_task = _ranks_per_task(shape, facts)[0] if shape.tasks_here else None
+        want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
         msg = (f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or --gpus-per-task): the job will run without one"
@@ -365,6 +383,16 @@ def allocated_gpus_left_idle(facts, ctx):
             shape, facts, f"Use every GPU ({hint}), or request only {ranks}",
             {_gpu_value(shape, ranks)[0]: _gpu_value(shape, ranks)[1]},
         )
+        # Prefer using what the job asks for over shrinking it: one task per GPU, or the launcher's count.
+        if per_task == 1 and shape.launcher not in SPAWNING_LAUNCHERS and shape.from_script:
+            changes = {"ntasks-per-node": str(gpus), **_same_cpus_per_node(shape, tasks, gpus)}
+            add_srun = shape.srun_launch is False
+            fix = directive_fix(shape, facts, f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
+                                changes, srun_prefix="" if add_srun else None)
+        elif shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed") and shape.script and tasks and gpus % tasks == 0:
+            flag = LAUNCHER_TABLE[shape.launcher].process_count_flag
+            fix = Fix(f"Use every GPU: {shape.launcher} {flag}={gpus // tasks}", Safety.UNSAFE,
+                      (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(gpus // tasks), key=flag.lstrip("-")),))
         return warn(
             f"only {ranks} process(es) per node will train on {gpus} allocated GPU(s) ({tasks} task(s); {why}): "
             f"{gpus - ranks} GPU(s) stay idle unless the program drives several GPUs itself",
@@ -451,10 +479,11 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
         return out
     if shape.launcher != "lightning":
         return skip(f"not a Lightning job (launcher: {shape.launcher or 'unknown'}; give --launcher lightning to check)", **_ev(shape))
-    major = lightning_major(facts)
+    major, assumed = _lightning_major(facts)
     plan = lightning_plan(shape, major)
     version = (facts.slurm.get("packages") or {}) if facts.slurm else {}
-    lv = version.get("lightning") or version.get("pytorch_lightning")
+    lv = version.get("lightning") or version.get("pytorch_lightning") or f"not known here (judged as {major}.x)"
+    note = f" ({assumed})" if assumed else ""
     ev = _ev(shape, lightning_version=lv, devices=plan.devices, num_nodes=plan.num_nodes, slurm_detected=plan.slurm_detected,
              SLURM_NTASKS=shape.ntasks if shape.ntasks_in_env else None)
     per_node_fix = _per_task_fix(shape, facts, plan)
@@ -464,9 +493,9 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
         if plan.version_dependent:  # 1.x starts its own processes instead; which one is installed is not known
             return warn(msg + f" (Lightning 1.x would start its own {plan.devices} process(es) per task instead; installed version unknown)",
                         per_node_fix, **ev)
-        return fail(msg, per_node_fix, **ev)
+        return fail(msg + note, per_node_fix, **ev)
     if plan.hang:
-        return fail(plan.hang, per_node_fix, **ev)
+        return fail(plan.hang + note, per_node_fix, **ev)
     if not plan.slurm_detected:
         why = f"the job name is '{shape.job_name}'" if shape.interactive_name else "SLURM_NTASKS is not set (no --ntasks/--ntasks-per-node)"
         if (shape.tasks_here or 1) > 1:
@@ -491,8 +520,20 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
                 **ev,
             )
         return fail(f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} GPU(s) per node, "
-                    f"silently{alt}", per_node_fix, **ev)
+                    f"silently{alt}{note}", per_node_fix, **ev)
     return passed(f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) for {plan.num_nodes_source}", **ev)
+
+
+def _same_cpus_per_node(shape: JobShape, old_tasks: int | None, new_tasks: int) -> dict:
+    """{'cpus-per-task': N} keeping the CPUs the job asks per node when its tasks per node change
+    (1 task x 128 CPUs becomes 8 tasks x 16, not 8 x 128); {} when it cannot be kept exactly."""
+    cpt = shape.directives.get("cpus-per-task") if shape.from_script else None
+    if not str(cpt).isdigit() or not old_tasks or not new_tasks:
+        return {}
+    total = int(cpt) * old_tasks
+    if total % new_tasks or total < new_tasks or total // new_tasks == int(cpt):
+        return {}
+    return {"cpus-per-task": str(total // new_tasks)}
 
 
 def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
@@ -509,12 +550,7 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
     changes = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
     if shape.ntasks_option is not None:
         changes["ntasks"] = None
-    old_tasks = 1 if shape.srun_launch is False else shape.tasks_here
-    cpt = shape.directives.get("cpus-per-task") if shape.from_script else None
-    if str(cpt).isdigit() and old_tasks and int(cpt) * old_tasks % int(devices) == 0 and int(cpt) * old_tasks >= int(devices):
-        # Keep the CPUs the job asks per node: 1 task x 128 CPUs becomes 8 tasks x 16, not 8 x 128.
-        if int(cpt) * old_tasks // int(devices) != int(cpt):
-            changes["cpus-per-task"] = str(int(cpt) * old_tasks // int(devices))
+    changes.update(_same_cpus_per_node(shape, 1 if shape.srun_launch is False else shape.tasks_here, int(devices)))
     title = f"One SLURM task per GPU: --ntasks-per-node={devices}, --nodes={plan.num_nodes}, and start training with `srun`"
     if "cpus-per-task" in changes:
         title += f" (--cpus-per-task={changes['cpus-per-task']}: the same CPUs per node)"
@@ -556,7 +592,7 @@ def interactive_job_name_hides_slurm(facts, ctx):
     if shape.launcher is None:
         return info(f"job name '{name}': if this job runs Lightning, Lightning will ignore SLURM and start its own processes in every task", fix, **ev)
     if tasks > 1:
-        devices = lightning_plan(shape, lightning_major(facts)).devices
+        devices = lightning_plan(shape, _lightning_major(facts)[0]).devices
         total = f"{tasks} x {devices} = {tasks * devices}" if devices else f"{tasks} x devices"
         return fail(
             f"job name '{name}': Lightning ignores SLURM's {tasks} tasks per node and each starts its own processes: "
@@ -734,9 +770,19 @@ def launcher_inside_multi_task_srun(facts, ctx):
     if per == 1:
         shared = shape.task_gpus or 0
         if shared > 1 and not _tasks_bound_to_own_gpus(shape):
+            count = shape.gpus_per_node or shared
             fix = directive_fix(shape, facts, f"One {launcher} per node starting all ranks: --ntasks-per-node=1 and "
-                                f"--nproc-per-node={shape.gpus_per_node or shared} (or bind each task to its GPU with --gpus-per-task=1)",
-                                {"ntasks-per-node": "1"})
+                                f"--nproc-per-node={count} (or bind each task to its GPU with --gpus-per-task=1)",
+                                {"ntasks-per-node": "1", **_same_cpus_per_node(shape, tasks, 1)})
+            flag = LAUNCHER_TABLE[launcher].process_count_flag
+            if fix.safety is Safety.UNSAFE and flag and shape.script:  # the launcher's own count on the launch line
+                extra = (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(count), key=flag.lstrip("-")),)
+                launch = getattr(ctx.sbatch, "launch", None)
+                nnodes = str(shape.nodes or 1)
+                if launch is not None and launch.nnodes and str(launch.nnodes) != nnodes:
+                    # N one-process torchruns per node posed as N "nodes": one per node now, so --nnodes = nodes
+                    extra += (Action(ActionKind.OVERRIDE_SET, shape.script, value=nnodes, key="nnodes"),)
+                fix = Fix(fix.title, fix.safety, fix.actions + extra)
             return warn(f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and every task sees all {shared} GPUs: "
                         f"each {launcher} sets LOCAL_RANK=0, so ranks that select cuda:LOCAL_RANK all land on GPU 0 "
                         "(NCCL 'Duplicate GPU detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
@@ -931,6 +977,9 @@ def _first_words(text: str, n: int = 3) -> str:
 # ---------------------------------------------------------------- GD-SLURM-013 / 014 (the script as bash reads it)
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
 @check(
     id="GD-SLURM-013",
     name="sbatch-backslash-before-comment",
@@ -955,9 +1004,11 @@ def sbatch_backslash_before_comment(facts, ctx):
     path = ctx.sbatch.path
     parts, commands, evidence = [], [], {}
     for b in broken:
-        parts.append(f"line {b.line} ends with a backslash and blanks{' and a comment' if '#' in b.text[b.backslash.column:] else ''}, "
-                     f"so the command ends there and bash runs line {b.next_line} (`{b.next_text[:80]}`) on its own: "
-                     f"`{b.next_program[:40]}: command not found`")
+        comment = " and a comment" if "#" in b.text.rsplit("\\", 1)[-1] else ""
+        runs = ("as an assignment, not as part of the command" if _ASSIGNMENT.match(b.next_program)
+                else f"as a command of its own: `{b.next_program[:40]}: command not found`")
+        parts.append(f"line {b.line} ends with a backslash and blanks{comment}, so the command ends there and bash runs "
+                     f"line {b.next_line} (`{b.next_text[:80]}`) {runs}")
         commands.append(f"sed -i -E '{b.line}s/\\\\[[:blank:]]+(#.*)?$/\\\\/' {path}")
         evidence[f"line {b.line}"] = b.text
         evidence[f"line {b.next_line}"] = b.next_text

@@ -57,24 +57,58 @@ def expand_vars(text: str, known: dict[str, str]) -> str:
 
 # ---------------------------------------------------------------- redaction
 
+# A value that only names a variable ($WANDB_API_KEY) shows no secret: it stays as written.
+_REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1""")
 _CRED_ASSIGN = re.compile(r"""(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|'[^']*'|[^\s;&|]*)""")
 _CRED_OPTION = re.compile(r"""(?<![\w])(--?[A-Za-z][\w.-]*)(=|[ \t]+)("[^"]*"|'[^']*'|[^\s;&|-][^\s;&|]*)""")
 
 
 def redact(text: str) -> str:
     """NAME=value and --option value / --option=value with a credential-like name: the value becomes <redacted>."""
+    if not is_credential_name(text):  # no credential word anywhere: nothing to look for
+        return text
     def assign(m: re.Match) -> str:
-        return f"{m.group(1)}={REDACTED}" if is_credential_name(m.group(1)) and m.group(2) else m.group(0)
+        secret = is_credential_name(m.group(1)) and m.group(2) and not _REFERENCE.fullmatch(m.group(2))
+        return f"{m.group(1)}={REDACTED}" if secret else m.group(0)
 
     def option(m: re.Match) -> str:
         name = m.group(1).lstrip("-").replace("-", "_").replace(".", "_")
-        return f"{m.group(1)}{m.group(2)}{REDACTED}" if is_credential_name(name) else m.group(0)
+        secret = is_credential_name(name) and not _REFERENCE.fullmatch(m.group(3))
+        return f"{m.group(1)}{m.group(2)}{REDACTED}" if secret else m.group(0)
 
     return _CRED_OPTION.sub(option, _CRED_ASSIGN.sub(assign, text))
 
 
+_OPTION_WORD = re.compile(r"(--?[A-Za-z][\w.-]*)(=.*)?$", re.S)
+
+
+def redact_words(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Words after quote removal: the values of credential-named options and NAME=value become <redacted>."""
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        if hide_next:
+            out.append(word if _REFERENCE.fullmatch(word) else REDACTED)
+            hide_next = False
+            continue
+        option = _OPTION_WORD.match(word)
+        assign = _ASSIGN.match(word)
+        if _REFERENCE.fullmatch(word.split("=", 1)[-1]):
+            out.append(word)
+        elif option and is_credential_name(option.group(1).lstrip("-").replace("-", "_").replace(".", "_")):
+            out.append(f"{option.group(1)}={REDACTED}" if option.group(2) else word)
+            hide_next = not option.group(2)
+        elif assign and is_credential_name(assign.group(1)):
+            out.append(f"{assign.group(1)}={REDACTED}")
+        else:
+            out.append(redact(word))
+    return tuple(out)
+
+
 def _one_line(text: str) -> str:
     """A command as written, its line continuations joined."""
+    if "\\\n" not in text:
+        return text.strip()
     return re.sub(r"[ \t]*\\\n[ \t]*", " ", text).strip()
 
 
@@ -169,6 +203,8 @@ def _header(src: Source, path: str):
     text = src.text
     for lineno, raw in enumerate(text.split("\n"), 1):
         start, offset = offset, offset + len(raw) + 1
+        if first_command is not None and not raw.startswith("#SBATCH"):
+            continue  # below the first command only #SBATCH lines matter (sbatch ignores them)
         stripped = raw.strip()
         line_span = src.span(start, start + len(raw))
         if raw.startswith("#SBATCH"):
@@ -214,7 +250,8 @@ def _directive_line(src: Source, lineno: int, base: int, rest: str, raw: str, li
         if h.value_word is not None:
             vt = tokens[h.value_word]
             value_span = src.span(base + vt.start + h.value_offset, base + vt.end)
-        out.append(Directive(h.option, h.value, h.written, lineno, raw.strip(),
+        value = h.value if h.value is True else redact(h.value)
+        out.append(Directive(h.option, value, h.written, lineno, redact(raw.strip()),
                              src.span(base + opt_tok.start, base + end_tok.end), value_span, line_span))
     return out, bad
 
@@ -283,7 +320,8 @@ class _Body:
         expanded = self.expander.expand(joined, self.known, PER_TASK_VARS)
         line = self.src.position(cmd.start)[0]
         as_written = _one_line(self.src.text[cmd.start : cmd.end])
-        for sub in commands(tokenize(expanded)):
+        subs = [cmd] if expanded == joined else commands(tokenize(expanded))  # re-read only what expansion changed
+        for sub in subs:
             tokens = self.branches.feed([unquote(w.text) for w in sub.words])
             if not tokens or not self.branches.may_run:
                 continue
@@ -339,7 +377,7 @@ class _Body:
             raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
         if desc is None:
             return
-        self.launches.append((_to_launch(desc, line, redact(as_written), redact(" ".join(tokens)),
+        self.launches.append((_to_launch(desc, line, redact(as_written), " ".join(redact_words(tokens)),
                                          self.src.span(cmd.start, cmd.end)), desc))
 
 
@@ -353,9 +391,10 @@ def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
 
     return Launch(
         line=line, text=text, expanded=expanded, span=span,
-        srun=SrunStep(MappingProxyType(dict(srun["options"])), tuple(srun["unknown"])) if srun else None,
+        srun=SrunStep(MappingProxyType({k: v if v is True else redact(str(v)) for k, v in srun["options"].items()}),
+                      redact_words(srun["unknown"])) if srun else None,
         program=desc.get("program"), launcher=desc.get("launcher"), module=desc.get("module"), script=desc.get("script"),
-        script_args=tuple(desc.get("script_args") or ()), nproc_per_node=opt("nproc_per_node"), nnodes=opt("nnodes"),
+        script_args=redact_words(desc.get("script_args") or ()), nproc_per_node=opt("nproc_per_node"), nnodes=opt("nnodes"),
         num_processes=opt("num_processes"), node_rank=opt("node_rank"), standalone=bool(desc.get("standalone")),
         rdzv_backend=desc.get("rdzv_backend"), rdzv_endpoint=desc.get("rdzv_endpoint"), config_file=desc.get("config_file"),
         deepspeed_launcher=desc.get("deepspeed_launcher"), lightning=MappingProxyType(dict(light)) if light else None,
@@ -507,5 +546,5 @@ def bash_syntax(text: str) -> BashSyntax:
         return BashSyntax(None, f"bash -n did not finish within {BASH_TIMEOUT_S:g} s")
     if proc.returncode == 0:
         return BashSyntax(True)
-    lines = [redact(ln.strip()) for ln in err.decode("utf-8", errors="replace").splitlines() if ln.strip()]
+    lines = [redact(re.sub(r"^\S*bash: ", "", ln.strip())) for ln in err.decode("utf-8", errors="replace").splitlines() if ln.strip()]
     return BashSyntax(False, "; ".join(lines[:3])[:500] or f"bash -n exited {proc.returncode}")

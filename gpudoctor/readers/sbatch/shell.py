@@ -70,7 +70,12 @@ _WORD_END = frozenset(" \t\n;&|<>()")
 # Characters that can change the lexer's state; everything else is copied in one step.
 _SPECIAL = re.compile(r"[\s;&|<>()'\"\\$`{}#]")
 _ARRAY_START = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=$")
-_FD_REDIRECT = re.compile(r"\d+(?=[<>])|\{[A-Za-z_][A-Za-z0-9_]*\}(?=[<>])")
+_OPERATOR_START = frozenset("0123456789{;&|()<>")
+# An operator or a redirection (with its file-descriptor prefix: 2>&1, {fd}>file) at a position.
+_OPERATOR_AT = re.compile(
+    r"(?:\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(?P<redir>" + "|".join(re.escape(r) for r in _REDIRECTS) + ")"
+    r"|(?P<op>" + "|".join(re.escape(o) for o in _OPERATORS) + ")"
+)
 
 
 def scan_word(text: str, i: int, single: bool = False) -> tuple[int, bool]:
@@ -195,19 +200,16 @@ def tokenize(text: str) -> list[Token]:
             out.append(Token("comment", text[i:end], i, end))
             i = end
             continue
-        fd = _FD_REDIRECT.match(text, i)
-        op_at = fd.end() if fd else i
-        redir = next((r for r in _REDIRECTS if text.startswith(r, op_at)), None)
-        if redir:
-            out.append(Token("redir", text[i : op_at + len(redir)], i, op_at + len(redir)))
-            i = op_at + len(redir)
-            if redir in ("<<", "<<-"):
-                expect_heredoc_word, strip_tabs = True, redir == "<<-"
+        m = _OPERATOR_AT.match(text, i) if c in _OPERATOR_START else None
+        if m and m.group("redir"):
+            out.append(Token("redir", m.group(0), i, m.end()))
+            i = m.end()
+            if m.group("redir") in ("<<", "<<-"):
+                expect_heredoc_word, strip_tabs = True, m.group("redir") == "<<-"
             continue
-        op = next((o for o in _OPERATORS if text.startswith(o, i)), None)
-        if op:
-            out.append(Token("op", op, i, i + len(op)))
-            i += len(op)
+        if m and m.group("op"):
+            out.append(Token("op", m.group("op"), i, m.end()))
+            i = m.end()
             continue
         end, open_ = scan_word(text, i)
         end = max(end, i + 1)
