@@ -206,6 +206,7 @@ def caching_allocator_disabled(facts, ctx):
     category="allocator",
     title="Kernel launches are asynchronous (CUDA_LAUNCH_BLOCKING off)",
     needs=["env"],
+    scope="job",
     what="Reads CUDA_LAUNCH_BLOCKING: 1 makes every kernel launch wait for the kernel to finish; 0 (or unset) "
     "is CUDA's normal asynchronous mode.",
     why="With launches serialised the CPU cannot run ahead of the GPU, so data loading, Python overhead and "
@@ -237,6 +238,7 @@ def cuda_launch_blocking_on(facts, ctx):
     category="allocator",
     title="No build-time CUDA debug flags set at run time",
     needs=["env"],
+    scope="job",
     what="Looks for TORCH_USE_CUDA_DSA and PYTORCH_USE_CUDA_DSA. TORCH_USE_CUDA_DSA is a compile-time macro for "
     "building torch with device-side assertions; as an environment variable at run time nothing reads it. "
     "PYTORCH_USE_CUDA_DSA=1 is the run-time switch, and it only has an effect in a torch built with "
@@ -350,6 +352,7 @@ def _startup_switches(env: dict) -> list[tuple[str, str, str]]:
     category="allocator",
     title="No profiler, sanitizer or debug switch that slows training",
     needs=["env"],
+    scope="job",
     what="Looks for tools that hook every CUDA call: a CUDA_INJECTION64_PATH injection library (Nsight, "
     "CUPTI tools), profiler or sanitizer libraries in LD_PRELOAD, TORCH_CUDA_SANITIZER, and cuDNN/cuBLAS API "
     "logging (CUDNN_LOGINFO_DBG=1, CUDNN_LOGLEVEL_DBG>=3, CUBLAS_LOGINFO_DBG=1, CUBLASLT_LOG_LEVEL>=2); "

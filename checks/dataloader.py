@@ -261,6 +261,7 @@ def _main_process_by_default(facts, ctx, settings, default):
     category="dataloader",
     title="DataLoader pins host memory for GPU copies",
     needs=[],
+    scope="job",
     requires=["gpus-expected"],
     what="On GPU training, looks for pin_memory=False (the DataLoader default).",
     why="Pinned (page-locked) batches are copied to the GPU by DMA straight from their buffer, and "
@@ -296,6 +297,7 @@ def dataloader_memory_not_pinned(facts, ctx):
     category="dataloader",
     title="DataLoader keeps its workers between epochs",
     needs=[],
+    scope="job",
     what="With num_workers > 0, looks for persistent_workers=False (the DataLoader default).",
     why="Without persistent workers every epoch (and every validation loop) shuts the workers down and "
     "starts new ones: the dataset is pickled to each worker again and worker_init_fn re-runs. With large "
@@ -508,6 +510,7 @@ def _batch_rule(settings, framework: str | None, dp: int) -> BatchRule:
     category="dataloader",
     title="The global batch size divides evenly across the data-parallel ranks",
     needs=["env"],
+    scope="job",
     what="When the config states a global batch (DeepSpeed train_batch_size, Megatron/NeMo global_batch_size, "
     "detectron2 SOLVER.IMS_PER_BATCH, effective_batch_size...), checks it against the data-parallel size "
     "(world size, divided by tensor x pipeline x context parallel sizes when the config states them) the way "
@@ -662,6 +665,7 @@ RANK_AWARE_SAMPLERS = {
     category="dataloader",
     title="Each rank reads its own share of the data",
     needs=["env"],
+    scope="job",
     what="With more than one rank, the DataLoader's sampler should be a DistributedSampler (or another "
     "sampler that splits the dataset by rank: mmengine's DefaultSampler/InfiniteSampler, detectron2's "
     "TrainingSampler...). Read from a live DataLoader (a custom batch_sampler counts as the sampler) or a "

@@ -152,6 +152,7 @@ def _node_rank_same_on_every_node(facts, ctx):
     category="distributed",
     title="Rank variables present, integer and consistent",
     needs=["env"],
+    scope="job",
     what="Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE (and GROUP_RANK, NODE_RANK) as torch "
     "does: each must be an integer, 0 <= RANK < WORLD_SIZE, LOCAL_RANK < LOCAL_WORLD_SIZE <= "
     "WORLD_SIZE; once a rank variable is set, env:// initialisation also needs MASTER_ADDR and "
@@ -233,6 +234,7 @@ def _per_task_srun_launch(ctx) -> bool:
     category="distributed",
     title="MASTER_PORT is a usable TCP port",
     needs=["env"],
+    scope="job",
     what="MASTER_PORT must be an integer from 1 to 65535; ports below 1024 are privileged.",
     why="torch reads MASTER_PORT with int(): anything else raises before the rendezvous. A port "
     "below 1024 can be bound only by root, so rank 0's store fails with 'Permission denied' on a "
@@ -367,6 +369,7 @@ def _legacy_launches(sbatch) -> list:
     category="distributed",
     title="Not launched with the deprecated torch.distributed.launch",
     needs=[],
+    scope="job",
     what="Looks for `python -m torch.distributed.launch` among the launch lines of the batch script given "
     "with --sbatch.",
     why="torch.distributed.launch has been deprecated in favour of torchrun since torch 1.10. Since torch "

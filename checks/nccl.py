@@ -271,6 +271,7 @@ def nccl_p2p_disabled_on_nvlink(facts, ctx):
     category="nccl",
     title="NCCL debug logging off for production runs",
     needs=["env"],
+    scope="job",
     what="Reads NCCL_DEBUG and NCCL_DEBUG_SUBSYS.",
     why="NCCL_DEBUG=INFO prints dozens of lines per rank at every communicator set-up: right for debugging a "
     "hang, noise in a long run. With NCCL_DEBUG_SUBSYS including COLL (or ALL), NCCL logs every "
@@ -306,6 +307,7 @@ def nccl_debug_logging_left_on(facts, ctx):
     category="nccl",
     title="NCCL_* and TORCH_NCCL_* values are ones NCCL and torch understand",
     needs=["env"],
+    scope="job",
     what="Reads the NCCL_* variables as NCCL parses them (integers with C's strtoll, case-sensitive path "
     "levels, NCCL_DEBUG levels) and torch's TORCH_NCCL_* variables as ProcessGroupNCCL does.",
     why="NCCL never rejects a bad value: 'NCCL_IB_DISABLE=true' reads as 0 and leaves InfiniBand on, "

@@ -159,6 +159,7 @@ def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
     category="slurm",
     title="SLURM job variables and directives are readable and consistent",
     needs=["env"],
+    scope="job",
     what="Parses the job's SLURM values in SLURM's own formats -- SLURM_TASKS_PER_NODE ('2(x3),1'), "
     "node lists ('gpu[01-04,07]'), GPU counts and index lists (SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS, "
     "'gpu:h200:1' gres strings) -- or a batch script's #SBATCH directives, and checks that the task, node "
@@ -274,6 +275,7 @@ def _env_int(env: dict, name: str) -> int | None:
     category="slurm",
     title="Each SLURM task has a GPU of its own",
     needs=["env"],
+    scope="job",
     what="Compares the tasks SLURM starts on a node (SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE, "
     "--ntasks-per-node) with the GPUs allocated per node (SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS/SLURM_STEP_GPUS, "
     "--gres/--gpus*), and the GPUs each task can see (CUDA_VISIBLE_DEVICES).",
@@ -314,6 +316,11 @@ def several_tasks_share_one_gpu(facts, ctx):
         how = "--gpus-per-task" if shape.from_script or "SLURM_GPUS_PER_TASK" in shape.evidence else "SLURM's per-task GPU binding"
         return passed(f"{tasks} task(s) per node, each bound to {shape.gpus_per_task} GPU(s) of its own ({how})", **ev)
     see = f"; every task sees all {shape.task_gpus} and must pick cuda:SLURM_LOCALID (Lightning and torchrun do)" if tasks > 1 and shape.task_gpus and shape.task_gpus > 1 else ""
+    asked = max(shape.tasks_per_node or [shape.ntasks_per_node or tasks])
+    if shape.from_script and shape.srun_launch is False and asked > tasks:
+        # The directives ask for more tasks per node, but no srun starts them: only the batch shell runs the command.
+        return info(f"--ntasks-per-node/--ntasks ask for {asked} task(s) per node, but the launch line has no srun: only the batch "
+                    f"shell's one process runs the training on the node's {gpus} GPU(s) (see GD-SLURM-012 and GD-SLURM-005)", **ev)
     return passed(f"{tasks} task(s) per node for {gpus} GPU(s) per node{see}", **ev)
 
 
@@ -333,6 +340,7 @@ def _gpu_words(shape: JobShape) -> str:
     category="slurm",
     title="Every allocated GPU gets a training process",
     needs=["env"],
+    scope="job",
     what="Counts the processes that will train on a node -- SLURM tasks times the processes each task "
     "starts (torchrun --nproc-per-node, deepspeed --num_gpus, accelerate --num_processes, Lightning's own "
     "launcher) -- and compares them with the GPUs allocated per node. Also flags a GPU job that requests "
@@ -412,6 +420,7 @@ def allocated_gpus_left_idle(facts, ctx):
     category="slurm",
     title="Tasks are placed per node explicitly",
     needs=["env"],
+    scope="job",
     what="Looks for --ntasks (SLURM_NTASKS) greater than one without --ntasks-per-node "
     "(SLURM_NTASKS_PER_NODE) on a job that has, or may get, more than one node, and at how SLURM "
     "actually placed the tasks (SLURM_TASKS_PER_NODE).",
@@ -460,6 +469,7 @@ def ntasks_without_ntasks_per_node(facts, ctx):
     category="slurm",
     title="Lightning's devices and num_nodes match SLURM's tasks",
     needs=["env", "slurm"],
+    scope="job",
     what="For a Lightning job (--launcher lightning, a trainer section in --config, or trainer.* arguments on "
     "the launch line), applies Lightning's own SLURM rules: SLURM is detected when SLURM_NTASKS is set and "
     "the job name is not 'bash'/'interactive'; then SLURM must start every rank, tasks per node must equal "
@@ -569,6 +579,7 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
     category="slurm",
     title="The job name keeps Lightning's SLURM detection",
     needs=["env"],
+    scope="job",
     what="Looks at the job name (SLURM_JOB_NAME, --job-name, or the script's file name). Lightning treats "
     "'bash' and 'interactive' as an interactive session and then ignores SLURM's tasks.",
     why="Under those names each srun task runs Lightning's own launcher: 8 tasks x 8 devices start 64 "
@@ -686,6 +697,7 @@ def srun_drops_cpus_per_task(facts, ctx):
     category="slurm",
     title="Each SLURM task has CPUs for its DataLoader workers",
     needs=["env"],
+    scope="job",
     what="Compares the CPUs a SLURM task gets (--cpus-per-task / SLURM_CPUS_PER_TASK, else SLURM_CPUS_ON_NODE "
     "over the tasks) with what its ranks need: (num_workers + 1) per rank, times the ranks the task starts "
     "(torchrun --nproc-per-node, Lightning's own launcher). num_workers comes from --config.",
@@ -747,6 +759,7 @@ def _task_cpus(shape: JobShape, env: dict) -> tuple[int | None, str | None]:
     category="slurm",
     title="Only one launcher starts the ranks",
     needs=["env"],
+    scope="job",
     what="Looks for a process launcher (torchrun, python -m torch.distributed.run/launch, deepspeed, "
     "accelerate launch) started by srun with more than one task per node -- from the launch line of "
     "--sbatch, or inside a task from TORCHELASTIC_RUN_ID/LOCAL_WORLD_SIZE next to SLURM_STEP_TASKS_PER_NODE.",
@@ -839,6 +852,7 @@ def _tasks_bound_to_own_gpus(shape: JobShape) -> bool:
     category="slurm",
     title="CUDA_VISIBLE_DEVICES is left to SLURM",
     needs=["env"],
+    scope="job",
     what="Compares CUDA_VISIBLE_DEVICES with the GPUs SLURM allocated: an `export CUDA_VISIBLE_DEVICES=...` in "
     "the batch script, or, inside the job, a value naming more or fewer GPUs than SLURM_GPUS_ON_NODE / "
     "SLURM_STEP_GPUS.",
@@ -902,10 +916,12 @@ RESOURCE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-
     category="slurm",
     title="All #SBATCH directives come before the first command",
     needs=[],
+    scope="job",
     what="Finds #SBATCH lines below the first command of a batch script (--sbatch).",
     why="sbatch stops reading directives at the first line that is not a comment or blank: a `module load` "
     "or `set -e` above them makes every later #SBATCH line a comment, and the job runs with the default "
-    "resources -- often no GPU -- without a warning.",
+    "resources -- often no GPU -- without a warning (sbatch man page: directives come \"before any executable "
+    "commands\"; sbatch stops at the first non-comment, non-whitespace line, https://slurm.schedmd.com/sbatch.html).",
     fix="Move all #SBATCH lines directly under the #! line, before any command.",
 )
 def sbatch_directive_after_first_command(facts, ctx):
@@ -937,6 +953,7 @@ def _short_form(text: str, option: str) -> bool:
     category="slurm",
     title="A multi-node or multi-task job starts its tasks with srun",
     needs=[],
+    scope="job",
     what="For --sbatch: when the job has several nodes, or several tasks running a plain Python script, "
     "checks that the training line starts with srun.",
     why="The batch script runs once, on the first node. Without srun the other nodes stay idle -- torchrun "
@@ -986,6 +1003,7 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
     category="slurm",
     title="Every line continuation in the batch script continues the command",
     needs=[],
+    scope="job",
     what="For --sbatch: finds a backslash followed by blanks (and often a `# comment`) at the end of a line "
     "of a command, e.g. `trainer.params.accelerator=gpu \\    # use GPU`.",
     why="Only a backslash directly before the newline continues a line (bash manual, 3.1.2.1 Escape Character: "
@@ -1023,6 +1041,7 @@ def sbatch_backslash_before_comment(facts, ctx):
     category="slurm",
     title="bash can parse the batch script",
     needs=[],
+    scope="job",
     what="For --sbatch: runs `bash -n` on the script (syntax only, nothing is executed; bounded by a timeout, in "
     "its own process group).",
     why="sbatch does not parse the script: a missing `fi`, `done` or quote is found only when the job starts, "

@@ -19,8 +19,9 @@ requires -- preconditions; an unmet one makes the check a `skip` with one wordin
 (see REQUIREMENTS). Checked in the order given, after `needs`.
 
 scope -- what the verdict is about (see SCOPES):
-  "job"     the job's settings: environment, batch script, training config, launcher. The same
-            wherever gpudoctor runs (on a login node before submission, or inside the job).
+  "job"     the job: its settings (environment, batch script, training config, launcher) or all its
+            ranks together (GD-JOB-*). The same wherever gpudoctor runs (a login node before
+            submission, or inside the job).
   "machine" the machine gpudoctor runs on as it is: its driver, GPUs, torch install, hardware
             counters. (The default.) Run where the job runs for a verdict about the job's node.
   "node"    the compute node the job will get, measured on this machine (CPUs, memory, /dev/shm,
