@@ -36,6 +36,7 @@ def _gib(n: int) -> str:
     category="host",
     title="Enough host memory for the GPUs",
     needs=["host", "nvidia", "env"],
+    requires=["job-gpus"],
     what="Compares the memory this process may use (physical RAM, or the cgroup limit of a container or SLURM job "
     "when lower) with the total memory of the job's GPUs. Below 1x is flagged; NVIDIA's own GPU servers ship "
     "with about 2x (a DGX H100 has 2 TiB of RAM for 640 GB of GPU memory).",
@@ -50,8 +51,8 @@ def host_ram_too_small(facts, ctx):
     gpus = cudavis.job_gpus(facts)
     gpu_mem = sum(g.get("memory_total_bytes") or 0 for g in gpus)
     ram, source = _usable_ram(facts.host)
-    if not gpus or not gpu_mem:
-        return skip("no GPUs to compare with" if ctx.gpus_expected else "no GPUs expected")
+    if not gpu_mem:
+        return skip("the GPUs' memory size is unknown")
     if not ram:
         return skip("host memory size unknown")
     ratio = ram / gpu_mem

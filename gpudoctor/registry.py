@@ -300,6 +300,9 @@ def select(specs: dict[str, CheckSpec], selected: list[str] | None, ignored: lis
 
     out = [s for s in specs.values() if s.judged_by_check]
     if selected:
+        smoke = [n for n in selected if (n.upper() in specs and not specs[n.upper()].judged_by_check) or n == "smoke"]
+        if smoke:
+            raise RegistryError(f"{', '.join(smoke)}: judged by `gpudoctor smoke`, not by `gpudoctor check`")
         m = matcher(selected)
         out = [s for s in out if m(s)]
     if ignored:

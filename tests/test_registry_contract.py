@@ -28,6 +28,7 @@ from gpudoctor.registry import (
     RegistryError,
     builtin_modules,
     load_all,
+    select,
 )
 from gpudoctor.runner import UNMET, run_check, run_checks
 from tests.factsutil import make_facts
@@ -136,6 +137,10 @@ def test_smoke_checks_are_listed_but_never_run_by_check():
     assert sorted(s.id for s in smoke) == [f"GD-SMOKE-{n:03d}" for n in range(1, 13)]
     ids = {f.id for f in run_checks(SPECS.values(), make_facts(), Context())}
     assert ids and not ids & {s.id for s in smoke}
+    assert not {s.id for s in select(SPECS, ["distributed"], None)} & {s.id for s in smoke}
+    for name in ("GD-SMOKE-001", "smoke"):
+        with pytest.raises(RegistryError, match="judged by `gpudoctor smoke`"):
+            select(SPECS, [name], None)
 
 
 # --- registration mistakes, each caught at import with the file and the check --------------
