@@ -48,7 +48,9 @@ def real_target(path: str) -> str:
     home = os.path.realpath(os.path.dirname(os.path.abspath(path)))
     target = os.path.realpath(path)
     if os.path.dirname(target) != home:
-        raise WriteRefused(f"{path}: a symlink to {target}, outside its own directory; gpudoctor edits only files there")
+        raise WriteRefused(
+            f"{path}: a symlink to {target}, outside its own directory; gpudoctor edits only files there"
+        )
     return target
 
 
@@ -66,7 +68,9 @@ def _check(p: Planned) -> str:
         raise WriteRefused(f"{p.path}: changed since gpudoctor read it; run gpudoctor fix again")
     directory = os.path.dirname(os.path.abspath(target))
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise WriteRefused(f"{p.path}: its directory {directory} is not writable (the backup and the new file go there)")
+        raise WriteRefused(
+            f"{p.path}: its directory {directory} is not writable (the backup and the new file go there)"
+        )
     return target
 
 

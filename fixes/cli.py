@@ -24,8 +24,11 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
         if action.dest not in _REPORT_ONLY:
             p._add_action(action)
     p.add_argument("--apply", action="store_true", help="write the safe fixes (a backup NAME.gpudoctor.bak is kept)")
-    p.add_argument("--unsafe-fixes", action="store_true",
-                   help="also fixes that change what the job does (GPUs, tasks, batch size, workers, launch)")
+    p.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="also fixes that change what the job does (GPUs, tasks, batch size, workers, launch)",
+    )
     p.add_argument("--diff", action="store_true", help="print the plan; exit 1 when changes are pending (CI gate)")
     p.add_argument("--json", action="store_true", help=f"print the plan and outcome as {SCHEMA} (docs/fix.schema.json)")
     p.add_argument("--shell", action="store_true", help='print export/unset lines for eval "$(gpudoctor fix --shell)"')
@@ -67,8 +70,10 @@ def run(args, findings_runner=_inputs) -> int:
         plan = make_plan(run_checks, facts, ctx, allowed)
     except InputError as e:
         raise _usage(str(e)) from None
-    planned = [writer.Planned(p, plan.original.texts[p].encode("utf-8", errors="surrogateescape"), plan.final.texts[p])
-               for p in plan.changed_files]
+    planned = [
+        writer.Planned(p, plan.original.texts[p].encode("utf-8", errors="surrogateescape"), plan.final.texts[p])
+        for p in plan.changed_files
+    ]
     backups: dict[str, str] = {}
     env_file_backup = None
     try:
@@ -108,6 +113,7 @@ def diff(plan, path: str) -> str:
 
 def _status(plan) -> dict:
     """Per check id that was not clean before: its severity before and after, and what decided it."""
+
     def worst(findings, cid):
         sev = [f for f in findings if f.id == cid]
         return max(sev, key=lambda f: f.severity.rank) if sev else None
@@ -124,10 +130,18 @@ def _status(plan) -> dict:
         b, a = worst(plan.before, cid), worst(plan.after, cid)
         kept = [d for d in plan.decisions if d.kept and d.finding.id == cid]
         if a is None or a.severity.value in ("pass", "skip") or (b and a.severity.rank < b.severity.rank):
-            fixed.append({"id": cid, "before": b.severity.value if b else "pass", "after": a.severity.value if a else "pass",
-                          "by": [d.fix.title for d in kept] or ["another fix in this plan"]})
+            fixed.append(
+                {
+                    "id": cid,
+                    "before": b.severity.value if b else "pass",
+                    "after": a.severity.value if a else "pass",
+                    "by": [d.fix.title for d in kept] or ["another fix in this plan"],
+                }
+            )
         if a is not None and a.severity.value in ("info", "warn", "fail", "error"):
-            remaining.append({"id": cid, "severity": a.severity.value, "message": a.message, "reason": _why_left(plan, a)})
+            remaining.append(
+                {"id": cid, "severity": a.severity.value, "message": a.message, "reason": _why_left(plan, a)}
+            )
     return {"fixed": fixed, "remaining": remaining}
 
 
@@ -155,19 +169,39 @@ def to_json(plan, args, backups: dict, env_file_backup: str | None) -> dict:
         "mode": "apply" if args.apply else "plan",
         "unsafe_fixes": bool(args.unsafe_fixes),
         "pending": plan.pending and not args.apply,
-        "files": [{"path": p, "diff": diff(plan, p), "written": p in backups, "backup": backups.get(p)}
-                  for p in plan.changed_files],
-        "env": [{"name": k, "value": v, "action": "unset" if v is None else "set"} for k, v in sorted(plan.env_changes.items())],
+        "files": [
+            {"path": p, "diff": diff(plan, p), "written": p in backups, "backup": backups.get(p)}
+            for p in plan.changed_files
+        ],
+        "env": [
+            {"name": k, "value": v, "action": "unset" if v is None else "set"}
+            for k, v in sorted(plan.env_changes.items())
+        ],
         "env_file": {"path": args.env_file, "backup": env_file_backup} if args.env_file else None,
         "shell": envfile.lines(plan.env_changes),
-        "fixes": [{"id": d.finding.id, "title": d.fix.title, "safety": d.fix.safety.value, "kept": d.kept, "reason": d.reason,
-                   "edits": [e.describe() for e in d.edits]} for d in plan.decisions],
+        "fixes": [
+            {
+                "id": d.finding.id,
+                "title": d.fix.title,
+                "safety": d.fix.safety.value,
+                "kept": d.kept,
+                "reason": d.reason,
+                "edits": [e.describe() for e in d.edits],
+            }
+            for d in plan.decisions
+        ],
         "unsafe_available": [{"id": f.id, "title": fix.title} for f, fix in plan.unsafe_available],
-        "manual": [{"id": f.id, "title": fix.title, "commands": [a.target for a in fix.actions]} for f, fix in plan.manual],
+        "manual": [
+            {"id": f.id, "title": fix.title, "commands": [a.target for a in fix.actions]} for f, fix in plan.manual
+        ],
         "fixed": status["fixed"],
         "remaining": status["remaining"],
-        "summary": {"files_changed": len(plan.changed_files), "env_changes": len(plan.env_changes),
-                    "fixed": len(status["fixed"]), "remaining": len(status["remaining"])},
+        "summary": {
+            "files_changed": len(plan.changed_files),
+            "env_changes": len(plan.env_changes),
+            "fixed": len(status["fixed"]),
+            "remaining": len(status["remaining"]),
+        },
     }
 
 
@@ -195,7 +229,8 @@ def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> 
         for d in refused:
             w(f"  {d.finding.id} {d.fix.title}: {d.reason}\n")
     if plan.unsafe_available:
-        w(f"\n{len(plan.unsafe_available)} unsafe fix(es) available with --unsafe-fixes (they change what the job does):\n")
+        count = len(plan.unsafe_available)
+        w(f"\n{count} unsafe fix(es) available with --unsafe-fixes (they change what the job does):\n")
         for f, fix in plan.unsafe_available:
             w(f"  {f.id} {fix.title}\n")
     if plan.manual:

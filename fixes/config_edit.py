@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from typing import Any
 
 from gpudoctor.fixes.sbatch_edit import EditError
 
@@ -25,6 +26,11 @@ def set_key(text: str, path: str, key: str, value: object) -> str:
     new = _set_json(text, key, value) if is_json(path) else _set_yaml(text, key, value)
     _verify(new, path, key, value)
     return new
+
+
+def _lc(node: Any) -> Any:
+    """ruamel.yaml's line/column record of a loaded mapping or sequence."""
+    return node.lc
 
 
 def _segments(key: str) -> list[str]:
@@ -83,10 +89,10 @@ def _set_yaml(text: str, key: str, value: object) -> str:
     if isinstance(parent, dict) and leaf in parent:
         if hasattr(parent, "_ok") and leaf not in parent._ok:
             raise EditError(f"{key} is inherited through a YAML merge key (<<: *anchor): edit it by hand")
-        line_no, col = parent.lc.value(leaf)
+        line_no, col = _lc(parent).value(leaf)
         return _replace_scalar(text, line_no, col, value)
     if isinstance(parent, list) and leaf.isdigit() and int(leaf) < len(parent):
-        line_no, col = parent.lc.item(int(leaf))
+        line_no, col = _lc(parent).item(int(leaf))
         return _replace_scalar(text, line_no, col, value)
     if not isinstance(parent, dict):
         raise EditError(f"{key}: its parent is not a mapping")
@@ -107,7 +113,9 @@ def _refuse_shared(data, segments: list[str]) -> None:
     for seg in segments:
         anchor = getattr(getattr(node, "anchor", None), "value", None)
         if anchor:
-            raise EditError(f"{'.'.join(segments)} is inside the anchor &{anchor}, which other keys reuse: edit it by hand")
+            raise EditError(
+                f"{'.'.join(segments)} is inside the anchor &{anchor}, which other keys reuse: edit it by hand"
+            )
         if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
             node = node[int(seg)]
         elif isinstance(node, dict) and seg in node:
@@ -138,7 +146,7 @@ def _replace_scalar(text: str, line_no: int, col: int, value: object) -> str:
     new = _yaml_scalar(value, quote)
     if isinstance(value, bool) and old.strip() in ("True", "False", "TRUE", "FALSE"):
         new = new.capitalize() if old.strip()[1:2].islower() else new.upper()  # keep the file's spelling
-    lines[line_no] = line[:col] + new + rest[len(old):]
+    lines[line_no] = line[:col] + new + rest[len(old) :]
     return "".join(lines)
 
 
@@ -157,7 +165,7 @@ def _set_json(text: str, key: str, value: object) -> str:
         lines = text.splitlines(keepends=True)
         m = _JSON_TOKEN.match(lines[line_no], col)
         if m:
-            lines[line_no] = lines[line_no][:col] + json.dumps(value, ensure_ascii=False) + lines[line_no][m.end():]
+            lines[line_no] = lines[line_no][:col] + json.dumps(value, ensure_ascii=False) + lines[line_no][m.end() :]
             return "".join(lines)
     parent = _navigate(data, segments)
     leaf = segments[-1]
@@ -183,9 +191,9 @@ def _json_value_position(text: str, segments: list[str]) -> tuple[int, int] | No
         parent = _navigate(data, segments)
         leaf = segments[-1]
         if isinstance(parent, dict) and leaf in parent:
-            return parent.lc.value(leaf)
+            return _lc(parent).value(leaf)
         if isinstance(parent, list) and leaf.isdigit() and int(leaf) < len(parent):
-            return parent.lc.item(int(leaf))
+            return _lc(parent).item(int(leaf))
     except (YAMLError, ValueError, EditError, AttributeError):
         return None
     return None

@@ -33,4 +33,4 @@ def render(changes: dict[str, str | None]) -> str:
     body = lines(changes)
     if not body:
         return ""
-    return "# written by gpudoctor fix: source this file, or eval \"$(gpudoctor fix --shell)\"\n" + "\n".join(body) + "\n"
+    return '# written by gpudoctor fix: source this file, or eval "$(gpudoctor fix --shell)"\n' + "\n".join(body) + "\n"

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any
 
 from gpudoctor.facts import Facts
 from gpudoctor.fixes import config_edit, sbatch_edit
@@ -78,7 +79,7 @@ class Workspace:
     texts: dict[str, str]
     env: dict[str, str | None] = field(default_factory=dict)  # ENV destination: value, or None for unset
 
-    def copy(self) -> "Workspace":
+    def copy(self) -> Workspace:
         return Workspace(dict(self.texts), dict(self.env))
 
 
@@ -129,7 +130,8 @@ def read_text(path: str) -> str:
 
 def context_for(ctx: Context, ws: Workspace) -> Context:
     """The context with the workspace's script and config read through gpudoctor's own readers."""
-    sbatch, config = ctx.sbatch, ctx.config
+    sbatch: Any = ctx.sbatch
+    config: Any = ctx.config
     if ctx.sbatch_path and ctx.sbatch_path in ws.texts:
         sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path])
     if ctx.config_path and ctx.config_path in ws.texts:
@@ -153,13 +155,19 @@ def with_launch_overrides(config: dict, args: tuple[str, ...]) -> dict:
         key, eq, raw = arg.partition("=")
         plus = len(key) - len(key.lstrip("+"))
         key = key.lstrip("+")
-        if not eq or not key or "$" in raw or key.startswith("-") or not all(p.isidentifier() or p.isdigit() for p in key.split(".")):
+        if (
+            not eq
+            or not key
+            or "$" in raw
+            or key.startswith("-")
+            or not all(p.isidentifier() or p.isdigit() for p in key.split("."))
+        ):
             continue
         try:
             value = yaml.safe_load(raw) if raw else ""
         except yaml.YAMLError:
             value = raw
-        node = out
+        node: Any = out
         parts = key.split(".")
         for part in parts[:-1]:
             if not isinstance(node, dict):
@@ -237,8 +245,14 @@ def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[E
             if kind is ActionKind.SET_ENV:
                 return [Edit(script, ActionKind.EXPORT_SET.value, name, str(action.value))]
             return [Edit(script, ActionKind.EXPORT_REMOVE.value, name, name in facts.env)]
-        return [Edit(ENV, "env_set" if kind is ActionKind.SET_ENV else "env_unset", name,
-                     str(action.value) if kind is ActionKind.SET_ENV else None)]
+        return [
+            Edit(
+                ENV,
+                "env_set" if kind is ActionKind.SET_ENV else "env_unset",
+                name,
+                str(action.value) if kind is ActionKind.SET_ENV else None,
+            )
+        ]
     if kind is ActionKind.YAML_SET:
         key = action.key or ""
         if script and sbatch_edit.override_on_launch(ws.texts[script], key):
@@ -273,7 +287,7 @@ def apply_edits(ws: Workspace, edits: list[Edit]) -> Workspace:
     out = ws.copy()
     for e in edits:
         if e.dest == ENV:
-            out.env[e.key] = e.value if e.op == "env_set" else None
+            out.env[str(e.key)] = str(e.value) if e.op == "env_set" else None
         elif e.op == "config_set":
             out.texts[e.dest] = config_edit.set_key(out.texts[e.dest], e.dest, e.key, e.value)
         else:
@@ -305,7 +319,9 @@ def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple
     old, new = _bad_counts(before), _bad_counts(after)
     worse = sorted(i for i, n in new.items() if n > old.get(i, 0) and i != target.id)
     if worse:
-        detail = "; ".join(f"{f.id} {f.severity.value}: {f.message[:120]}" for f in after if f.id in worse and f.severity in _BAD)
+        detail = "; ".join(
+            f"{f.id} {f.severity.value}: {f.message[:120]}" for f in after if f.id in worse and f.severity in _BAD
+        )
         return False, f"it would cause {detail}"
     return True, f"{target.id} {_sev_name(before, target.id, was)} -> {_sev_name(after, target.id, now)}"
 
@@ -318,11 +334,16 @@ def _sev_name(findings: list[Finding], check_id: str, rank: int) -> str:
 
 
 def _fix_key(f: Finding) -> tuple:
-    return (f.id, f.fix.title, tuple(tuple(sorted(a.to_dict().items(), key=str)) for a in f.fix.actions)) if f.fix else (f.id,)
+    return (
+        (f.id, f.fix.title, tuple(tuple(sorted(a.to_dict().items(), key=str)) for a in f.fix.actions))
+        if f.fix
+        else (f.id,)
+    )
 
 
-def make_plan(run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx: Context,
-              allowed: frozenset[Safety]) -> Plan:
+def make_plan(
+    run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx: Context, allowed: frozenset[Safety]
+) -> Plan:
     """Plan every fix that verifies. `run` runs the selected checks on (facts, context)."""
     texts = {}
     for path in (ctx.sbatch_path, ctx.config_path):
@@ -339,34 +360,52 @@ def make_plan(run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx:
     tried: set[tuple] = set()
     for _ in range(MAX_ROUNDS):
         kept_one = False
-        candidates = sorted((f for f in current if f.fix and f.severity not in (Severity.PASS, Severity.SKIP)),
-                            key=lambda f: -f.severity.rank)
+        candidates = sorted(
+            (f for f in current if f.fix and f.severity not in (Severity.PASS, Severity.SKIP)),
+            key=lambda f: -f.severity.rank,
+        )
         for f in candidates:
             key = _fix_key(f)
             if key in tried:
                 continue
             tried.add(key)
             fix = f.fix
+            if fix is None:
+                continue
 
             def decide(kept: bool, reason: str, edits: list[Edit] | tuple = (), f=f, fix=fix, key=key) -> None:
                 decided[key] = Decision(f, fix, kept, reason, tuple(edits))
 
-            if fix.safety is Safety.MANUAL or not fix.actions or all(ActionKind(a.kind) is ActionKind.COMMAND for a in fix.actions):
+            if (
+                fix.safety is Safety.MANUAL
+                or not fix.actions
+                or all(ActionKind(a.kind) is ActionKind.COMMAND for a in fix.actions)
+            ):
                 manual.append((f, fix))
                 continue
             if fix.safety not in allowed:
                 unsafe.append((f, fix))
                 continue
             try:
-                edits = [e for a in fix.actions if ActionKind(a.kind) is not ActionKind.COMMAND for e in resolve(a, ctx, facts, ws)]
-            except (EditError, ValueError) as e:
-                decide(False, f"not applied: {e}")
+                edits = [
+                    e
+                    for a in fix.actions
+                    if ActionKind(a.kind) is not ActionKind.COMMAND
+                    for e in resolve(a, ctx, facts, ws)
+                ]
+            except (EditError, ValueError) as err:
+                decide(False, f"not applied: {err}")
                 continue
-            clash = next((e for e in edits if e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.op)), None)
+            clash = next(
+                (e for e in edits if e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.op)), None
+            )
             if clash is not None:
                 value, _op, other = slots[clash.slot]
-                decide(False, f"conflict: {clash.describe()} but the kept fix for {other} set "
-                                                         f"{clash.key} to {value!r}", edits)
+                decide(
+                    False,
+                    f"conflict: {clash.describe()} but the kept fix for {other} set {clash.key} to {value!r}",
+                    edits,
+                )
                 continue
             try:
                 trial = apply_edits(ws, edits)
@@ -374,11 +413,11 @@ def make_plan(run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx:
                     decide(False, "changes nothing in the files given", edits)
                     continue
                 after = run(facts_for(facts, trial), context_for(ctx, trial))
-            except EditError as e:
-                decide(False, f"not applied: {e}", edits)
+            except EditError as err:
+                decide(False, f"not applied: {err}", edits)
                 continue
-            except Exception as e:  # a bug in one editor must not cost the user the other fixes
-                decide(False, f"not applied (gpudoctor error: {type(e).__name__}: {e})", edits)
+            except Exception as err:  # a bug in one editor must not cost the user the other fixes
+                decide(False, f"not applied (gpudoctor error: {type(err).__name__}: {err})", edits)
                 continue
             ok, why = judge(f, current, after)
             decide(ok, why, edits)

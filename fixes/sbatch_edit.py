@@ -63,8 +63,8 @@ def set_directive(text: str, option: str, value: object) -> str:
     d = script.directive(option)
     if d is not None:
         if d.value_span is None:  # a flag: write the long form with the value
-            return text[: d.span.start] + f"--{option}={new}" + text[d.span.end:]
-        return text[: d.value_span.start] + new + text[d.value_span.end:]
+            return text[: d.span.start] + f"--{option}={new}" + text[d.span.end :]
+        return text[: d.value_span.start] + new + text[d.value_span.end :]
     if script.directives:
         at = _line_bounds(text, script.directives[-1].line_span.start)[1]
     else:  # under the #! line
@@ -85,12 +85,16 @@ def remove_directive(text: str, option: str) -> str:
         d = hits[-1]
         others = [o for o in script.directives if o.line == d.line and o is not d]
         if others:
-            tail = text[d.span.end:]
-            text = text[: d.span.start].rstrip(" \t") + (" " if tail.lstrip(" \t")[:1] not in ("\n", "") else "") + tail.lstrip(" \t")
+            tail = text[d.span.end :]
+            text = (
+                text[: d.span.start].rstrip(" \t")
+                + (" " if tail.lstrip(" \t")[:1] not in ("\n", "") else "")
+                + tail.lstrip(" \t")
+            )
             continue
         start, end = _line_bounds(text, d.line_span.start)
         line = text[start:end]
-        if "#" in line[len("#SBATCH"):]:
+        if "#" in line[len("#SBATCH") :]:
             text = text[:start] + f"# removed by gpudoctor fix: {line.strip()}\n" + text[end:]
         else:
             text = text[:start] + text[end:]
@@ -131,7 +135,8 @@ def prefix_srun(text: str, options: str = "") -> str:
     _, launch = _launch(text)
     if launch.srun is not None:
         return text
-    at = launch.span.start + _LEADING.match(text[launch.span.start: launch.span.end]).end()
+    leading = _LEADING.match(text[launch.span.start : launch.span.end])
+    at = launch.span.start + (leading.end() if leading else 0)
     insert = "srun " + (options.strip() + " " if options and options.strip() else "")
     return text[:at] + insert + text[at:]
 
@@ -146,9 +151,9 @@ def set_export(text: str, name: str, value: object) -> str:
     exported = name in script.exports and not script.exports[name].unset
     last = before[-1] if before else None
     if last is not None and not last.unset and last.value_span is not None and (last.exported or exported):
-        return text[: last.value_span.start] + new + text[last.value_span.end:]
+        return text[: last.value_span.start] + new + text[last.value_span.end :]
     start, _ = _line_bounds(text, launch.span.start)
-    indent = _indent(text[start: launch.span.start])
+    indent = _indent(text[start : launch.span.start])
     return text[:start] + f"{indent}export {name}={new}\n" + text[start:]
 
 
@@ -167,12 +172,12 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
         together = [o for o in script.assignments if o.span == a.span and o is not a]
         if together and a.value_span is not None:  # `export A=1 B=2`: drop this word only
             word_start = a.value_span.start - len(name) - 1
-            tail = text[a.value_span.end:].lstrip(" \t")
+            tail = text[a.value_span.end :].lstrip(" \t")
             text = text[:word_start].rstrip(" \t") + ("" if tail[:1] in ("\n", ";", "#", "") else " ") + tail
             continue
         start, end = _line_bounds(text, a.span.start)
         line = text[start:end]
-        rest = line[a.span.end - start:].strip()
+        rest = line[a.span.end - start :].strip()
         if rest.startswith("#"):
             text = text[:start] + f"{_indent(line)}# removed by gpudoctor fix: {line.strip()}\n" + text[end:]
         elif not rest and not line[: a.span.start - start].strip():
@@ -182,7 +187,7 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
     if inherited:
         _, launch = _launch(text)
         start, _ = _line_bounds(text, launch.span.start)
-        text = text[:start] + f"{_indent(text[start: launch.span.start])}unset {name}\n" + text[start:]
+        text = text[:start] + f"{_indent(text[start : launch.span.start])}unset {name}\n" + text[start:]
     elif not changed:
         raise EditError(f"no `export {name}=...` before the launch line")
     return text
@@ -201,7 +206,7 @@ def set_override(text: str, key: str, value: object) -> str:
     """Set a value given on the launch line: a Hydra/OmegaConf `key=value` (also `+key`/`++key`) or a
     `--flag value` / `--flag=value` argument. EditError when the launch line does not give it."""
     _, launch = _launch(text)
-    region = text[launch.span.start: launch.span.end]
+    region = text[launch.span.start : launch.span.end]
     new = _format_value(value)
     hydra = re.compile(rf"(?<![\w.+-])(\+{{0,2}}{re.escape(key)}=)(\"[^\"]*\"|'[^']*'|[^\s\\]*)")
     m = hydra.search(region)
@@ -213,7 +218,7 @@ def set_override(text: str, key: str, value: object) -> str:
     if m is None:
         raise EditError(f"the launch line does not set {key}")
     at = launch.span.start
-    return text[: at + m.start(2)] + new + text[at + m.end(2):]
+    return text[: at + m.start(2)] + new + text[at + m.end(2) :]
 
 
 def _flag_spellings(key: str) -> list[str]:

@@ -66,7 +66,12 @@ def test_apply_safe_only_keeps_resources(seed_fixed, capsys):
     # The safe fix drops the CUDA_VISIBLE_DEVICES export (it named exactly the 8 GPUs requested) ...
     assert "\nexport CUDA_VISIBLE_DEVICES" not in text and "# Make all GPUs visible" in text
     # ... and nothing that changes the request or the launch topology.
-    for kept in ("#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=128", "#SBATCH --gres=gpu:8", "\npython run_training_dense.py"):
+    for kept in (
+        "#SBATCH --ntasks=1",
+        "#SBATCH --cpus-per-task=128",
+        "#SBATCH --gres=gpu:8",
+        "\npython run_training_dense.py",
+    ):
         assert kept in text
     assert {u["id"] for u in rep["unsafe_available"]} >= {"GD-SLURM-005"}
     assert rep["mode"] == "apply" and rep["files"][0]["written"]
@@ -97,7 +102,23 @@ def test_apply_unsafe_then_second_apply_is_a_noop_and_backup_restores(seed_fixed
     assert sorted(os.listdir(seed_fixed.parent)) == ["job.slurm", "job.slurm.gpudoctor.bak"]
 
     # check on the fixed script: no fail and no warn from the SLURM checks
-    assert main(["check", "--snapshot", SNAPSHOT, "--launcher", "lightning", "--sbatch", str(seed_fixed), "--select", "slurm", "--json"]) == 0
+    assert (
+        main(
+            [
+                "check",
+                "--snapshot",
+                SNAPSHOT,
+                "--launcher",
+                "lightning",
+                "--sbatch",
+                str(seed_fixed),
+                "--select",
+                "slurm",
+                "--json",
+            ]
+        )
+        == 0
+    )
     findings = json.loads(capsys.readouterr().out)["findings"]
     assert [f["id"] for f in findings if f["severity"] in ("warn", "fail", "error")] == []
 
@@ -130,11 +151,14 @@ def test_json_matches_its_schema(seed_fixed, capsys):
         assert rep["schema"] == "gpudoctor.fix/1"
 
 
-@pytest.mark.parametrize("content, why", [
-    (b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\npython train.py\r\n", "DOS line breaks"),
-    (b"", "empty"),
-    (b"#!/bin/bash\n#SBATCH --ntasks=abc\npython train.py\n", "ntasks"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\npython train.py\r\n", "DOS line breaks"),
+        (b"", "empty"),
+        (b"#!/bin/bash\n#SBATCH --ntasks=abc\npython train.py\n", "ntasks"),
+    ],
+)
 def test_malformed_script_is_exit_2_and_untouched(tmp_path, capsys, content, why):
     p = tmp_path / "bad.slurm"
     p.write_bytes(content)
@@ -218,16 +242,23 @@ def test_shell_lines_fix_the_environment_they_judge(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "PYTORCH_", "CUDA_"))}
     env.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:true", NCCL_DEBUG="INFO", CUDA_LAUNCH_BLOCKING="1")
     gd = f"{sys.executable} -m gpudoctor"
-    script = (f'eval "$({gd} fix --select allocator,nccl --shell)" && echo "NCCL_DEBUG=$NCCL_DEBUG" '
-              f"&& {gd} check --select allocator,nccl --json")
-    before = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--select", "allocator,nccl", "--json"],
-                            env=env, capture_output=True, text=True, timeout=120)
+    script = (
+        f'eval "$({gd} fix --select allocator,nccl --shell)" && echo "NCCL_DEBUG=$NCCL_DEBUG" '
+        f"&& {gd} check --select allocator,nccl --json"
+    )
+    before = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--select", "allocator,nccl", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     bad_before = {f["id"] for f in json.loads(before.stdout)["findings"] if f["severity"] in ("warn", "fail", "info")}
     assert {"GD-ALLOC-001", "GD-NCCL-005"} <= bad_before
     r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     out = r.stdout
     assert "NCCL_DEBUG=WARN" in out
-    findings = json.loads(out[out.index("{"):])["findings"]
+    findings = json.loads(out[out.index("{") :])["findings"]
     assert [f["id"] for f in findings if f["severity"] in ("warn", "fail")] == []
     assert os.listdir(tmp_path) == []  # nothing written: no rc file, no env file
 
@@ -236,9 +267,16 @@ def test_env_file_is_written_and_sourceable(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env["NCCL_DEBUG"] = "INFO"
     target = tmp_path / "gpudoctor.env"
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "fix", "--select", "nccl", "--env-file", str(target)],
-                       env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "fix", "--select", "nccl", "--env-file", str(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "export NCCL_DEBUG=WARN" in target.read_text()
-    r = subprocess.run(["bash", "-c", f"source {target} && echo $NCCL_DEBUG"], env=env, capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["bash", "-c", f"source {target} && echo $NCCL_DEBUG"], env=env, capture_output=True, text=True, timeout=30
+    )
     assert r.stdout.strip() == "WARN"

@@ -80,7 +80,7 @@ def test_every_scalar_edit_keeps_comments_and_reparses(path: Path):
             parent[parts[-1]] = old
         assert reparsed == data, key
         # the edit touches one line only
-        changed = [a for a, b in zip(text.splitlines(), new.splitlines()) if a != b]
+        changed = [a for a, b in zip(text.splitlines(), new.splitlines(), strict=False) if a != b]
         assert len(changed) == 1 and len(text.splitlines()) == len(new.splitlines()), key
     assert edited > 0
     if not any(mark in text for mark in ("&", "[", "{", "|", ">")):
@@ -116,8 +116,24 @@ def test_launch_line_override_is_edited_not_the_config_it_hides(tmp_path, capsys
     shutil.copyfile(FIXTURES / "configs" / "realworld" / "lightning-hydra-template-mnist.yaml", config)
     script = _job(tmp_path, "num_workers=0")
     config_before = config.read_text()
-    rc = main(["fix", "--snapshot", SNAPSHOT, "--sbatch", str(script), "--config", str(config), "--launcher", "lightning",
-               "--select", "dataloader,slurm", "--unsafe-fixes", "--apply", "--json"])
+    rc = main(
+        [
+            "fix",
+            "--snapshot",
+            SNAPSHOT,
+            "--sbatch",
+            str(script),
+            "--config",
+            str(config),
+            "--launcher",
+            "lightning",
+            "--select",
+            "dataloader,slurm",
+            "--unsafe-fixes",
+            "--apply",
+            "--json",
+        ]
+    )
     rep = json.loads(capsys.readouterr().out)
     assert rc == 0
     text = script.read_text()
@@ -134,8 +150,26 @@ def test_without_an_override_the_config_key_is_edited(tmp_path, capsys):
     shutil.copyfile(FIXTURES / "configs" / "realworld" / "lightning-hydra-template-mnist.yaml", config)
     script = _job(tmp_path, "seed=1")
     script_before = script.read_text()
-    assert main(["fix", "--snapshot", SNAPSHOT, "--sbatch", str(script), "--config", str(config), "--launcher", "lightning",
-                 "--select", "dataloader", "--unsafe-fixes", "--apply"]) == 0
+    assert (
+        main(
+            [
+                "fix",
+                "--snapshot",
+                SNAPSHOT,
+                "--sbatch",
+                str(script),
+                "--config",
+                str(config),
+                "--launcher",
+                "lightning",
+                "--select",
+                "dataloader",
+                "--unsafe-fixes",
+                "--apply",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert "num_workers: 8" in config.read_text()
     assert script.read_text() == script_before

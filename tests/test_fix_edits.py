@@ -30,7 +30,9 @@ def test_set_keeps_spelling_and_comment_and_edits_the_directive_sbatch_uses():
 
 def test_an_alias_names_the_same_option():
     text = "#!/bin/bash\n#SBATCH --tasks-per-node=8\nsrun python t.py\n"
-    assert edit.set_directive(text, "ntasks-per-node", 1) == "#!/bin/bash\n#SBATCH --tasks-per-node=1\nsrun python t.py\n"
+    assert (
+        edit.set_directive(text, "ntasks-per-node", 1) == "#!/bin/bash\n#SBATCH --tasks-per-node=1\nsrun python t.py\n"
+    )
     assert "ntasks-per-node" not in options(edit.remove_directive(text, "tasks-per-node"))
 
 
@@ -120,8 +122,10 @@ def test_two_fixes_for_one_value_are_never_both_kept(tmp_path):
         gres = ctx.sbatch.options.get("gres")
         wants8 = Fix("gres 8", Safety.SAFE, (Action(ActionKind.SBATCH_SET, path, "gpu:8", "gres"),))
         wants4 = Fix("gres 4", Safety.SAFE, (Action(ActionKind.SBATCH_SET, path, "gpu:4", "gres"),))
-        return [_finding("GD-TEST-001", Severity.FAIL if gres != "gpu:8" else Severity.PASS, wants8),
-                _finding("GD-TEST-002", Severity.WARN if gres != "gpu:4" else Severity.PASS, wants4)]
+        return [
+            _finding("GD-TEST-001", Severity.FAIL if gres != "gpu:8" else Severity.PASS, wants8),
+            _finding("GD-TEST-002", Severity.WARN if gres != "gpu:4" else Severity.PASS, wants4),
+        ]
 
     ctx = Context(sbatch=parse_sbatch(script.read_text(), path), sbatch_path=path)
     plan = make_plan(run, make_facts(), ctx, frozenset({Safety.SAFE}))
@@ -140,8 +144,10 @@ def test_a_fix_that_makes_another_check_worse_is_not_kept(tmp_path):
     def run(facts, ctx):
         per_node = ctx.sbatch.options.get("ntasks-per-node")
         one = Fix("one task", Safety.UNSAFE, (Action(ActionKind.SBATCH_SET, path, "1", "ntasks-per-node"),))
-        return [_finding("GD-TEST-001", Severity.WARN if per_node == "8" else Severity.PASS, one),
-                _finding("GD-TEST-002", Severity.FAIL if per_node == "1" else Severity.PASS, None)]
+        return [
+            _finding("GD-TEST-001", Severity.WARN if per_node == "8" else Severity.PASS, one),
+            _finding("GD-TEST-002", Severity.FAIL if per_node == "1" else Severity.PASS, None),
+        ]
 
     ctx = Context(sbatch=parse_sbatch(script.read_text(), path), sbatch_path=path)
     assert not make_plan(run, make_facts(), ctx, frozenset({Safety.SAFE})).decisions  # unsafe: not even tried

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slurm
 SCRIPTS = Path(__file__).parent / "fixtures" / "sbatch"
 GD = [sys.executable, "-m", "gpudoctor"]
 
-STAND_IN = '''
+STAND_IN = """
 import json, os
 env = os.environ
 visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
@@ -38,7 +38,7 @@ rank = {
 }
 with open(f"rank-{env.get('SLURM_PROCID', 'x')}.json", "w") as fh:
     json.dump(rank, fh)
-'''
+"""
 
 
 def _clean_env() -> dict:
@@ -80,7 +80,9 @@ def test_fixed_seed_script_starts_one_rank_per_gpu(slurm_cluster, tmp_path, seed
     assert None not in devices and len(set(devices)) == 8  # each rank on a GPU of its own
     assert {r["cpus_per_task"] for r in ranks} == {"16"}
 
-    again = _gd("fix", "--sbatch", str(job), "--launcher", "lightning", "--apply", "--unsafe-fixes", "--json", cwd=tmp_path)
+    again = _gd(
+        "fix", "--sbatch", str(job), "--launcher", "lightning", "--apply", "--unsafe-fixes", "--json", cwd=tmp_path
+    )
     assert again.returncode == 0 and json.loads(again.stdout)["files"] == []  # a second --apply changes nothing
     assert job.read_text() == fixed
 
