@@ -317,7 +317,8 @@ def several_tasks_share_one_gpu(facts, ctx):
         return passed(f"{tasks} task(s) per node, each bound to {shape.gpus_per_task} GPU(s) of its own ({how})", **ev)
     see = f"; every task sees all {shape.task_gpus} and must pick cuda:SLURM_LOCALID (Lightning and torchrun do)" if tasks > 1 and shape.task_gpus and shape.task_gpus > 1 else ""
     asked = max(shape.tasks_per_node or [shape.ntasks_per_node or tasks])
-    if shape.from_script and shape.srun_launch is False and asked > tasks:
+    one_process = (shape.procs_per_task or 1) == 1 and shape.launcher not in SPAWNING_LAUNCHERS
+    if shape.from_script and shape.srun_launch is False and asked > tasks and one_process:
         # The directives ask for more tasks per node, but no srun starts them: only the batch shell runs the command.
         return info(f"--ntasks-per-node/--ntasks ask for {asked} task(s) per node, but the launch line has no srun: only the batch "
                     f"shell's one process runs the training on the node's {gpus} GPU(s) (see GD-SLURM-012 and GD-SLURM-005)", **ev)

@@ -207,10 +207,13 @@ def test_005_seed_fix_with_lightning1_spawns_its_own_processes():
     assert f.severity is Severity.INFO and "starts its own processes" in f.message
 
 
-def test_005_seed_fix_script_with_unknown_lightning_version_warns():
+def test_005_seed_fix_script_with_unknown_lightning_version_is_judged_as_2x():
+    """Issue 10: an unknown Lightning version is judged by the current major release (2.x; 1.x is end-of-life),
+    saying so and how to be exact; the seed's "fixed" script then fails (it trains on 1 of 8 GPUs)."""
     sb = load_sbatch(str(SCRIPTS / "seed-fixed-ntasks1-lightning.slurm"))  # trainer.params.* marks it as Lightning
     f = one(sb_run("GD-SLURM-005", sb))
-    assert f.severity is Severity.WARN and "Lightning 1.x" in f.message and "Lightning 2.x" in f.message
+    assert f.severity is Severity.FAIL and "Lightning 2.x" in f.message and "1 of 8" in f.message
+    assert "judged as Lightning 2.x, the current major release" in f.message and "--python" in f.message
 
 
 def test_005_without_ntasks_lightning_launches_itself():
@@ -473,8 +476,8 @@ def test_common_correct_scripts_raise_no_fail_or_warn(text):
 
 def test_005_one_task_per_node_mismatch_depends_on_the_lightning_version():
     text = "#SBATCH -N1\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\nsrun python train.py trainer.devices=4\n"
-    unknown = one(sb_run("GD-SLURM-005", text))
-    assert unknown.severity is Severity.WARN and "Lightning 1.x would start its own 4" in unknown.message
+    unknown = one(sb_run("GD-SLURM-005", text))  # issue 10: an unknown version is judged as the current 2.x
+    assert unknown.severity is Severity.FAIL and "Set `devices=1`" in unknown.message and "judged as Lightning 2.x" in unknown.message
     new = one(sb_run("GD-SLURM-005", text, slurm=dict(SLURM_2205, packages={"lightning": "2.4.0"})))
     assert new.severity is Severity.FAIL and "Set `devices=1`" in new.message
     old = one(sb_run("GD-SLURM-005", text, slurm=dict(SLURM_2205, packages={"pytorch_lightning": "1.9.5"})))

@@ -26,12 +26,18 @@ def _records(text: str) -> list[dict]:
     return [parse_scontrol_record(line) for line in text.splitlines() if line.strip()]
 
 
+def _one_line(text: str) -> str:
+    """scontrol's stderr as one line: its last (usually fatal) message without the 'scontrol: error:' prefix."""
+    lines = [re.sub(r"^\S+: (?:error|fatal): ", "", line).strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
 def _partition(name: str | None) -> tuple[dict | None, str | None]:
     """(partition record, error). name None: the cluster's default partition (Default=YES)."""
     cmd = ["scontrol", "show", "partition", "--oneliner"] + ([name] if name else [])
     rc, out, err = _run(cmd, COMMAND_TIMEOUT)
     if rc != 0 or not out.strip():
-        return None, (err or out).strip()[:200] or f"{' '.join(cmd)} exited {rc}"
+        return None, _one_line(err or out) or f"{' '.join(cmd)} exited {rc}"
     records = _records(out)
     if name:
         return records[0], None
@@ -110,7 +116,7 @@ def probe(partition: str | None = None) -> dict:
         return out
     rc, text, err = _run(["scontrol", "show", "node", "--oneliner", nodes], COMMAND_TIMEOUT)
     if rc != 0:
-        out["nodes_error"] = (err or text).strip()[:200] or f"scontrol show node exited {rc}"
+        out["nodes_error"] = _one_line(err or text) or f"scontrol show node exited {rc}"
         return out
     out["node_types"] = fold_nodes(_records(text))
     return out

@@ -71,6 +71,9 @@ def human(value) -> str:
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, (list, tuple)):
         return ", ".join(human(v) for v in value) if value else "none"
+    if isinstance(value, dict) and "value" in value and set(value) <= {"value", "path", "source", "line"}:
+        where = value.get("path") or value.get("source")
+        return f"{human(value['value'])}" + (f" ({where})" if where else "")
     if isinstance(value, dict):
         return json.dumps({k: v for k, v in value.items() if v is not None}, default=str)
     return str(value)
@@ -80,9 +83,12 @@ def _short(text: str, limit: int = VALUE_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def evidence_lines(evidence: dict, limit: int | None = DEFAULT_EVIDENCE_LINES) -> list[str]:
-    """'key: value' lines; None values left out (they say nothing), long values cut unless limit is None."""
+def evidence_lines(evidence: dict, limit: int | None = DEFAULT_EVIDENCE_LINES, message: str = "") -> list[str]:
+    """'key: value' lines; None values left out (they say nothing), long values cut unless limit is None.
+    With a limit, values the message already quotes come last: the lines shown add to what it says."""
     items = [(k, v) for k, v in evidence.items() if v is not None and k != "judged_for"]
+    if limit is not None and message:
+        items.sort(key=lambda kv: human(kv[1]) in message or kv[0] in ("#SBATCH --job-name",))
     shown = items if limit is None else items[:limit]
     lines = [f"{k}: {human(v) if limit is None else _short(human(v))}" for k, v in shown]
     if limit is not None and len(items) > limit:
@@ -157,14 +163,17 @@ class _Out:
                                highlight=False, soft_wrap=True, emoji=False, markup=True)
         self.count = 0
 
-    def line(self, markup: str = "") -> None:
-        self.console.print(markup)
+    def line(self, *parts: tuple[str, str | None]) -> None:
+        """One line from (text, style) parts; text is never read as markup, so commands print verbatim."""
+        from rich.text import Text
+
+        line = Text()
+        for text, style in parts:
+            line.append(clean(text), style=style or "")
+        self.console.print(line)
 
     def text(self, indent: int, text: str, style: str | None = None) -> None:
-        from rich.markup import escape
-
-        body = escape(clean(text))
-        self.console.print(" " * indent + (f"[{style}]{body}[/]" if style else body))
+        self.line((" " * indent + text, style))
 
 
 def _worst(items: list[Finding]) -> Severity:
@@ -208,7 +217,7 @@ class _Renderer:
         self.out.text(indent, f"{mark} {f.title}  {f.id}", style if f.severity in PROBLEMS else None)
         self.out.text(indent + 4, f.message)
         limit = None if self.detail == "all" else DEFAULT_EVIDENCE_LINES
-        for ev in evidence_lines(f.evidence, limit):
+        for ev in evidence_lines(f.evidence, limit, f.message):
             self.out.text(indent + 4, ev, "dim")
         if f.fix is not None:
             self.fix(f.fix, indent + 4)
@@ -225,9 +234,7 @@ class _Renderer:
     def category(self, category: str, items: list[Finding]) -> None:
         worst = _worst(items)
         mark, style = MARKS[worst]
-        from rich.markup import escape
-
-        self.out.line(f"[{style}]\\[{mark}][/] [bold]{category:<12}[/] [dim]{escape(clean(_counts(items, self.detail)))}[/]")
+        self.out.line((f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim"))
         for f in items:
             if f.severity in PROBLEMS or self.detail == "all":
                 self.finding(f)
@@ -271,6 +278,10 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
         mark, style = MARKS[worst]
         more = sum(1 for f in items if f.severity in PROBLEMS) - 1
         out.text(4, f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""), style)
+        for f in items:
+            if f.severity in PROBLEMS and f.fix is not None:
+                for cmd in shell_commands(f.fix):
+                    out.text(8, cmd)
     if quiet:
         out.text(4, f"{', '.join(quiet)}: fine or not applicable here", "dim")
     out.text(4, "run `srun gpudoctor check` inside the job (or give --node-snapshot F recorded on a compute node) "
