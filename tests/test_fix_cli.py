@@ -280,3 +280,15 @@ def test_env_file_is_written_and_sourceable(tmp_path):
         ["bash", "-c", f"source {target} && echo $NCCL_DEBUG"], env=env, capture_output=True, text=True, timeout=30
     )
     assert r.stdout.strip() == "WARN"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_owner_and_mode_are_kept(seed_fixed, capsys):
+    os.chown(seed_fixed, 65534, 65534)
+    os.chmod(seed_fixed, 0o604)
+    assert fix("--sbatch", str(seed_fixed), "--apply") == 0
+    st = os.stat(seed_fixed)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65534, 65534, 0o604)
+    backup = os.stat(seed_fixed.with_name("job.slurm.gpudoctor.bak"))
+    assert (backup.st_uid, backup.st_mode & 0o7777) == (65534, 0o604)
+    assert "\nexport CUDA_VISIBLE_DEVICES" not in seed_fixed.read_text()
