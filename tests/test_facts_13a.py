@@ -4,7 +4,6 @@ sysfs tree with real config-space bytes, fake journalctl/dmesg/nv-fabricmanager 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -57,7 +56,9 @@ def test_journal_is_read_when_kmsg_is_missing_and_old_lines_are_dropped(tmp_path
         f'echo "{now - 7200:.6f} node1 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=1, DBE (0x1,0x2)"\n'
         f'echo "{now - 60:.6f} node1 kernel: NVRM: Xid (PCI:0000:18:00): 63, pid=1, Row Remapping"\n',
     )
-    log = kernel.kernel_log(kmsg_path=str(tmp_path / "no-kmsg"), proc_root=str(_proc(tmp_path)), path=str(tmp_path / "bin"), hours=1)
+    log = kernel.kernel_log(
+        kmsg_path=str(tmp_path / "no-kmsg"), proc_root=str(_proc(tmp_path)), path=str(tmp_path / "bin"), hours=1
+    )
     assert log["readable"] and log["source"] == "journalctl"
     assert [x["code"] for x in log["xid"]] == [63]  # the DBE two hours ago is outside the 1-hour window
     assert log["attempts"][0]["source"] == "/dev/kmsg" and "does not exist" in log["attempts"][0]["reason"]
@@ -68,7 +69,9 @@ def test_a_hanging_journalctl_is_killed_with_its_child_and_dmesg_is_used(tmp_pat
     _script(tmp_path / "bin/journalctl", f"sleep 300 & echo $! > {pidfile}\nwait\n")
     _script(tmp_path / "bin/dmesg", 'echo "[99990.5] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."\n')
     started = time.monotonic()
-    log = kernel.kernel_log(kmsg_path=str(tmp_path / "no-kmsg"), proc_root=str(_proc(tmp_path)), path=str(tmp_path / "bin"))
+    log = kernel.kernel_log(
+        kmsg_path=str(tmp_path / "no-kmsg"), proc_root=str(_proc(tmp_path)), path=str(tmp_path / "bin")
+    )
     elapsed = time.monotonic() - started
     assert elapsed < kernel.COMMAND_TIMEOUT + 2, elapsed
     assert log["source"] == "dmesg" and log["xid"][0]["code"] == 79 and log["xid"][0]["seconds_ago"] == 10
@@ -88,7 +91,9 @@ def _alive(pid: int) -> bool:
 
 def test_unreadable_log_says_why_for_every_source(tmp_path):
     _script(tmp_path / "bin/journalctl", 'echo "No journal files were opened due to insufficient permissions." >&2\n')
-    log = kernel.kernel_log(kmsg_path=str(tmp_path / "no-kmsg"), proc_root=str(_proc(tmp_path)), path=str(tmp_path / "bin"))
+    log = kernel.kernel_log(
+        kmsg_path=str(tmp_path / "no-kmsg"), proc_root=str(_proc(tmp_path)), path=str(tmp_path / "bin")
+    )
     assert log["readable"] is False and log["source"] is None
     reasons = {a["source"]: a["reason"] for a in log["attempts"]}
     assert "permission" in reasons["journalctl"] and "not found" in reasons["dmesg"]
@@ -145,7 +150,9 @@ def test_acs_redirect_on_the_switch_above_two_gpus_is_read_from_config_space(tmp
     groups = tmp_path / "sys/kernel/iommu_groups/17"
     groups.mkdir(parents=True)
     (groups / "type").write_text("DMA-FQ\n")
-    (tmp_path / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0/iommu_group").symlink_to(groups)
+    (tmp_path / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0/iommu_group").symlink_to(
+        groups
+    )
     (tmp_path / "sys/class/iommu/dmar0").mkdir(parents=True)
 
     section = pci.probe(str(tmp_path))
@@ -175,7 +182,7 @@ def test_no_sysfs_is_an_error_fact(tmp_path):
 
 def test_fabric_manager_version_and_service_state_from_the_tools(tmp_path):
     _script(tmp_path / "bin/nv-fabricmanager", 'echo "Fabric Manager version is : 535.129.03"\n')
-    _script(tmp_path / "bin/systemctl", 'echo failed; exit 3\n')
+    _script(tmp_path / "bin/systemctl", "echo failed; exit 3\n")
     fm = fabric.fabric_manager(path=str(tmp_path / "bin"))
     assert fm["version"] == "535.129.03" and fm["service"] == "failed" and fm["binary"].endswith("nv-fabricmanager")
 
@@ -189,14 +196,31 @@ def test_a_hanging_fabric_manager_is_bounded(tmp_path):
 
 
 def test_profiler_and_compiler_families_are_collected_but_credentials_are_not():
-    env = collectable_env({"KINETO_USE_DAEMON": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x", "TRITON_CACHE_DIR": "/t",
-                           "NVTE_FUSED_ATTN": "0", "MALLOC_ARENA_MAX": "2", "TRITON_API_KEY": "s3cret", "HOME": "/root"})
-    assert env == {"KINETO_USE_DAEMON": "1", "MALLOC_ARENA_MAX": "2", "NVTE_FUSED_ATTN": "0",
-                   "TORCHINDUCTOR_CACHE_DIR": "/tmp/x", "TRITON_CACHE_DIR": "/t"}
+    env = collectable_env(
+        {
+            "KINETO_USE_DAEMON": "1",
+            "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+            "TRITON_CACHE_DIR": "/t",
+            "NVTE_FUSED_ATTN": "0",
+            "MALLOC_ARENA_MAX": "2",
+            "TRITON_API_KEY": "s3cret",
+            "HOME": "/root",
+        }
+    )
+    assert env == {
+        "KINETO_USE_DAEMON": "1",
+        "MALLOC_ARENA_MAX": "2",
+        "NVTE_FUSED_ATTN": "0",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+        "TRITON_CACHE_DIR": "/t",
+    }
 
 
 def test_kernel_and_pci_sections_round_trip_through_a_snapshot():
-    data = {"schema": "gpudoctor.facts/1", "kernel": {"cmdline": "x", "log": {"readable": False, "attempts": []}},
-            "pci": {"iommu": {"enabled": False}, "gpus": [], "bridges": []}}
+    data = {
+        "schema": "gpudoctor.facts/1",
+        "kernel": {"cmdline": "x", "log": {"readable": False, "attempts": []}},
+        "pci": {"iommu": {"enabled": False}, "gpus": [], "bridges": []},
+    }
     facts = Facts.from_dict(data)
     assert facts.kernel["log"]["readable"] is False and facts.pci["iommu"]["enabled"] is False

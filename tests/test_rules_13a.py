@@ -12,32 +12,70 @@ from tests.factsutil import HEALTHY_GPU, RECORDED_CPU, make_facts, run, severity
 
 RECORDED_H100 = "recorded-h100x1-driver580-torch2.11-cu130"
 NEW_IDS = (
-    "GD-HW-007", "GD-HW-008", "GD-HW-009", "GD-HW-010", "GD-DRV-002", "GD-CUDA-008",
-    "GD-NCCL-007", "GD-NCCL-008", "GD-NCCL-009", "GD-NCCL-010", "GD-NCCL-011",
-    "GD-DEV-004", "GD-DEV-006", "GD-ALLOC-007", "GD-DL-010", "GD-PREC-003",
+    "GD-HW-007",
+    "GD-HW-008",
+    "GD-HW-009",
+    "GD-HW-010",
+    "GD-DRV-002",
+    "GD-CUDA-008",
+    "GD-NCCL-007",
+    "GD-NCCL-008",
+    "GD-NCCL-009",
+    "GD-NCCL-010",
+    "GD-NCCL-011",
+    "GD-DEV-004",
+    "GD-DEV-006",
+    "GD-ALLOC-007",
+    "GD-DL-010",
+    "GD-PREC-003",
 )
 
 
 def _log(**kinds) -> dict:
-    log = {"readable": True, "source": "/dev/kmsg", "window_hours": 24, "xid": [], "reset_required": [], "aer": [],
-           "counts": {}, "truncated": False, "attempts": []}
+    log = {
+        "readable": True,
+        "source": "/dev/kmsg",
+        "window_hours": 24,
+        "xid": [],
+        "reset_required": [],
+        "aer": [],
+        "counts": {},
+        "truncated": False,
+        "attempts": [],
+    }
     log.update(kinds)
     return {"cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/sda1", "log": log}
 
 
 def _pci(gpus: list[dict], bridges: list[dict], iommu: bool = False) -> dict:
-    return {"iommu": {"enabled": iommu, "units": ["dmar0"] if iommu else [], "groups": 40 if iommu else 0},
-            "gpus": gpus, "bridges": bridges}
+    return {
+        "iommu": {"enabled": iommu, "units": ["dmar0"] if iommu else [], "groups": 40 if iommu else 0},
+        "gpus": gpus,
+        "bridges": bridges,
+    }
 
 
 def _acs(redirect: bool) -> dict:
-    return {"readable": True, "capable": True, "control": 0x1D if redirect else 0, "source_validation": redirect,
-            "request_redirect": redirect, "completion_redirect": redirect, "direct_translated": False}
+    return {
+        "readable": True,
+        "capable": True,
+        "control": 0x1D if redirect else 0,
+        "source_validation": redirect,
+        "request_redirect": redirect,
+        "completion_redirect": redirect,
+        "direct_translated": False,
+    }
 
 
 def _pcie_pairs(n: int, nvlink: str = "not_supported") -> dict:
-    return {"pairs": [{"gpus": [a, b], "topology": "PXB", "read": "ok", "nvlink": nvlink}
-                      for a in range(n) for b in range(a + 1, n)], "truncated": False}
+    return {
+        "pairs": [
+            {"gpus": [a, b], "topology": "PXB", "read": "ok", "nvlink": nvlink}
+            for a in range(n)
+            for b in range(a + 1, n)
+        ],
+        "truncated": False,
+    }
 
 
 # ------------------------------------------------------------------ healthy set-ups: no new alarm
@@ -46,7 +84,11 @@ def _pcie_pairs(n: int, nvlink: str = "not_supported") -> dict:
 @pytest.mark.parametrize("fixture, expect", [(RECORDED_H100, 1), (RECORDED_CPU, 0), (HEALTHY_GPU, 8)])
 def test_new_rules_raise_nothing_on_healthy_fixtures(fixture, expect):
     found = run_checks([load_all()[i] for i in NEW_IDS], make_facts(fixture), Context(expect_gpus=expect))
-    bad = [(f.id, f.severity.value, f.message) for f in found if f.severity in (Severity.WARN, Severity.FAIL, Severity.ERROR, Severity.INFO)]
+    bad = [
+        (f.id, f.severity.value, f.message)
+        for f in found
+        if f.severity in (Severity.WARN, Severity.FAIL, Severity.ERROR, Severity.INFO)
+    ]
     assert bad == []
 
 
@@ -72,18 +114,37 @@ def test_low_generation_on_a_busy_gpu_warns_but_not_at_idle():
 
 
 def test_xid_79_on_a_job_gpu_fails_and_names_the_gpu():
-    facts = make_facts(patch={"kernel": _log(xid=[{"pci": "0000:18:00", "code": 79, "message": "GPU has fallen off the bus.", "seconds_ago": 300}])})
+    facts = make_facts(
+        patch={
+            "kernel": _log(
+                xid=[{"pci": "0000:18:00", "code": 79, "message": "GPU has fallen off the bus.", "seconds_ago": 300}]
+            )
+        }
+    )
     (f,) = run("GD-HW-008", facts, expect_gpus=8)
     assert f.severity is Severity.FAIL and "GPU 0 Xid 79" in f.message
 
 
 def test_reset_required_fails():
-    facts = make_facts(patch={"kernel": _log(reset_required=[{"message": "NVRM: GPU recovery action changed to 0x1 (GPU Reset Required)", "seconds_ago": 5}])})
+    facts = make_facts(
+        patch={
+            "kernel": _log(
+                reset_required=[
+                    {"message": "NVRM: GPU recovery action changed to 0x1 (GPU Reset Required)", "seconds_ago": 5}
+                ]
+            )
+        }
+    )
     assert severity("GD-HW-008", facts, expect_gpus=8) is Severity.FAIL
 
 
 def test_uncorrected_aer_warns_and_corrected_aer_or_app_xids_are_info():
-    aer = {"severity": "non_fatal", "device": "0000:18:00.0", "message": "AER: Uncorrected (Non-Fatal) error received", "seconds_ago": 60}
+    aer = {
+        "severity": "non_fatal",
+        "device": "0000:18:00.0",
+        "message": "AER: Uncorrected (Non-Fatal) error received",
+        "seconds_ago": 60,
+    }
     assert severity("GD-HW-008", make_facts(patch={"kernel": _log(aer=[aer])}), expect_gpus=8) is Severity.WARN
     corrected = dict(aer, severity="corrected")
     app = {"pci": "0000:18:00", "code": 31, "message": "MMU Fault", "seconds_ago": 60}
@@ -92,8 +153,15 @@ def test_uncorrected_aer_warns_and_corrected_aer_or_app_xids_are_info():
 
 
 def test_unreadable_log_is_a_skip_with_the_reason():
-    kernel = {"cmdline": None, "log": {"readable": False, "source": None, "window_hours": 24,
-                                       "attempts": [{"source": "/dev/kmsg", "reason": "permission denied (kernel.dmesg_restrict)"}]}}
+    kernel = {
+        "cmdline": None,
+        "log": {
+            "readable": False,
+            "source": None,
+            "window_hours": 24,
+            "attempts": [{"source": "/dev/kmsg", "reason": "permission denied (kernel.dmesg_restrict)"}],
+        },
+    }
     (f,) = run("GD-HW-008", make_facts(patch={"kernel": kernel}), expect_gpus=8)
     assert f.severity is Severity.SKIP and "dmesg_restrict" in f.message
 
@@ -103,9 +171,14 @@ def test_unreadable_log_is_a_skip_with_the_reason():
 
 def _two_gpus_behind_a_switch(redirect: bool, domain: str | None = None) -> dict:
     chain = ["0000:16:01.0", "0000:17:00.0"]
-    gpus = [{"bdf": "0000:18:00.0", "iommu_group": "3", "iommu_domain": domain, "bridges": chain},
-            {"bdf": "0000:2a:00.0", "iommu_group": "4", "iommu_domain": domain, "bridges": chain}]
-    bridges = [{"bdf": chain[0], "root_port": True, "acs": _acs(True)}, {"bdf": chain[1], "root_port": False, "acs": _acs(redirect)}]
+    gpus = [
+        {"bdf": "0000:18:00.0", "iommu_group": "3", "iommu_domain": domain, "bridges": chain},
+        {"bdf": "0000:2a:00.0", "iommu_group": "4", "iommu_domain": domain, "bridges": chain},
+    ]
+    bridges = [
+        {"bdf": chain[0], "root_port": True, "acs": _acs(True)},
+        {"bdf": chain[1], "root_port": False, "acs": _acs(redirect)},
+    ]
     return _pci(gpus, bridges, iommu=domain is not None)
 
 
@@ -117,7 +190,10 @@ def test_acs_redirect_on_the_switch_above_pcie_gpus_warns():
 
 def test_root_port_acs_alone_and_passthrough_iommu_pass():
     patch = {"pci": _two_gpus_behind_a_switch(redirect=False, domain="identity"), "nvidia.p2p": _pcie_pairs(8)}
-    assert severity("GD-HW-009", make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}), expect_gpus=2) is Severity.PASS
+    assert (
+        severity("GD-HW-009", make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}), expect_gpus=2)
+        is Severity.PASS
+    )
 
 
 def test_translated_iommu_domain_warns():
@@ -139,25 +215,49 @@ def test_fabric_manager_of_another_version_fails():
     (f,) = run("GD-HW-010", make_facts(patch={"nvidia.nvswitch.fabric_manager": fm}), expect_gpus=8)
     assert f.severity is Severity.FAIL and "535.129.03" in f.message and "550.54.15" in f.message
     same = dict(fm, version="550.54.15", service="active")
-    assert severity("GD-HW-010", make_facts(patch={"nvidia.nvswitch.fabric_manager": same}), expect_gpus=8) is Severity.PASS
+    assert (
+        severity("GD-HW-010", make_facts(patch={"nvidia.nvswitch.fabric_manager": same}), expect_gpus=8)
+        is Severity.PASS
+    )
 
 
 # ------------------------------------------------------------------ GD-DRV-002 and GD-CUDA-003 together
 
 RTX4090 = "synthetic-docker-rtx4090-defaults"
-COMPAT = {"path": "/usr/local/cuda-12.4/compat/libcuda.so.550.54.15", "version": "550.54.15", "source": "LD_LIBRARY_PATH", "symlink": False}
-ERROR_804 = "CUDA unknown error - this may be due to an incorrectly set up environment (Error 804: forward compatibility was attempted on non supported HW)"
+COMPAT = {
+    "path": "/usr/local/cuda-12.4/compat/libcuda.so.550.54.15",
+    "version": "550.54.15",
+    "source": "LD_LIBRARY_PATH",
+    "symlink": False,
+}
+ERROR_804 = (
+    "CUDA unknown error - this may be due to an incorrectly set up environment "
+    "(Error 804: forward compatibility was attempted on non supported HW)"
+)
 
 
 def _old_driver_with_compat(base: str, cuda_ok: bool) -> dict:
-    return {"nvidia.cuda_driver_version": 12000, "nvidia.driver_version": "525.147.05", "torch.cuda": "12.4",
-            "libraries.cuda_compat": [COMPAT], "torch.cuda_available": cuda_ok, "torch.cuda_error": None if cuda_ok else ERROR_804,
-            "torch.device_count": 1 if cuda_ok else 0}
+    return {
+        "nvidia.cuda_driver_version": 12000,
+        "nvidia.driver_version": "525.147.05",
+        "torch.cuda": "12.4",
+        "libraries.cuda_compat": [COMPAT],
+        "torch.cuda_available": cuda_ok,
+        "torch.cuda_error": None if cuda_ok else ERROR_804,
+        "torch.device_count": 1 if cuda_ok else 0,
+    }
 
 
 def test_forward_compat_on_geforce_is_error_804_in_both_checks():
-    facts = make_facts(RTX4090, env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.4/compat:/opt/lib"}, patch=_old_driver_with_compat(RTX4090, False))
-    found = {f.id: f for f in run_checks([load_all()[i] for i in ("GD-DRV-002", "GD-CUDA-003")], facts, Context(expect_gpus=1))}
+    facts = make_facts(
+        RTX4090,
+        env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.4/compat:/opt/lib"},
+        patch=_old_driver_with_compat(RTX4090, False),
+    )
+    found = {
+        f.id: f
+        for f in run_checks([load_all()[i] for i in ("GD-DRV-002", "GD-CUDA-003")], facts, Context(expect_gpus=1))
+    }
     drv, cuda = found["GD-DRV-002"], found["GD-CUDA-003"]
     assert drv.severity is Severity.FAIL and "804" in drv.message and "GeForce" in drv.message
     assert cuda.severity is Severity.FAIL and "forward-compatibility" in cuda.message
@@ -167,7 +267,9 @@ def test_forward_compat_on_geforce_is_error_804_in_both_checks():
 def test_forward_compat_on_geforce_that_did_not_load_is_judged_by_the_real_driver():
     facts = make_facts(RTX4090, patch=_old_driver_with_compat(RTX4090, True))
     (drv,) = run("GD-DRV-002", facts, expect_gpus=1)
-    assert drv.severity is Severity.WARN and "forward" not in drv.message  # 12.0 driver, torch 12.4: minor-version compat
+    assert (
+        drv.severity is Severity.WARN and "forward" not in drv.message
+    )  # 12.0 driver, torch 12.4: minor-version compat
     assert severity("GD-CUDA-003", facts, expect_gpus=1) is Severity.PASS
 
 
@@ -178,11 +280,17 @@ def test_forward_compat_on_a_data_centre_gpu_still_counts():
 
 
 def test_cuda_10_runtime_newer_than_the_driver_fails_no_minor_version_compatibility():
-    facts = make_facts(patch={"nvidia.cuda_driver_version": 10010, "nvidia.driver_version": "418.87.01", "torch.cuda": "10.2"})
+    facts = make_facts(
+        patch={"nvidia.cuda_driver_version": 10010, "nvidia.driver_version": "418.87.01", "torch.cuda": "10.2"}
+    )
     (drv,) = run("GD-DRV-002", facts, expect_gpus=8)
     assert drv.severity is Severity.FAIL and "10.2" in drv.message
-    same_minor_11 = make_facts(patch={"nvidia.cuda_driver_version": 11020, "nvidia.driver_version": "460.91.03", "torch.cuda": "11.8"})
-    assert severity("GD-DRV-002", same_minor_11, expect_gpus=8) is Severity.WARN  # CUDA 11+: minor-version compatibility
+    same_minor_11 = make_facts(
+        patch={"nvidia.cuda_driver_version": 11020, "nvidia.driver_version": "460.91.03", "torch.cuda": "11.8"}
+    )
+    assert (
+        severity("GD-DRV-002", same_minor_11, expect_gpus=8) is Severity.WARN
+    )  # CUDA 11+: minor-version compatibility
 
 
 # ------------------------------------------------------------------ GD-CUDA-008 libnccl ahead of torch's
@@ -195,38 +303,70 @@ def _nccl_found(*extra: dict) -> list[dict]:
 
 
 def test_older_libnccl_loaded_from_ld_library_path_warns_with_a_fix():
-    old = {"path": "/opt/hpcx/nccl/lib/libnccl.so.2.18.1", "version": "2.18.1", "source": "LD_LIBRARY_PATH", "symlink": False}
-    facts = make_facts(RECORDED_H100, env={"LD_LIBRARY_PATH": "/opt/hpcx/nccl/lib:/usr/local/nvidia/lib64"},
-                       patch={"libraries.found.nccl": _nccl_found(old), "torch.loaded_libraries.nccl": [old["path"]]})
+    old = {
+        "path": "/opt/hpcx/nccl/lib/libnccl.so.2.18.1",
+        "version": "2.18.1",
+        "source": "LD_LIBRARY_PATH",
+        "symlink": False,
+    }
+    facts = make_facts(
+        RECORDED_H100,
+        env={"LD_LIBRARY_PATH": "/opt/hpcx/nccl/lib:/usr/local/nvidia/lib64"},
+        patch={"libraries.found.nccl": _nccl_found(old), "torch.loaded_libraries.nccl": [old["path"]]},
+    )
     (f,) = run("GD-CUDA-008", facts, expect_gpus=1)
     assert f.severity is Severity.WARN and "2.18.1" in f.message and "2.28.9" in f.message
     assert f.fix.actions[0].value == "/usr/local/nvidia/lib64"
 
 
 def test_an_ld_library_path_copy_not_yet_loaded_is_judged_as_the_one_the_loader_will_take():
-    old = {"path": "/usr/local/nccl/lib/libnccl.so.2", "version": "2", "source": "LD_LIBRARY_PATH", "symlink": True,
-           "realpath": "/usr/local/nccl/lib/libnccl.so.2.21.5"}
-    facts = make_facts(RECORDED_H100, env={"LD_LIBRARY_PATH": "/usr/local/nccl/lib"},
-                       patch={"libraries.found.nccl": _nccl_found(old), "torch.loaded_libraries.nccl": []})
+    old = {
+        "path": "/usr/local/nccl/lib/libnccl.so.2",
+        "version": "2",
+        "source": "LD_LIBRARY_PATH",
+        "symlink": True,
+        "realpath": "/usr/local/nccl/lib/libnccl.so.2.21.5",
+    }
+    facts = make_facts(
+        RECORDED_H100,
+        env={"LD_LIBRARY_PATH": "/usr/local/nccl/lib"},
+        patch={"libraries.found.nccl": _nccl_found(old), "torch.loaded_libraries.nccl": []},
+    )
     (f,) = run("GD-CUDA-008", facts, expect_gpus=1)
     assert f.severity is Severity.WARN and "will load" in f.message and "2.21.5" in f.message
 
 
 def test_a_newer_libnccl_or_the_system_copy_in_the_loader_cache_passes():
-    newer = {"path": "/opt/nccl/lib/libnccl.so.2.30.1", "version": "2.30.1", "source": "LD_LIBRARY_PATH", "symlink": False}
-    facts = make_facts(RECORDED_H100, patch={"libraries.found.nccl": _nccl_found(newer), "torch.loaded_libraries.nccl": [newer["path"]]})
+    newer = {
+        "path": "/opt/nccl/lib/libnccl.so.2.30.1",
+        "version": "2.30.1",
+        "source": "LD_LIBRARY_PATH",
+        "symlink": False,
+    }
+    facts = make_facts(
+        RECORDED_H100,
+        patch={"libraries.found.nccl": _nccl_found(newer), "torch.loaded_libraries.nccl": [newer["path"]]},
+    )
     assert severity("GD-CUDA-008", facts, expect_gpus=1) is Severity.PASS
     # the recorded machine: libnccl 2.28.3 in the loader cache, torch's wheel 2.28.9 loaded - not a problem
     assert severity("GD-CUDA-008", make_facts(RECORDED_H100), expect_gpus=1) is Severity.PASS
 
 
-# ------------------------------------------------------------------ NCCL: interface lists, rails, virtual NICs, GeForce P2P
+# ------------------------------------------------------------ NCCL: interface lists, rails, virtual NICs, GeForce P2P
 
 TWO_NODES = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "2", "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}
 
 
 def _iface(name: str, *addresses: str, loopback: bool = False) -> dict:
-    return {"name": name, "up": True, "operstate": "up", "loopback": loopback, "mtu": 1500, "speed_mbps": None, "addresses": list(addresses)}
+    return {
+        "name": name,
+        "up": True,
+        "operstate": "up",
+        "loopback": loopback,
+        "mtu": 1500,
+        "speed_mbps": None,
+        "addresses": list(addresses),
+    }
 
 
 LO = _iface("lo", "127.0.0.1", loopback=True)
@@ -257,7 +397,11 @@ def test_exclusion_list_that_keeps_a_docker_bridge_warns():
 
 def test_exact_name_that_prefix_matches_a_vlan_warns_with_the_equals_fix():
     ifaces = [LO, _iface("bond0", "10.0.0.5"), _iface("bond0.2093", "10.209.0.5")]
-    (f,) = run("GD-NCCL-008", make_facts(env={"NCCL_SOCKET_IFNAME": "bond0"}, patch={"network.interfaces": ifaces}), expect_gpus=8)
+    (f,) = run(
+        "GD-NCCL-008",
+        make_facts(env={"NCCL_SOCKET_IFNAME": "bond0"}, patch={"network.interfaces": ifaces}),
+        expect_gpus=8,
+    )
     assert f.severity is Severity.WARN and "bond0.2093" in f.message
     assert f.fix.actions[0].value == "=bond0"
     exact = make_facts(env={"NCCL_SOCKET_IFNAME": "=bond0"}, patch={"network.interfaces": ifaces})
@@ -265,16 +409,38 @@ def test_exact_name_that_prefix_matches_a_vlan_warns_with_the_equals_fix():
 
 
 def test_ib_hca_mlx5_1_also_selects_mlx5_10():
-    ports = [{"device": f"mlx5_{i}", "port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}
-             for i in (0, 1, 10, 11)]
-    (f,) = run("GD-NCCL-008", make_facts(env={"NCCL_IB_HCA": "mlx5_0,mlx5_1"}, patch={"network.infiniband": ports}), expect_gpus=8)
+    ports = [
+        {
+            "device": f"mlx5_{i}",
+            "port": 1,
+            "state": "ACTIVE",
+            "phys_state": "LinkUp",
+            "rate": "400 Gb/sec (4X NDR)",
+            "link_layer": "InfiniBand",
+        }
+        for i in (0, 1, 10, 11)
+    ]
+    (f,) = run(
+        "GD-NCCL-008",
+        make_facts(env={"NCCL_IB_HCA": "mlx5_0,mlx5_1"}, patch={"network.infiniband": ports}),
+        expect_gpus=8,
+    )
     assert f.severity is Severity.WARN and "mlx5_10" in f.message and f.fix.actions[0].value == "=mlx5_0,mlx5_1"
 
 
 def _ports(states: list[str], rates: list[str] | None = None) -> list[dict]:
     rates = rates or ["400 Gb/sec (4X NDR)"] * len(states)
-    return [{"device": f"mlx5_{i}", "port": 1, "state": s, "phys_state": "LinkUp" if s == "ACTIVE" else "Polling",
-             "rate": r, "link_layer": "InfiniBand"} for i, (s, r) in enumerate(zip(states, rates))]
+    return [
+        {
+            "device": f"mlx5_{i}",
+            "port": 1,
+            "state": s,
+            "phys_state": "LinkUp" if s == "ACTIVE" else "Polling",
+            "rate": r,
+            "link_layer": "InfiniBand",
+        }
+        for i, (s, r) in enumerate(zip(states, rates, strict=True))
+    ]
 
 
 def test_one_rail_down_on_a_two_node_job_warns():
@@ -285,12 +451,21 @@ def test_one_rail_down_on_a_two_node_job_warns():
     spare = make_facts(env=TWO_NODES, patch={"network.infiniband": _ports(["ACTIVE"] * 8 + ["DOWN"])})
     assert severity("GD-NCCL-009", spare, expect_gpus=8) is Severity.PASS
     # one node: not judged
-    assert severity("GD-NCCL-009", make_facts(patch={"network.infiniband": _ports(["ACTIVE"] * 7 + ["DOWN"])}), expect_gpus=8) is Severity.SKIP
+    assert (
+        severity(
+            "GD-NCCL-009", make_facts(patch={"network.infiniband": _ports(["ACTIVE"] * 7 + ["DOWN"])}), expect_gpus=8
+        )
+        is Severity.SKIP
+    )
 
 
 def test_a_rail_at_a_lower_rate_warns():
     rates = ["400 Gb/sec (4X NDR)"] * 7 + ["200 Gb/sec (4X HDR)"]
-    (f,) = run("GD-NCCL-009", make_facts(env=TWO_NODES, patch={"network.infiniband": _ports(["ACTIVE"] * 8, rates)}), expect_gpus=8)
+    (f,) = run(
+        "GD-NCCL-009",
+        make_facts(env=TWO_NODES, patch={"network.infiniband": _ports(["ACTIVE"] * 8, rates)}),
+        expect_gpus=8,
+    )
     assert f.severity is Severity.WARN and "200 Gb/s" in f.message
 
 
@@ -301,21 +476,38 @@ def test_virbr0_and_a_bmc_usb_nic_among_nccl_default_candidates_warn_on_two_node
     assert f.fix.actions[0].value == "eno1"
     # an IPoIB interface: NCCL takes ib* first, the bridge is never a candidate
     with_ib = ifaces + [_iface("ibp24s0", "192.168.10.11")]
-    assert severity("GD-NCCL-010", make_facts(env=TWO_NODES, patch={"network.interfaces": with_ib}), expect_gpus=8) is Severity.PASS
+    assert (
+        severity("GD-NCCL-010", make_facts(env=TWO_NODES, patch={"network.interfaces": with_ib}), expect_gpus=8)
+        is Severity.PASS
+    )
 
 
 def _geforce_pair(driver: str) -> dict:
-    return {"nvidia.driver_version": driver, "nvidia.p2p": {"pairs": [{"gpus": [0, 1], "topology": "PHB", "read": "ok", "nvlink": "not_supported"}]}}
+    return {
+        "nvidia.driver_version": driver,
+        "nvidia.p2p": {"pairs": [{"gpus": [0, 1], "topology": "PHB", "read": "ok", "nvlink": "not_supported"}]},
+    }
 
 
 def test_pcie_p2p_on_geforce_with_a_known_bad_driver_warns():
-    facts = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"}, patch=_geforce_pair("525.60.11"))
+    facts = make_facts(
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+        each_gpu={"name": "NVIDIA GeForce RTX 4090"},
+        patch=_geforce_pair("525.60.11"),
+    )
     (f,) = run("GD-NCCL-011", facts, expect_gpus=2)
     assert f.severity is Severity.WARN and f.fix.actions[0].target == "NCCL_P2P_DISABLE"
-    newer = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"}, patch=_geforce_pair("570.124.06"))
+    newer = make_facts(
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+        each_gpu={"name": "NVIDIA GeForce RTX 4090"},
+        patch=_geforce_pair("570.124.06"),
+    )
     assert severity("GD-NCCL-011", newer, expect_gpus=2) is Severity.INFO
-    disabled = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"},
-                          patch=_geforce_pair("525.60.11"))
+    disabled = make_facts(
+        env={"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1"},
+        each_gpu={"name": "NVIDIA GeForce RTX 4090"},
+        patch=_geforce_pair("525.60.11"),
+    )
     assert severity("GD-NCCL-011", disabled, expect_gpus=2) is Severity.PASS
 
 
@@ -347,21 +539,40 @@ def test_max_split_with_expandable_segments_warns_and_keeps_the_other_keys():
     (f,) = run("GD-ALLOC-007", make_facts(env=env), expect_gpus=8)  # torch 2.3.1: the fixed assert, the growth remains
     assert f.severity is Severity.WARN and "123548" in f.message
     assert f.fix.actions[0].value == "expandable_segments:True,garbage_collection_threshold:0.8"
-    (old,) = run("GD-ALLOC-007", make_facts(env=env, patch={"torch_meta.version": "2.2.2", "torch.version": "2.2.2"}), expect_gpus=8)
+    (old,) = run(
+        "GD-ALLOC-007",
+        make_facts(env=env, patch={"torch_meta.version": "2.2.2", "torch.version": "2.2.2"}),
+        expect_gpus=8,
+    )
     assert old.severity is Severity.WARN and "INTERNAL ASSERT" in old.message
-    for alone in ("expandable_segments:True", "max_split_size_mb:512", "max_split_size_mb:512,expandable_segments:False"):
-        assert severity("GD-ALLOC-007", make_facts(env={"PYTORCH_CUDA_ALLOC_CONF": alone}), expect_gpus=8) is Severity.PASS
+    for alone in (
+        "expandable_segments:True",
+        "max_split_size_mb:512",
+        "max_split_size_mb:512,expandable_segments:False",
+    ):
+        assert (
+            severity("GD-ALLOC-007", make_facts(env={"PYTORCH_CUDA_ALLOC_CONF": alone}), expect_gpus=8) is Severity.PASS
+        )
 
 
 def test_pin_memory_under_wsl2_warns_also_by_the_hugging_face_default():
     wsl = make_facts(RTX4090, patch={"host.kernel": WSL_KERNEL})
-    (f,) = run("GD-DL-010", wsl, expect_gpus=1, config={"dataloader": {"pin_memory": True, "num_workers": 4}}, config_path="train.yaml")
+    (f,) = run(
+        "GD-DL-010",
+        wsl,
+        expect_gpus=1,
+        config={"dataloader": {"pin_memory": True, "num_workers": 4}},
+        config_path="train.yaml",
+    )
     assert f.severity is Severity.WARN and f.fix.actions[0].value is False
     hf = {"per_device_train_batch_size": 8, "dataloader_num_workers": 4}
     (d,) = run("GD-DL-010", wsl, expect_gpus=1, config=hf, config_path="args.yaml")
     assert d.severity is Severity.WARN and "default" in d.message
     # native Linux: no finding; WSL2 with pinning off: GD-DL-003 no longer asks to turn it on
-    assert severity("GD-DL-010", make_facts(RTX4090), expect_gpus=1, config={"dataloader": {"pin_memory": True}}) is Severity.PASS
+    assert (
+        severity("GD-DL-010", make_facts(RTX4090), expect_gpus=1, config={"dataloader": {"pin_memory": True}})
+        is Severity.PASS
+    )
     off = {"dataloader": {"pin_memory": False, "num_workers": 4}}
     assert severity("GD-DL-010", wsl, expect_gpus=1, config=off) is Severity.PASS
     assert severity("GD-DL-003", wsl, expect_gpus=1, config=off) is Severity.PASS
@@ -374,7 +585,13 @@ def _v100(n: int = 8) -> dict:
 
 def test_hf_tf32_on_volta_fails_and_other_tf32_requests_warn():
     volta = make_facts(each_gpu=_v100())
-    (f,) = run("GD-PREC-003", volta, expect_gpus=8, config={"training_args": {"tf32": True, "bf16": False}}, config_path="a.yaml")
+    (f,) = run(
+        "GD-PREC-003",
+        volta,
+        expect_gpus=8,
+        config={"training_args": {"tf32": True, "bf16": False}},
+        config_path="a.yaml",
+    )
     assert f.severity is Severity.FAIL and "Ampere" in f.message and f.fix.actions[0].key == "training_args.tf32"
     (w,) = run("GD-PREC-003", volta, expect_gpus=8, config={"trainer": {"float32_matmul_precision": "high"}})
     assert w.severity is Severity.WARN

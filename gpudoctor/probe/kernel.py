@@ -48,21 +48,46 @@ def run_bounded(cmd: list[str], timeout: float, env: dict | None = None) -> tupl
 
 def classify(message: str, seconds_ago: float | None, events: dict[str, list], counts: dict[str, int]) -> None:
     """Adds one kernel message to the Xid / reset-required / AER lists it belongs to."""
+    if "NVRM" not in message and "AER" not in message and "PCIe Bus Error" not in message:
+        return  # the common case, without running the patterns
     age = None if seconds_ago is None else round(max(seconds_ago, 0.0))
     m = XID.search(message)
     if m:
-        _add(events, counts, "xid", {"pci": m.group(1), "code": int(m.group(2)), "message": _short(m.group(3) or ""), "seconds_ago": age})
+        _add(
+            events,
+            counts,
+            "xid",
+            {"pci": m.group(1), "code": int(m.group(2)), "message": _short(m.group(3) or ""), "seconds_ago": age},
+        )
     if RESET_REQUIRED.search(message):
         _add(events, counts, "reset_required", {"message": _short(message), "seconds_ago": age})
     m = AER.search(message)
     if m:
-        severity = m.group(1).lower().replace("uncorrected (non-fatal)", "non_fatal").replace("uncorrected (fatal)", "fatal")
-        _add(events, counts, "aer", {"severity": severity, "device": m.group(2) or None, "message": _short(message), "seconds_ago": age})
+        severity = (
+            m.group(1).lower().replace("uncorrected (non-fatal)", "non_fatal").replace("uncorrected (fatal)", "fatal")
+        )
+        _add(
+            events,
+            counts,
+            "aer",
+            {"severity": severity, "device": m.group(2) or None, "message": _short(message), "seconds_ago": age},
+        )
         return
     m = PCIE_BUS_ERROR.search(message)
     if m:
-        severity = m.group(2).strip().lower().replace("uncorrected (non-fatal)", "non_fatal").replace("uncorrected (fatal)", "fatal")
-        _add(events, counts, "aer", {"severity": severity, "device": m.group(1), "message": _short(message), "seconds_ago": age})
+        severity = (
+            m.group(2)
+            .strip()
+            .lower()
+            .replace("uncorrected (non-fatal)", "non_fatal")
+            .replace("uncorrected (fatal)", "fatal")
+        )
+        _add(
+            events,
+            counts,
+            "aer",
+            {"severity": severity, "device": m.group(1), "message": _short(message), "seconds_ago": age},
+        )
 
 
 def _add(events: dict[str, list], counts: dict[str, int], kind: str, event: dict) -> None:
@@ -118,7 +143,9 @@ def _from_kmsg(path: str, uptime: float | None, window: float, events: dict, cou
 def _from_journal(journalctl: str, hours: int, events: dict, counts: dict, env: dict) -> str | None:
     """None when read; otherwise why the journal could not be used."""
     code, out, err = run_bounded(
-        [journalctl, "-k", "-q", "--no-pager", "-o", "short-unix", "--since", f"{hours} hours ago"], COMMAND_TIMEOUT, env
+        [journalctl, "-k", "-q", "--no-pager", "-o", "short-unix", "--since", f"{hours} hours ago"],
+        COMMAND_TIMEOUT,
+        env,
     )
     if code != 0:
         return f"journalctl exited with {code}: {err.strip()[:200]}"

@@ -36,7 +36,10 @@ def acs_state(config: bytes | None) -> dict:
     if config is None:
         return {"readable": False, "reason": "config space unreadable"}
     if len(config) <= 0x100:
-        return {"readable": False, "reason": f"only {len(config)} bytes of config space readable (extended space needs root)"}
+        return {
+            "readable": False,
+            "reason": f"only {len(config)} bytes of config space readable (extended space needs root)",
+        }
     offset, seen = 0x100, 0
     while offset and offset + 8 <= len(config) and seen < MAX_CAPS:
         header = int.from_bytes(config[offset : offset + 4], "little")
