@@ -232,6 +232,20 @@ def kernel_log(
     return {"readable": False, "source": None, "window_hours": hours, "attempts": attempts}
 
 
+def redact_cmdline(cmdline: str) -> str:
+    """The kernel command line with the values of credential-like parameters blanked (an iSCSI or
+    network-boot password can sit there: key=value words, keys judged like environment names)."""
+    from gpudoctor.facts import is_credential_name
+
+    words = []
+    for word in cmdline.split(" "):
+        key, eq, _ = word.partition("=")
+        secret = eq and is_credential_name(key.replace(".", "_").replace("-", "_"))
+        words.append(f"{key}=<redacted>" if secret else word)
+    return " ".join(words)
+
+
 def probe(proc_root: str = "/proc", kmsg_path: str = "/dev/kmsg", path: str | None = None) -> dict:
     cmdline = read_text(os.path.join(proc_root, "cmdline"))
-    return {"cmdline": cmdline[:4096] if cmdline is not None else None, "log": kernel_log(kmsg_path, proc_root, path)}
+    shown = redact_cmdline(cmdline[:4096]) if cmdline is not None else None
+    return {"cmdline": shown, "log": kernel_log(kmsg_path, proc_root, path)}
