@@ -60,6 +60,11 @@ def alloc_conf_invalid(facts, ctx):
     return max(outcomes, key=lambda o: o.severity.rank) if len(outcomes) > 1 else outcomes[0]
 
 
+def _quoted(value: str, limit: int = 200) -> str:
+    """The value as a Python literal, cut short when a pasted blob would flood the report."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
 def _judge_conf(name: str, value: str, tv):
     conf = allocconf.parse_alloc_conf(value, tv, variable=name)
     evidence = {"variable": name, "value": value, "torch": _version_text(tv), "settings": conf.settings}
@@ -67,13 +72,13 @@ def _judge_conf(name: str, value: str, tv):
         corrected = allocconf.suggest_correction(value, tv)
         fix = set_env(name, corrected) if corrected else manual(f"Correct or unset {name} (see `gpudoctor explain GD-ALLOC-001`)", f"unset {name}")
         return fail(
-            f"{name}={value!r}: {'; '.join(conf.errors)}",
+            f"{name}={_quoted(value)}: {'; '.join(conf.errors)}",
             fix,
             errors=conf.errors,
             **evidence,
         )
     if conf.warnings:
-        return warn(f"{name}={value!r}: {'; '.join(conf.warnings)}", None, warnings=conf.warnings, **evidence)
+        return warn(f"{name}={_quoted(value)}: {'; '.join(conf.warnings)}", None, warnings=conf.warnings, **evidence)
     note = "; ".join(conf.notes)
     unknown = "" if tv else " (torch version unknown: checked against the newest rules)"
     return passed(f"{name}={value!r} is valid for torch {_version_text(tv)}{unknown}" + (f"; {note}" if note else ""), **evidence)

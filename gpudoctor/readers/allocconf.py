@@ -43,6 +43,9 @@ LARGE_SEGMENT_MIN_MB = 10  # kMinLargeAlloc / 1 MiB: large_segment_size_mb must 
 SPLIT_EQUAL_OK_SINCE = (2, 10)  # "must be > 20" became ">= 20" with AcceleratorAllocatorConfig
 KNOWN_UP_TO = (2, 13)  # the newest torch whose key list this table was checked against
 MAX_REGISTER_THREADS = 128
+# Real allocator configs are a few pairs, under 200 characters; past this the value is not checked (one
+# warning), so a pasted blob costs nothing and no message quotes kilobytes.
+MAX_CONF_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,10 @@ def _split_pairs(tokens: list[str]) -> list[tuple[str, str | list[str]]]:
         if i + 2 >= len(tokens) or tokens[i + 2] in ",:]":
             raise AllocConfError(f"{key!r} has no value")
         if tokens[i + 2] == "[":
-            end = tokens.index("]", i + 2) if "]" in tokens[i + 2 :] else -1
-            if end < 0:
-                raise AllocConfError(f"{key!r}: '[' without a closing ']'")
+            try:
+                end = tokens.index("]", i + 2)
+            except ValueError:
+                raise AllocConfError(f"{key!r}: '[' without a closing ']'") from None
             value: str | list[str] = tokens[i + 3 : end]
             i = end + 1
         else:
@@ -155,8 +159,19 @@ def _where(tokens: list[str], i: int) -> str:
 def _leading_int(text: str) -> int | None:
     """C's stoi: an optional sign and ASCII digits at the start; None when there are none
     (C reads no other digits: a full-width '１２８' makes torch's stoi/stoull raise)."""
-    m = re.match(r"^([+-]?[0-9]+)", text)
-    return int(m.group(1)) if m else None
+    m = _LEADING_INT.match(text)
+    if not m:
+        return None
+    sign, digits = m.group(1), m.group(2).lstrip("0") or "0"
+    if len(digits) > 40:  # past any parser's range (2**64 has 20 digits); int() of thousands of digits raises
+        digits = "1" + "0" * 40
+    return int(sign + digits)
+
+
+_LEADING_INT = re.compile(r"([+-]?)([0-9]+)")
+# A whole decimal number as C's stod reads it. Matched from the start only and compared with the length,
+# never fullmatch-ed: with a trailing letter, fullmatch backtracks through every split of the digits.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf)", re.I)
 
 
 def _leading_float(text: str) -> float | None:
@@ -190,6 +205,10 @@ def _pow2(n: int) -> bool:
 def parse_alloc_conf(text: str, torch_version: tuple[int, ...] | None = None, variable: str = LEGACY_VAR) -> AllocConf:
     """Check an allocator config string the way torch (of torch_version, when known) will."""
     conf = AllocConf(text=text)
+    if len(text) > MAX_CONF_CHARS:
+        conf.warnings.append(f"{variable} is {len(text):,} characters long; real allocator configs are a few pairs, "
+                             f"so gpudoctor does not check one over {MAX_CONF_CHARS:,} (torch still parses it)")
+        return conf
     try:
         raw_pairs = _split_pairs(tokenize(text))
     except AllocConfError as e:
@@ -350,7 +369,8 @@ def _check_int(conf, key, value, torch_version) -> None:
 
 
 def _note_trailing(conf, key, value, read_as) -> None:
-    if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf)", value, re.I):
+    m = _NUMBER.match(value)
+    if m is None or m.end() != len(value):
         shown = f"it as {read_as}" if read_as is not None else "only its leading number"
         conf.warnings.append(f"{key}:{value} has extra characters; torch reads {shown} - write a plain number")
 
@@ -380,7 +400,11 @@ def _check_combinations(conf: AllocConf) -> None:
 def suggest_correction(text: str, torch_version: tuple[int, ...] | None = None) -> str | None:
     """A corrected value for the common slips (key=value, ';' between pairs, true/false in lower
     case), or None when those are not the problem or the result is still invalid."""
-    fixed = re.sub(r"([A-Za-z_]+)\s*=\s*", r"\1:", text).replace(";", ",")
+    if len(text) > MAX_CONF_CHARS:
+        return None
+    # The lookbehind anchors each key at its first letter: without it a long run of letters is rescanned
+    # from every position (quadratic; 120k characters took minutes).
+    fixed = re.sub(r"(?<![A-Za-z_])([A-Za-z_]+)\s*=\s*", r"\1:", text).replace(";", ",")
     fixed = re.sub(r":\s*(true|false|TRUE|FALSE)\b", lambda m: ":" + m.group(1).capitalize(), fixed)
     if fixed == text or parse_alloc_conf(fixed, torch_version).errors:
         return None
