@@ -19,13 +19,14 @@ from gpudoctor.readers import allocconf
         "roundup_power2_divisions:[" + "1:2," * (allocconf.MAX_CONF_CHARS // 5) + "]",
         "max_split_size_mb:" + "0" * 6000 + "200",
     ],
+    ids=["letters-120k", "key=value", "digits-then-letter", "long-list", "leading-zeros"],
 )
 def test_allocator_config_costs_linear_time(text):
     started = time.monotonic()
     conf = allocconf.parse_alloc_conf(text)
     allocconf.suggest_correction(text)
     assert time.monotonic() - started < 1.0
-    assert all(len(m) < 2 * allocconf.MAX_CONF_CHARS for m in conf.errors + conf.warnings)
+    assert all(len(m) < 3 * allocconf.MAX_CONF_CHARS for m in conf.errors + conf.warnings)
 
 
 def test_a_5000_digit_split_size_is_out_of_range_not_a_crash():
