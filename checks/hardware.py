@@ -349,7 +349,7 @@ def kernel_log_gpu_errors(facts, ctx):
         return skip(f"the kernel probe failed: {facts.kernel['error']}")
     if not log.get("readable"):
         reasons = "; ".join(a.get("reason", "?") for a in log.get("attempts") or []) or "no source"
-        return skip(f"the kernel log cannot be read here ({reasons})", attempts=log.get("attempts"))
+        return _aer_counters_only(facts, reasons, log.get("attempts"))
     hours = log.get("window_hours")
     gpu_of = {_pci_key(g.get("pci_bus_id")): g.get("index") for g in facts.gpus if g.get("pci_bus_id")}
     job = {g.get("index") for g in cudavis.job_gpus(facts)}
@@ -390,6 +390,26 @@ def kernel_log_gpu_errors(facts, ctx):
     return passed(f"no Xid, reset request or PCIe AER error in the kernel log of the last {hours} h ({log.get('source')})", **evidence)
 
 
+def _aer_counters_only(facts, reasons: str, attempts) -> object:
+    """Without the kernel log, the GPUs' sysfs AER totals (since boot, world-readable) still tell of PCIe errors."""
+    gpu_of = {_pci_key(g.get("pci_bus_id")): g.get("index") for g in facts.gpus if g.get("pci_bus_id")}
+    job = {g.get("index") for g in cudavis.job_gpus(facts)}
+    uncorrected = {}
+    for s in facts.pci.get("gpus") or []:
+        index = gpu_of.get(_pci_key(s.get("bdf")))
+        aer = s.get("aer") or {}
+        count = (aer.get("fatal") or 0) + (aer.get("non_fatal") or 0)
+        if index in job and count:
+            uncorrected[index] = count
+    evidence = {"log_attempts": attempts, "aer_uncorrected_since_boot": uncorrected}
+    if uncorrected:
+        detail = ", ".join(f"GPU {i}: {n}" for i, n in sorted(uncorrected.items()))
+        return warn(f"the kernel log cannot be read here ({reasons}), but sysfs counts uncorrected PCIe AER errors since boot "
+                    f"({detail})", manual("Ask an administrator for the kernel log (Xid, AER)", "sudo dmesg -T | grep -E 'Xid|AER'"),
+                    **evidence)
+    return skip(f"the kernel log cannot be read here ({reasons})", **evidence)
+
+
 def _translated(domain: str | None) -> bool:
     return bool(domain) and domain.upper().startswith("DMA")
 
@@ -421,7 +441,8 @@ def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
         return passed(f"{len(gpus)} GPU in the job: no GPU-to-GPU traffic", gpus=len(gpus))
     job = {g["index"] for g in gpus}
     pairs = [p for p in (facts.nvidia.get("p2p") or {}).get("pairs") or [] if set(p.get("gpus") or []) <= job]
-    if pairs and all(p.get("nvlink") == "ok" for p in pairs):
+    nvlinked = all(any(link.get("active") for link in g.get("nvlink") or []) for g in gpus)
+    if (pairs and all(p.get("nvlink") == "ok" for p in pairs)) or (not pairs and nvlinked):
         return passed("every pair of the job's GPUs is connected by NVLink: peer traffic does not cross PCIe switches", pairs=len(pairs))
     by_key = {_pci_key(g.get("pci_bus_id")): g["index"] for g in gpus}
     sys_gpus = [s for s in pci.get("gpus") or [] if _pci_key(s.get("bdf")) in by_key]

@@ -154,6 +154,10 @@ def test_acs_redirect_on_the_switch_above_two_gpus_is_read_from_config_space(tmp
         groups
     )
     (tmp_path / "sys/class/iommu/dmar0").mkdir(parents=True)
+    gpu0 = tmp_path / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0"
+    (gpu0 / "aer_dev_fatal").write_text("Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n")
+    (gpu0 / "aer_dev_nonfatal").write_text("Undefined 0\nCmpltTO 2\nTOTAL_ERR_NONFATAL 2\n")
+    (gpu0 / "aer_dev_correctable").write_text("RxErr 17\nTOTAL_ERR_COR 17\n")
 
     section = pci.probe(str(tmp_path))
     assert [g["bdf"] for g in section["gpus"]] == ["0000:03:00.0", "0000:04:00.0"]
@@ -164,6 +168,9 @@ def test_acs_redirect_on_the_switch_above_two_gpus_is_read_from_config_space(tmp
     assert bridges["0000:02:08.0"]["acs"]["completion_redirect"] and not bridges["0000:02:08.0"]["root_port"]
     assert bridges["0000:02:10.0"]["acs"]["readable"] is False and "root" in bridges["0000:02:10.0"]["acs"]["reason"]
     assert section["iommu"] == {"enabled": True, "units": ["dmar0"], "groups": 1}
+    assert (
+        section["gpus"][0]["aer"] == {"fatal": 0, "non_fatal": 2, "corrected": 17} and section["gpus"][1]["aer"] is None
+    )
     assert first_problem({"schema": "gpudoctor.facts/1", "pci": section}) is None
 
 

@@ -597,3 +597,29 @@ def test_hf_tf32_on_volta_fails_and_other_tf32_requests_warn():
     assert w.severity is Severity.WARN
     assert severity("GD-PREC-003", make_facts(), expect_gpus=8, config={"tf32": True}) is Severity.PASS  # H100
     assert severity("GD-PREC-003", volta, expect_gpus=8, config={"tf32": False}) is Severity.PASS
+
+
+def test_unreadable_log_with_uncorrected_aer_counters_in_sysfs_warns():
+    kernel = {
+        "cmdline": None,
+        "log": {"readable": False, "attempts": [{"source": "/dev/kmsg", "reason": "permission denied"}]},
+    }
+    pci = _pci([{"bdf": "0000:18:00.0", "bridges": [], "aer": {"fatal": 0, "non_fatal": 3, "corrected": 40}}], [])
+    (f,) = run("GD-HW-008", make_facts(patch={"kernel": kernel, "pci": pci}), expect_gpus=8)
+    assert f.severity is Severity.WARN and "GPU 0: 3" in f.message
+    corrected_only = _pci(
+        [{"bdf": "0000:18:00.0", "bridges": [], "aer": {"fatal": 0, "non_fatal": 0, "corrected": 40}}], []
+    )
+    assert (
+        severity("GD-HW-008", make_facts(patch={"kernel": kernel, "pci": corrected_only}), expect_gpus=8)
+        is Severity.SKIP
+    )
+
+
+def test_nvlinked_gpus_without_p2p_facts_are_not_judged_by_acs():
+    patch = {"pci": _two_gpus_behind_a_switch(redirect=True), "nvidia.p2p": None}
+    assert (
+        severity("GD-HW-009", make_facts(patch=patch), expect_gpus=8) is Severity.PASS
+    )  # the fixture's NVLinks are up
+    no_links = make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}, each_gpu={"nvlink": []})
+    assert severity("GD-HW-009", no_links, expect_gpus=2) is Severity.WARN

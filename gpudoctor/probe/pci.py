@@ -7,8 +7,8 @@ control register lives in PCIe extended config space (offset >= 0x100), which sy
 read past the first 64 bytes: without it acs is {"readable": false}.
 
 Section "pci": iommu {enabled, groups}, gpus [{bdf, iommu_group, iommu_domain, bridges [bdf, from
-the root port down]}], bridges [{bdf, root_port, acs {readable, capable, control, request_redirect,
-completion_redirect, source_validation} }].
+the root port down], aer {fatal, non_fatal, corrected} | None (totals since boot)}], bridges [{bdf,
+root_port, acs {readable, capable, control, request_redirect, completion_redirect, source_validation}}].
 """
 
 from __future__ import annotations
@@ -68,6 +68,24 @@ def _read_config(dev: str) -> bytes | None:
         return None
 
 
+AER_FILES = {"fatal": "aer_dev_fatal", "non_fatal": "aer_dev_nonfatal", "corrected": "aer_dev_correctable"}
+
+
+def aer_counts(dev: str) -> dict | None:
+    """PCIe AER error totals since boot from sysfs (world-readable, unlike the kernel log); None without AER.
+
+    Each file lists counters per error type and a last line "TOTAL_ERR_FATAL 0" (or _NONFATAL, _COR)."""
+    out = {}
+    for kind, filename in AER_FILES.items():
+        text = read_text(os.path.join(dev, filename))
+        if text is None:
+            continue
+        total = next((line.split()[-1] for line in text.splitlines() if line.startswith("TOTAL_ERR")), None)
+        if total is not None and total.isdigit():
+            out[kind] = int(total)
+    return out or None
+
+
 def _iommu(root: str) -> dict:
     classes = os.path.join(root, "sys/class/iommu")
     groups = os.path.join(root, "sys/kernel/iommu_groups")
@@ -93,7 +111,9 @@ def probe(root: str = "/") -> dict:
         group_link = os.path.join(dev, "iommu_group")
         group = os.path.basename(os.path.realpath(group_link)) if os.path.islink(group_link) else None
         domain = read_text(os.path.join(real, "iommu_group", "type")) if group is not None else None
-        gpus.append({"bdf": name, "iommu_group": group, "iommu_domain": domain, "bridges": above})
+        gpus.append(
+            {"bdf": name, "iommu_group": group, "iommu_domain": domain, "bridges": above, "aer": aer_counts(real)}
+        )
         parent = os.path.dirname(real)
         for i, bdf in enumerate(reversed(above)):  # nearest first, walking up the real path
             path = parent
