@@ -268,7 +268,9 @@ def _p2p(nvml, indices: list[int]) -> dict:
             handles[i] = nvml.nvmlDeviceGetHandleByIndex(i)
         except Exception:
             continue
-    caps = {"read": getattr(nvml, "NVML_P2P_CAPS_INDEX_READ", 0), "nvlink": getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)}
+    # nvmlGpuP2PCapsIndex_t values from nvml.h (stable); the binding's own NVML_P2P_CAPS_INDEX_READ is the
+    # tuple (0,) in nvidia-ml-py 13.615.71 (a stray comma), which ctypes refuses as an argument.
+    caps = {"read": 0, "nvlink": 2}
     pairs = []
     order = sorted(handles)
     for n, a in enumerate(order):
