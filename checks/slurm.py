@@ -183,9 +183,16 @@ def slurm_job_values_unreadable(facts, ctx):
         problems += _env_inconsistencies(facts.env)
     summary = _summary(shape)
     if problems:
+        fix = manual("Let sbatch/srun set SLURM_* variables (do not export them), and correct the directives named")
+        renames = _typo_renames(ctx.sbatch) if shape.from_script and shape.script and not shape.problems else []
+        if renames and len(renames) == len(problems):
+            # sbatch refuses the script as written; the option meant changes what the job asks for (unsafe)
+            title = "Correct the option name(s): " + ", ".join(f"{a.key} -> --{a.value}" for a in renames)
+            actions = tuple(Action(ActionKind.SBATCH_RENAME, shape.script, value=a.value, key=a.key) for a in renames)
+            fix = Fix(title, Safety.UNSAFE, actions)
         return warn(
             f"{len(problems)} SLURM value(s) could not be read or disagree: " + "; ".join(problems),
-            manual("Let sbatch/srun set SLURM_* variables (do not export them), and correct the directives named"),
+            fix,
             problems=problems,
             **_ev(shape),
         )
@@ -193,6 +200,19 @@ def slurm_job_values_unreadable(facts, ctx):
     if notes:
         return info(f"{shape.where}: {summary}; " + "; ".join(notes), **_ev(shape, notes=notes))
     return passed(f"{shape.where}: {summary}", **_ev(shape))
+
+
+def _typo_renames(sb) -> list[Action]:
+    """Each unknown #SBATCH option that is a near miss of a real one (key: the name written, value: the one meant)."""
+    from gpudoctor.readers.sbatch import close_option
+
+    out = []
+    for u in sb.unknown_directives if sb is not None else ():
+        for opt in u.options:
+            meant = close_option(opt)
+            if meant:
+                out.append(Action(ActionKind.SBATCH_RENAME, sb.path, value=meant, key=opt.split("=", 1)[0]))
+    return out
 
 
 def _unknown_directives(sb) -> tuple[list[str], list[str]]:
@@ -1033,6 +1053,10 @@ def sbatch_backslash_before_comment(facts, ctx):
         evidence[f"line {b.next_line}"] = b.next_text
     fix = manual("Delete what follows the backslash on " + ", ".join(f"line {b.line}" for b in broken)
                  + " (move the comment above the command)", *commands)
+    if path:
+        # Structured: the arguments bash dropped then reach the program, which changes what the job runs (unsafe).
+        fix = Fix(fix.title, Safety.UNSAFE,
+                  tuple(Action(ActionKind.CONTINUATION_REPAIR, path, value=b.text) for b in broken))
     return fail("; ".join(parts), fix, **evidence)
 
 

@@ -54,6 +54,8 @@ class Edit:
             ActionKind.SBATCH_SET.value: f"#SBATCH --{self.key}={self.value}",
             ActionKind.SBATCH_REMOVE.value: f"remove #SBATCH --{self.key}",
             ActionKind.SBATCH_HOIST.value: f"move `{self.value}` above the first command",
+            ActionKind.CONTINUATION_REPAIR.value: f"nothing after the backslash of `{self.value}`",
+            ActionKind.SBATCH_RENAME.value: f"rename #SBATCH {self.key} to --{self.value}",
             ActionKind.SRUN_PREFIX.value: "start the launch line with srun" + (f" {self.value}" if self.value else ""),
             ActionKind.EXPORT_SET.value: f"export {self.key}={self.value}",
             ActionKind.EXPORT_REMOVE.value: f"drop export {self.key}",
@@ -276,6 +278,8 @@ _SCRIPT_OPS: dict[str, Callable[[str, Edit], str]] = {
     ActionKind.SBATCH_SET.value: lambda t, e: sbatch_edit.set_directive(t, e.key, e.value),
     ActionKind.SBATCH_REMOVE.value: lambda t, e: sbatch_edit.remove_directive(t, e.key),
     ActionKind.SBATCH_HOIST.value: lambda t, e: sbatch_edit.hoist_directive(t, str(e.value)),
+    ActionKind.CONTINUATION_REPAIR.value: lambda t, e: sbatch_edit.repair_continuation(t, str(e.value)),
+    ActionKind.SBATCH_RENAME.value: lambda t, e: sbatch_edit.rename_option(t, str(e.key), str(e.value)),
     ActionKind.SRUN_PREFIX.value: lambda t, e: sbatch_edit.prefix_srun(t, str(e.value or "")),
     ActionKind.EXPORT_SET.value: lambda t, e: sbatch_edit.set_export(t, e.key, e.value),
     ActionKind.EXPORT_REMOVE.value: lambda t, e: sbatch_edit.remove_export(t, e.key, inherited=bool(e.value)),
@@ -326,6 +330,14 @@ def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple
     return True, f"{target.id} {_sev_name(before, target.id, was)} -> {_sev_name(after, target.id, now)}"
 
 
+_WEIGHT = {Severity.FAIL: 1000, Severity.ERROR: 100, Severity.WARN: 10, Severity.INFO: 1}
+
+
+def _burden(findings: list[Finding]) -> int:
+    """How much is still wrong: fails outweigh any number of warnings in practice, warnings infos."""
+    return sum(_WEIGHT.get(f.severity, 0) for f in findings)
+
+
 def _sev_name(findings: list[Finding], check_id: str, rank: int) -> str:
     return next((f.severity.value for f in findings if f.id == check_id and f.severity.rank == rank), "pass")
 
@@ -334,11 +346,11 @@ def _sev_name(findings: list[Finding], check_id: str, rank: int) -> str:
 
 
 def _fix_key(f: Finding) -> tuple:
-    return (
-        (f.id, f.fix.title, tuple(tuple(sorted(a.to_dict().items(), key=str)) for a in f.fix.actions))
-        if f.fix
-        else (f.id,)
-    )
+    """One fix of one check, by what it does (its title may name line numbers that move as edits land)."""
+    if f.fix is None:
+        return (f.id,)
+    actions = tuple(tuple(sorted(a.to_dict().items(), key=str)) for a in f.fix.actions)
+    return (f.id, actions) if actions else (f.id, f.fix.title)
 
 
 def make_plan(
@@ -360,6 +372,7 @@ def make_plan(
     tried: set[tuple] = set()
     for _ in range(MAX_ROUNDS):
         kept_one = False
+        good: list[tuple] = []  # verified fixes of this round: (burden after, edits, key, finding, edits, ws, findings)
         candidates = sorted(
             (f for f in current if f.fix and f.severity not in (Severity.PASS, Severity.SKIP)),
             key=lambda f: -f.severity.rank,
@@ -422,12 +435,19 @@ def make_plan(
             ok, why = judge(f, current, after)
             decide(ok, why, edits)
             if ok:
-                ws, current, kept_one = trial, after, True
-                for e in edits:
-                    slots[e.slot] = (e.value, e.op, f.id)
-                # A fix refused before may work now (it needed this one first): try those again.
-                tried -= {k for k, d in decided.items() if not d.kept}
-                break  # the findings changed: start the round again from the new ones
+                good.append((_burden(after), len(edits), key, f, edits, trial, after))
+        if good:
+            # Keep the verified fix that leaves the least wrong (a typo fixed beats shrinking the job around it);
+            # the others are tried again on the result.
+            _, _, best_key, f, edits, trial, after = min(good, key=lambda g: g[:2])
+            ws, current, kept_one = trial, after, True
+            for e in edits:
+                slots[e.slot] = (e.value, e.op, f.id)
+            # A fix refused before, or verified but not chosen, may work or be needed now: try those again.
+            not_chosen = {g[2] for g in good if g[2] != best_key}
+            tried -= not_chosen | {k for k, d in decided.items() if not d.kept}
+            for k in not_chosen:
+                decided.pop(k, None)
         if not kept_one:
             break
     return Plan(original, ws, before, current, list(decided.values()), _unique(manual), _unique(unsafe))

@@ -101,6 +101,46 @@ def remove_directive(text: str, option: str) -> str:
     raise EditError(f"--{option} is given too often to remove")
 
 
+def rename_option(text: str, written: str, meant: str) -> str:
+    """`#SBATCH --ntask-per-node=8` -> `#SBATCH --ntasks-per-node=8`: an option sbatch does not know (the reader's
+    unknown directives) renamed to the one meant, its value and the line's comment kept."""
+    script = _parse(text)
+    _single(script)
+    name = written.split("=", 1)[0]
+    for u in script.unknown_directives:
+        if not any(o.split("=", 1)[0] == name for o in u.options):
+            continue
+        line = text[u.span.start : u.span.end]
+        m = re.search(rf"(?<!\S){re.escape(name)}(?=[=\s]|$)", line)
+        if m:
+            at = u.span.start + m.start()
+            return text[:at] + f"--{meant}" + text[at + len(name) :]
+    raise EditError(f"no #SBATCH line with {name}")
+
+
+def repair_continuation(text: str, line_text: str) -> str:
+    """`arg \\    # note` -> `arg \\`: nothing after the backslash, so it continues the command again; the
+    comment moves to a line of its own above the command (a comment cannot sit inside a continued command)."""
+    script = _parse(text)
+    broken = next((b for b in script.broken_continuations if b.text == line_text), None)
+    if broken is None:
+        raise EditError(f"no line {line_text.strip()!r} that ends with a backslash and blanks")
+    start, end = _line_bounds(text, broken.backslash.start)
+    after = text[broken.backslash.end : end].strip()
+    text = text[: broken.backslash.start] + "\\" + text[end - (1 if text[end - 1 : end] == "\n" else 0) :]
+    if not after:
+        return text
+    # the first line of the command: walk up while the line above ends with a backslash-newline
+    first = start
+    while first > 0:
+        above = text.rfind("\n", 0, first - 1) + 1
+        if not text[above : first - 1].endswith("\\"):
+            break
+        first = above
+    indent = _indent(text[first:end])
+    return text[:first] + f"{indent}{after}\n" + text[first:]
+
+
 def hoist_directive(text: str, directive: str) -> str:
     """Move an #SBATCH line from below the first command (where sbatch ignores it) under the last directive."""
     script = _parse(text)

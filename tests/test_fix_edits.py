@@ -155,3 +155,30 @@ def test_a_fix_that_makes_another_check_worse_is_not_kept(tmp_path):
     (decision,) = plan.decisions
     assert not decision.kept and "GD-TEST-002 fail" in decision.reason
     assert plan.final.texts[path] == script.read_text() and not plan.pending
+
+
+def test_typo_option_is_renamed_keeping_value_and_comment():
+    text = "#!/bin/bash\n#SBATCH --ntask-per-node=8   # one per GPU\n#SBATCH --gres=gpu:8\nsrun python t.py\n"
+    assert parse_sbatch(text).unknown_directives
+    new = edit.rename_option(text, "--ntask-per-node", "ntasks-per-node")
+    assert new == "#!/bin/bash\n#SBATCH --ntasks-per-node=8   # one per GPU\n#SBATCH --gres=gpu:8\nsrun python t.py\n"
+    assert options(new)["ntasks-per-node"] == "8" and not parse_sbatch(new).unknown_directives
+
+
+def test_repaired_continuation_passes_every_argument_in_real_bash(tmp_path):
+    import subprocess
+
+    text = (
+        '#!/bin/bash\n#SBATCH --nodes=1\npython() { echo "ARGS: $*"; }\n'
+        "python t.py \\\n    a=1 \\    # note one\n    b=2 \\   # note two\n    c=3\n"
+    )
+    before = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=30)
+    assert before.stdout.startswith("ARGS: t.py a=1 ") and "b=2" not in before.stdout  # bash cut the command short
+    script = parse_sbatch(text)
+    new = text
+    for b in script.broken_continuations:
+        new = edit.repair_continuation(new, b.text)
+    assert not parse_sbatch(new).broken_continuations
+    after = subprocess.run(["bash", "-c", new], capture_output=True, text=True, timeout=30)
+    assert after.stdout == "ARGS: t.py a=1 b=2 c=3\n" and after.returncode == 0
+    assert "# note one\n# note two\npython t.py \\\n" in new  # the comments moved above the command, in order
