@@ -19,6 +19,7 @@ from gpudoctor.readers.ncclenv import (
     torch_nccl_problems,
 )
 from gpudoctor.job.layout import job_env, layout
+from gpudoctor.job.target import in_job_environment
 from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
@@ -113,7 +114,9 @@ def nccl_socket_ifname_matches_nothing(facts, ctx):
             f"NCCL_SOCKET_IFNAME={value!r} selects none of this host's usable interfaces "
             f"({', '.join(evidence['interfaces']) or 'none'}): NCCL fails with 'no socket interface found'"
         )
-        sev = fail if (lay.multi_process and ctx.gpus_expected) else warn
+        # In the job's own environment (an allocation, or rank variables set) NCCL will run here: it fails.
+        in_job = in_job_environment(job_env(facts, ctx))
+        sev = fail if in_job or (lay.multi_process and ctx.gpus_expected) else warn
         return sev(msg, unset_env("NCCL_SOCKET_IFNAME"), **evidence)
     reachable = [i["name"] for i in usable if i["name"] in chosen and not _host_local_only(i)]
     if lay.multi_node and not reachable:

@@ -6,9 +6,10 @@ rank and host under a launcher). The target decision itself is gpudoctor.job.tar
 from __future__ import annotations
 
 import os
+import platform
 import shlex
 
-from gpudoctor.facts import Facts
+from gpudoctor.facts import Facts, collectable_env
 
 # Sections a --node-snapshot contributes: what the node is. The environment, the batch script's view of
 # the job and the cluster's answers stay this run's (the snapshot may have been taken inside another job).
@@ -143,12 +144,10 @@ def view(version: str, facts: Facts, ctx, target, args):
     if machine and target.machine_in_verdict:
         lines.append(machine)
     lines.extend(node_lines(facts, target, ctx))
-    if not target.machine_in_verdict:
-        lines.append(f"only the job's own settings set the exit code: {target.reason}")
     return View(
         header=header(version, facts, target, getattr(args, "snapshot", None)),
         lines=lines,
         target=target,
         fix_command=fix_command(ctx, getattr(args, "python", None)),
-        label=rank_label(facts.env, facts.host.get("hostname")),
+        label=rank_label(collectable_env(), platform.node() if getattr(args, "snapshot", None) else facts.host.get("hostname")),
     )

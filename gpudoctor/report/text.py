@@ -96,6 +96,20 @@ def evidence_lines(evidence: dict, limit: int | None = DEFAULT_EVIDENCE_LINES, m
     return lines
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_./:,=@%+\-]*")
+_EXPANDED = re.compile(r"[A-Za-z0-9_./:,=@%+\-${}]*")
+
+
+def export_line(name: str, value) -> str:
+    """`export NAME=value` as a person would type it: bare when safe, "$VAR" kept expandable, else single-quoted."""
+    text = str(value)
+    if _PLAIN.fullmatch(text):
+        return f"export {name}={text}"
+    if _EXPANDED.fullmatch(text):
+        return f'export {name}="{text}"'
+    return f"export {name}={shlex.quote(text)}"
+
+
 def action_lines(fix: Fix) -> list[str]:
     """Each action of a fix as one line: a shell command where it is one (verbatim, copy-pasteable),
     else the edit it makes."""
@@ -103,7 +117,7 @@ def action_lines(fix: Fix) -> list[str]:
     for a in fix.actions:
         kind = ActionKind(a.kind)
         if kind is ActionKind.SET_ENV:
-            out.append(f"export {a.target}={shlex.quote(str(a.value))}")
+            out.append(export_line(a.target, a.value))
         elif kind is ActionKind.UNSET_ENV:
             out.append(f"unset {a.target}")
         elif kind is ActionKind.COMMAND:
@@ -117,7 +131,7 @@ def action_lines(fix: Fix) -> list[str]:
         elif kind is ActionKind.SRUN_PREFIX:
             out.append(f"{a.target}: start the launch line with `srun{' ' + a.value if a.value else ''}`")
         elif kind is ActionKind.EXPORT_SET:
-            out.append(f"{a.target}: export {a.key}={shlex.quote(str(a.value))}")
+            out.append(f"{a.target}: {export_line(a.key or '', a.value)}")
         elif kind is ActionKind.EXPORT_REMOVE:
             out.append(f"{a.target}: drop the export of {a.key}")
         elif kind is ActionKind.YAML_SET:
@@ -176,6 +190,11 @@ class _Out:
         self.line((" " * indent + text, style))
 
 
+def _advice(f: Finding) -> bool:
+    """A finding the default report details: a problem, or a note that comes with something to do."""
+    return f.severity in PROBLEMS or (f.fix is not None and bool(f.fix.actions))
+
+
 def _worst(items: list[Finding]) -> Severity:
     return max(items, key=lambda f: f.severity.rank).severity
 
@@ -217,8 +236,9 @@ class _Renderer:
         self.out.text(indent, f"{mark} {f.title}  {f.id}", style if f.severity in PROBLEMS else None)
         self.out.text(indent + 4, f.message)
         limit = None if self.detail == "all" else DEFAULT_EVIDENCE_LINES
-        for ev in evidence_lines(f.evidence, limit, f.message):
-            self.out.text(indent + 4, ev, "dim")
+        if f.severity in PROBLEMS or self.detail == "all":  # a note with advice: its message and fix suffice
+            for ev in evidence_lines(f.evidence, limit, f.message):
+                self.out.text(indent + 4, ev, "dim")
         if f.fix is not None:
             self.fix(f.fix, indent + 4)
 
@@ -236,7 +256,7 @@ class _Renderer:
         mark, style = MARKS[worst]
         self.out.line((f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim"))
         for f in items:
-            if f.severity in PROBLEMS or self.detail == "all":
+            if _advice(f) or self.detail == "all":
                 self.finding(f)
 
 
@@ -271,16 +291,18 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
         if r.detail == "all":
             r.category(category, items)
             continue
-        if worst not in PROBLEMS:
+        advice = [f for f in items if _advice(f)]
+        if not advice:
             quiet.append(category)
             continue
-        first = next(f for f in items if f.severity is worst)
-        mark, style = MARKS[worst]
-        more = sum(1 for f in items if f.severity in PROBLEMS) - 1
-        out.text(4, f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""), style)
-        for f in items:
-            if f.severity in PROBLEMS and f.fix is not None:
-                for cmd in shell_commands(f.fix):
+        first = max(advice, key=lambda f: f.severity.rank)
+        mark, style = MARKS[first.severity]
+        more = len(advice) - 1
+        out.text(4, f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""),
+                 style if first.severity in PROBLEMS else None)
+        for f in advice:
+            if f.fix is not None:
+                for cmd in action_lines(f.fix):
                     out.text(8, cmd)
     if quiet:
         out.text(4, f"{', '.join(quiet)}: fine or not applicable here", "dim")
