@@ -84,6 +84,11 @@ def job_request_exceeds_partition_nodes(facts, ctx):
     shape = job_shape(facts, ctx)
     if shape is None or not shape.from_script:
         return skip("no --sbatch script: nothing is being submitted")
+    if cluster.get("partition_missing"):
+        name = cluster.get("partition")
+        return fail(f"the cluster has no partition {name!r} ({cluster.get('reason')}): sbatch refuses the script "
+                    "('invalid partition specified')", manual("Pick a partition the cluster has", "sinfo -s"),
+                    partition=name)
     if not cluster.get("available"):
         return skip(f"the cluster could not say what its nodes have: {cluster.get('reason') or cluster.get('error') or 'not asked'}")
     types = cluster.get("node_types") or []

@@ -103,7 +103,10 @@ def probe(partition: str | None = None) -> dict:
     first = partition.split(",")[0] if partition else None  # sbatch -p a,b: the job starts in whichever frees first
     record, error = _partition(first)
     if record is None:
-        return {"available": False, "partition": first, "reason": f"scontrol show partition: {error}"}
+        out = {"available": False, "partition": first, "reason": f"scontrol show partition: {error}"}
+        if first and re.search(r"\bnot found\b", error or "", re.I):
+            out["partition_missing"] = True  # the controller answered: no such partition
+        return out
     out: dict = {
         "available": True,
         "partition": record.get("PartitionName"),

@@ -15,6 +15,8 @@ import socket
 import threading
 import time
 
+from gpudoctor.facts import redact_value
+
 RESOLVE_TIMEOUT = 5.0
 
 
@@ -27,6 +29,8 @@ def _resolve(host: str, timeout: float = RESOLVE_TIMEOUT) -> dict:
             box["addresses"] = sorted({i[4][0] for i in infos})
         except OSError as e:
             box["error"] = f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - 'a..b' (UnicodeError: empty IDNA label), a NUL byte: not a host name
+            box["error"] = f"not a valid host name ({type(e).__name__}: {str(e)[:200]})"
 
     started = time.monotonic()
     t = threading.Thread(target=run, daemon=True)
@@ -73,8 +77,8 @@ def _binder(env: dict, is_local: bool | None) -> tuple[bool, str]:
     if rank is not None:
         try:
             n = int(rank)
-        except ValueError:
-            return False, f"RANK={rank!r} is not a number"
+        except ValueError:  # also thousands of digits (the int-digit limit)
+            return False, f"RANK={rank[:40]!r} is not a number"
         return n == 0, f"RANK={n}"
     if is_local:
         return True, "no RANK set and MASTER_ADDR names this host"
@@ -108,7 +112,10 @@ def _port(text: str | None) -> int | None:
 def probe(environ: dict | None = None) -> dict:
     env = os.environ if environ is None else environ
     addr, port_text = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
-    out: dict = {"master_addr": addr, "master_port": port_text, "hostname": socket.gethostname()}
+    # user:password@host or a URL with a token: the facts keep the host, never the credential
+    shown_addr = redact_value(addr) if addr is not None else None
+    shown_port = redact_value(port_text)[:100] if port_text is not None else None
+    out: dict = {"master_addr": shown_addr, "master_port": shown_port, "hostname": socket.gethostname()}
     is_local = None
     if addr:
         res = _resolve(addr.strip())

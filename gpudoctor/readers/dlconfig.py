@@ -176,6 +176,10 @@ def _resolve(value, path: tuple, config: dict, env: dict, depth: int = 0):
     if expr.startswith(("oc.env:", "env:")):
         name, _, default = expr.split(":", 1)[1].partition(",")
         name, default = name.strip(), default.strip().strip("'\"")
+        from gpudoctor.facts import is_credential_name
+
+        if is_credential_name(name):  # a secret is never a loader setting, and never read into a report
+            return None, f"{value[:200]} reads a credential from the environment; gpudoctor does not evaluate it"
         if name in env:
             return env[name], None
         return (default, None) if default else (None, f"{value} is unset in this environment")
@@ -202,8 +206,17 @@ def _as_int(v):
     if isinstance(v, float) and v.is_integer():
         return int(v)
     if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v):
-        return int(v)
+        try:
+            return int(v)
+        except ValueError:  # thousands of digits: past Python's int-digit limit, and no setting's value
+            return None
     return None
+
+
+def _short(v, limit: int = 80) -> str:
+    """repr(v), cut short: a pasted blob must not flood the report."""
+    text = repr(v)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _as_bool(v):
@@ -280,7 +293,8 @@ def _role_path(path: tuple, parent: dict) -> tuple:
 def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
     value, problem = _resolve(raw, path, config, env)
     if problem is None and isinstance(value, str) and "${" in value:
-        problem = f"{value} is an interpolation gpudoctor does not evaluate (its value is known only when the job runs)"
+        shown = raw if value is not raw and isinstance(raw, str) else value  # not what an ${oc.env:...} gave
+        problem = f"{shown[:200]} is an interpolation gpudoctor does not evaluate (its value is known only when the job runs)"
         value = None
     if problem is None and isinstance(value, str) and value.strip().lower() == AUTO:
         problem = "'auto': the framework chooses the value when the job starts"
@@ -293,7 +307,11 @@ def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
         else:
             conv = _as_int(value)
         if conv is None and value is not None:
-            problem = f"{value!r} is not a {'boolean' if name in BOOL_SETTINGS else 'number' if name in INT_SETTINGS else 'class name'}"
+            kind = "boolean" if name in BOOL_SETTINGS else "number" if name in INT_SETTINGS else "class name"
+            if value is not raw:  # resolved from an interpolation (${oc.env:HF_TOKEN}): never quote what it gave
+                problem = f"{_short(raw)} does not give a {kind}"
+            else:
+                problem = f"{_short(value)} is not a {kind}"
         value = conv
     return Found(name, value, ".".join(path), raw=raw, problem=problem)
 
