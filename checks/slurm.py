@@ -577,6 +577,14 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
     if auto and shape.tasks_here and shape.gpus_per_node is not None and shape.tasks_here > shape.gpus_per_node:
         key, value = _gpu_value(shape, shape.tasks_here)  # devices=auto follows the GPUs: request one per task
         return directive_fix(shape, facts, f"Request one GPU per task (--{key}={value}); Lightning's devices=auto then matches", {key: value})
+    declared = str(shape.directives.get("ntasks-per-node") or "") if shape.from_script else ""
+    if auto and shape.srun_launch is False and declared.isdigit() and shape.gpus_per_node is not None \
+            and int(declared) > shape.gpus_per_node:
+        # The script asks for N tasks per node but starts no srun: keep the N ranks it asked for (one GPU each,
+        # started by srun) rather than shrink the job to the GPUs it happened to request.
+        key, value = _gpu_value(shape, int(declared))
+        return directive_fix(shape, facts, f"One GPU per task (--{key}={value}) and start training with `srun` "
+                             f"(line {shape.launch_lineno})", {key: value}, srun_prefix="")
     devices = plan.devices or shape.gpus_per_node or 1
     changes = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
     if shape.ntasks_option is not None:

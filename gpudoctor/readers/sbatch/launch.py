@@ -13,7 +13,6 @@ import re
 
 from gpudoctor.model import SCRIPT_LAUNCHERS
 from gpudoctor.readers.sbatch.options import parse_options
-from gpudoctor.readers.sbatch.script import SbatchError
 from gpudoctor.readers.sbatch.shell import split_commands
 
 LAUNCHERS = SCRIPT_LAUNCHERS  # model.LAUNCHER_TABLE, the one launcher table
@@ -21,9 +20,45 @@ MAX_SHELL_DEPTH = 8
 _PY = re.compile(r"^python(\d+(\.\d+)?)?$")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 # Commands in front of the real one: `exec`, `time`, `nohup`, `env A=1`, `stdbuf -oL` ...
-_PREFIX_COMMANDS = {"exec", "time", "nohup", "command", "builtin", "nice", "stdbuf", "env", "numactl", "taskset", "unbuffer"}
-NOT_TRAINING = {"hostname", "nvidia-smi", "echo", "printf", "mkdir", "cd", "ls", "cat", "sleep", "date", "true", "env",
-                "module", "source", "conda", "pip", "export", "rm", "cp", "mv", "tee", "scontrol", "squeue", "sacct"}
+_PREFIX_COMMANDS = {
+    "exec",
+    "time",
+    "nohup",
+    "command",
+    "builtin",
+    "nice",
+    "stdbuf",
+    "env",
+    "numactl",
+    "taskset",
+    "unbuffer",
+}
+NOT_TRAINING = {
+    "hostname",
+    "nvidia-smi",
+    "echo",
+    "printf",
+    "mkdir",
+    "cd",
+    "ls",
+    "cat",
+    "sleep",
+    "date",
+    "true",
+    "env",
+    "module",
+    "source",
+    "conda",
+    "pip",
+    "export",
+    "rm",
+    "cp",
+    "mv",
+    "tee",
+    "scontrol",
+    "squeue",
+    "sacct",
+}
 
 
 def _strip_prefixes(tokens: list[str]) -> list[str]:
@@ -42,11 +77,10 @@ def _strip_prefixes(tokens: list[str]) -> list[str]:
     return tokens[i:]
 
 
-
-
 def _take(args: list[str], names: tuple[str, ...], flags: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
     """Launcher options (`--x v`, `--x=v`, flags) up to the first positional -> (options, rest)."""
-    opts, i = {}, 0
+    opts: dict[str, str | bool] = {}
+    i = 0
     while i < len(args):
         tok = args[i]
         if not tok.startswith("-") or tok == "-":
@@ -66,15 +100,35 @@ def _take(args: list[str], names: tuple[str, ...], flags: tuple[str, ...] = ()) 
     return opts, args[i:]
 
 
-_TORCHRUN_VALUES = ("nproc-per-node", "nnodes", "node-rank", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
-                    "master-addr", "master-port", "max-restarts", "monitor-interval", "start-method", "role", "log-dir",
-                    "redirects", "r", "tee", "t", "local-addr", "local-ranks-filter", "logs-specs")
+_TORCHRUN_VALUES = (
+    "nproc-per-node",
+    "nnodes",
+    "node-rank",
+    "rdzv-backend",
+    "rdzv-endpoint",
+    "rdzv-id",
+    "rdzv-conf",
+    "master-addr",
+    "master-port",
+    "max-restarts",
+    "monitor-interval",
+    "start-method",
+    "role",
+    "log-dir",
+    "redirects",
+    "r",
+    "tee",
+    "t",
+    "local-addr",
+    "local-ranks-filter",
+    "logs-specs",
+)
 _TORCHRUN_FLAGS = ("standalone", "use-env", "module", "m", "no-python", "run-path")
 
 
-def _lightning_args(args: list[str]) -> dict:
+def _lightning_args(args: list[str]) -> dict[str, str | bool]:
     """devices/num_nodes passed to a Lightning script: Hydra `trainer.devices=8`, LightningCLI `--trainer.devices 8`."""
-    found = {}
+    found: dict[str, str | bool] = {}
     for i, tok in enumerate(args):
         key, eq, value = tok.lstrip("+-").partition("=")
         if not eq and tok.startswith("--") and i + 1 < len(args):
@@ -176,7 +230,12 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
             return {**out, **_deepspeed(py.get("args", []))}
         if module == "gpudoctor" or (py.get("script") or "").endswith("gpudoctor"):
             return {**out, "launcher": None, "gpudoctor": True}
-        res = {**out, "launcher": "python", **{k: v for k, v in py.items() if k != "args"}, "script_args": py.get("args", [])}
+        res = {
+            **out,
+            "launcher": "python",
+            **{k: v for k, v in py.items() if k != "args"},
+            "script_args": py.get("args", []),
+        }
         light = _lightning_args(py.get("args", []))
         if light:
             res["lightning"] = light
@@ -185,13 +244,25 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         return {**out, **_accelerate(args[1:])}
     if prog == "deepspeed":
         return {**out, **_deepspeed(args)}
-    fabric_args = (args[2:] if prog == "lightning" and args[:2] == ["run", "model"]
-                   else args[1:] if prog == "fabric" and args[:1] == ["run"] else None)
+    fabric_args = (
+        args[2:]
+        if prog == "lightning" and args[:2] == ["run", "model"]
+        else args[1:]
+        if prog == "fabric" and args[:1] == ["run"]
+        else None
+    )
     if fabric_args is not None:  # `lightning run model` / `fabric run`: Fabric's own launcher
-        opts, rest = _take(fabric_args, ("devices", "num-nodes", "accelerator", "strategy", "precision", "node-rank",
-                                         "main-address", "main-port"))
-        return {**out, "launcher": "lightning", "nproc_per_node": opts.get("devices"), "nnodes": opts.get("num-nodes"),
-                "script": rest[0] if rest else None}
+        opts, rest = _take(
+            fabric_args,
+            ("devices", "num-nodes", "accelerator", "strategy", "precision", "node-rank", "main-address", "main-port"),
+        )
+        return {
+            **out,
+            "launcher": "lightning",
+            "nproc_per_node": opts.get("devices"),
+            "nnodes": opts.get("num-nodes"),
+            "script": rest[0] if rest else None,
+        }
     if prog == "gpudoctor":
         return {**out, "gpudoctor": True}
     return out
@@ -240,26 +311,69 @@ def _torchrun(args: list[str]) -> dict:
 def _accelerate(args: list[str]) -> dict:
     opts, rest = _take(
         args,
-        ("num-processes", "num-machines", "machine-rank", "main-process-ip", "main-process-port", "gpu-ids",
-         "mixed-precision", "config-file", "dynamo-backend", "rdzv-backend", "num-cpu-threads-per-process"),
+        (
+            "num-processes",
+            "num-machines",
+            "machine-rank",
+            "main-process-ip",
+            "main-process-port",
+            "gpu-ids",
+            "mixed-precision",
+            "config-file",
+            "dynamo-backend",
+            "rdzv-backend",
+            "num-cpu-threads-per-process",
+        ),
         ("multi-gpu", "use-deepspeed", "use-fsdp", "cpu", "module", "m", "no-python"),
     )
-    return {"launcher": "accelerate", "num_processes": opts.get("num-processes"), "nnodes": opts.get("num-machines"),
-            "node_rank": opts.get("machine-rank"), "rdzv_backend": opts.get("rdzv-backend"), "config_file": opts.get("config-file"),
-            "script": rest[0] if rest else None, "script_args": rest[1:]}
+    return {
+        "launcher": "accelerate",
+        "num_processes": opts.get("num-processes"),
+        "nnodes": opts.get("num-machines"),
+        "node_rank": opts.get("machine-rank"),
+        "rdzv_backend": opts.get("rdzv-backend"),
+        "config_file": opts.get("config-file"),
+        "script": rest[0] if rest else None,
+        "script_args": rest[1:],
+    }
 
 
 def _deepspeed(args: list[str]) -> dict:
     opts, rest = _take(
         args,
-        ("num-gpus", "num-nodes", "hostfile", "include", "exclude", "master-port", "master-addr", "launcher",
-         "launcher-args", "node-rank", "ssh-port", "venv-script"),
-        ("no-python", "no-local-rank", "force-multi", "module", "elastic-training", "bind-cores-to-rank", "no-ssh", "no-ssh-check"),
+        (
+            "num-gpus",
+            "num-nodes",
+            "hostfile",
+            "include",
+            "exclude",
+            "master-port",
+            "master-addr",
+            "launcher",
+            "launcher-args",
+            "node-rank",
+            "ssh-port",
+            "venv-script",
+        ),
+        (
+            "no-python",
+            "no-local-rank",
+            "force-multi",
+            "module",
+            "elastic-training",
+            "bind-cores-to-rank",
+            "no-ssh",
+            "no-ssh-check",
+        ),
     )
-    return {"launcher": "deepspeed", "nproc_per_node": opts.get("num-gpus"), "nnodes": opts.get("num-nodes"),
-            "deepspeed_launcher": opts.get("launcher"), "script": rest[0] if rest else None, "script_args": rest[1:]}
-
-
+    return {
+        "launcher": "deepspeed",
+        "nproc_per_node": opts.get("num-gpus"),
+        "nnodes": opts.get("num-nodes"),
+        "deepspeed_launcher": opts.get("launcher"),
+        "script": rest[0] if rest else None,
+        "script_args": rest[1:],
+    }
 
 
 def describe_launch(tokens: list[str]) -> dict | None:

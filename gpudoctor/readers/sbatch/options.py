@@ -7,8 +7,7 @@ argument take a value only with '=' (getopt's optional_argument).
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpudoctor.readers.sbatch.script import SbatchError
 
@@ -26,29 +25,75 @@ VALUE_OPTIONS = frozenset(
     slurmd-debug epilog prolog dependency cluster-constraint kill-on-invalid-dep wrap""".split()
 )
 # Options whose argument is optional: a value only with '=' (getopt's optional_argument).
-OPTIONAL_VALUE = frozenset("exclusive nice no-kill propagate kill-on-bad-exit x11 requeue bcast compress send-libs".split())
+OPTIONAL_VALUE = frozenset(
+    "exclusive nice no-kill propagate kill-on-bad-exit x11 requeue bcast compress send-libs".split()
+)
 FLAG_OPTIONS = frozenset(
     """contiguous exact hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet
     spread-job test-only use-min-nodes verbose wait overlap label unbuffered pty no-allocate
     disable-status immediate kill-on-bad-exit help usage get-user-env reboot version""".split()
 )
-ALIASES = {"tasks-per-node": "ntasks-per-node", "mem-per-gpus": "mem-per-gpu", "workdir": "chdir", "nodelist": "nodelist"}
-SHORT = {
-    "A": "account", "a": "array", "B": "extra-node-info", "b": "begin", "C": "constraint", "c": "cpus-per-task",
-    "D": "chdir", "d": "dependency", "e": "error", "G": "gpus", "i": "input", "J": "job-name", "L": "licenses",
-    "M": "clusters", "m": "distribution", "N": "nodes", "n": "ntasks", "o": "output", "p": "partition", "q": "qos",
-    "S": "core-spec", "t": "time", "w": "nodelist", "x": "exclude", "F": "nodefile",
+ALIASES = {
+    "tasks-per-node": "ntasks-per-node",
+    "mem-per-gpus": "mem-per-gpu",
+    "workdir": "chdir",
+    "nodelist": "nodelist",
 }
-SHORT_FLAGS = {"H": "hold", "k": "no-kill", "O": "overcommit", "s": "oversubscribe", "v": "verbose", "Q": "quiet",
-               "W": "wait", "l": "label", "u": "unbuffered", "K": "kill-on-bad-exit", "I": "immediate", "h": "help"}
+SHORT = {
+    "A": "account",
+    "a": "array",
+    "B": "extra-node-info",
+    "b": "begin",
+    "C": "constraint",
+    "c": "cpus-per-task",
+    "D": "chdir",
+    "d": "dependency",
+    "e": "error",
+    "G": "gpus",
+    "i": "input",
+    "J": "job-name",
+    "L": "licenses",
+    "M": "clusters",
+    "m": "distribution",
+    "N": "nodes",
+    "n": "ntasks",
+    "o": "output",
+    "p": "partition",
+    "q": "qos",
+    "S": "core-spec",
+    "t": "time",
+    "w": "nodelist",
+    "x": "exclude",
+    "F": "nodefile",
+}
+SHORT_FLAGS = {
+    "H": "hold",
+    "k": "no-kill",
+    "O": "overcommit",
+    "s": "oversubscribe",
+    "v": "verbose",
+    "Q": "quiet",
+    "W": "wait",
+    "l": "label",
+    "u": "unbuffered",
+    "K": "kill-on-bad-exit",
+    "I": "immediate",
+    "h": "help",
+}
 # srun's own options that differ from sbatch's: --wait/-W take seconds (sbatch --wait is a flag),
 # --jobid/--het-group name an existing allocation or component, -l/-u are flags.
-SRUN_VALUE_OPTIONS = frozenset("wait jobid het-group accel-bind cpu-bind mpi relative bcast-exclude msg-timeout threads".split())
+SRUN_VALUE_OPTIONS = frozenset(
+    "wait jobid het-group accel-bind cpu-bind mpi relative bcast-exclude msg-timeout threads".split()
+)
 SRUN_FLAG_OPTIONS = frozenset("external-launcher exact overlap whole multi-prog preserve-env quit-on-interrupt".split())
 # NVIDIA pyxis (a SPANK plugin on most DGX clusters): srun --container-image IMAGE ... command.
-PYXIS_VALUE_OPTIONS = frozenset("container-image container-mounts container-workdir container-name container-save container-env".split())
-PYXIS_FLAG_OPTIONS = frozenset("""container-mount-home no-container-mount-home container-remap-root no-container-remap-root
-    container-entrypoint no-container-entrypoint container-writable container-readonly""".split())
+PYXIS_VALUE_OPTIONS = frozenset(
+    "container-image container-mounts container-workdir container-name container-save container-env".split()
+)
+PYXIS_FLAG_OPTIONS = frozenset(
+    """container-mount-home no-container-mount-home container-remap-root no-container-remap-root
+    container-entrypoint no-container-entrypoint container-writable container-readonly""".split()
+)
 SRUN_SHORT = {"W": "wait", "r": "relative", "T": "threads"}
 # Directives whose values sbatch checks as whole numbers.
 INTEGER_OPTIONS = ("ntasks", "ntasks-per-node", "cpus-per-task", "ntasks-per-gpu", "ntasks-per-socket", "mincpus")
@@ -56,6 +101,8 @@ INTEGER_OPTIONS = ("ntasks", "ntasks-per-node", "cpus-per-task", "ntasks-per-gpu
 
 def close_option(name: str) -> str | None:
     """The sbatch option an unknown one was probably meant to be ('ntask-per-node' -> 'ntasks-per-node')."""
+    import difflib  # only when a directive is unknown
+
     known = sorted(VALUE_OPTIONS | OPTIONAL_VALUE | FLAG_OPTIONS | set(ALIASES))
     match = difflib.get_close_matches(name.lstrip("-").split("=")[0], known, n=1, cutoff=0.8)
     return ALIASES.get(match[0], match[0]) if match else None
@@ -74,8 +121,7 @@ def canonical(name: str, srun: bool = False) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-@dataclass(frozen=True)
-class OptionHit:
+class OptionHit(NamedTuple):
     """One option read from a list of words, and where its parts are."""
 
     option: str  # canonical long name
@@ -86,8 +132,11 @@ class OptionHit:
     value_offset: int  # where the value starts inside that word (as written, before quote removal)
 
 
-def read_options(tokens: list[str], stop_at_command: bool = True, srun: bool = False,
-                 ) -> tuple[list[OptionHit], list[str], list[str]]:
+def read_options(
+    tokens: list[str],
+    stop_at_command: bool = True,
+    srun: bool = False,
+) -> tuple[list[OptionHit], list[str], list[str]]:
     """sbatch/srun options -> (options read, unknown options, remaining words).
 
     Stops at the first word that is not an option (srun's command) when stop_at_command.
@@ -150,7 +199,9 @@ def read_options(tokens: list[str], stop_at_command: bool = True, srun: bool = F
     return hits, unknown, tokens[i:]
 
 
-def parse_options(tokens: list[str], stop_at_command: bool = True, srun: bool = False) -> tuple[dict, list[str], list[str]]:
+def parse_options(
+    tokens: list[str], stop_at_command: bool = True, srun: bool = False
+) -> tuple[dict, list[str], list[str]]:
     """sbatch/srun options -> ({canonical: value or True}, unknown options, remaining words)."""
     hits, unknown, rest = read_options(tokens, stop_at_command, srun)
     return {h.option: h.value for h in hits}, unknown, rest

@@ -7,9 +7,9 @@ characters, the end exclusive -- plus the same as character offsets into the scr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 REDACTED = "<redacted>"
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpudoctor.readers.sbatch.script import Span
 
@@ -55,8 +55,7 @@ class Source:
 # ---------------------------------------------------------------- lexer
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str  # "word" | "op" | "redir" | "newline" | "comment"
     text: str  # as written
     start: int
@@ -234,8 +233,7 @@ def _skip_heredocs(text: str, i: int, heredocs: list[tuple[str, bool]]) -> int:
     return min(i, len(text))
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """A simple command: its words (redirections left out) and where it sits."""
 
     words: tuple[Token, ...]
@@ -250,7 +248,8 @@ def commands(tokens: list[Token]) -> list[Command]:
     """Tokens grouped into simple commands, split at operators and newlines."""
     out: list[Command] = []
     words: list[Token] = []
-    start = end = None
+    start: int | None = None
+    end: int | None = None
     skip_target = False
     for tok in tokens:
         if tok.kind == "word":
@@ -267,10 +266,10 @@ def commands(tokens: list[Token]) -> list[Command]:
             end = tok.end
             skip_target = True
         elif tok.kind in ("newline", "op"):
-            if words:
+            if words and start is not None and end is not None:
                 out.append(Command(tuple(words), start, end))
             words, start, end, skip_target = [], None, None, False
-    if words:
+    if words and start is not None and end is not None:
         out.append(Command(tuple(words), start, end))
     return out
 
@@ -350,9 +349,7 @@ MAX_VALUE = 64 * 1024  # a variable longer than this is unknown (bash would hold
 EXPANSION_BUDGET = 8 * 1024 * 1024  # characters produced by expansions over one script
 MAX_INT_DIGITS = 18  # larger numbers are unknown: no SLURM count or port is that big
 
-_VAR = re.compile(
-    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
-)
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 _ARITH = re.compile(r"\$\(\(([^()]*)\)\)")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ARITH_OK = re.compile(r"[\d\s+\-*/%()]+")
@@ -466,7 +463,14 @@ def arithmetic(expr: str, known: dict[str, str], skip: frozenset[str] = frozense
 
 # ---------------------------------------------------------------- if / elif / else / fi
 
-_INT_TESTS = {"-eq": int.__eq__, "-ne": int.__ne__, "-gt": int.__gt__, "-ge": int.__ge__, "-lt": int.__lt__, "-le": int.__le__}
+_INT_TESTS = {
+    "-eq": int.__eq__,
+    "-ne": int.__ne__,
+    "-gt": int.__gt__,
+    "-ge": int.__ge__,
+    "-lt": int.__lt__,
+    "-le": int.__le__,
+}
 
 
 def judge_test(words: list[str]) -> bool | None:
@@ -502,7 +506,9 @@ class Branches:
     """
 
     def __init__(self) -> None:
-        self.frames: list[dict] = []  # per open `if`: this branch runs (True/False/None), an earlier one surely/maybe ran
+        self.frames: list[
+            dict
+        ] = []  # per open `if`: this branch runs (True/False/None), an earlier one surely/maybe ran
         self.condition_open = False  # the last command was `if`/`elif`: the next must be `then ...`
 
     @property
