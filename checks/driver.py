@@ -6,7 +6,7 @@ import os
 import re
 
 from gpudoctor import versions
-from gpudoctor.model import fail, manual, passed, set_env, skip, unset_env, warn
+from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
 # Driver branch -> newest CUDA it supports (NVIDIA's CUDA toolkit release notes, table 3).
@@ -117,7 +117,11 @@ def nvidia_driver_unusable(facts, ctx):
     why="A torch built for a newer CUDA major version than the driver supports fails at the first "
     "CUDA call ('The NVIDIA driver on your system is too old (found version 11040)'). Within one "
     "major version, minor-version compatibility lets eager kernels run, but PTX JIT (a GPU not in "
-    "torch's arch list) and Triton kernels from torch.compile can fail.",
+    "torch's arch list) and Triton kernels from torch.compile can fail. Minor-version compatibility "
+    "exists only from CUDA 11 on: a 10.2 runtime on a 10.1 driver fails (NVIDIA, CUDA Compatibility, "
+    "Minor Version Compatibility). A cuda-compat libcuda counts only on data-centre GPUs: on GeForce and "
+    "TITAN cards CUDA fails with error 804, cudaErrorCompatNotSupportedOnDevice (NVIDIA, CUDA "
+    "Compatibility, Forward Compatibility) - the same cause GD-CUDA-003 reports.",
     fix="Upgrade the driver, or install the torch wheel built for the driver's CUDA version "
     "(e.g. `pip install torch --index-url https://download.pytorch.org/whl/cu118`). On data-centre "
     "GPUs, the cuda-compat package can run a newer CUDA on an older driver.",
@@ -134,26 +138,36 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     compat = [c for c in facts.libraries.get("cuda_compat", []) if c.get("version")]
     compat_cuda = max((cuda_for_driver(c["version"]) or (0, 0) for c in compat), default=None)
     unsupported = forward_compat_unsupported(facts)
-    if compat_cuda and compat_cuda > have and unsupported:
+    error = str(t.get("cuda_error") or "").lower()
+    said_804 = "804" in error or "forward compatibility was attempted" in error
+    if unsupported and ((compat_cuda and compat_cuda > have) or said_804):
         # the compat libcuda is not a newer driver here: judged with the installed one (GD-CUDA-003 agrees)
         evidence["forward_compat"] = [c["path"] for c in compat]
         evidence["forward_compat_unsupported"] = unsupported
         if not t.get("cuda_available"):
             return fail(
-                f"a CUDA forward-compatibility libcuda ({', '.join(evidence['forward_compat'])}) is on the library path, "
+                f"a CUDA forward-compatibility libcuda ({', '.join(evidence['forward_compat']) or 'not on LD_LIBRARY_PATH'}) is loaded, "
                 f"but {unsupported}: CUDA initialisation fails with error 804 "
                 "(cudaErrorCompatNotSupportedOnDevice); the driver itself supports CUDA "
                 f"{versions.fmt(have)}, torch needs {versions.fmt(need)}",
-                _without_compat(facts, compat),
+                _without_compat(facts, compat) if compat else manual("Find and remove the cuda-compat libcuda", "ldconfig -p | grep libcuda"),
                 **evidence,
             )
         compat_cuda = None
+    too_old = "too old" in error or "insufficient" in error
+    if compat_cuda and compat_cuda > have and too_old:
+        compat_cuda = None  # CUDA said the driver is too old: the compat libcuda is not the one in use (GD-CUDA-003)
     if compat_cuda and compat_cuda > have:
         evidence["forward_compat"] = [c["path"] for c in compat]
         evidence["forward_compat_cuda"] = versions.fmt(compat_cuda)
         have_eff = compat_cuda
     else:
         have_eff = have
+    found = _FOUND_VERSION.search(error) if too_old and not t.get("cuda_available") else None
+    if found and versions.cuda_from_int(int(found.group(1))):
+        # the libcuda CUDA actually loaded (a stale copy in the image) is older than NVML's driver: judge that one
+        have_eff = min(have_eff, versions.cuda_from_int(int(found.group(1))))
+        evidence["libcuda_cuda"] = versions.fmt(have_eff)
     upgrade = manual(
         f"Upgrade the NVIDIA driver to one for CUDA {versions.fmt(need)}, or install a torch built for CUDA {versions.fmt(have)} or older",
         f"pip install torch --index-url https://download.pytorch.org/whl/cu{have[0]}{have[1]}",
@@ -161,9 +175,20 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     if have_eff >= need:
         via = f" through forward-compatibility libcuda (CUDA {versions.fmt(compat_cuda)})" if have_eff != have else ""
         return passed(f"driver supports CUDA {versions.fmt(have_eff)}{via}; torch needs {versions.fmt(need)}", **evidence)
-    if have_eff[0] < need[0] or need[0] < 11:
+    cuda_refused = too_old and not t.get("cuda_available")  # CUDA itself said so: no minor-version rescue
+    if have_eff[0] < need[0] or need[0] < 11 or cuda_refused:
         # before CUDA 11 there is no minor-version compatibility: a 10.2 runtime needs a 10.2 driver (NVIDIA,
         # "CUDA Compatibility", Minor Version Compatibility: applies from CUDA 11 onwards)
+        if t.get("cuda_available"):  # it did initialise: a newer libcuda than NVML's (a compat copy elsewhere) is in use
+            libcuda = (t.get("loaded_libraries") or {}).get("cuda") or []
+            return info(
+                f"NVML reports a driver for CUDA {versions.fmt(have)}, yet torch (CUDA {versions.fmt(need)}) initialised CUDA: "
+                f"a newer libcuda is in use ({', '.join(libcuda) or 'path unknown'}), e.g. a forward-compatibility copy "
+                "outside LD_LIBRARY_PATH",
+                None,
+                libcuda=libcuda,
+                **evidence,
+            )
         return fail(
             f"torch {t.get('version')} needs CUDA {versions.fmt(need)} but the driver supports only CUDA {versions.fmt(have_eff)}: "
             f"CUDA calls will fail with 'driver too old (found version {have_eff[0] * 1000 + have_eff[1] * 10})'",
@@ -182,6 +207,7 @@ def driver_too_old_for_torch_cuda(facts, ctx):
 # (NVIDIA, "CUDA Compatibility", Forward Compatibility); elsewhere CUDA fails with error 804,
 # cudaErrorCompatNotSupportedOnDevice. GeForce and TITAN cards are never among them.
 _CONSUMER = re.compile(r"\b(GeForce|TITAN)\b", re.I)
+_FOUND_VERSION = re.compile(r"found version (\d{4,6})")
 
 
 def forward_compat_unsupported(facts) -> str | None:

@@ -32,10 +32,16 @@ def test_gpu_fallen_off_the_bus_fails():
 
 
 def test_driver_older_major_than_torch_cuda_fails_with_found_version():
-    f = make_facts(patch={"nvidia.cuda_driver_version": 11040, "nvidia.driver_version": "470.223.02"})
+    # issue 13: the facts of a too-old driver include torch failing to initialise CUDA (when torch did
+    # initialise it, a newer libcuda is in use and GD-DRV-002 only says so, agreeing with GD-CUDA-003)
+    f = make_facts(patch={"nvidia.cuda_driver_version": 11040, "nvidia.driver_version": "470.223.02",
+                          "torch.cuda_available": False, "torch.device_count": 0,
+                          "torch.cuda_error": "The NVIDIA driver on your system is too old (found version 11040)"})
     (finding,) = run("GD-DRV-002", f)
     assert finding.severity is Severity.FAIL
     assert "found version 11040" in finding.message
+    works = make_facts(patch={"nvidia.cuda_driver_version": 11040, "nvidia.driver_version": "470.223.02"})
+    assert severity("GD-DRV-002", works) is Severity.INFO
 
 
 def test_driver_older_minor_warns_about_minor_version_compat():

@@ -280,9 +280,9 @@ def test_forward_compat_on_a_data_centre_gpu_still_counts():
 
 
 def test_cuda_10_runtime_newer_than_the_driver_fails_no_minor_version_compatibility():
-    facts = make_facts(
-        patch={"nvidia.cuda_driver_version": 10010, "nvidia.driver_version": "418.87.01", "torch.cuda": "10.2"}
-    )
+    too_old = "The NVIDIA driver on your system is too old (found version 10010)"
+    patch = {"nvidia.cuda_driver_version": 10010, "nvidia.driver_version": "418.87.01", "torch.cuda": "10.2"}
+    facts = make_facts(patch={**patch, "torch.cuda_available": False, "torch.cuda_error": too_old})
     (drv,) = run("GD-DRV-002", facts, expect_gpus=8)
     assert drv.severity is Severity.FAIL and "10.2" in drv.message
     same_minor_11 = make_facts(
@@ -623,3 +623,36 @@ def test_nvlinked_gpus_without_p2p_facts_are_not_judged_by_acs():
     )  # the fixture's NVLinks are up
     no_links = make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}, each_gpu={"nvlink": []})
     assert severity("GD-HW-009", no_links, expect_gpus=2) is Severity.WARN
+
+
+ERRORS = {
+    "ok": None,
+    "too_old": "The NVIDIA driver on your system is too old (found version 12000)",
+    "804": ERROR_804,
+}
+
+
+@pytest.mark.parametrize("base", [HEALTHY_GPU, RTX4090])
+@pytest.mark.parametrize("with_compat", [False, True])
+@pytest.mark.parametrize("outcome", sorted(ERRORS))
+@pytest.mark.parametrize(
+    "driver_cuda, torch_cuda", [(12000, "12.4"), (11080, "12.1"), (12040, "12.4"), (10010, "10.2")]
+)
+def test_drv002_and_cuda003_never_contradict(base, with_compat, outcome, driver_cuda, torch_cuda):
+    """DRV-002 may not pass when CUDA-003 fails for a driver cause, nor fail when torch did initialise CUDA."""
+    ok = outcome == "ok"
+    patch = {
+        "nvidia.cuda_driver_version": driver_cuda,
+        "torch.cuda": torch_cuda,
+        "torch.cuda_available": ok,
+        "torch.cuda_error": ERRORS[outcome],
+        "torch.device_count": 1 if ok else 0,
+        "libraries.cuda_compat": [COMPAT] if with_compat else [],
+    }
+    facts = make_facts(base, patch=patch)
+    found = run_checks([load_all()[i] for i in ("GD-DRV-002", "GD-CUDA-003")], facts, Context())
+    drv, cuda = (next(f for f in found if f.id == i) for i in ("GD-DRV-002", "GD-CUDA-003"))
+    if cuda.severity is Severity.FAIL and outcome in ("too_old", "804"):
+        assert drv.severity is Severity.FAIL, (drv.message, cuda.message)
+    if cuda.severity is Severity.PASS:
+        assert drv.severity is not Severity.FAIL, (drv.message, cuda.message)
