@@ -24,7 +24,7 @@ SCRIPTS = Path(__file__).parent / "fixtures" / "sbatch"
 GD = [sys.executable, "-m", "gpudoctor"]
 
 STAND_IN = """
-import json, os
+import json, os, sys
 env = os.environ
 visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
 local = int(env.get("SLURM_LOCALID", "0"))
@@ -35,6 +35,7 @@ rank = {
     "visible": visible,
     "device": visible[local] if local < len(visible) else None,  # what cuda:LOCAL_RANK selects
     "cpus_per_task": env.get("SLURM_CPUS_PER_TASK"),
+    "args": sys.argv[1:],
 }
 with open(f"rank-{env.get('SLURM_PROCID', 'x')}.json", "w") as fh:
     json.dump(rank, fh)
@@ -49,8 +50,17 @@ def _gd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*GD, *args], capture_output=True, text=True, env=_clean_env(), timeout=300, cwd=cwd)
 
 
-@pytest.mark.parametrize("seed", ["seed-broken-gres1-ntasks8.slurm", "seed-fixed-ntasks1-lightning.slurm"])
-def test_fixed_seed_script_starts_one_rank_per_gpu(slurm_cluster, tmp_path, seed):
+@pytest.mark.parametrize(
+    "seed, cpus",
+    [
+        ("seed-broken-gres1-ntasks8.slurm", "16"),
+        ("seed-fixed-ntasks1-lightning.slurm", "16"),  # 1 task x 128 CPUs becomes 8 x 16
+        # as the guide prints them: `arg \    # comment` cut the launch line short (GD-SLURM-013)
+        ("seed-guide-wrong-approach.slurm", None),
+        ("seed-guide-correct-approach.slurm", "16"),
+    ],
+)
+def test_fixed_seed_script_starts_one_rank_per_gpu(slurm_cluster, tmp_path, seed, cpus):
     job = tmp_path / "job.slurm"
     shutil.copyfile(SCRIPTS / seed, job)
     (tmp_path / "run_training_dense.py").write_text(STAND_IN)
@@ -78,7 +88,14 @@ def test_fixed_seed_script_starts_one_rank_per_gpu(slurm_cluster, tmp_path, seed
     assert {r["world_size"] for r in ranks} == {8}
     devices = [r["device"] for r in ranks]
     assert None not in devices and len(set(devices)) == 8  # each rank on a GPU of its own
-    assert {r["cpus_per_task"] for r in ranks} == {"16"}
+    assert {r["cpus_per_task"] for r in ranks} == {cpus}
+    for r in ranks:  # every argument of the launch line reaches the program
+        assert r["args"] == [
+            "agent=hydra_mdp_v8192_w_ep",
+            "trainer.params.accelerator=gpu",
+            "trainer.params.num_nodes=1",
+            "dataloader.params.batch_size=22",
+        ]
 
     again = _gd(
         "fix", "--sbatch", str(job), "--launcher", "lightning", "--apply", "--unsafe-fixes", "--json", cwd=tmp_path
