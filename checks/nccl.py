@@ -367,6 +367,8 @@ def nccl_socket_ifname_exclusion_keeps_loopback(facts, ctx):
     evidence = {"NCCL_SOCKET_IFNAME": value, "selected": chosen, "host_local_selected": local, **lay.evidence()}
     if not local:
         return passed(f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen) or 'nothing'} (no loopback or bridge)", **evidence)
+    if len(local) == len(chosen):
+        return skip(f"NCCL_SOCKET_IFNAME={value!r} leaves only {', '.join(local)}: GD-NCCL-002 reports that", **evidence)
     fixed = "^" + ",".join(dict.fromkeys(["lo", "docker", *parse_prefix_list(value)[2]]))
     fix = set_env("NCCL_SOCKET_IFNAME", fixed, title="Exclude lo and docker too")
     if not lay.multi_node:

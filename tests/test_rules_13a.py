@@ -656,3 +656,25 @@ def test_drv002_and_cuda003_never_contradict(base, with_compat, outcome, driver_
         assert drv.severity is Severity.FAIL, (drv.message, cuda.message)
     if cuda.severity is Severity.PASS:
         assert drv.severity is not Severity.FAIL, (drv.message, cuda.message)
+
+
+def test_this_machines_own_kernel_log_and_pci_tree_raise_no_new_alarm():
+    """The new sections probed live here (a CI VM: its log readable or not, no PCI GPUs), judged with the
+    recorded CPU machine's other facts: a healthy machine gets pass or skip, with the reason."""
+    from gpudoctor.probe import kernel, pci
+
+    live = {"kernel": kernel.probe(), "pci": pci.probe()}
+    facts = make_facts(RECORDED_CPU, patch=live)
+    found = run_checks([load_all()[i] for i in ("GD-HW-008", "GD-HW-009")], facts, Context(expect_gpus=0))
+    xids = live["kernel"]["log"].get("xid") or []
+    if xids:  # a machine with a real Xid in its log must not pass: then the test says so instead
+        pytest.skip(f"this machine's kernel log has Xid events: {xids[:2]}")
+    assert all(f.severity in (Severity.PASS, Severity.SKIP) for f in found), [(f.id, f.message) for f in found]
+
+
+def test_an_exclusion_list_leaving_only_lo_is_left_to_nccl_002():
+    ifaces = [LO, _iface("eth0", "10.0.3.11")]
+    env = {**TWO_NODES, "NCCL_SOCKET_IFNAME": "^eth"}
+    facts = make_facts(env=env, patch={"network.interfaces": ifaces})
+    assert severity("GD-NCCL-007", facts, expect_gpus=8) is Severity.SKIP
+    assert severity("GD-NCCL-002", facts, expect_gpus=8) is Severity.FAIL
