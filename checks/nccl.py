@@ -552,6 +552,12 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
     real = [n for n in evidence["candidates"] if n not in virtual]
     fix = set_env("NCCL_SOCKET_IFNAME", real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(virtual))),
                   title="Tell NCCL which interface to use")
+    active_ib = [p for p in _ib_ports(facts) if str(p.get("state") or "").upper() == "ACTIVE"]
+    if active_ib and real:
+        # data goes over InfiniBand/RoCE; only the bootstrap uses the first socket interface, normally the physical NIC
+        return info(f"NCCL_SOCKET_IFNAME is unset and NCCL's bootstrap candidates include {', '.join(virtual)} beside "
+                    f"{', '.join(real)}; with InfiniBand/RoCE active only the first one is used - set NCCL_SOCKET_IFNAME "
+                    "if the bootstrap hangs", fix, **evidence)
     return warn(f"NCCL_SOCKET_IFNAME is unset and NCCL's default choice includes {', '.join(virtual)} "
                 f"(virtual, tunnel or USB NIC) beside {', '.join(real) or 'nothing else'}: other nodes cannot reach it",
                 fix, **evidence)

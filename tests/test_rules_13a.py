@@ -471,7 +471,8 @@ def test_a_rail_at_a_lower_rate_warns():
 
 def test_virbr0_and_a_bmc_usb_nic_among_nccl_default_candidates_warn_on_two_nodes():
     ifaces = [LO, _iface("eno1", "10.1.0.7"), _iface("virbr0", "192.168.122.1"), _iface("usb0", "169.254.3.1")]
-    (f,) = run("GD-NCCL-010", make_facts(env=TWO_NODES, patch={"network.interfaces": ifaces}), expect_gpus=8)
+    no_ib = {"network.infiniband": []}
+    (f,) = run("GD-NCCL-010", make_facts(env=TWO_NODES, patch={"network.interfaces": ifaces, **no_ib}), expect_gpus=8)
     assert f.severity is Severity.WARN and "virbr0" in f.message and "usb0" in f.message
     assert f.fix.actions[0].value == "eno1"
     # an IPoIB interface: NCCL takes ib* first, the bridge is never a candidate
@@ -678,3 +679,19 @@ def test_an_exclusion_list_leaving_only_lo_is_left_to_nccl_002():
     facts = make_facts(env=env, patch={"network.interfaces": ifaces})
     assert severity("GD-NCCL-007", facts, expect_gpus=8) is Severity.SKIP
     assert severity("GD-NCCL-002", facts, expect_gpus=8) is Severity.FAIL
+
+
+def test_a_cleared_recovery_action_is_not_a_reset_request():
+    from gpudoctor.probe import kernel
+
+    events: dict = {}
+    counts: dict = {}
+    cleared = "NVRM: Xid (PCI:0000:86:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)"
+    kernel.classify(cleared, 5.0, events, counts)
+    assert counts == {}
+
+
+def test_virtual_nic_beside_active_infiniband_is_only_info():
+    ifaces = [LO, _iface("eno1", "10.1.0.7"), _iface("virbr0", "192.168.122.1")]
+    facts = make_facts(env=TWO_NODES, patch={"network.interfaces": ifaces})  # the fixture's 8 IB ports are ACTIVE
+    assert severity("GD-NCCL-010", facts, expect_gpus=8) is Severity.INFO

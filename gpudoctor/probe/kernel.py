@@ -33,6 +33,8 @@ XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:,\s*(.*))?")
 RESET_REQUIRED = re.compile(
     r"NVRM:.*(reset required|requires? (?:a )?(?:gpu )?reset|reboot required|drain and reset)", re.I
 )
+# Xid 154 names the recovery action the driver now asks for: "... changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+RECOVERY_ACTION = re.compile(r"recovery action changed from .*? to 0x[0-9A-Fa-f]+ \(([^)]*)\)")
 AER = re.compile(r"AER: (?:Multiple )?(Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)) error received:?\s*(\S*)")
 PCIE_BUS_ERROR = re.compile(r"(\S+): PCIe Bus Error: severity=([^,]+)")
 
@@ -51,6 +53,9 @@ def classify(message: str, seconds_ago: float | None, events: dict[str, list], c
     if "NVRM" not in message and "AER" not in message and "PCIe Bus Error" not in message:
         return  # the common case, without running the patterns
     age = None if seconds_ago is None else round(max(seconds_ago, 0.0))
+    action = RECOVERY_ACTION.search(message)
+    if action and action.group(1).strip().lower() == "none":
+        return  # Xid 154 "recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)": a reset cleared it
     m = XID.search(message)
     if m:
         _add(

@@ -45,7 +45,8 @@ SAFETY_MEANING = {
     Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
 }
 FILE_EDITS = frozenset({ActionKind.YAML_SET, ActionKind.SBATCH_SET, ActionKind.SBATCH_REMOVE, ActionKind.SBATCH_HOIST,
-                        ActionKind.SRUN_PREFIX, ActionKind.EXPORT_SET, ActionKind.EXPORT_REMOVE, ActionKind.OVERRIDE_SET})
+                        ActionKind.SRUN_PREFIX, ActionKind.EXPORT_SET, ActionKind.EXPORT_REMOVE, ActionKind.OVERRIDE_SET,
+                        ActionKind.SBATCH_RENAME, ActionKind.CONTINUATION_REPAIR})
 DEFAULT_EVIDENCE_LINES = 3
 VALUE_LIMIT = 120
 
@@ -138,6 +139,10 @@ def action_lines(fix: Fix) -> list[str]:
             out.append(f"{a.target}: {a.key}: {json.dumps(a.value, default=str)}")
         elif kind is ActionKind.OVERRIDE_SET:
             out.append(f"{a.target}: launch line {a.key}={a.value}")
+        elif kind is ActionKind.SBATCH_RENAME:
+            out.append(f"{a.target}: #SBATCH {a.key} -> --{a.value}")
+        elif kind is ActionKind.CONTINUATION_REPAIR:
+            out.append(f"{a.target}: nothing after the backslash of `{a.value}` (its comment moves above the command)")
         else:  # a kind added later: its raw form rather than nothing
             out.append(f"{kind.value} {a.target} {a.key or ''} {a.value if a.value is not None else ''}".strip())
     return out
