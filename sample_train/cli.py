@@ -12,8 +12,8 @@ from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOp
 def _whole(text: str, low: int) -> int:
     try:
         n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    except ValueError:  # also past the int-digit limit (thousands of digits)
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {_short(text)}") from None
     if n < low:
         raise argparse.ArgumentTypeError(f"expected {low} or more, got {n}")
     return n
@@ -28,19 +28,43 @@ def _non_negative_int(text: str) -> int:
 
 
 MIN_STEPS = 10  # enough for the loss to fall measurably and for timings after warm-up
+MAX_STEPS = 10**9  # far past any deadline; keeps sample counts (steps x batch x ranks) inside int64
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: past that a bound bounds nothing (and 1e300 s overflows timedelta)
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer
 
 
 def _steps(text: str) -> int:
-    return _whole(text, MIN_STEPS)
+    n = _whole(text, MIN_STEPS)
+    if n > MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_STEPS:,} steps, got {_short(text)}")
+    return n
+
+
+def _timeout(text: str) -> float:
+    x = _positive_float(text)
+    if not x <= MAX_TIMEOUT_S:  # also inf
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds up to {MAX_TIMEOUT_S:g}, got {_short(text)}")
+    return x
+
+
+def _seed(text: str) -> int:
+    n = _whole(text, 0)
+    if n > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a seed up to {MAX_SEED}, got {_short(text)}")
+    return n
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
 
 
 def _positive_float(text: str) -> float:
     try:
         x = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"expected more than 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a number, got {_short(text)}") from None
+    if not 0 < x < float("inf"):  # nan and inf too
+        raise argparse.ArgumentTypeError(f"expected a finite number more than 0, got {_short(text)}")
     return x
 
 
@@ -80,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=_non_negative_int, metavar="N", help="steps left out of the timings")
     p.add_argument("--seq-len", type=_positive_int, metavar="N", help="tokens per sample")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (slower start, faster steps)")
-    p.add_argument("--timeout", type=_positive_float, metavar="S",
+    p.add_argument("--timeout", type=_timeout, metavar="S",
                    help="bound on the whole run; a rank that never joins, dies or hangs ends it (default 120 s on CPU, "
                         "180 s on GPU, +300 s with --compile)")
     p.add_argument("--config", metavar="FILE", help="training config (YAML/JSON) whose dataloader settings to use")
@@ -94,8 +118,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-tokens-per-s", type=_positive_float, metavar="X", help="fail below this many tokens/s over all ranks")
     p.add_argument("--peak-tflops", type=_positive_float, metavar="X",
                    help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks")
-    p.add_argument("--seed", type=int, default=1234, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=_seed, default=1234, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/1 JSON report")
+    p.add_argument("--python", metavar="PATH", help="train in another interpreter (the training env's; it needs torch and gpudoctor)")
 
 
 def options_from_args(args) -> SmokeOptions:
@@ -138,10 +163,18 @@ def run(args) -> int:
     except (OptionsError, world.WorldError, faults.FaultSpecError) as e:
         print(f"gpudoctor smoke: {e}", file=sys.stderr)
         return ExitCode.USAGE
-    from gpudoctor.sample_train import launch
+    from gpudoctor.sample_train import interpreter, launch
 
+    if getattr(args, "python", None):
+        return interpreter.rerun_in(args.python, getattr(args, "argv", None) or sys.argv[1:], opts)
+    if not interpreter.torch_here():
+        return interpreter.no_torch(opts, sys.executable)
     if here is None:
-        return launch.run_spawn(opts)
+        try:
+            return launch.run_spawn(opts)
+        except launch.TooManyRanks as e:
+            print(f"gpudoctor smoke: {e}", file=sys.stderr)
+            return ExitCode.USAGE
     if opts.nprocs is not None and opts.nprocs != here.local_world_size:
         print(f"gpudoctor smoke: --gpus {opts.nprocs}, but {here.launcher} already started {here.local_world_size} "
               f"rank(s) on this node (this is rank {here.rank} of {here.world_size}); drop --gpus", file=sys.stderr)

@@ -9,8 +9,11 @@ Item i is a pure function of (seed, i), so every rank and every worker sees the 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 
 class SyntheticTokens(Dataset):
@@ -40,9 +43,46 @@ class SyntheticTokens(Dataset):
         return tokens[:-1], tokens[1:]
 
 
+class LazyDistributedSampler(Sampler[int]):
+    """This rank's share of a shuffled epoch, generated one index at a time.
+
+    torch's DistributedSampler materialises randperm(len(dataset)).tolist() in every rank: a Python list of
+    every index (--steps 10000000 made 6 GB per rank). Here the epoch's order is an affine permutation
+    i -> (a*i + b) mod n, with a coprime to n and (a, b) drawn from (seed, epoch): O(1) memory, a new order
+    each epoch, and like drop_last=True every rank gets n // world_size indices, disjoint across ranks.
+    """
+
+    def __init__(self, length: int, *, world_size: int, rank: int, seed: int):
+        if length < world_size:
+            raise ValueError(f"{length} samples cannot be shared by {world_size} ranks")
+        self.length, self.world_size, self.rank, self.seed = length, world_size, rank, seed
+        self.per_rank = length // world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _affine(self) -> tuple[int, int]:
+        g = torch.Generator().manual_seed(self.seed + 7919 * self.epoch)
+        n = self.length
+        a = int(torch.randint(1, max(2, n), (1,), generator=g))
+        while math.gcd(a, n) != 1:  # the density of units keeps this loop short (expected < 10 tries)
+            a = a % (n - 1) + 1 if n > 2 else 1
+        b = int(torch.randint(0, n, (1,), generator=g))
+        return a, b
+
+    def __iter__(self) -> Iterator[int]:
+        a, b, n = *self._affine(), self.length
+        for i in range(self.rank, self.per_rank * self.world_size, self.world_size):
+            yield (a * i + b) % n
+
+    def __len__(self) -> int:
+        return self.per_rank
+
+
 def make_loader(dataset: Dataset, *, rank: int, world_size: int, seed: int, batch_size: int, settings: dict) -> DataLoader:
     """settings: num_workers, pin_memory, persistent_workers, prefetch_factor, drop_last (resolved)."""
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    sampler = LazyDistributedSampler(len(dataset), world_size=world_size, rank=rank, seed=seed)
     kwargs = dict(
         batch_size=batch_size,
         sampler=sampler,

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
+
+_REMOVE_ON_FINISH: list[str] = []
+
+
+def remove_on_finish(path: str) -> None:
+    """A folder of this process's own (a private torchinductor cache) that finish() deletes: os._exit runs no atexit."""
+    _REMOVE_ON_FINISH.append(path)
 
 
 def kill_children() -> None:
@@ -27,6 +35,8 @@ def finish(code: int) -> None:
         except Exception:
             pass
     kill_children()
+    for path in _REMOVE_ON_FINISH:
+        shutil.rmtree(path, ignore_errors=True)
     os._exit(code)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +27,12 @@ from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.progress import Progress
 from gpudoctor.sample_train.world import World, new_namespace, spawned
 
+# Host memory one spawned rank needs: a CPU rank of the tiny model peaked at 340 MiB RSS (torch, gloo, the
+# model, a batch; measured with psutil on torch 2.13 CPU), GPU ranks hold the CUDA context's host side too.
+RANK_MEMORY_BYTES = 512 * 2**20
+# On CPU every rank computes: past two ranks per usable CPU they mostly wait for each other's time slices,
+# and the run measures the scheduler, not the set-up (and may not finish before its deadline).
+RANKS_PER_CPU = 2
 KILL_GRACE_S = 3.0
 LAST_RESORT_S = 30.0  # past --timeout: the coordinator and watchdogs act long before this
 LOG_TAIL_CHARS = 1500
@@ -45,7 +52,51 @@ def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
 
 
 # -- spawn mode ----------------------------------------------------------------------------
+class TooManyRanks(ValueError):
+    """--gpus asks for more ranks than this machine can run: one line, exit 2."""
+
+
+def check_rank_budget(nprocs: int, device: str) -> None:
+    """Refuses, before any rank starts, a rank count the CPUs or the memory cannot carry."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if device == "cpu" and nprocs > max(2, RANKS_PER_CPU * cpus):
+        raise TooManyRanks(f"--gpus {nprocs} with --device cpu: this process may use {cpus} CPU(s), enough for at most "
+                           f"{max(2, RANKS_PER_CPU * cpus)} ranks ({RANKS_PER_CPU} per CPU)")
+    try:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    except Exception:  # no psutil or no /proc/meminfo: the CPU bound above still holds
+        return
+    if nprocs > 1 and nprocs * RANK_MEMORY_BYTES > available:
+        raise TooManyRanks(f"--gpus {nprocs}: {nprocs} ranks need about {nprocs * RANK_MEMORY_BYTES / 2**30:.1f} GiB of "
+                           f"memory ({RANK_MEMORY_BYTES // 2**20} MiB each); {available / 2**30:.1f} GiB is available, "
+                           f"enough for {available // RANK_MEMORY_BYTES}")
+
+
 def run_spawn(opts: SmokeOptions) -> int:
+    if opts.nprocs is not None:  # before torch loads: a refused count costs nothing
+        check_rank_budget(opts.nprocs, opts.device)
+    cache = _private_inductor_cache()
+    try:
+        return _run_spawn(opts)
+    finally:
+        if cache is not None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+def _private_inductor_cache() -> str | None:
+    """torch's inductor cache defaults to $TMPDIR/torchinductor_<user>, which every run would leave behind:
+    the run gets its own, removed at its end. A cache dir the user chose is kept as it is."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return None
+    path = tempfile.mkdtemp(prefix="gpudoctor-smoke-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = path  # the ranks inherit it
+    return path
+
+
+def _run_spawn(opts: SmokeOptions) -> int:
     started = time.monotonic()
     _interrupt_on_sigterm()
     import torch
@@ -92,7 +143,9 @@ def run_spawn(opts: SmokeOptions) -> int:
 def _interrupt_on_sigterm() -> None:
     """SIGTERM (kill, a scheduler) ends the run as Ctrl-C does: the ranks are stopped, one line is printed."""
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        from gpudoctor.report.usage import Terminated
+
+        raise Terminated  # a KeyboardInterrupt: the same unwinding, exit 143 (gpudoctor.cli)
 
     signal.signal(signal.SIGTERM, interrupt)
 
@@ -176,6 +229,9 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     # Rank 0 reports even when the launcher stops the job (a rank exited) before it is up.
     terminated = _watch_sigterm() if world.rank == 0 else None
     faults.maybe_inject(world.rank, "start")
+    cache = _private_inductor_cache()
+    if cache is not None:
+        exits.remove_on_finish(cache)
     from gpudoctor.sample_train import worker  # torch from here on
 
     store = _connect(world, opts, started)
