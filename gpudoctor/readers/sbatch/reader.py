@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from types import MappingProxyType
 
 from gpudoctor.facts import _CREDENTIAL, is_credential_name
@@ -62,7 +61,7 @@ def expand_vars(text: str, known: dict[str, str]) -> str:
 
 # ---------------------------------------------------------------- redaction
 
-# facts' credential-name rule, matched against upper-cased text: a case-insensitive search is ~50x slower on a 3 MB word.
+# facts' credential-name rule, matched against upper-cased text (a case-insensitive search is far slower on 3 MB).
 _CREDENTIAL_WORD = re.compile(_CREDENTIAL.pattern)
 # A value that only names a variable ($WANDB_API_KEY) shows no secret: it stays as written.
 _REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1""")
@@ -565,47 +564,14 @@ def load_sbatch(path: str, check_syntax: bool = True) -> BatchScript:
 
 def _read_script(path: str) -> str:
     """The file's text, read only if it is a regular file of at most MAX_SCRIPT_BYTES (a FIFO would block
-    forever, /dev/zero never ends)."""
+    forever, /dev/zero never ends): gpudoctor.fileio's bounded read."""
+    from gpudoctor.fileio import FileIOError, read_input
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise SbatchError(f"--sbatch {path}: no such file") from None
-    except IsADirectoryError:
-        raise SbatchError(f"--sbatch {path}: is a directory, not a batch script") from None
-    except OSError as e:
-        raise SbatchError(f"--sbatch {path}: cannot read ({e.strerror or e})") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise SbatchError(f"--sbatch {path}: is a directory, not a batch script")
-        if not stat.S_ISREG(st.st_mode):
-            kind = (
-                "a FIFO"
-                if stat.S_ISFIFO(st.st_mode)
-                else "a device"
-                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                else "not a regular file"
-            )
-            raise SbatchError(f"--sbatch {path}: {kind}, not a batch script file")
-        if st.st_size > MAX_SCRIPT_BYTES:
-            raise SbatchError(
-                f"--sbatch {path}: {st.st_size} bytes; a batch script over {MAX_SCRIPT_BYTES // 2**20} MiB is refused"
-            )
-        chunks, size = [], 0
-        while size <= MAX_SCRIPT_BYTES:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_SCRIPT_BYTES:
-            raise SbatchError(f"--sbatch {path}: over {MAX_SCRIPT_BYTES // 2**20} MiB; refused")
-    except OSError as e:
-        raise SbatchError(f"--sbatch {path}: cannot read ({e.strerror or e})") from None
-    finally:
-        os.close(fd)
-    # sbatch reads bytes: a stray Latin-1 byte in a comment is no reason to refuse the script; \r\n is kept.
-    return b"".join(chunks).decode("utf-8", errors="replace")
+        # sbatch reads bytes: a stray Latin-1 byte in a comment is no reason to refuse the script; \r\n is kept.
+        return read_input(path, "--sbatch", MAX_SCRIPT_BYTES, errors="replace")
+    except FileIOError as e:
+        raise SbatchError(str(e)) from None
 
 
 def _check_sbatch_accepts(text: str, path: str) -> None:
@@ -630,6 +596,7 @@ def bash_syntax(text: str) -> BashSyntax:
     import shutil
     import signal
     import subprocess
+
     shebang = text.split("\n", 1)[0][2:].split()
     interpreter = os.path.basename(shebang[0]) if shebang else ""
     if interpreter == "env" and len(shebang) > 1:
