@@ -459,7 +459,7 @@ def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
             elif acs.get("request_redirect") or acs.get("completion_redirect"):
                 redirect.setdefault(bdf, []).append(index)
     evidence = {"acs_redirect": redirect, "acs_unreadable": sorted(unreadable), "iommu_translated": translated,
-                "iommu": pci.get("iommu"), "p2p": {f"{p['gpus'][0]}-{p['gpus'][1]}": f"{p.get('topology')} read={p.get('read')}" for p in pairs}}
+                "iommu": pci.get("iommu"), "iommu_params": facts.kernel.get("iommu_params"), "p2p": {f"{p['gpus'][0]}-{p['gpus'][1]}": f"{p.get('topology')} read={p.get('read')}" for p in pairs}}
     fix = manual("Disable ACS / VT-d in the BIOS or boot with iommu=pt (administrator); meanwhile NCCL_P2P_DISABLE=1",
                  "sudo lspci -vvv | grep -E 'ACSCtl|^[0-9a-f]'", "cat /proc/cmdline")
     if not sys_gpus:

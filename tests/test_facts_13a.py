@@ -238,3 +238,4 @@ def test_credential_like_kernel_parameters_are_redacted(tmp_path):
     (proc / "cmdline").write_text("root=/dev/sda1 iommu=pt iscsi.password=hunter2 rd.auth_token=abc quiet\n")
     section = kernel.probe(proc_root=str(proc), kmsg_path=str(tmp_path / "no-kmsg"), path=str(tmp_path / "empty"))
     assert section["cmdline"] == "root=/dev/sda1 iommu=pt iscsi.password=<redacted> rd.auth_token=<redacted> quiet"
+    assert section["iommu_params"] == ["iommu=pt"]

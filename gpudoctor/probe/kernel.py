@@ -7,7 +7,7 @@ the last WINDOW_HOURS hours are kept, and at most MAX_EVENTS of each kind: Xid e
 PCIe AER errors. When no source can be read (a container, a user without the right), log is
 {"readable": false, "attempts": [{source, reason}]} so a check can say why it cannot judge.
 
-Section "kernel": cmdline (str | None), log {readable, source, window_hours, xid [...],
+Section "kernel": cmdline (str | None), iommu_params [str], log {readable, source, window_hours, xid [...],
 reset_required [...], aer [...], truncated, attempts}.
 """
 
@@ -253,4 +253,12 @@ def redact_cmdline(cmdline: str) -> str:
 def probe(proc_root: str = "/proc", kmsg_path: str = "/dev/kmsg", path: str | None = None) -> dict:
     cmdline = read_text(os.path.join(proc_root, "cmdline"))
     shown = redact_cmdline(cmdline[:4096]) if cmdline is not None else None
-    return {"cmdline": shown, "log": kernel_log(kmsg_path, proc_root, path)}
+    return {"cmdline": shown, "iommu_params": iommu_params(shown or ""), "log": kernel_log(kmsg_path, proc_root, path)}
+
+
+_IOMMU_PARAM = re.compile(r"^(iommu|intel_iommu|amd_iommu|iommu\.passthrough|iommu\.strict|pcie_acs_override)=")
+
+
+def iommu_params(cmdline: str) -> list[str]:
+    """The boot parameters that set the IOMMU mode: intel_iommu=on, iommu=pt, iommu.passthrough=1, ..."""
+    return [word for word in cmdline.split() if _IOMMU_PARAM.match(word)][:16]
