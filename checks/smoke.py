@@ -229,3 +229,22 @@ def not_bf16(facts: Facts, ctx: Context) -> Outcome:
 )
 def no_gpu(facts: Facts, ctx: Context) -> Outcome:
     return _judged_by_the_smoke_run(facts, ctx)
+
+
+@check(
+    id="GD-SMOKE-013",
+    name="torch-missing-for-smoke",
+    category="smoke",
+    title="The interpreter that runs the smoke training has torch",
+    needs=[],
+    source="smoke",
+    what="Before starting ranks, looks for torch in the interpreter that will train (this one, or --python's) "
+    "without importing it (importlib.util.find_spec).",
+    why="The smoke run is real torch training: without torch there is nothing to run. gpudoctor itself does not "
+    "depend on torch, so it can be installed where torch is not (a login node, a fresh env).",
+    fix="Install torch into the training environment (`python -m pip install torch`, or the CUDA build for your "
+    "driver from https://download.pytorch.org/whl/), or point the run at that env: `gpudoctor smoke --python "
+    "/path/to/env/bin/python`.",
+)
+def torch_missing_for_smoke(facts: Facts, ctx: Context) -> Outcome:
+    return _judged_by_the_smoke_run(facts, ctx)

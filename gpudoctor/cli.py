@@ -18,7 +18,9 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not a usage dump
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        from gpudoctor.report.usage import did_you_mean
+
+        raise UsageError(f"{self.prog}: {did_you_mean(message)} (see --help)")
 
 
 def _non_negative_int(text: str) -> int:
@@ -104,8 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpudoctor.report.usage import SIGTERM_EXIT, Terminated, raise_on_sigterm
+
+    raise_on_sigterm()
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: `smoke --python` re-runs it there
         if args.command is None:
             build_parser().print_help()
             return ExitCode.USAGE
@@ -113,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, RegistryError, FileIOError) as e:  # RegistryError: a check or plug-in that cannot load
         print(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e), file=sys.stderr)
         return ExitCode.USAGE
+    except Terminated:
+        print("gpudoctor: terminated (SIGTERM)", file=sys.stderr)
+        return SIGTERM_EXIT
     except KeyboardInterrupt:
         print("gpudoctor: interrupted", file=sys.stderr)
         return 130
@@ -290,7 +299,7 @@ def cmd_list(args) -> int:
         return ExitCode.OK
     width = max((len(s.id) for s in specs.values()), default=10)
     for s in sorted(specs.values(), key=lambda s: (s.category, s.id)):
-        print(f"{s.id:<{width}}  {s.category:<11}  {s.name}")
+        print(f"{s.id:<{width}}  {s.category:<11}  {s.title}  ({s.name})")
     return ExitCode.OK
 
 

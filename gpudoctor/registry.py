@@ -288,12 +288,12 @@ def select(specs: dict[str, CheckSpec], selected: list[str] | None, ignored: lis
     def matcher(names: list[str]) -> Callable[[CheckSpec], bool]:
         cats, ids = set(), set()
         for n in names:
-            if n in CATEGORIES:
-                cats.add(n)
+            if n.lower() in CATEGORIES:  # categories and names are lower case, ids upper: any case is accepted
+                cats.add(n.lower())
             elif n.upper() in specs:
                 ids.add(n.upper())
-            elif any(s.name == n for s in specs.values()):
-                ids.update(s.id for s in specs.values() if s.name == n)
+            elif any(s.name == n.lower() for s in specs.values()):
+                ids.update(s.id for s in specs.values() if s.name == n.lower())
             else:
                 raise RegistryError(f"unknown category or check id: {n!r} (see 'gpudoctor list')")
         return lambda s: s.category in cats or s.id in ids

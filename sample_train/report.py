@@ -297,8 +297,11 @@ def render_text(report: dict, file=None) -> None:
 
     console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
     launch = report["launch"]
-    console.print(escape(f"gpudoctor smoke · {launch['world_size']} rank(s) via {launch['mode']} · backend "
-                         f"{launch.get('backend') or '?'} · {report['wall_s']:.1f} s"))
+    if launch["world_size"]:
+        console.print(escape(f"gpudoctor smoke · {launch['world_size']} rank(s) via {launch['mode']} · backend "
+                             f"{launch.get('backend') or 'not chosen'} · {report['wall_s']:.1f} s"))
+    else:
+        console.print(escape(f"gpudoctor smoke · no rank started · {report['wall_s']:.1f} s"))
     run = report.get("run")
     if run:
         m = run["model"]
@@ -328,7 +331,8 @@ def _print_metrics(console, report: dict, escape) -> None:
         + (f", {mem['reserved_peak_bytes_max'] / 2**20:,.0f} MiB reserved by the caching allocator"
            if mem.get("reserved_peak_bytes_max") else "")
         + (f", of {mem['device_total_bytes'] / 2**20:,.0f} MiB on the GPU" if mem.get("device_total_bytes") else ""),
-        f"loss: {loss['first']:.3f} -> {loss['last']:.3f}; parameters identical on all ranks: {report['params_identical']}",
+        f"loss: {loss['first']:.3f} -> {loss['last']:.3f}; parameters identical on all ranks: "
+        f"{ {True: 'yes', False: 'no', None: 'not compared'}.get(report['params_identical'], report['params_identical'])}",
     ]
     for line in lines:
         console.print("  " + escape(line))

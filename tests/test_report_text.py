@@ -269,3 +269,57 @@ HEALTHY_REALWORLD = sorted(p for p in (SCRIPTS / "realworld").glob("*.slurm") if
 def test_healthy_realworld_jobs_fit_25_lines(path):
     r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--sbatch", str(path))
     assert r.returncode == 0 and len(r.stdout.splitlines()) <= 25, r.stdout
+
+
+# ---------------------------------------------------------------- smaller items
+
+
+def test_did_you_mean_for_a_mistyped_command():
+    r = gpudoctor("chekc")
+    assert r.returncode == 2 and "did you mean 'check'?" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_select_is_case_insensitive():
+    upper = json.loads(gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--select", "DRIVER,gd-dev-001", "--json").stdout)
+    assert {f["id"] for f in upper["findings"]} >= {"GD-DRV-001", "GD-DEV-001"}
+    assert {f["category"] for f in upper["findings"]} == {"driver", "devices"}
+
+
+def test_list_shows_titles():
+    r = gpudoctor("list")
+    assert r.returncode == 0 and "Each SLURM task has a GPU of its own" in r.stdout
+
+
+def test_sigterm_exits_143():
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "gpudoctor", "check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # inside the probe: torch is being imported in the child
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and "Traceback" not in err and "internal error" not in err
+
+
+@pytest.fixture(scope="module")
+def python_without_torch(tmp_path_factory):
+    env_dir = tmp_path_factory.mktemp("notorch") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    return str(env_dir / "bin" / "python")
+
+
+def test_smoke_without_torch_is_a_finding_and_exit_2(python_without_torch):
+    r = gpudoctor("smoke", "--python", python_without_torch)
+    assert r.returncode == 2 and "GD-SMOKE-013" in r.stdout and "internal error" not in r.stderr
+    assert f"{python_without_torch} -m pip install torch" in r.stdout
+    report = json.loads(gpudoctor("smoke", "--python", python_without_torch, "--json").stdout)
+    assert report["findings"][0]["id"] == "GD-SMOKE-013" and report["ok"] is False
+
+
+def test_smoke_python_must_be_an_interpreter(tmp_path):
+    r = gpudoctor("smoke", "--python", str(tmp_path / "nope"))
+    assert r.returncode == 2 and "not an executable file" in r.stderr
+
+
+def test_shares_shown_as_percentages():
+    assert text.evidence_lines({"mfu_vs_spec": 0.059}) == ["mfu_vs_spec: 5.9 %"]

@@ -80,6 +80,16 @@ def human(value) -> str:
     return str(value)
 
 
+_SHARE_KEYS = ("mfu", "fraction", "share", "utilization", "utilisation")
+
+
+def _value(key: str, value) -> str:
+    """An evidence value for people: shares of 1 as percentages (mfu 0.059 -> 5.9 %)."""
+    if isinstance(value, float) and 0 <= value <= 1.5 and any(k in key.lower() for k in _SHARE_KEYS):
+        return f"{value * 100:.1f} %"
+    return human(value)
+
+
 def _short(text: str, limit: int = VALUE_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -91,7 +101,7 @@ def evidence_lines(evidence: dict, limit: int | None = DEFAULT_EVIDENCE_LINES, m
     if limit is not None and message:
         items.sort(key=lambda kv: human(kv[1]) in message or kv[0] in ("#SBATCH --job-name",))
     shown = items if limit is None else items[:limit]
-    lines = [f"{k}: {human(v) if limit is None else _short(human(v))}" for k, v in shown]
+    lines = [f"{k}: {_value(k, v) if limit is None else _short(_value(k, v))}" for k, v in shown]
     if limit is not None and len(items) > limit:
         lines.append(f"... {len(items) - limit} more (-v)")
     return lines
@@ -320,7 +330,7 @@ def _verdict(findings: list[Finding], target) -> tuple[str, str]:
     what = "the job" if getattr(target, "kind", None) == "job" else "this machine"
     parts = [f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s]]
     if c[Severity.FAIL]:
-        return f"✗ {what}: {', '.join(parts)} — it will not run as intended (exit 1)", "bold red"
+        return f"✗ {what}: {', '.join(parts)} — it will not run as intended" + (" (exit 1)" if target else ""), "bold red"
     if c[Severity.WARN] or c[Severity.ERROR]:
         return f"! {what}: {', '.join(parts)} — it runs, with the problems above", "bold yellow"
     if not findings:
