@@ -15,7 +15,7 @@ from gpudoctor.model import ExitCode, Safety
 
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
-_REPORT_ONLY = {"json", "junit", "verbose", "strict", "help"}
+_REPORT_ONLY = {"json", "junit", "verbose", "quiet", "strict", "help", "job", "timeout"}
 
 
 def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser) -> None:
@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
 
 def _inputs(args):
     """The facts, the context and the checks exactly as `gpudoctor check` gets them from these options."""
+    from dataclasses import replace
+
     from gpudoctor.cli import UsageError, _context, _probe_kwargs, _specs
     from gpudoctor.facts import Facts, SnapshotError
     from gpudoctor.runner import run_checks
@@ -53,7 +55,24 @@ def _inputs(args):
     else:
         from gpudoctor.probe import collect
 
-        facts = collect({n for s in specs for n in s.needs}, **_probe_kwargs(args))
+        kwargs = _probe_kwargs(args)
+        try:
+            from gpudoctor.report import preflight
+
+            kwargs["partition"] = preflight.partition_of(ctx)
+        except (ImportError, AttributeError):
+            pass
+        facts = collect({n for s in specs for n in s.needs}, **kwargs)
+    node_snapshot = getattr(args, "node_snapshot", None)
+    if node_snapshot:  # judge the job on the node it will get, as check does
+        from gpudoctor.report import preflight
+
+        try:
+            facts = preflight.merge_node_snapshot(facts, Facts.load(node_snapshot))
+        except SnapshotError as e:
+            raise UsageError(f"--node-snapshot {e}") from None
+        ctx = replace(ctx, node_facts=node_snapshot)
+    specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
     return facts, ctx, lambda f, c: run_checks(specs, f, c)
 
 
