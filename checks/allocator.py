@@ -417,18 +417,34 @@ def max_split_with_expandable_segments(facts, ctx):
     env = facts.env
     tv = _torch_version(facts)
     chosen = allocconf.effective_variable(env, tv)
-    names = list(chosen.candidates) if chosen.version_known else [n for n in (allocconf.UNIFIED_VAR, allocconf.LEGACY_VAR) if n in env]
+    names = (
+        list(chosen.candidates)
+        if chosen.version_known
+        else [n for n in (allocconf.UNIFIED_VAR, allocconf.LEGACY_VAR) if n in env]
+    )
     for name in names:
         conf = allocconf.parse_alloc_conf(env[name], tv, variable=name)
         settings = conf.settings
         if "max_split_size_mb" not in settings or str(settings.get("expandable_segments")) != "True":
             continue
         keep = ",".join(f"{k}:{v}" for k, v in settings.items() if k != "max_split_size_mb" and isinstance(v, str))
-        fix = set_env(name, keep, title="Drop max_split_size_mb (expandable segments ignore it)") if keep else unset_env(name)
+        fix = (
+            set_env(name, keep, title="Drop max_split_size_mb (expandable segments ignore it)")
+            if keep
+            else unset_env(name)
+        )
         evidence = {"variable": name, "value": env[name], "torch": _version_text(tv)}
         if tv and tuple(tv[:2]) < EXPANDABLE_IGNORES_SPLIT_SINCE:
-            return warn(f"{name}={env[name]!r}: torch {_version_text(tv)} can crash with 'INTERNAL ASSERT FAILED' "
-                        "(expandable_segment_) when it frees cached memory with both set (pytorch#119452)", fix, **evidence)
-        return warn(f"{name}={env[name]!r}: max_split_size_mb does not apply to expandable segments, and the two together "
-                    "can grow reserved memory until the GPU is full (pytorch#123548)", fix, **evidence)
+            return warn(
+                f"{name}={env[name]!r}: torch {_version_text(tv)} can crash with 'INTERNAL ASSERT FAILED' "
+                "(expandable_segment_) when it frees cached memory with both set (pytorch#119452)",
+                fix,
+                **evidence,
+            )
+        return warn(
+            f"{name}={env[name]!r}: max_split_size_mb does not apply to expandable segments, and the two together "
+            "can grow reserved memory until the GPU is full (pytorch#123548)",
+            fix,
+            **evidence,
+        )
     return passed("max_split_size_mb and expandable_segments are not combined", variables=names)

@@ -710,30 +710,63 @@ def nccl_library_shadowed(facts, ctx):
     loaded = ((t.get("loaded_libraries") or {}).get("nccl")) or []
     bundled = _bundled_dirs(facts)
     wheel = _wheel_copies(facts, "nccl")
-    ld_copies = [e for e in (facts.libraries.get("found") or {}).get("nccl") or []
-                 if e.get("source") == "LD_LIBRARY_PATH" and _entry_major(e) == 2 and _entry_dir(e) not in bundled]
-    evidence = {"torch_nccl": versions.fmt(built), "loaded": loaded, "ld_library_path": facts.env.get("LD_LIBRARY_PATH"),
-                "ld_library_path_copies": [e["path"] for e in ld_copies], "wheel_copies": wheel}
+    ld_copies = [
+        e
+        for e in (facts.libraries.get("found") or {}).get("nccl") or []
+        if e.get("source") == "LD_LIBRARY_PATH" and _entry_major(e) == 2 and _entry_dir(e) not in bundled
+    ]
+    evidence = {
+        "torch_nccl": versions.fmt(built),
+        "loaded": loaded,
+        "ld_library_path": facts.env.get("LD_LIBRARY_PATH"),
+        "ld_library_path_copies": [e["path"] for e in ld_copies],
+        "wheel_copies": wheel,
+    }
     foreign = [p for p in loaded if os.path.dirname(os.path.normpath(p)) not in bundled]
     if loaded and not foreign:
         return passed(f"torch uses its own NCCL {versions.fmt(built)} ({', '.join(loaded)})", **evidence)
-    # Without a mapped file (NCCL loads lazily in some builds) the first LD_LIBRARY_PATH copy is what the loader will take.
+    # Without a mapped file (NCCL loads lazily in some builds) the first LD_LIBRARY_PATH copy is the loader's pick.
     candidates = foreign or ([ld_copies[0]["path"]] if ld_copies and wheel else [])
     if not candidates:
-        return passed(f"torch is built with NCCL {versions.fmt(built)}; no other libnccl.so.2 on LD_LIBRARY_PATH", **evidence)
+        return passed(
+            f"torch is built with NCCL {versions.fmt(built)}; no other libnccl.so.2 on LD_LIBRARY_PATH", **evidence
+        )
     path = candidates[0]
     have = _nccl_file_version(path, facts)
     evidence["other_nccl"] = path
     evidence["other_nccl_version"] = versions.fmt(have) if have else None
-    dirs = {os.path.dirname(os.path.normpath(e["path"])) for e in ld_copies if e["path"] == path or _entry_dir(e) == os.path.dirname(path)}
-    fix = _ld_path_without(facts, dirs) if dirs else manual("Make torch load its own libnccl (check LD_LIBRARY_PATH and LD_PRELOAD)")
+    dirs = {
+        os.path.dirname(os.path.normpath(e["path"]))
+        for e in ld_copies
+        if e["path"] == path or _entry_dir(e) == os.path.dirname(path)
+    }
+    fix = (
+        _ld_path_without(facts, dirs)
+        if dirs
+        else manual("Make torch load its own libnccl (check LD_LIBRARY_PATH and LD_PRELOAD)")
+    )
     verb = "loaded" if foreign else "will load"
     if have and have[:3] < built[:3]:
-        return warn(f"torch {verb} NCCL {versions.fmt(have)} from {path}, older than the {versions.fmt(built)} it was built with: "
-                    "missing symbols or fixes torch expects ('undefined symbol: nccl...' or hangs fixed since)", fix, **evidence)
+        return warn(
+            f"torch {verb} NCCL {versions.fmt(have)} from {path}, "
+            f"older than the {versions.fmt(built)} it was built with: "
+            "missing symbols or fixes torch expects ('undefined symbol: nccl...' or hangs fixed since)",
+            fix,
+            **evidence,
+        )
     if have:
-        return passed(f"torch {verb} NCCL {versions.fmt(have)} from {path} (built with {versions.fmt(built)}): not older", **evidence)
+        return passed(
+            f"torch {verb} NCCL {versions.fmt(have)} from {path} (built with {versions.fmt(built)}): not older",
+            **evidence,
+        )
     if wheel:
-        return warn(f"torch {verb} a libnccl from {path} instead of the copy its wheel installed ({', '.join(wheel)}); its version "
-                    f"is unknown (torch was built with {versions.fmt(built)})", fix, **evidence)
-    return passed(f"torch uses the NCCL at {path} (built with {versions.fmt(built)}; no wheel copy to compare)", **evidence)
+        return warn(
+            f"torch {verb} a libnccl from {path} instead of the copy its wheel installed ({', '.join(wheel)}); "
+            "its version "
+            f"is unknown (torch was built with {versions.fmt(built)})",
+            fix,
+            **evidence,
+        )
+    return passed(
+        f"torch uses the NCCL at {path} (built with {versions.fmt(built)}; no wheel copy to compare)", **evidence
+    )

@@ -280,7 +280,8 @@ def dataloader_memory_not_pinned(facts, ctx):
     if pin:
         return passed(f"{settings.describe('pin_memory')}", **settings.evidence())
     if is_wsl(facts):  # pinned memory is limited under WSL2: unpinned is the right choice there (GD-DL-010)
-        return passed(f"{settings.describe('pin_memory')}: right under WSL2, where pinned memory is limited (see GD-DL-010)", **settings.evidence())
+        why = "right under WSL2, where pinned memory is limited (see GD-DL-010)"
+        return passed(f"{settings.describe('pin_memory')}: {why}", **settings.evidence())
     return info(
         f"{settings.describe('pin_memory')}: host-to-GPU copies go through a staging buffer and cannot overlap compute",
         _change_setting(settings, "pin_memory", True, "Set pin_memory to true"),
@@ -745,6 +746,9 @@ def pin_memory_under_wsl2(facts, ctx):
     if not found.value:
         return passed(f"{settings.describe('pin_memory')} under WSL2", **evidence)
     where = "" if "pin_memory" in settings.found else f" (the framework's default, {found.path})"
-    return warn(f"pin_memory is on{where} under WSL2, where pinned host memory is limited: loaders can fail with "
-                "'CUDA error: out of memory' while the GPU has room", _change_setting(settings, "pin_memory", False, "Set pin_memory to false"),
-                **evidence)
+    return warn(
+        f"pin_memory is on{where} under WSL2, where pinned host memory is limited: loaders can fail with "
+        "'CUDA error: out of memory' while the GPU has room",
+        _change_setting(settings, "pin_memory", False, "Set pin_memory to false"),
+        **evidence,
+    )

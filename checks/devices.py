@@ -211,7 +211,7 @@ def mig_multiple_devices(facts, ctx):
         return warn(
             f"CUDA_VISIBLE_DEVICES lists {len(vis.mig)} MIG devices, but a CUDA process uses only the first: "
             "torch.cuda.device_count() is 1; give each process its own CUDA_VISIBLE_DEVICES=MIG-<uuid>",
-            set_env("CUDA_VISIBLE_DEVICES", vis.mig[0], title="Keep only the MIG device CUDA will use (one per process)"),
+            set_env("CUDA_VISIBLE_DEVICES", vis.mig[0], title="Keep only the MIG device CUDA uses (one per process)"),
             **evidence,
         )
     if len(devices) > 1:
@@ -305,21 +305,34 @@ def compute_mode_restricted(facts, ctx):
 def persistence_mode_off(facts, ctx):
     _, gpus = _visible(facts)
     off = [g["index"] for g in gpus if g.get("persistence_mode") is False]
-    evidence = {"persistence_off": off, "persistenced_running": facts.nvidia.get("persistenced_running"), "node_gpus": len(facts.gpus)}
+    evidence = {
+        "persistence_off": off,
+        "persistenced_running": facts.nvidia.get("persistenced_running"),
+        "node_gpus": len(facts.gpus),
+    }
     if not gpus:
         return _nothing_to_judge(facts, ctx)
     if off:
-        fix = manual("Enable persistence mode (administrator)", "sudo systemctl enable --now nvidia-persistenced", "sudo nvidia-smi -pm 1")
+        fix = manual(
+            "Enable persistence mode (administrator)",
+            "sudo systemctl enable --now nvidia-persistenced",
+            "sudo nvidia-smi -pm 1",
+        )
         if len(facts.gpus) > 1:
             # A multi-GPU server pays the teardown per GPU and per job step; NVIDIA's driver persistence guide
             # recommends the daemon on all headless servers (docs.nvidia.com/deploy/driver-persistence).
             return warn(
-                f"persistence mode is off on GPU(s) {off} of this {len(facts.gpus)}-GPU server: the driver tears every GPU down "
+                f"persistence mode is off on GPU(s) {off} of this {len(facts.gpus)}-GPU server: "
+                "the driver tears every GPU down "
                 "between jobs and each job start re-initialises them (seconds per GPU)",
                 fix,
                 **evidence,
             )
-        return info(f"persistence mode is off on GPU(s) {off}: each job start re-initialises the driver (slower start-up)", fix, **evidence)
+        return info(
+            f"persistence mode is off on GPU(s) {off}: each job start re-initialises the driver (slower start-up)",
+            fix,
+            **evidence,
+        )
     return passed("persistence mode on for all visible GPUs", **evidence)
 
 

@@ -146,11 +146,14 @@ def driver_too_old_for_torch_cuda(facts, ctx):
         evidence["forward_compat_unsupported"] = unsupported
         if not t.get("cuda_available"):
             return fail(
-                f"a CUDA forward-compatibility libcuda ({', '.join(evidence['forward_compat']) or 'not on LD_LIBRARY_PATH'}) is loaded, "
+                "a CUDA forward-compatibility libcuda "
+                f"({', '.join(evidence['forward_compat']) or 'not on LD_LIBRARY_PATH'}) is loaded, "
                 f"but {unsupported}: CUDA initialisation fails with error 804 "
                 "(cudaErrorCompatNotSupportedOnDevice); the driver itself supports CUDA "
                 f"{versions.fmt(have)}, torch needs {versions.fmt(need)}",
-                _without_compat(facts, compat) if compat else manual("Find and remove the cuda-compat libcuda", "ldconfig -p | grep libcuda"),
+                _without_compat(facts, compat)
+                if compat
+                else manual("Find and remove the cuda-compat libcuda", "ldconfig -p | grep libcuda"),
                 **evidence,
             )
         compat_cuda = None
@@ -179,11 +182,12 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     if have_eff[0] < need[0] or need[0] < 11 or cuda_refused:
         # before CUDA 11 there is no minor-version compatibility: a 10.2 runtime needs a 10.2 driver (NVIDIA,
         # "CUDA Compatibility", Minor Version Compatibility: applies from CUDA 11 onwards)
-        if t.get("cuda_available"):  # it did initialise: a newer libcuda than NVML's (a compat copy elsewhere) is in use
+        if t.get("cuda_available"):  # it did initialise: a newer libcuda than NVML's (a compat copy) is in use
             libcuda = (t.get("loaded_libraries") or {}).get("cuda") or []
             return info(
-                f"NVML reports a driver for CUDA {versions.fmt(have)}, yet torch (CUDA {versions.fmt(need)}) initialised CUDA: "
-                f"a newer libcuda is in use ({', '.join(libcuda) or 'path unknown'}), e.g. a forward-compatibility copy "
+                f"NVML reports a driver for CUDA {versions.fmt(have)}, yet torch (CUDA {versions.fmt(need)}) "
+                f"initialised CUDA: a newer libcuda is in use ({', '.join(libcuda) or 'path unknown'}), "
+                "e.g. a forward-compatibility copy "
                 "outside LD_LIBRARY_PATH",
                 None,
                 libcuda=libcuda,
@@ -225,4 +229,6 @@ def _without_compat(facts, compat: list[dict]):
     dirs = {os.path.dirname(os.path.normpath(c["path"])) for c in compat}
     keep = [d for d in facts.env.get("LD_LIBRARY_PATH", "").split(":") if d and os.path.normpath(d) not in dirs]
     title = f"Remove {', '.join(sorted(dirs))} (cuda-compat) from LD_LIBRARY_PATH"
-    return set_env("LD_LIBRARY_PATH", ":".join(keep), title=title) if keep else unset_env("LD_LIBRARY_PATH", title=title)
+    if keep:
+        return set_env("LD_LIBRARY_PATH", ":".join(keep), title=title)
+    return unset_env("LD_LIBRARY_PATH", title=title)

@@ -286,8 +286,11 @@ def pcie_generation_low_under_load(facts, ctx):
             low[g["index"]] = f"Gen{cur} of Gen{best}"
         else:
             idle.append(g["index"])
-    evidence = {"low_generation_busy": low, "low_generation_idle": idle,
-                "generations": {g["index"]: (g.get("pcie") or {}).get("gen_current") for g in gpus}}
+    evidence = {
+        "low_generation_busy": low,
+        "low_generation_idle": idle,
+        "generations": {g["index"]: (g.get("pcie") or {}).get("gen_current") for g in gpus},
+    }
     if low:
         detail = ", ".join(f"GPU {i} {v}" for i, v in low.items())
         return warn(
@@ -296,7 +299,9 @@ def pcie_generation_low_under_load(facts, ctx):
             **evidence,
         )
     if idle:
-        return passed(f"GPU(s) {idle} idle at a lower PCIe generation (normal power saving); busy links at full speed", **evidence)
+        return passed(
+            f"GPU(s) {idle} idle at a lower PCIe generation (normal power saving); busy links at full speed", **evidence
+        )
     return passed("every PCIe link at its highest generation", **evidence)
 
 
@@ -314,9 +319,15 @@ XID_NEEDS_RESET = {
     120: "GSP error",
     140: "unrecovered ECC error",
 }
-XID_HARDWARE = {61: "internal micro-controller breakpoint", 63: "row remapping / page retirement event",
-                92: "high single-bit ECC rate", 94: "contained ECC error", 121: "C2C link error",
-                149: "NVLink/fabric error", 154: "GPU recovery action changed"}
+XID_HARDWARE = {
+    61: "internal micro-controller breakpoint",
+    63: "row remapping / page retirement event",
+    92: "high single-bit ECC rate",
+    94: "contained ECC error",
+    121: "C2C link error",
+    149: "NVLink/fabric error",
+    154: "GPU recovery action changed",
+}
 
 
 def _pci_key(text: str | None) -> str | None:
@@ -365,21 +376,42 @@ def kernel_log_gpu_errors(facts, ctx):
     severe = [x for x in xids if x.get("code") in XID_NEEDS_RESET]
     hardware = [x for x in xids if x.get("code") in XID_HARDWARE]
     app = [x for x in xids if x.get("code") not in XID_NEEDS_RESET and x.get("code") not in XID_HARDWARE]
-    evidence = {"source": log.get("source"), "window_hours": hours, "counts": log.get("counts"),
-                "xid": [f"{where(x.get('pci'))}: Xid {x.get('code')}" for x in xids][-10:],
-                "reset_required": [r.get("message") for r in reset][-3:],
-                "aer": [f"{a.get('device')}: {a.get('severity')}" for a in aer + corrected][-10:]}
-    reset_fix = manual("Drain the node and reset the GPU(s), or reboot", "sudo nvidia-smi -r -i <index>", "sudo dmesg -T | grep -E 'Xid|NVRM'")
-    on_job = any(gpu_of.get(_pci_key(x.get("pci"))) in job or gpu_of.get(_pci_key(x.get("pci"))) is None for x in severe)
+    evidence = {
+        "source": log.get("source"),
+        "window_hours": hours,
+        "counts": log.get("counts"),
+        "xid": [f"{where(x.get('pci'))}: Xid {x.get('code')}" for x in xids][-10:],
+        "reset_required": [r.get("message") for r in reset][-3:],
+        "aer": [f"{a.get('device')}: {a.get('severity')}" for a in aer + corrected][-10:],
+    }
+    reset_fix = manual(
+        "Drain the node and reset the GPU(s), or reboot",
+        "sudo nvidia-smi -r -i <index>",
+        "sudo dmesg -T | grep -E 'Xid|NVRM'",
+    )
+    on_job = any(
+        gpu_of.get(_pci_key(x.get("pci"))) in job or gpu_of.get(_pci_key(x.get("pci"))) is None for x in severe
+    )
     if reset or (severe and on_job):
         what = sorted({f"{where(x.get('pci'))} Xid {x['code']} ({XID_NEEDS_RESET[x['code']]})" for x in severe})
         if reset:
             what.append(f"the driver asks for a reset: {reset[-1].get('message')}")
         return fail(f"kernel log of the last {hours} h: {'; '.join(what)}", reset_fix, **evidence)
     if severe or hardware or aer:
-        what = sorted({f"{where(x.get('pci'))} Xid {x['code']} ({(XID_NEEDS_RESET | XID_HARDWARE)[x['code']]})" for x in severe + hardware})
-        what += sorted({f"PCIe AER {a.get('severity').replace('_', '-')} error on {a.get('device') or '?'}" for a in aer})
-        return warn(f"kernel log of the last {hours} h: {'; '.join(what)}", manual("Watch the GPU; run diagnostics", "dcgmi diag -r 2"), **evidence)
+        what = sorted(
+            {
+                f"{where(x.get('pci'))} Xid {x['code']} ({(XID_NEEDS_RESET | XID_HARDWARE)[x['code']]})"
+                for x in severe + hardware
+            }
+        )
+        what += sorted(
+            {f"PCIe AER {a.get('severity').replace('_', '-')} error on {a.get('device') or '?'}" for a in aer}
+        )
+        return warn(
+            f"kernel log of the last {hours} h: {'; '.join(what)}",
+            manual("Watch the GPU; run diagnostics", "dcgmi diag -r 2"),
+            **evidence,
+        )
     if app or corrected:
         notes = []
         if app:
@@ -387,7 +419,10 @@ def kernel_log_gpu_errors(facts, ctx):
         if corrected:
             notes.append(f"{len(corrected)} corrected PCIe AER error(s)")
         return info(f"kernel log of the last {hours} h: {'; '.join(notes)}", None, **evidence)
-    return passed(f"no Xid, reset request or PCIe AER error in the kernel log of the last {hours} h ({log.get('source')})", **evidence)
+    return passed(
+        f"no Xid, reset request or PCIe AER error in the kernel log of the last {hours} h ({log.get('source')})",
+        **evidence,
+    )
 
 
 def _aer_counters_only(facts, reasons: str, attempts) -> object:
@@ -404,9 +439,12 @@ def _aer_counters_only(facts, reasons: str, attempts) -> object:
     evidence = {"log_attempts": attempts, "aer_uncorrected_since_boot": uncorrected}
     if uncorrected:
         detail = ", ".join(f"GPU {i}: {n}" for i, n in sorted(uncorrected.items()))
-        return warn(f"the kernel log cannot be read here ({reasons}), but sysfs counts uncorrected PCIe AER errors since boot "
-                    f"({detail})", manual("Ask an administrator for the kernel log (Xid, AER)", "sudo dmesg -T | grep -E 'Xid|AER'"),
-                    **evidence)
+        return warn(
+            f"the kernel log cannot be read here ({reasons}), but sysfs counts uncorrected PCIe AER errors since boot "
+            f"({detail})",
+            manual("Ask an administrator for the kernel log (Xid, AER)", "sudo dmesg -T | grep -E 'Xid|AER'"),
+            **evidence,
+        )
     return skip(f"the kernel log cannot be read here ({reasons})", **evidence)
 
 
@@ -443,7 +481,10 @@ def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
     pairs = [p for p in (facts.nvidia.get("p2p") or {}).get("pairs") or [] if set(p.get("gpus") or []) <= job]
     nvlinked = all(any(link.get("active") for link in g.get("nvlink") or []) for g in gpus)
     if (pairs and all(p.get("nvlink") == "ok" for p in pairs)) or (not pairs and nvlinked):
-        return passed("every pair of the job's GPUs is connected by NVLink: peer traffic does not cross PCIe switches", pairs=len(pairs))
+        return passed(
+            "every pair of the job's GPUs is connected by NVLink: peer traffic does not cross PCIe switches",
+            pairs=len(pairs),
+        )
     by_key = {_pci_key(g.get("pci_bus_id")): g["index"] for g in gpus}
     sys_gpus = [s for s in pci.get("gpus") or [] if _pci_key(s.get("bdf")) in by_key]
     bridges = {b.get("bdf"): b for b in pci.get("bridges") or []}
@@ -458,21 +499,44 @@ def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
                 unreadable.add(bdf)
             elif acs.get("request_redirect") or acs.get("completion_redirect"):
                 redirect.setdefault(bdf, []).append(index)
-    evidence = {"acs_redirect": redirect, "acs_unreadable": sorted(unreadable), "iommu_translated": translated,
-                "iommu": pci.get("iommu"), "iommu_params": facts.kernel.get("iommu_params"), "p2p": {f"{p['gpus'][0]}-{p['gpus'][1]}": f"{p.get('topology')} read={p.get('read')}" for p in pairs}}
-    fix = manual("Disable ACS / VT-d in the BIOS or boot with iommu=pt (administrator); meanwhile NCCL_P2P_DISABLE=1",
-                 "sudo lspci -vvv | grep -E 'ACSCtl|^[0-9a-f]'", "cat /proc/cmdline")
+    evidence = {
+        "acs_redirect": redirect,
+        "acs_unreadable": sorted(unreadable),
+        "iommu_translated": translated,
+        "iommu": pci.get("iommu"),
+        "iommu_params": facts.kernel.get("iommu_params"),
+        "p2p": {f"{p['gpus'][0]}-{p['gpus'][1]}": f"{p.get('topology')} read={p.get('read')}" for p in pairs},
+    }
+    fix = manual(
+        "Disable ACS / VT-d in the BIOS or boot with iommu=pt (administrator); meanwhile NCCL_P2P_DISABLE=1",
+        "sudo lspci -vvv | grep -E 'ACSCtl|^[0-9a-f]'",
+        "cat /proc/cmdline",
+    )
     if not sys_gpus:
         return skip("sysfs lists none of the job's GPUs (a container or VM without the PCI tree)", **evidence)
     if redirect:
         detail = ", ".join(f"{bdf} (above GPU {', '.join(map(str, idx))})" for bdf, idx in sorted(redirect.items()))
-        return warn(f"PCIe ACS redirects peer-to-peer traffic on {detail}: NCCL's P2P transfers go through the root "
-                    "complex - much slower, or a hang at the first collective", fix, **evidence)
+        return warn(
+            f"PCIe ACS redirects peer-to-peer traffic on {detail}: NCCL's P2P transfers go through the root "
+            "complex - much slower, or a hang at the first collective",
+            fix,
+            **evidence,
+        )
     if translated:
-        return warn(f"the IOMMU translates the DMA of GPU(s) {sorted(translated)} ({', '.join(sorted(set(translated.values())))}): "
-                    "GPU peer-to-peer and GPUDirect RDMA are remapped - slower, and on some platforms a hang", fix, **evidence)
+        return warn(
+            f"the IOMMU translates the DMA of GPU(s) {sorted(translated)} "
+            f"({', '.join(sorted(set(translated.values())))}): "
+            "GPU peer-to-peer and GPUDirect RDMA are remapped - slower, and on some platforms a hang",
+            fix,
+            **evidence,
+        )
     if unreadable and (pci.get("iommu") or {}).get("enabled"):
-        return info(f"the IOMMU is on and the ACS state of {len(unreadable)} switch port(s) needs root to read; run as root to judge", None, **evidence)
+        return info(
+            f"the IOMMU is on and the ACS state of {len(unreadable)} switch port(s) needs root to read; "
+            "run as root to judge",
+            None,
+            **evidence,
+        )
     return passed("no ACS redirect above the job's GPUs and no translated IOMMU domain", **evidence)
 
 
@@ -497,16 +561,32 @@ def fabric_manager_version_mismatch(facts, ctx):
         return skip("no NVIDIA driver (see GD-DRV-001)")
     nvswitch = nv.get("nvswitch") or {}
     fm = nvswitch.get("fabric_manager")
-    evidence = {"nvswitch_count": nvswitch.get("count"), "driver_version": nv.get("driver_version"), "fabric_manager": fm}
+    evidence = {
+        "nvswitch_count": nvswitch.get("count"),
+        "driver_version": nv.get("driver_version"),
+        "fabric_manager": fm,
+    }
     if not nvswitch.get("count"):
         return passed("no NVSwitch on this machine: no fabric manager needed", **evidence)
     if not isinstance(fm, dict) or not fm.get("binary"):
-        return skip("nv-fabricmanager is not visible from here (a container, or not installed; see GD-HW-006)", **evidence)
+        return skip(
+            "nv-fabricmanager is not visible from here (a container, or not installed; see GD-HW-006)", **evidence
+        )
     version, driver = fm.get("version"), nv.get("driver_version")
     if not version or not driver:
-        return skip(f"the fabric manager's version could not be read ({(fm.get('errors') or {}).get('version', 'no version printed')})", **evidence)
+        return skip(
+            "the fabric manager's version could not be read "
+            f"({(fm.get('errors') or {}).get('version', 'no version printed')})",
+            **evidence,
+        )
     if version != driver:
-        return fail(f"nv-fabricmanager {version} does not match driver {driver}: the service refuses to start "
-                    f"(state: {fm.get('service') or 'unknown'}) and CUDA fails with error 802",
-                    manual(f"Install nvidia-fabricmanager {driver} and restart it", "sudo systemctl restart nvidia-fabricmanager"), **evidence)
-    return passed(f"nv-fabricmanager {version} matches the driver (service: {fm.get('service') or 'unknown'})", **evidence)
+        return fail(
+            f"nv-fabricmanager {version} does not match driver {driver}: the service refuses to start "
+            f"(state: {fm.get('service') or 'unknown'}) and CUDA fails with error 802",
+            manual(
+                f"Install nvidia-fabricmanager {driver} and restart it", "sudo systemctl restart nvidia-fabricmanager"
+            ),
+            **evidence,
+        )
+    service = fm.get("service") or "unknown"
+    return passed(f"nv-fabricmanager {version} matches the driver (service: {service})", **evidence)

@@ -366,19 +366,33 @@ def nccl_socket_ifname_exclusion_keeps_loopback(facts, ctx):
     lay = layout(facts, ctx)
     evidence = {"NCCL_SOCKET_IFNAME": value, "selected": chosen, "host_local_selected": local, **lay.evidence()}
     if not local:
-        return passed(f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen) or 'nothing'} (no loopback or bridge)", **evidence)
+        return passed(
+            f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen) or 'nothing'} (no loopback or bridge)", **evidence
+        )
     if len(local) == len(chosen):
-        return skip(f"NCCL_SOCKET_IFNAME={value!r} leaves only {', '.join(local)}: GD-NCCL-002 reports that", **evidence)
+        return skip(
+            f"NCCL_SOCKET_IFNAME={value!r} leaves only {', '.join(local)}: GD-NCCL-002 reports that", **evidence
+        )
     fixed = "^" + ",".join(dict.fromkeys(["lo", "docker", *parse_prefix_list(value)[2]]))
     fix = set_env("NCCL_SOCKET_IFNAME", fixed, title="Exclude lo and docker too")
     if not lay.multi_node:
-        return passed(f"NCCL_SOCKET_IFNAME={value!r} leaves {', '.join(local)} selected; harmless on one node", **evidence)
+        return passed(
+            f"NCCL_SOCKET_IFNAME={value!r} leaves {', '.join(local)} selected; harmless on one node", **evidence
+        )
     if any(i["name"] == n and i.get("loopback") for i in usable for n in local):
-        return fail(f"NCCL_SOCKET_IFNAME={value!r} replaces NCCL's default exclusions and leaves the loopback interface "
-                    f"selected ({', '.join(local)}): NCCL bootstraps over the first match, lo, and the "
-                    f"{lay.nodes.value}-node job hangs", fix, **evidence)
-    return warn(f"NCCL_SOCKET_IFNAME={value!r} leaves host-local bridge(s) {', '.join(local)} selected: NCCL may open "
-                "connections on addresses other nodes cannot reach", fix, **evidence)
+        return fail(
+            f"NCCL_SOCKET_IFNAME={value!r} replaces NCCL's default exclusions and leaves the loopback interface "
+            f"selected ({', '.join(local)}): NCCL bootstraps over the first match, lo, and the "
+            f"{lay.nodes.value}-node job hangs",
+            fix,
+            **evidence,
+        )
+    return warn(
+        f"NCCL_SOCKET_IFNAME={value!r} leaves host-local bridge(s) {', '.join(local)} selected: NCCL may open "
+        "connections on addresses other nodes cannot reach",
+        fix,
+        **evidence,
+    )
 
 
 def _prefix_overreach(value: str, names: list[str]) -> dict[str, list[str]]:
@@ -430,14 +444,24 @@ def nccl_name_list_prefix_matches_more(facts, ctx):
         exclude, _, entries = parse_prefix_list(value)
         verb = "excludes" if exclude else "selects"
         evidence[f"{name}_overreach"] = over
-        problems.append(f"{name}={value!r} also {verb} " + "; ".join(f"{', '.join(o)} (prefix {e!r})" for e, o in over.items()))
+        problems.append(
+            f"{name}={value!r} also {verb} " + "; ".join(f"{', '.join(o)} (prefix {e!r})" for e, o in over.items())
+        )
         if all(e in lists[name] for e in entries):  # every entry an exact name: '=' keeps the meaning
-            fixes.append(set_env(name, ("^" if exclude else "") + "=" + value[1 if exclude else 0 :],
-                                 title=f"Match {name} entries exactly"))
+            fixes.append(
+                set_env(
+                    name,
+                    ("^" if exclude else "") + "=" + value[1 if exclude else 0 :],
+                    title=f"Match {name} entries exactly",
+                )
+            )
     if not problems:
         return passed("every NCCL_SOCKET_IFNAME / NCCL_IB_HCA entry selects only what it names", **evidence)
-    return warn("; ".join(problems) + ": NCCL reads entries as prefixes unless the list starts with '='",
-                fixes[0] if fixes else None, **evidence)
+    return warn(
+        "; ".join(problems) + ": NCCL reads entries as prefixes unless the list starts with '='",
+        fixes[0] if fixes else None,
+        **evidence,
+    )
 
 
 def _rate_gbps(rate: str | None) -> float | None:
@@ -479,8 +503,14 @@ def ib_port_down_on_multi_node_job(facts, ctx):
     from gpudoctor.readers.cudavis import job_gpus
 
     gpus = len(job_gpus(facts))
-    evidence = {"ports": {_port_name(p): f"{p.get('state')} {p.get('rate') or ''} {p.get('link_layer') or ''}".strip() for p in ports},
-                "NCCL_IB_HCA": hca, "gpus": gpus, **lay.evidence()}
+    evidence = {
+        "ports": {
+            _port_name(p): f"{p.get('state')} {p.get('rate') or ''} {p.get('link_layer') or ''}".strip() for p in ports
+        },
+        "NCCL_IB_HCA": hca,
+        "gpus": gpus,
+        **lay.evidence(),
+    }
     problems = []
     for layer in sorted({str(p.get("link_layer") or "?") for p in ports}):
         group = [p for p in ports if str(p.get("link_layer") or "?") == layer]
@@ -498,16 +528,40 @@ def ib_port_down_on_multi_node_job(facts, ctx):
         if slow:
             problems.append(f"{layer} port(s) at a lower rate than the others ({best:g} Gb/s): {', '.join(slow)}")
     if problems:
-        return warn("; ".join(problems) + ": this node's share of the all-reduce runs on fewer or slower rails",
-                    manual("Check the ports (cable, switch, subnet manager)", "ibstat"), **evidence)
-    return passed(f"{sum(1 for p in ports if str(p.get('state') or '').upper() == 'ACTIVE')} InfiniBand/RoCE port(s) ACTIVE, "
-                  "none down or slow", **evidence)
+        return warn(
+            "; ".join(problems) + ": this node's share of the all-reduce runs on fewer or slower rails",
+            manual("Check the ports (cable, switch, subnet manager)", "ibstat"),
+            **evidence,
+        )
+    return passed(
+        f"{sum(1 for p in ports if str(p.get('state') or '').upper() == 'ACTIVE')} InfiniBand/RoCE port(s) ACTIVE, "
+        "none down or slow",
+        **evidence,
+    )
 
 
 # Interfaces NCCL's default list ('^docker,lo') still accepts but no other node can reach, or that are not the
 # cluster network: libvirt/container/overlay bridges, VPN tunnels, the USB "host interface" of a BMC (usb0, 169.254.x).
-_VIRTUAL_NICS = ("virbr", "veth", "br-", "cni", "flannel", "cali", "vxlan", "tailscale", "wg", "tun", "tap",
-                 "zt", "usb", "enx", "vmnet", "lxc", "podman", "kube")
+_VIRTUAL_NICS = (
+    "virbr",
+    "veth",
+    "br-",
+    "cni",
+    "flannel",
+    "cali",
+    "vxlan",
+    "tailscale",
+    "wg",
+    "tun",
+    "tap",
+    "zt",
+    "usb",
+    "enx",
+    "vmnet",
+    "lxc",
+    "podman",
+    "kube",
+)
 
 
 def _virtual_nic(iface: dict) -> bool:
@@ -541,26 +595,42 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
         return skip(f"the network probe failed: {facts.network['error']}")
     lay = layout(facts, ctx)
     if not lay.multi_node:
-        return skip(f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'}): one node needs no reachable interface", **lay.evidence())
+        return skip(
+            f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'}): one node needs no reachable interface",
+            **lay.evidence(),
+        )
     usable = _usable_interfaces(facts)
     ib = [i for i in usable if i["name"].startswith("ib")]
     candidates = ib or [i for i in usable if not i.get("loopback") and not i["name"].startswith(("docker", "lo"))]
     virtual = [i["name"] for i in candidates if _virtual_nic(i)]
     evidence = {"candidates": [i["name"] for i in candidates], "virtual_or_usb": virtual, **lay.evidence()}
     if not virtual:
-        return passed(f"NCCL would choose among {', '.join(evidence['candidates']) or 'no interface'}: no virtual or USB NIC", **evidence)
+        return passed(
+            f"NCCL would choose among {', '.join(evidence['candidates']) or 'no interface'}: no virtual or USB NIC",
+            **evidence,
+        )
     real = [n for n in evidence["candidates"] if n not in virtual]
-    fix = set_env("NCCL_SOCKET_IFNAME", real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(virtual))),
-                  title="Tell NCCL which interface to use")
+    fix = set_env(
+        "NCCL_SOCKET_IFNAME",
+        real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(virtual))),
+        title="Tell NCCL which interface to use",
+    )
     active_ib = [p for p in _ib_ports(facts) if str(p.get("state") or "").upper() == "ACTIVE"]
     if active_ib and real:
         # data goes over InfiniBand/RoCE; only the bootstrap uses the first socket interface, normally the physical NIC
-        return info(f"NCCL_SOCKET_IFNAME is unset and NCCL's bootstrap candidates include {', '.join(virtual)} beside "
-                    f"{', '.join(real)}; with InfiniBand/RoCE active only the first one is used - set NCCL_SOCKET_IFNAME "
-                    "if the bootstrap hangs", fix, **evidence)
-    return warn(f"NCCL_SOCKET_IFNAME is unset and NCCL's default choice includes {', '.join(virtual)} "
-                f"(virtual, tunnel or USB NIC) beside {', '.join(real) or 'nothing else'}: other nodes cannot reach it",
-                fix, **evidence)
+        return info(
+            f"NCCL_SOCKET_IFNAME is unset and NCCL's bootstrap candidates include {', '.join(virtual)} beside "
+            f"{', '.join(real)}; with InfiniBand/RoCE active only the first one is used - set NCCL_SOCKET_IFNAME "
+            "if the bootstrap hangs",
+            fix,
+            **evidence,
+        )
+    return warn(
+        f"NCCL_SOCKET_IFNAME is unset and NCCL's default choice includes {', '.join(virtual)} "
+        f"(virtual, tunnel or USB NIC) beside {', '.join(real) or 'nothing else'}: other nodes cannot reach it",
+        fix,
+        **evidence,
+    )
 
 
 _GEFORCE = ("GeForce", "TITAN")
@@ -590,8 +660,12 @@ def nccl_p2p_on_consumer_gpus(facts, ctx):
     consumer = [g for g in gpus if any(w.lower() in (g.get("name") or "").lower() for w in _GEFORCE)]
     env = job_env(facts, ctx)
     driver = facts.nvidia.get("driver_version")
-    evidence = {"gpus": {g["index"]: g.get("name") for g in consumer}, "driver_version": driver,
-                "NCCL_P2P_DISABLE": env.get("NCCL_P2P_DISABLE"), "NCCL_P2P_LEVEL": env.get("NCCL_P2P_LEVEL")}
+    evidence = {
+        "gpus": {g["index"]: g.get("name") for g in consumer},
+        "driver_version": driver,
+        "NCCL_P2P_DISABLE": env.get("NCCL_P2P_DISABLE"),
+        "NCCL_P2P_LEVEL": env.get("NCCL_P2P_LEVEL"),
+    }
     if len(consumer) < 2:
         return passed("fewer than two GeForce/TITAN GPUs in the job", **evidence)
     idx = {g["index"] for g in consumer}
@@ -603,11 +677,22 @@ def nccl_p2p_on_consumer_gpus(facts, ctx):
     if not pairs:
         return skip("the driver's P2P status between the GPUs was not probed (older snapshot)", **evidence)
     if not pcie_ok:
-        return passed("the driver reports no PCIe peer-to-peer between these GeForce GPUs: NCCL copies through host memory", **evidence)
+        return passed(
+            "the driver reports no PCIe peer-to-peer between these GeForce GPUs: NCCL copies through host memory",
+            **evidence,
+        )
     branch = (versions.parse(driver) or (0,))[0]
     fix = set_env("NCCL_P2P_DISABLE", "1", title="Turn NCCL peer-to-peer off (or upgrade the driver to 570+)")
     if 520 <= branch < 570:
-        return warn(f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}: with drivers 520-560 NCCL hangs or "
-                    "corrupts data over consumer-GPU P2P (nccl-tests#117, xgboost#11242)", fix, **evidence)
-    return info(f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}; if NCCL hangs at the first all-reduce, "
-                "try NCCL_P2P_DISABLE=1", None, **evidence)
+        return warn(
+            f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}: with drivers 520-560 NCCL hangs or "
+            "corrupts data over consumer-GPU P2P (nccl-tests#117, xgboost#11242)",
+            fix,
+            **evidence,
+        )
+    return info(
+        f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}; if NCCL hangs at the first all-reduce, "
+        "try NCCL_P2P_DISABLE=1",
+        None,
+        **evidence,
+    )

@@ -219,10 +219,23 @@ def tf32_requested_on_pre_ampere(facts, ctx):
     old = {i: g for i, g in gpus.items() if g[1] < AMPERE}
     if not old:
         return passed(f"{key}={value}: every GPU has TF32 (compute capability 8.0+)", **evidence)
-    fix = Fix(f"Turn {key} off for these GPUs", Safety.UNSAFE, (Action(ActionKind.YAML_SET, ctx.config_path, False, key),)) \
-        if ctx.config_path and key.rsplit(".", 1)[-1].lower() in TF32_KEYS else None
+    fix = (
+        Fix(
+            f"Turn {key} off for these GPUs", Safety.UNSAFE, (Action(ActionKind.YAML_SET, ctx.config_path, False, key),)
+        )
+        if ctx.config_path and key.rsplit(".", 1)[-1].lower() in TF32_KEYS
+        else None
+    )
     if key.rsplit(".", 1)[-1].lower() == "tf32":
-        return fail(f"{key}={value} on {_describe(old)} (no TF32 before compute capability 8.0): Hugging Face's "
-                    "TrainingArguments raises 'ValueError: --tf32 requires Ampere or a newer GPU arch'", fix, **evidence)
-    return warn(f"{key}={value} on {_describe(old)}: these GPUs have no TF32, the setting is silently ignored and fp32 "
-                "runs at plain fp32 speed", fix, **evidence)
+        return fail(
+            f"{key}={value} on {_describe(old)} (no TF32 before compute capability 8.0): Hugging Face's "
+            "TrainingArguments raises 'ValueError: --tf32 requires Ampere or a newer GPU arch'",
+            fix,
+            **evidence,
+        )
+    return warn(
+        f"{key}={value} on {_describe(old)}: these GPUs have no TF32, the setting is silently ignored and fp32 "
+        "runs at plain fp32 speed",
+        fix,
+        **evidence,
+    )
