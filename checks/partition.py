@@ -30,8 +30,13 @@ def _per_node_request(shape: JobShape) -> dict:
     """What one node of the job must have: GPUs (and type), CPUs, memory."""
     tasks = max(shape.tasks_per_node) if shape.tasks_per_node else (shape.ntasks_per_node or 1)
     cpus = (shape.cpus_per_task or 1) * tasks
-    request = {"gpus": shape.gpus_per_node or 0, "gpu_type": shape.gpu_type, "cpus": cpus,
-               "tasks_per_node": tasks, "cpus_per_task": shape.cpus_per_task or 1}
+    request = {
+        "gpus": shape.gpus_per_node or 0,
+        "gpu_type": shape.gpu_type,
+        "cpus": cpus,
+        "tasks_per_node": tasks,
+        "cpus_per_task": shape.cpus_per_task or 1,
+    }
     mem = mem_mb(shape.directives.get("mem"))
     if mem:  # --mem=0 asks for all of a node's memory: any node fits
         request["memory_mb"] = mem
@@ -47,7 +52,12 @@ def _misses(t: dict, want: dict) -> list[str]:
     out = []
     if want["gpus"] and (t.get("gpus") or 0) < want["gpus"]:
         out.append(f"{t.get('gpus') or 0} GPU(s) < {want['gpus']}")
-    if want["gpus"] and want.get("gpu_type") and t.get("gpu_type") and t["gpu_type"].lower() != want["gpu_type"].lower():
+    if (
+        want["gpus"]
+        and want.get("gpu_type")
+        and t.get("gpu_type")
+        and t["gpu_type"].lower() != want["gpu_type"].lower()
+    ):
         out.append(f"GPU type {t['gpu_type']}, not {want['gpu_type']}")
     elif want["gpus"] and want.get("gpu_type") and not t.get("gpu_type") and t.get("gpus"):
         out.append(f"untyped GPUs, not {want['gpu_type']}")
@@ -86,32 +96,55 @@ def job_request_exceeds_partition_nodes(facts, ctx):
         return skip("no --sbatch script: nothing is being submitted")
     if cluster.get("partition_missing"):
         name = cluster.get("partition")
-        return fail(f"the cluster has no partition {name!r} ({cluster.get('reason')}): sbatch refuses the script "
-                    "('invalid partition specified')", manual("Pick a partition the cluster has", "sinfo -s"),
-                    partition=name)
+        return fail(
+            f"the cluster has no partition {name!r} ({cluster.get('reason')}): sbatch refuses the script "
+            "('invalid partition specified')",
+            manual("Pick a partition the cluster has", "sinfo -s"),
+            partition=name,
+        )
     if not cluster.get("available"):
-        return skip(f"the cluster could not say what its nodes have: {cluster.get('reason') or cluster.get('error') or 'not asked'}")
+        why = cluster.get("reason") or cluster.get("error") or "not asked"
+        return skip(f"the cluster could not say what its nodes have: {why}")
     types = cluster.get("node_types") or []
     if not types:
         return skip(f"partition {cluster.get('partition')}: {cluster.get('nodes_error') or 'no nodes listed'}")
     want = _per_node_request(shape)
     partition = cluster.get("partition")
-    evidence = {"partition": f"{partition} ({cluster.get('partition_source')})", "per_node_request": want,
-                "nodes_requested": shape.nodes, "node_types": [_short_type(t) for t in types]}
+    evidence = {
+        "partition": f"{partition} ({cluster.get('partition_source')})",
+        "per_node_request": want,
+        "nodes_requested": shape.nodes,
+        "node_types": [_short_type(t) for t in types],
+    }
     fitting = [t for t in types if not _misses(t, want)]
     have = sum(t["count"] for t in fitting)
     needed = shape.nodes or 1
     if fitting and have >= needed:
         example = fitting[0]
-        return passed(f"{have} node(s) of partition {partition} fit each node's request "
-                      f"({example.get('gpus')}x {example.get('gpu_type') or 'GPU'}, {example.get('cpus')} CPUs)", **evidence)
+        return passed(
+            f"{have} node(s) of partition {partition} fit each node's request "
+            f"({example.get('gpus')}x {example.get('gpu_type') or 'GPU'}, {example.get('cpus')} CPUs)",
+            **evidence,
+        )
     if fitting:
-        return fail(f"--nodes={needed} but only {have} node(s) of partition {partition} fit the per-node request: "
-                    "the job pends until more exist", manual(f"Ask for at most {have} node(s), or another partition",
-                                                           f"sinfo -p {partition} -o '%N %G %c %m %T'"), **evidence)
+        return fail(
+            f"--nodes={needed} but only {have} node(s) of partition {partition} fit the per-node request: "
+            "the job pends until more exist",
+            manual(
+                f"Ask for at most {have} node(s), or another partition", f"sinfo -p {partition} -o '%N %G %c %m %T'"
+            ),
+            **evidence,
+        )
     reasons = "; ".join(f"{_short_type(t)}: {', '.join(_misses(t, want))}" for t in types[:3])
-    asked = f"{want['gpus']}x {want['gpu_type'] or 'GPU'}, {want['cpus']} CPUs" + (f", {want['memory_mb']} MB" if want.get("memory_mb") else "")
-    return fail(f"no node of partition {partition} has what one node of the job asks for ({asked}): {reasons}; sbatch refuses "
-                "it ('Requested node configuration is not available') or it pends forever",
-                manual("Request what the partition's nodes have, or submit to another partition",
-                       f"sinfo -p {partition} -o '%N %G %c %m %T'"), **evidence)
+    asked = f"{want['gpus']}x {want['gpu_type'] or 'GPU'}, {want['cpus']} CPUs" + (
+        f", {want['memory_mb']} MB" if want.get("memory_mb") else ""
+    )
+    return fail(
+        f"no node of partition {partition} has what one node of the job asks for ({asked}): {reasons}; sbatch refuses "
+        "it ('Requested node configuration is not available') or it pends forever",
+        manual(
+            "Request what the partition's nodes have, or submit to another partition",
+            f"sinfo -p {partition} -o '%N %G %c %m %T'",
+        ),
+        **evidence,
+    )

@@ -13,15 +13,22 @@ import sys
 from gpudoctor.model import ExitCode, Severity, manual
 
 PROBE_TIMEOUT_S = 30.0
-_FIND = ("import importlib.util as u, json; "
-         "print(json.dumps({'torch': u.find_spec('torch') is not None, 'gpudoctor': u.find_spec('gpudoctor') is not None}))")
+_FIND = (
+    "import importlib.util as u, json; "
+    "print(json.dumps({'torch': u.find_spec('torch') is not None, 'gpudoctor': u.find_spec('gpudoctor') is not None}))"
+)
 
 
 def has_modules(python: str) -> dict | str:
     """{'torch': bool, 'gpudoctor': bool} for that interpreter, or why it could not say."""
     try:
-        r = subprocess.run([python, "-P", "-c", _FIND], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                           stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [python, "-P", "-c", _FIND],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return f"{python} did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as e:
@@ -47,13 +54,27 @@ def no_torch(opts, python: str) -> int:
     from gpudoctor.sample_train.coordinator import Verdict
     from gpudoctor.sample_train.findings import make
 
-    fix = manual("Install torch into the interpreter that trains, or point the run at the training env",
-                 f"{python} -m pip install torch", "gpudoctor smoke --python /path/to/env/bin/python")
-    finding = make("GD-SMOKE-013", Severity.FAIL, f"torch is not installed for {python}: the smoke run trains with torch "
-                   "and cannot start", fix, python=python)
+    fix = manual(
+        "Install torch into the interpreter that trains, or point the run at the training env",
+        f"{python} -m pip install torch",
+        "gpudoctor smoke --python /path/to/env/bin/python",
+    )
+    finding = make(
+        "GD-SMOKE-013",
+        Severity.FAIL,
+        f"torch is not installed for {python}: the smoke run trains with torch and cannot start",
+        fix,
+        python=python,
+    )
     started = time.monotonic()
-    where = {"mode": "spawn", "world_size": 0, "local_world_size": 0, "nodes": 0, "backend": None,
-             "reporter": {"role": "spawner", "pid": os.getpid()}}
+    where = {
+        "mode": "spawn",
+        "world_size": 0,
+        "local_world_size": 0,
+        "nodes": 0,
+        "backend": None,
+        "reporter": {"role": "spawner", "pid": os.getpid()},
+    }
     rep = report.build(Verdict(False, [finding]), opts, where, time.monotonic() - started)
     launch.emit(rep, opts)  # the report's exit_code stays 1 (smoke/1 knows 0 and 1: the run failed)
     return ExitCode.USAGE  # the process: nothing could run, as for a bad --python
@@ -71,12 +92,15 @@ def rerun_in(python: str, argv: list[str], opts) -> int:
     if not found.get("torch"):
         return no_torch(opts, python)
     if not found.get("gpudoctor"):
-        print(f"gpudoctor smoke: --python {python}: gpudoctor is not installed there; the run trains in that env, so "
-              f"install it there too ({python} -m pip install gpudoctor)", file=sys.stderr)
+        print(
+            f"gpudoctor smoke: --python {python}: gpudoctor is not installed there; the run trains in that env, so "
+            f"install it there too ({python} -m pip install gpudoctor)",
+            file=sys.stderr,
+        )
         return ExitCode.USAGE
     rest = []
     skip_next = False
-    for i, a in enumerate(argv):
+    for a in argv:
         if skip_next:
             skip_next = False
             continue

@@ -1,4 +1,5 @@
-"""Progress on stderr while the coordinator waits: a rich bar on a terminal, plain lines otherwise."""
+"""Progress on stderr while the coordinator waits: a rich bar on a terminal only (issue 10: never in --json
+or non-TTY output, so logs and CI output hold only the report)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ class Progress:
             label = f"rendezvous: {info['joined']}/{info['world_size']} ranks joined"
         if self.tty:
             self._rich(label, info)
-        else:
-            self._plain(label, info)
 
     def _rich(self, label: str, info: dict) -> None:
         from rich.console import Console

@@ -34,11 +34,20 @@ ESC = "\x1b"
 
 
 def gpudoctor(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_", "RANK", "WORLD_SIZE",
-                                                                     "LOCAL_", "NO_COLOR"))}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_", "RANK", "WORLD_SIZE", "LOCAL_", "NO_COLOR"))
+    }
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=full,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def by_id(report: dict) -> dict:
@@ -86,7 +95,9 @@ def test_plain_check_still_judges_this_machine():
 
 
 def test_node_snapshot_makes_the_recorded_node_count():
-    r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--node-snapshot", GPU_SNAPSHOT, "--sbatch", str(HEALTHY), "--json")
+    r = gpudoctor(
+        "check", "--snapshot", CPU_SNAPSHOT, "--node-snapshot", GPU_SNAPSHOT, "--sbatch", str(HEALTHY), "--json"
+    )
     report = json.loads(r.stdout)
     assert report["target"]["this_machine_in_verdict"] is True and report["target"]["outside_verdict"] == []
     assert by_id(report)["GD-DRV-001"]["severity"] == "pass"  # the recorded node has its driver
@@ -112,7 +123,10 @@ def test_target_decision():
 
 def test_cpu_checks_use_the_scripts_cpus_per_task(tmp_path):
     """12 CPUs per task with num_workers: 0 is fine, whatever this host has."""
-    script = "#!/bin/bash\n#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\n#SBATCH --cpus-per-task=12\nsrun python t.py\n"
+    script = (
+        "#!/bin/bash\n#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\n#SBATCH --cpus-per-task=12\n"
+        "srun python t.py\n"
+    )
     sb = parse_sbatch(script, str(tmp_path / "job.slurm"))
     config = {"dataloader": {"num_workers": 0, "batch_size": 32}}
     facts = make_facts(RECORDED_CPU, env={}, patch={"host.cpus_allowed_count": 2, "host.cpu_count_logical": 2})
@@ -185,7 +199,9 @@ def test_quiet_prints_only_problems_and_verbose_everything():
 
 
 def test_safety_label_explained_once():
-    fixes = [Finding("GD-X-001", "a", "slurm", Severity.FAIL, "t", "m", {}, Fix(f"fix {i}", Safety.UNSAFE)) for i in range(3)]
+    fixes = [
+        Finding("GD-X-001", "a", "slurm", Severity.FAIL, "t", "m", {}, Fix(f"fix {i}", Safety.UNSAFE)) for i in range(3)
+    ]
     out = io.StringIO()
     text.render(fixes, file=out)
     assert out.getvalue().count("changes what the job does") == 1 and out.getvalue().count("fix (unsafe)") == 2
@@ -213,8 +229,13 @@ def test_no_color_on_a_pipe_and_with_no_color(tmp_path):
         leader, follower = pty.openpty()
         full = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
         full.update(env, TERM="xterm")
-        p = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--snapshot", CPU_SNAPSHOT, "--select", "driver"],
-                           stdout=follower, stderr=subprocess.DEVNULL, env=full, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "check", "--snapshot", CPU_SNAPSHOT, "--select", "driver"],
+            stdout=follower,
+            stderr=subprocess.DEVNULL,
+            env=full,
+            timeout=120,
+        )
         os.close(follower)
         chunks = []
         while True:
@@ -231,23 +252,48 @@ def test_no_color_on_a_pipe_and_with_no_color(tmp_path):
 
 
 def test_each_task_labelled_with_rank_and_host():
-    r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--select", "distributed",
-                  env={"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"})
+    r = gpudoctor(
+        "check",
+        "--snapshot",
+        CPU_SNAPSHOT,
+        "--select",
+        "distributed",
+        env={"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"},
+    )
     lines = [line for line in r.stdout.splitlines() if line]
     assert lines and all(re.match(r"^\[rank 3/8 on [^\]]+\] ", line) for line in lines), r.stdout
 
 
 def test_next_steps_hold_shell_commands_and_one_fix_line():
     findings = [
-        Finding("GD-A-001", "a", "nccl", Severity.FAIL, "t", "m", {},
-                Fix("set it", Safety.SAFE, (Action(ActionKind.SET_ENV, "NCCL_X", "a b"),))),
-        Finding("GD-A-002", "b", "slurm", Severity.WARN, "t", "m", {},
-                Fix("edit", Safety.UNSAFE, (Action(ActionKind.SBATCH_SET, "job.slurm", "8", "ntasks-per-node"),))),
+        Finding(
+            "GD-A-001",
+            "a",
+            "nccl",
+            Severity.FAIL,
+            "t",
+            "m",
+            {},
+            Fix("set it", Safety.SAFE, (Action(ActionKind.SET_ENV, "NCCL_X", "a b"),)),
+        ),
+        Finding(
+            "GD-A-002",
+            "b",
+            "slurm",
+            Severity.WARN,
+            "t",
+            "m",
+            {},
+            Fix("edit", Safety.UNSAFE, (Action(ActionKind.SBATCH_SET, "job.slurm", "8", "ntasks-per-node"),)),
+        ),
     ]
     steps = text.next_steps(findings, "gpudoctor fix --apply --sbatch job.slurm")
     assert steps[0].startswith("gpudoctor fix --apply --sbatch job.slurm --unsafe-fixes")
     assert "export NCCL_X='a b'" in steps
-    assert text.export_line("SRUN_CPUS_PER_TASK", "$SLURM_CPUS_PER_TASK") == 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'
+    assert (
+        text.export_line("SRUN_CPUS_PER_TASK", "$SLURM_CPUS_PER_TASK")
+        == 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'
+    )
 
 
 def test_split_keeps_job_findings_in_the_verdict():
@@ -294,7 +340,9 @@ def test_sigterm_exits_143():
     import signal
     import time
 
-    p = subprocess.Popen([sys.executable, "-m", "gpudoctor", "check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpudoctor", "check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(1.0)  # inside the probe: torch is being imported in the child
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)

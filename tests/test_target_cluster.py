@@ -20,8 +20,14 @@ GD = [sys.executable, "-m", "gpudoctor"]
 def check(cluster, tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "job.slurm"
     path.write_text(script)
-    return subprocess.run([*GD, "check", "--sbatch", str(path), "--select", "slurm", *args], capture_output=True, text=True,
-                          env=cluster.env(), timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*GD, "check", "--sbatch", str(path), "--select", "slurm", *args],
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def verdict(cluster, tmp_path: Path, script: str) -> dict:
@@ -32,7 +38,9 @@ def verdict(cluster, tmp_path: Path, script: str) -> dict:
 
 def test_cluster_probe_reads_the_default_partition(slurm_cluster):
     code = "import json; from gpudoctor.probe.cluster import probe; print(json.dumps(probe()))"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=slurm_cluster.env(), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=slurm_cluster.env(), timeout=60
+    )
     facts = json.loads(r.stdout)
     assert facts["available"] and facts["partition"] == "debug"
     (node,) = facts["node_types"]
@@ -40,7 +48,8 @@ def test_cluster_probe_reads_the_default_partition(slurm_cluster):
 
 
 def test_request_that_fits_passes_and_the_nodes_are_named(slurm_cluster, tmp_path):
-    script = "#!/bin/bash\n#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:h200:8\n#SBATCH -c 16\nsrun python t.py\n"
+    script = "#!/bin/bash\n#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:h200:8\n#SBATCH -c 16\n"
+    script += "srun python t.py\n"
     assert verdict(slurm_cluster, tmp_path, script)["severity"] == "pass"
     r = check(slurm_cluster, tmp_path, script)
     assert r.returncode == 0 and "nodes: partition debug" in r.stdout and "8x h200, 256 CPUs" in r.stdout
@@ -53,7 +62,9 @@ def test_gpu_type_the_partition_lacks_fails(slurm_cluster, tmp_path):
 
 
 def test_more_cpus_per_node_than_the_nodes_have_fails(slurm_cluster, tmp_path):
-    script = "#!/bin/bash\n#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\n#SBATCH -c 64\nsrun python t.py\n"
+    script = (
+        "#!/bin/bash\n#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\n#SBATCH -c 64\nsrun python t.py\n"
+    )
     f = verdict(slurm_cluster, tmp_path, script)
     assert f["severity"] == "fail" and "256 CPUs < 512" in f["message"]
 
@@ -73,6 +84,12 @@ def test_unknown_partition_fails(slurm_cluster, tmp_path):
 def test_seed_script_from_the_guide_fails_against_the_real_cluster(slurm_cluster, tmp_path):
     """The login-node stand-in with a real controller: the seed's "fixed" script still fails (Lightning 2.x)."""
     path = SCRIPTS / "seed-guide-correct-approach.slurm"
-    r = subprocess.run([*GD, "check", "--sbatch", str(path)], capture_output=True, text=True, env=slurm_cluster.env(),
-                       timeout=180, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [*GD, "check", "--sbatch", str(path)],
+        capture_output=True,
+        text=True,
+        env=slurm_cluster.env(),
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 1 and "GD-SLURM-005" in r.stdout and "nodes: partition debug" in r.stdout

@@ -65,8 +65,14 @@ class Target:
     nodes: str | None = None  # where the job's node facts come from (--node-snapshot F), when not this machine
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "label": self.label, "this_machine_in_verdict": self.machine_in_verdict,
-                "reason": self.reason, "hostname": self.hostname, "node_facts": self.nodes}
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "this_machine_in_verdict": self.machine_in_verdict,
+            "reason": self.reason,
+            "hostname": self.hostname,
+            "node_facts": self.nodes,
+        }
 
 
 def decide(facts, ctx, node_snapshot: str | None = None, local_hostname: str | None = None) -> Target:
@@ -78,18 +84,35 @@ def decide(facts, ctx, node_snapshot: str | None = None, local_hostname: str | N
     what = f"the job in {script}" if script else (f"the job configured in {config}" if config else "the job")
     if node_snapshot:
         recorded_on = facts.host.get("hostname") or "a compute node"
-        return Target("job", f"{what}, on the node recorded in {os.path.basename(node_snapshot)} ({recorded_on})", True,
-                      f"--node-snapshot: machine and node checks judge {recorded_on}, a node the job runs on", host,
-                      nodes=node_snapshot)
+        return Target(
+            "job",
+            f"{what}, on the node recorded in {os.path.basename(node_snapshot)} ({recorded_on})",
+            True,
+            f"--node-snapshot: machine and node checks judge {recorded_on}, a node the job runs on",
+            host,
+            nodes=node_snapshot,
+        )
     if in_job_environment(env):
-        where = "this SLURM allocation" if ("SLURM_JOB_ID" in env or "SLURM_JOBID" in env) else "the launcher's environment"
-        return Target("machine", f"{what if script or config else 'this job'} on {host} (inside {where})", True,
-                      f"running inside {where}: this machine is one of the job's nodes", host)
+        where = (
+            "this SLURM allocation" if ("SLURM_JOB_ID" in env or "SLURM_JOBID" in env) else "the launcher's environment"
+        )
+        return Target(
+            "machine",
+            f"{what if script or config else 'this job'} on {host} (inside {where})",
+            True,
+            f"running inside {where}: this machine is one of the job's nodes",
+            host,
+        )
     job_described = bool(ctx.sbatch) or (bool(ctx.config) and (ctx.expect_gpus is not None or bool(ctx.launcher)))
     if job_described and (ctx.sbatch or not facts.nvidia.get("available")):
-        return Target("job", f"{what} (before submission, from {host})", False,
-                      f"{'--sbatch' if ctx.sbatch else '--config'} outside any job: {host} is the submit host, "
-                      "not where the job runs", host)
+        return Target(
+            "job",
+            f"{what} (before submission, from {host})",
+            False,
+            f"{'--sbatch' if ctx.sbatch else '--config'} outside any job: {host} is the submit host, "
+            "not where the job runs",
+            host,
+        )
     return Target("machine", f"this machine ({host})", True, "no job script: the machine gpudoctor runs on", host)
 
 
@@ -104,7 +127,8 @@ def about_this_machine(finding: Finding, target: Target) -> bool:
 
 def split(findings: list[Finding], target: Target) -> tuple[list[Finding], list[Finding]]:
     """(the verdict's findings, this machine's findings outside the verdict)."""
-    job, machine = [], []
+    job: list[Finding] = []
+    machine: list[Finding] = []
     for f in findings:
         (machine if about_this_machine(f, target) else job).append(f)
     return job, machine

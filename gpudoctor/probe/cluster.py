@@ -17,8 +17,22 @@ import shutil
 from gpudoctor.probe.slurm import _run, parse_scontrol_record
 
 COMMAND_TIMEOUT = 5.0
-PARTITION_FIELDS = ("PartitionName", "Default", "State", "Nodes", "TotalNodes", "TotalCPUs", "MaxTime", "MaxNodes",
-                    "DefMemPerCPU", "DefMemPerNode", "MaxMemPerNode", "DefCpuPerGPU", "OverSubscribe", "TRES")
+PARTITION_FIELDS = (
+    "PartitionName",
+    "Default",
+    "State",
+    "Nodes",
+    "TotalNodes",
+    "TotalCPUs",
+    "MaxTime",
+    "MaxNodes",
+    "DefMemPerCPU",
+    "DefMemPerNode",
+    "MaxMemPerNode",
+    "DefCpuPerGPU",
+    "OverSubscribe",
+    "TRES",
+)
 MAX_NAMES = 8  # node names kept per node type (evidence, not an inventory)
 
 
@@ -103,10 +117,10 @@ def probe(partition: str | None = None) -> dict:
     first = partition.split(",")[0] if partition else None  # sbatch -p a,b: the job starts in whichever frees first
     record, error = _partition(first)
     if record is None:
-        out = {"available": False, "partition": first, "reason": f"scontrol show partition: {error}"}
+        missing: dict = {"available": False, "partition": first, "reason": f"scontrol show partition: {error}"}
         if first and re.search(r"\bnot found\b", error or "", re.I):
-            out["partition_missing"] = True  # the controller answered: no such partition
-        return out
+            missing["partition_missing"] = True  # the controller answered: no such partition
+        return missing
     out: dict = {
         "available": True,
         "partition": record.get("PartitionName"),

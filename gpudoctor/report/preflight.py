@@ -58,16 +58,19 @@ def node_lines(facts: Facts, target, ctx) -> list[str]:
     if not cluster:
         return []
     if not cluster.get("available"):
-        return [f"nodes: not known ({cluster.get('reason', 'cluster not queried')}); "
-                "give --node-snapshot F recorded on a compute node (gpudoctor snapshot -o F)"]
-    lines = []
+        return [
+            f"nodes: not known ({cluster.get('reason', 'cluster not queried')}); "
+            "give --node-snapshot F recorded on a compute node (gpudoctor snapshot -o F)"
+        ]
+    lines: list[str] = []
     name = cluster.get("partition")
     source = cluster.get("partition_source")
     for t in cluster.get("node_types") or []:
-        gpus = f"{t['gpus']}x {t['gpu_type'] or 'GPU'}" if t.get("gpus") else "no GPUs"
+        gpu_text = f"{t['gpus']}x {t['gpu_type'] or 'GPU'}" if t.get("gpus") else "no GPUs"
         cpus = f"{t['cpus']} CPUs" if t.get("cpus") else "CPUs not known"
         feats = f", features {','.join(t['features'])}" if t.get("features") else ""
-        lines.append(f"nodes: partition {name} ({source}): {t['count']} node(s) with {gpus}, {cpus}, {_mib(t.get('memory_mb'))}{feats}")
+        memory = _mib(t.get("memory_mb"))
+        lines.append(f"nodes: partition {name} ({source}): {t['count']} node(s) with {gpu_text}, {cpus}, {memory}{feats}")
     if not lines:
         lines.append(f"nodes: partition {name} has no nodes listed")
     if len(lines) > 3:
@@ -149,5 +152,7 @@ def view(version: str, facts: Facts, ctx, target, args):
         lines=lines,
         target=target,
         fix_command=fix_command(ctx, getattr(args, "python", None)),
-        label=rank_label(collectable_env(), platform.node() if getattr(args, "snapshot", None) else facts.host.get("hostname")),
+        label=rank_label(
+            collectable_env(), platform.node() if getattr(args, "snapshot", None) else facts.host.get("hostname")
+        ),
     )

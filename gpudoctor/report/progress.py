@@ -10,7 +10,7 @@ import itertools
 import os
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 FIRST_FRAME_AFTER_S = 0.3  # a step that ends sooner shows nothing

@@ -25,6 +25,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpudoctor.job.target import Target
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
 
 MARKS = {
@@ -44,13 +45,26 @@ SAFETY_MEANING = {
     "written only with `gpudoctor fix --apply --unsafe-fixes`",
     Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
 }
-FILE_EDITS = frozenset({ActionKind.YAML_SET, ActionKind.SBATCH_SET, ActionKind.SBATCH_REMOVE, ActionKind.SBATCH_HOIST,
-                        ActionKind.SRUN_PREFIX, ActionKind.EXPORT_SET, ActionKind.EXPORT_REMOVE, ActionKind.OVERRIDE_SET,
-                        ActionKind.SBATCH_RENAME, ActionKind.CONTINUATION_REPAIR})
+FILE_EDITS = frozenset(
+    {
+        ActionKind.YAML_SET,
+        ActionKind.SBATCH_SET,
+        ActionKind.SBATCH_REMOVE,
+        ActionKind.SBATCH_HOIST,
+        ActionKind.SRUN_PREFIX,
+        ActionKind.EXPORT_SET,
+        ActionKind.EXPORT_REMOVE,
+        ActionKind.OVERRIDE_SET,
+        ActionKind.SBATCH_RENAME,
+        ActionKind.CONTINUATION_REPAIR,
+    }
+)
 DEFAULT_EVIDENCE_LINES = 3
 VALUE_LIMIT = 120
 
-_ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]"
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -160,7 +174,8 @@ def action_lines(fix: Fix) -> list[str]:
 
 def shell_commands(fix: Fix) -> list[str]:
     """The commands a person runs for this fix (not the file edits `gpudoctor fix --apply` makes)."""
-    return [line for a, line in zip(fix.actions, action_lines(fix)) if ActionKind(a.kind) not in FILE_EDITS]
+    pairs = zip(fix.actions, action_lines(fix), strict=True)
+    return [line for a, line in pairs if ActionKind(a.kind) not in FILE_EDITS]
 
 
 @dataclass
@@ -169,7 +184,7 @@ class View:
 
     header: str = ""
     lines: list[str] = field(default_factory=list)  # under the header: what is judged, where the node facts come from
-    target: object = None  # gpudoctor.job.target.Target
+    target: Target | None = None
     fix_command: str | None = None  # `gpudoctor fix ...` with this run's inputs, for file edits
     label: str | None = None  # "rank 3/8 on gpu07": prefixed to every line under a launcher
 
@@ -188,8 +203,16 @@ class _Out:
         from rich.console import Console
 
         self.buf = io.StringIO()
-        self.console = Console(file=self.buf, force_terminal=color, no_color=not color, color_system="standard" if color else None,
-                               highlight=False, soft_wrap=True, emoji=False, markup=True)
+        self.console = Console(
+            file=self.buf,
+            force_terminal=color,
+            no_color=not color,
+            color_system="standard" if color else None,
+            highlight=False,
+            soft_wrap=True,
+            emoji=False,
+            markup=True,
+        )
         self.count = 0
 
     def line(self, *parts: tuple[str, str | None]) -> None:
@@ -229,9 +252,15 @@ def _skip_reason(skips: list[Finding]) -> str:
 
 def _counts(items: list[Finding], detail: str) -> str:
     c = Counter(f.severity for f in items)
-    parts = [f"{c[s]} {word}" for s, word in ((Severity.FAIL, "fail"), (Severity.ERROR, "error"), (Severity.WARN, "warn")) if c[s]]
+    parts = [
+        f"{c[s]} {word}"
+        for s, word in ((Severity.FAIL, "fail"), (Severity.ERROR, "error"), (Severity.WARN, "warn"))
+        if c[s]
+    ]
     if c[Severity.INFO]:
-        parts.append(f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}" + ("" if detail == "all" else " (-v)"))
+        parts.append(
+            f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}" + ("" if detail == "all" else " (-v)")
+        )
     if c[Severity.PASS]:
         parts.append(f"{c[Severity.PASS]} passed")
     skips = [f for f in items if f.severity is Severity.SKIP]
@@ -269,7 +298,9 @@ class _Renderer:
     def category(self, category: str, items: list[Finding]) -> None:
         worst = _worst(items)
         mark, style = MARKS[worst]
-        self.out.line((f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim"))
+        self.out.line(
+            (f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim")
+        )
         for f in items:
             if _advice(f) or self.detail == "all":
                 self.finding(f)
@@ -302,7 +333,6 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
     groups = _by_category(findings)
     quiet = []
     for category, items in groups:
-        worst = _worst(items)
         if r.detail == "all":
             r.category(category, items)
             continue
@@ -313,16 +343,23 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
         first = max(advice, key=lambda f: f.severity.rank)
         mark, style = MARKS[first.severity]
         more = len(advice) - 1
-        out.text(4, f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""),
-                 style if first.severity in PROBLEMS else None)
+        out.text(
+            4,
+            f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""),
+            style if first.severity in PROBLEMS else None,
+        )
         for f in advice:
             if f.fix is not None:
                 for cmd in action_lines(f.fix):
                     out.text(8, cmd)
     if quiet:
         out.text(4, f"{', '.join(quiet)}: fine or not applicable here", "dim")
-    out.text(4, "run `srun gpudoctor check` inside the job (or give --node-snapshot F recorded on a compute node) "
-                "to judge the node itself", "dim")
+    out.text(
+        4,
+        "run `srun gpudoctor check` inside the job (or give --node-snapshot F recorded on a compute node) "
+        "to judge the node itself",
+        "dim",
+    )
 
 
 def _verdict(findings: list[Finding], target) -> tuple[str, str]:
@@ -330,7 +367,9 @@ def _verdict(findings: list[Finding], target) -> tuple[str, str]:
     what = "the job" if getattr(target, "kind", None) == "job" else "this machine"
     parts = [f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s]]
     if c[Severity.FAIL]:
-        return f"✗ {what}: {', '.join(parts)} — it will not run as intended" + (" (exit 1)" if target else ""), "bold red"
+        return f"✗ {what}: {', '.join(parts)} — it will not run as intended" + (
+            " (exit 1)" if target else ""
+        ), "bold red"
     if c[Severity.WARN] or c[Severity.ERROR]:
         return f"! {what}: {', '.join(parts)} — it runs, with the problems above", "bold yellow"
     if not findings:
