@@ -195,11 +195,14 @@ def test_fabric_manager_version_and_service_state_from_the_tools(tmp_path):
 
 
 def test_a_hanging_fabric_manager_is_bounded(tmp_path):
-    _script(tmp_path / "bin/nv-fabricmanager", "sleep 300 & wait\n")
+    pidfile = tmp_path / "child.pid"
+    _script(tmp_path / "bin/nv-fabricmanager", f"sleep 300 & echo $! > {pidfile}\nwait\n")
     started = time.monotonic()
     fm = fabric.fabric_manager(path=str(tmp_path / "bin"))
     assert time.monotonic() - started < fabric.COMMAND_TIMEOUT + 2
     assert fm["version"] is None and "did not answer" in fm["errors"]["version"]
+    time.sleep(0.2)
+    assert not _alive(int(pidfile.read_text())), "the hanging nv-fabricmanager's child outlived the probe"
 
 
 def test_profiler_and_compiler_families_are_collected_but_credentials_are_not():
