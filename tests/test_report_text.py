@@ -69,6 +69,10 @@ def test_seed_scripts_fail_from_a_login_node_with_cause_and_fix(name):
     assert f["severity"] == "fail" and f["fix"] is not None
     assert report["target"]["kind"] == "job" and report["target"]["this_machine_in_verdict"] is False
     assert "GD-SLURM-005" not in report["target"]["outside_verdict"]
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
 
 
 def test_fixed_seed_fails_because_lightning_2_trains_on_one_gpu():
