@@ -1096,3 +1096,37 @@ def sbatch_script_bash_syntax(facts, ctx):
     path = ctx.sbatch.path
     return fail(f"bash cannot parse the script: {result.message}; the job would fail as soon as it starts",
                 manual("Correct the syntax error, then check again", f"bash -n {path}"), bash_n=result.message)
+
+
+@check(
+    id="GD-SLURM-015",
+    name="sbatch-line-runs-as-missing-command",
+    category="slurm",
+    title="No line of the batch script starts with an argument instead of a command",
+    needs=[],
+    what="For --sbatch: finds lines whose first word is an option or an override (`--lr 1e-4`, "
+    "`trainer.devices=8`), which bash runs as a command of that name.",
+    why="A newline ends a command unless a backslash is right before it (bash manual, 3.1.2.1 Escape Character, "
+    "https://www.gnu.org/software/bash/manual/html_node/Escape-Character.html). When a line of a long launch "
+    "command loses its backslash, the launch runs without the arguments below, and bash then looks the next "
+    "line's first word up as a command (3.7.2 Command Search and Execution): `--lr: command not found`. "
+    "A dotted name is no shell assignment (3.4 Shell Parameters: a name is letters, digits and underscores).",
+    fix="End the line above with a backslash (nothing after it), so the arguments belong to the launch command.",
+)
+def sbatch_line_runs_as_missing_command(facts, ctx):
+    if ctx.sbatch is None:
+        return skip("no --sbatch script given")
+    stray = ctx.sbatch.stray_arguments
+    if not stray:
+        return passed("every command of the script starts with a command name")
+    parts, evidence = [], {}
+    for a in stray:
+        above = (f"; line {a.previous_line} above ends the command without a backslash" if a.previous_line
+                 else "")
+        parts.append(f"line {a.line} starts with `{a.program[:40]}`, which bash runs as a command: "
+                     f"`{a.program[:40]}: command not found`{above}")
+        evidence[f"line {a.line}"] = a.text
+    lines = ", ".join(f"line {a.previous_line}" for a in stray if a.previous_line)
+    fix = manual(f"End {lines} with a backslash" if lines else "Join these arguments to the command they belong to",
+                 *(f"line {a.line}: {a.text[:120]}" for a in stray))
+    return fail("; ".join(parts), fix, **evidence)

@@ -324,3 +324,42 @@ def test_the_fast_credential_prefilter_matches_the_facts_rule():
     assert _CREDENTIAL.pattern == _CREDENTIAL.pattern.upper()
     for name in ("wandb_api_key", "HfToken", "db_password", "MY_SECRET", "x_auth"):
         assert is_credential_name(name) and sbatch_reader.redact(f"{name}=v") == f"{name}={REDACTED}"
+
+
+# ---------------------------------------------------------------- a line that lost its backslash
+
+LOST_BACKSLASH = (
+    "#!/bin/bash\n#SBATCH --nodes=1 --gres=gpu:8\n"
+    "srun torchrun --nproc_per_node=8 train.py \\\n"
+    "    --lr 1e-4\n"
+    "    --batch-size 32 \\\n"
+    "    trainer.max_epochs=10\n"
+    'case "$1" in\n  --help|-h) echo usage;;\nesac\n'
+    "+model.dropout=0.1\n"
+)
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+def test_lines_bash_runs_as_missing_commands_are_found_as_bash_finds_them(tmp_path):
+    script = tmp_path / "job.slurm"
+    script.write_text(LOST_BACKSLASH)
+    ran = subprocess.run(
+        [BASH, "-c", f"srun() {{ :; }}; export -f srun; {BASH} {script}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    not_found = [int(n) for n in re.findall(r"line (\d+): \S+: command not found", ran.stderr)]
+    sb = load_sbatch(str(script))
+    assert [a.line for a in sb.stray_arguments] == not_found == [5, 10]
+    assert sb.stray_arguments[0].previous_line == 4 and sb.stray_arguments[0].program == "--batch-size"
+    (f,) = findings("GD-SLURM-015", sb)
+    assert f.severity is Severity.FAIL and "line 4 above ends the command without a backslash" in f.message
+    assert f.evidence["line 5"] == "--batch-size 32 trainer.max_epochs=10"
+
+
+def test_a_script_without_stray_lines_passes():
+    sb = load_sbatch(str(CORRECT_AS_PRINTED))  # its lines 15-16 belong to GD-SLURM-013, not here too
+    assert sb.stray_arguments == ()
+    assert findings("GD-SLURM-015", sb)[0].severity is Severity.PASS

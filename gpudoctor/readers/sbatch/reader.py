@@ -36,6 +36,7 @@ from gpudoctor.readers.sbatch.script import (
     SbatchError,
     ScriptLine,
     SrunStep,
+    StrayArgument,
 )
 from gpudoctor.readers.sbatch.shell import MAX_VALUE, Branches, Expander, Source, Token, commands, tokenize, unquote
 
@@ -330,6 +331,35 @@ def _broken_continuations(src: Source, tokens: list[Token]) -> list[BrokenContin
     return found
 
 
+# A first word that names no command: an option (`--lr`), a Hydra/OmegaConf override (`trainer.devices=8`,
+# `+model.x=1`, `~key`) -- not a shell assignment, whose name has no dots.
+_ARGUMENT_WORD = re.compile(r"--?[A-Za-z][\w.-]*(=.*)?|[+~]{0,2}[A-Za-z_]\w*(\.[\w-]+)+=.*", re.S)
+
+
+def _stray_arguments(src: Source, tokens: list[Token], reported: set[int]) -> list[StrayArgument]:
+    """Commands whose first word is an argument, not a command, outside the lines a broken continuation reported."""
+    found = []
+    previous_end: int | None = None
+    case_depth = 0  # `case ... in --help) ...;; esac`: a pattern is not a command
+    for cmd in commands(tokens):
+        first = unquote(cmd.words[0].text)
+        line = src.position(cmd.start)[0]
+        case_depth += (first == "case") - (first == "esac")
+        if case_depth <= 0 and _ARGUMENT_WORD.fullmatch(first) and line not in reported:
+            above = previous_end if previous_end is not None and previous_end == line - 1 else None
+            found.append(
+                StrayArgument(
+                    line,
+                    redact(_one_line(src.text[cmd.start : cmd.end])),
+                    src.span(cmd.start, cmd.end),
+                    redact(first),
+                    above,
+                )
+            )
+        previous_end = src.position(cmd.end)[0]
+    return found
+
+
 class _Body:
     """The body's commands in order, with the variables known so far."""
 
@@ -521,6 +551,7 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
         (i for i in reversed(training) if not side_step(descs[i], descs[:i])), training[-1] if training else None
     )
     launch = launches[main] if main is not None else None
+    broken = _broken_continuations(src, tokens)
     group = _het_group(launch, len(components))
     chosen = list(components[group])
     if group and values[0].get("job-name") and "job-name" not in values[group]:
@@ -537,7 +568,8 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
         assignments=tuple(body.assignments),
         launches=tuple(launches),
         launch=launch,
-        broken_continuations=tuple(_broken_continuations(src, tokens)),
+        broken_continuations=tuple(broken),
+        stray_arguments=tuple(_stray_arguments(src, tokens, {b.next_line for b in broken})),
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
         variables=MappingProxyType(
             {k: v for k, v in known.items() if not k.startswith("SLURM_") and k not in batch_shell}

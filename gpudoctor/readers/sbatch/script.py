@@ -118,6 +118,18 @@ class BrokenContinuation:
 
 
 @dataclass(frozen=True)
+class StrayArgument:
+    """A line whose first word is an argument, not a command (`--lr 1e-4`, `trainer.devices=8`): bash runs it
+    as a command that does not exist -- usually the line above lost its continuation backslash."""
+
+    line: int
+    text: str  # the command as written
+    span: Span
+    program: str  # its first word, which bash looks up as a command
+    previous_line: int | None  # the line the command above ends on, when it ends on the line just above
+
+
+@dataclass(frozen=True)
 class BashSyntax:
     """`bash -n` on the script: ok True/False, or None with the reason it was not run."""
 
@@ -139,6 +151,7 @@ class BatchScript:
     launches: tuple[Launch, ...] = ()
     launch: Launch | None = None  # the training launch
     broken_continuations: tuple[BrokenContinuation, ...] = ()
+    stray_arguments: tuple[StrayArgument, ...] = ()  # lines bash runs as a missing command
     first_command_line: int | None = None
     variables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     bash_syntax: BashSyntax | None = None
