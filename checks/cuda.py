@@ -704,7 +704,7 @@ def nccl_library_shadowed(facts, ctx):
     if skipped:
         return skipped
     t = facts.torch
-    built = tuple(t.get("nccl") or ()) or None
+    built = tuple(v for v in (t.get("nccl") or ())[:3] if isinstance(v, int)) or None  # a 4th item is a suffix
     if not built or len(built) < 2:
         return skip(f"torch {t.get('version')} reports no NCCL version (built without NCCL?)")
     loaded = ((t.get("loaded_libraries") or {}).get("nccl")) or []

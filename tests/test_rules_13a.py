@@ -695,3 +695,14 @@ def test_virtual_nic_beside_active_infiniband_is_only_info():
     ifaces = [LO, _iface("eno1", "10.1.0.7"), _iface("virbr0", "192.168.122.1")]
     facts = make_facts(env=TWO_NODES, patch={"network.interfaces": ifaces})  # the fixture's 8 IB ports are ACTIVE
     assert severity("GD-NCCL-010", facts, expect_gpus=8) is Severity.INFO
+
+
+def test_nccl_version_with_a_suffix_item_is_read_as_three_numbers():
+    old = {"path": "/opt/nccl/lib/libnccl.so.2.18.1", "version": "2.18.1", "source": "LD_LIBRARY_PATH", "symlink": False}
+    patch = {
+        "torch.nccl": [2, 28, 9, "+cuda13.0"],
+        "libraries.found.nccl": _nccl_found(old),
+        "torch.loaded_libraries.nccl": [old["path"]],
+    }
+    (f,) = run("GD-CUDA-008", make_facts(RECORDED_H100, patch=patch), expect_gpus=1)
+    assert f.severity is Severity.WARN and "2.28.9" in f.message and "+cuda" not in f.message
