@@ -698,7 +698,12 @@ def test_virtual_nic_beside_active_infiniband_is_only_info():
 
 
 def test_nccl_version_with_a_suffix_item_is_read_as_three_numbers():
-    old = {"path": "/opt/nccl/lib/libnccl.so.2.18.1", "version": "2.18.1", "source": "LD_LIBRARY_PATH", "symlink": False}
+    old = {
+        "path": "/opt/nccl/lib/libnccl.so.2.18.1",
+        "version": "2.18.1",
+        "source": "LD_LIBRARY_PATH",
+        "symlink": False,
+    }
     patch = {
         "torch.nccl": [2, 28, 9, "+cuda13.0"],
         "libraries.found.nccl": _nccl_found(old),
