@@ -537,6 +537,15 @@ def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
             None,
             **evidence,
         )
+    no_p2p = {f"{p['gpus'][0]}-{p['gpus'][1]}": p.get("read") for p in pairs if p.get("read") not in (None, "ok")}
+    if no_p2p and not any(p.get("nvlink") == "ok" for p in pairs):
+        detail = ", ".join(f"GPU {k} ({v})" for k, v in sorted(no_p2p.items()))
+        return info(
+            f"the driver reports no PCIe peer-to-peer between {detail}: NCCL copies through host memory (SHM), "
+            "which is slower but does not hang",
+            None,
+            **evidence,
+        )
     return passed("no ACS redirect above the job's GPUs and no translated IOMMU domain", **evidence)
 
 

@@ -711,3 +711,10 @@ def test_nccl_version_with_a_suffix_item_is_read_as_three_numbers():
     }
     (f,) = run("GD-CUDA-008", make_facts(RECORDED_H100, patch=patch), expect_gpus=1)
     assert f.severity is Severity.WARN and "2.28.9" in f.message and "+cuda" not in f.message
+
+
+def test_pcie_pairs_without_driver_p2p_are_info():
+    pairs = {"pairs": [{"gpus": [0, 1], "topology": "SYS", "read": "chipset_not_supported", "nvlink": "not_supported"}]}
+    patch = {"pci": _two_gpus_behind_a_switch(redirect=False), "nvidia.p2p": pairs}
+    (f,) = run("GD-HW-009", make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}), expect_gpus=2)
+    assert f.severity is Severity.INFO and "chipset_not_supported" in f.message
