@@ -59,7 +59,7 @@ FILE_EDITS = frozenset(
         ActionKind.CONTINUATION_REPAIR,
     }
 )
-DEFAULT_EVIDENCE_LINES = 3
+DEFAULT_EVIDENCE_LINES = 2
 VALUE_LIMIT = 120
 
 _ESCAPE_SEQUENCE = re.compile(
@@ -108,13 +108,20 @@ def _short(text: str, limit: int = VALUE_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def evidence_lines(evidence: dict, limit: int | None = DEFAULT_EVIDENCE_LINES, message: str = "") -> list[str]:
+def evidence_lines(
+    evidence: dict, limit: int | None = DEFAULT_EVIDENCE_LINES, message: str = "", seen: set | None = None
+) -> list[str]:
     """'key: value' lines; None values left out (they say nothing), long values cut unless limit is None.
-    With a limit, values the message already quotes come last: the lines shown add to what it says."""
+    With a limit, values the message already quotes come last, and items in `seen` (shown for an earlier
+    finding) are left out: the lines shown add to what the report already says."""
     items = [(k, v) for k, v in evidence.items() if v is not None and k != "judged_for"]
+    if limit is not None and seen is not None:
+        items = [(k, v) for k, v in items if (k, human(v)) not in seen]
     if limit is not None and message:
         items.sort(key=lambda kv: human(kv[1]) in message or kv[0] in ("#SBATCH --job-name",))
     shown = items if limit is None else items[:limit]
+    if seen is not None:
+        seen.update((k, human(v)) for k, v in shown)
     lines = [f"{k}: {_value(k, v) if limit is None else _short(_value(k, v))}" for k, v in shown]
     if limit is not None and len(items) > limit:
         lines.append(f"... {len(items) - limit} more (-v)")
@@ -274,6 +281,7 @@ class _Renderer:
         self.out = out
         self.detail = detail  # "default" | "all" | "problems"
         self.explained: set[Safety] = set()
+        self.seen: set[tuple[str, str]] = set()  # evidence already shown (the same #SBATCH lines under every finding)
 
     def finding(self, f: Finding, indent: int = 4) -> None:
         mark, style = MARKS[f.severity]
@@ -281,7 +289,7 @@ class _Renderer:
         self.out.text(indent + 4, f.message)
         limit = None if self.detail == "all" else DEFAULT_EVIDENCE_LINES
         if f.severity in PROBLEMS or self.detail == "all":  # a note with advice: its message and fix suffice
-            for ev in evidence_lines(f.evidence, limit, f.message):
+            for ev in evidence_lines(f.evidence, limit, f.message, self.seen):
                 self.out.text(indent + 4, ev, "dim")
         if f.fix is not None:
             self.fix(f.fix, indent + 4)
