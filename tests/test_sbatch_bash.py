@@ -3,6 +3,7 @@ inputs that broke the old reader (issue 13 B2, B3, B5, B7): real files, real FIF
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -315,6 +316,18 @@ def test_credentials_in_the_script_never_reach_the_output(tmp_path):
     assert r.returncode in (0, 1), r.stderr
     assert SECRET not in r.stdout and SECRET not in r.stderr
     assert "srun python train.py" in r.stdout  # the launch line is still shown, without the values
+
+
+def test_credentials_in_directives_are_redacted_where_they_are_shown():
+    sb = parse_sbatch(
+        f"#!/bin/bash\n#SBATCH --export=ALL,HF_TOKEN={SECRET}\nmodule load x\n"
+        f"#SBATCH --comment=WANDB_API_KEY={SECRET}\nsrun python t.py\n",
+        "job.slurm",
+    )
+    assert SECRET not in repr(sb)
+    assert sb.options["export"] == f"ALL,HF_TOKEN={REDACTED}"
+    (f,) = findings("GD-SLURM-011", sb)
+    assert f.severity is Severity.WARN and SECRET not in f.message + json.dumps(f.evidence, default=str)
 
 
 def test_the_fast_credential_prefilter_matches_the_facts_rule():

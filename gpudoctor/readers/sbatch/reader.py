@@ -221,7 +221,7 @@ def _header(src: Source, path: str):
         start, offset = offset, offset + len(raw) + 1
         if first_command is not None and not raw.startswith("#SBATCH"):
             continue  # below the first command only #SBATCH lines matter (sbatch ignores them)
-        stripped = raw.strip()
+        stripped = redact(raw.strip())  # shown in findings: a credential in `--export=...,TOKEN=x` never is
         line_span = src.span(start, start + len(raw))
         if raw.startswith("#SBATCH"):
             entry = ScriptLine(lineno, stripped, line_span)
