@@ -466,9 +466,10 @@ def _translated(domain: str | None) -> bool:
     "redirecting all PCI point-to-point traffic to the CPU root complex (ACS), causing a significant performance "
     "reduction or even a hang; the kernel enables ACS on switch ports whenever an IOMMU is on. NCCL's P2P "
     "transport then stalls at the first all-reduce although nvidia-smi topo -p2p reports OK.",
-    fix="Disable IO virtualization / VT-d / ACS in the BIOS, or boot with `iommu=pt` (passthrough); on PLX/Broadcom "
-    "switches ACS can be cleared per boot with `setpci -s <bridge> ECAP_ACS+0x6.w=0000` (root). Until then, "
-    "NCCL_P2P_DISABLE=1 avoids the hang at a bandwidth cost.",
+    fix="ACS redirect: disable IO virtualization / VT-d / ACS in the BIOS, or clear it per boot on PLX/Broadcom "
+    "switches with `setpci -s <bridge> ECAP_ACS+0x6.w=0000` (root; NCCL troubleshooting guide). Translated IOMMU "
+    "domain: boot with `iommu=pt` (passthrough) or turn the IOMMU off. Until then, NCCL_P2P_DISABLE=1 avoids the "
+    "hang at a bandwidth cost.",
 )
 def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
     gpus = cudavis.job_gpus(facts)
