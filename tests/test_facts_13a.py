@@ -242,3 +242,12 @@ def test_credential_like_kernel_parameters_are_redacted(tmp_path):
     section = kernel.probe(proc_root=str(proc), kmsg_path=str(tmp_path / "no-kmsg"), path=str(tmp_path / "empty"))
     assert section["cmdline"] == "root=/dev/sda1 iommu=pt iscsi.password=<redacted> rd.auth_token=<redacted> quiet"
     assert section["iommu_params"] == ["iommu=pt"]
+
+
+def test_malformed_new_sections_are_refused_by_the_schema():
+    bad_log = {"schema": "gpudoctor.facts/1", "kernel": {"cmdline": None, "log": {"readable": True, "xid": "many"}}}
+    assert "kernel.log.xid" in first_problem(bad_log)
+    bad_acs = {"schema": "gpudoctor.facts/1", "pci": {"iommu": {"enabled": False}, "gpus": [], "bridges": [{"bdf": "x"}]}}
+    assert "pci.bridges.0" in first_problem(bad_acs)
+    ok_error = {"schema": "gpudoctor.facts/1", "kernel": {"error": "probe timed out", "timed_out": True}}
+    assert first_problem(ok_error) is None
