@@ -247,7 +247,10 @@ def test_credential_like_kernel_parameters_are_redacted(tmp_path):
 def test_malformed_new_sections_are_refused_by_the_schema():
     bad_log = {"schema": "gpudoctor.facts/1", "kernel": {"cmdline": None, "log": {"readable": True, "xid": "many"}}}
     assert "kernel.log.xid" in first_problem(bad_log)
-    bad_acs = {"schema": "gpudoctor.facts/1", "pci": {"iommu": {"enabled": False}, "gpus": [], "bridges": [{"bdf": "x"}]}}
+    bad_acs = {
+        "schema": "gpudoctor.facts/1",
+        "pci": {"iommu": {"enabled": False}, "gpus": [], "bridges": [{"bdf": "x"}]},
+    }
     assert "pci.bridges.0" in first_problem(bad_acs)
     ok_error = {"schema": "gpudoctor.facts/1", "kernel": {"error": "probe timed out", "timed_out": True}}
     assert first_problem(ok_error) is None
