@@ -393,9 +393,12 @@ def omp_threads(env: dict) -> tuple[int | None, str | None]:
     if text is None:
         return None, None
     first = text.split(",", 1)[0].strip()
-    if first.isdigit() and int(first) > 0:
-        return int(first), None
-    return None, f"OMP_NUM_THREADS={text!r} is not a positive integer: OpenMP ignores it and uses every CPU"
+    # libgomp reads it with strtoul: ASCII digits, and a value past ULONG_MAX (ERANGE) is invalid too
+    digits = first.lstrip("0") or "0"
+    if first.isascii() and first.isdigit() and len(digits) <= 20 and 0 < int(digits) < 2**64:
+        return int(digits), None
+    shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
+    return None, f"OMP_NUM_THREADS={shown} is not a positive integer: OpenMP ignores it and uses every CPU"
 
 
 @check(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -112,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: `smoke --python` re-runs it there
-        if args.command is None:
-            build_parser().print_help()
+        if args.command is None:  # as argparse does for a missing required argument: usage error, on stderr
+            print(f"gpudoctor: a command is required ({', '.join(COMMANDS)}); see gpudoctor --help", file=sys.stderr)
             return ExitCode.USAGE
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a full disk or a closed pipe is reported here, not at interpreter exit (status 120)
+        return code
     except (UsageError, RegistryError, FileIOError) as e:  # RegistryError: a check or plug-in that cannot load
         print(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e), file=sys.stderr)
         return ExitCode.USAGE
@@ -126,12 +129,35 @@ def main(argv: list[str] | None = None) -> int:
         print("gpudoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        _discard_stdout()
         return ExitCode.OK
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG) or not _discard_stdout():
+            return _internal_error(e)
+        print(f"gpudoctor: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        return ExitCode.USAGE
     except Exception as e:
-        if os.environ.get("GPUDOCTOR_DEBUG"):
-            raise
-        print(f"gpudoctor: internal error: {type(e).__name__}: {e} (set GPUDOCTOR_DEBUG=1 for a traceback)", file=sys.stderr)
-        return ExitCode.INTERNAL
+        return _internal_error(e)
+
+
+def _discard_stdout() -> bool:
+    """Points stdout at /dev/null so that the interpreter's last flush cannot fail (it would exit 120);
+    the recipe of Python's signal docs for SIGPIPE. False when stdout has no descriptor to replace."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _internal_error(e: Exception) -> int:
+    """Called from an except clause (a bare raise re-raises e for GPUDOCTOR_DEBUG)."""
+    if os.environ.get("GPUDOCTOR_DEBUG"):
+        raise e
+    print(f"gpudoctor: internal error: {type(e).__name__}: {e} (set GPUDOCTOR_DEBUG=1 for a traceback)", file=sys.stderr)
+    return ExitCode.INTERNAL
 
 
 def _specs(args):

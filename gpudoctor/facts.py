@@ -171,6 +171,24 @@ def collectable_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     }
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _without_lone_surrogates(value):
+    """value with each string's lone surrogates written as \\udXXX text (json.loads has already joined pairs)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    return value
+
+
 class SnapshotError(ValueError):
     """A snapshot file that cannot be used: reported as one line, exit 2."""
 
@@ -272,7 +290,10 @@ class Facts:
         from gpudoctor.fileio import FileIOError, read_input
 
         try:
-            data = json.loads(read_input(path, "--snapshot"))
+            text = read_input(path, "--snapshot")
+            data = json.loads(text)
+            if _SURROGATE_ESCAPE.search(text):  # "\ud800" alone: a str no output stream can encode
+                data = _without_lone_surrogates(data)
         except FileIOError as e:
             raise SnapshotError(str(e).replace(": no such file", ": no such snapshot file")) from None
         except json.JSONDecodeError as e:

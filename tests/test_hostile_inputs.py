@@ -42,3 +42,107 @@ def test_an_oversized_config_is_a_warning_not_a_check():
     conf = allocconf.parse_alloc_conf("x" * 120_000)
     assert not conf.errors and "not check" in conf.warnings[0]
     assert allocconf.suggest_correction("max_split_size_mb=1;" * 10_000) is None
+
+
+# --- B7/B8: exit 3, error findings and tracebacks on bad input --------------------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from gpudoctor.facts import ENV_NAMES, ENV_PREFIXES  # noqa: E402
+from gpudoctor.model import Context, Severity  # noqa: E402
+from gpudoctor.registry import load_all  # noqa: E402
+from gpudoctor.runner import run_checks  # noqa: E402
+from tests.factsutil import make_facts  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gpudoctor(*args: str, env: dict | None = None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, timeout=120, cwd=ROOT, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def _env_names_the_checks_read() -> list[str]:
+    names: set[str] = set()
+    for folder in ("checks", "gpudoctor/job", "gpudoctor/readers"):
+        for path in (ROOT / folder).glob("*.py"):
+            names |= set(re.findall(r"[\"']([A-Z][A-Z0-9_]{2,})[\"']", path.read_text()))
+    return sorted(n for n in names if n in ENV_NAMES or n.startswith(ENV_PREFIXES))
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "-" + "9" * 5000, "0" * 5000 + "1", "0x" + "f" * 5000, "9" * 5000 + ".5"])
+def test_huge_numbers_in_any_variable_the_checks_read_are_judged_not_crashed(value):
+    specs = list(load_all().values())
+    names = _env_names_the_checks_read()
+    assert len(names) > 50  # the scan found the checks' variables
+    crashed = set()
+    for name in names:
+        for finding in run_checks(specs, make_facts(env={name: value}), Context()):
+            if finding.severity == Severity.ERROR:
+                crashed.add(f"{finding.id} on {name}: {finding.message[:120]}")
+    assert not crashed
+
+
+def test_a_shadow_pynvml_that_calls_sys_exit_is_an_error_fact(tmp_path):
+    (tmp_path / "pynvml.py").write_text("import sys\nsys.exit('shadow pynvml')\n")
+    r = _gpudoctor("snapshot", env={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    nvidia = json.loads(r.stdout)["nvidia"]
+    assert nvidia["available"] is False and "SystemExit" in nvidia["error"]
+
+
+@pytest.fixture(scope="module")
+def live_snapshot(tmp_path_factory) -> dict:
+    r = _gpudoctor("snapshot")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_lone_surrogate_in_a_replayed_snapshot_is_shown_escaped(tmp_path, live_snapshot):
+    data = dict(live_snapshot, host={**live_snapshot["host"], "hostname": "node\ud800x"})
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps(data))  # ensure_ascii: the file holds the escape \ud800
+    for fmt in ([], ["--json"]):
+        r = _gpudoctor("check", "--snapshot", str(snap), *fmt)
+        assert r.returncode in (0, 1), r.stderr
+        assert "node\\ud800x" in r.stdout.replace("\\\\", "\\")  # JSON doubles the backslash
+
+
+def test_json_report_is_strict_json_with_non_finite_numbers(tmp_path, live_snapshot):
+    data = dict(live_snapshot, probe_seconds=float("nan"))  # copied into the report's source
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps(data))  # Python writes NaN, which json.loads reads back
+    r = _gpudoctor("check", "--snapshot", str(snap), "--json")
+    assert r.returncode in (0, 1), r.stderr
+    report = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert report["source"]["probe_seconds"] == "NaN"
+
+
+def test_json_report_render_never_writes_nan():
+    from gpudoctor.model import Finding
+    from gpudoctor.report import json_report
+
+    finding = Finding(id="GD-X-001", name="x", category="host", severity=Severity.PASS, title="t", message="m",
+                      evidence={"ratio": float("nan"), "peak": float("inf"), "low": float("-inf"), "ok": 1.5})
+    data = json.loads(json_report.render([finding]), parse_constant=lambda c: pytest.fail(c))
+    assert data["findings"][0]["evidence"] == {"ratio": "NaN", "peak": "Infinity", "low": "-Infinity", "ok": 1.5}
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_output_to_dev_full_is_one_line_exit_2(live_snapshot, tmp_path, fmt):
+    snap = tmp_path / "snap.json"
+    snap.write_text(json.dumps(live_snapshot))
+    with open("/dev/full", "w") as full:
+        r = _gpudoctor("check", "--snapshot", str(snap), *fmt, stdout=full)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["gpudoctor: cannot write the output: No space left on device"]
+
+
+def test_bare_gpudoctor_is_a_usage_error_on_stderr():
+    r = _gpudoctor()
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "check" in r.stderr
+    assert _gpudoctor("--help").returncode == 0

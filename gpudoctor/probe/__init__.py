@@ -32,8 +32,8 @@ def _in_thread(fn: Callable[[], dict]) -> Callable[[float], dict]:
     def target():
         try:
             box["value"] = fn()
-        except Exception as e:
-            box["value"] = {"error": f"{type(e).__name__}: {e}"}
+        except BaseException as e:  # noqa: BLE001 - a module on sys.path (a pynvml shadow) may call sys.exit()
+            box["value"] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
 
     t = threading.Thread(target=target, daemon=True)
     t.start()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import sys
 
 THROTTLE_REASONS = {
     # bit: name (nvmlClocksEventReason*/nvmlClocksThrottleReason*; stable across versions)
@@ -329,12 +330,17 @@ def probe() -> dict:
         import pynvml as nvml
     except ImportError as e:
         return {"available": False, "error": f"nvidia-ml-py is not installed ({e})", "gpus": []}
+    except (Exception, SystemExit) as e:  # a pynvml shadow on sys.path that raises or calls sys.exit()
+        where = getattr(sys.modules.get("pynvml"), "__file__", None)
+        return {"available": False, "error": f"importing pynvml failed ({type(e).__name__}: {str(e)[:200]})"
+                + (f" from {where}" if where else ""), "gpus": []}
     try:
         nvml.nvmlInit()
-    except nvml.NVMLError as e:
-        return {"available": False, "error": f"NVML: {e}", "gpus": []}
-    except Exception as e:
-        return {"available": False, "error": f"NVML: {type(e).__name__}: {e}", "gpus": []}
+    except (Exception, SystemExit) as e:
+        nvml_error = getattr(nvml, "NVMLError", None)
+        if isinstance(nvml_error, type) and isinstance(e, nvml_error):
+            return {"available": False, "error": f"NVML: {e}", "gpus": []}
+        return {"available": False, "error": f"NVML: {type(e).__name__}: {str(e)[:200]}", "gpus": []}
     try:
         call = _Calls(nvml)
         out: dict = {"available": True, "error": None}

@@ -131,9 +131,19 @@ class Visibility:
 def strtoul_prefix(text: str) -> int | None:
     """The number C's strtoul reads at the start of text, or None (no digits, or negative)."""
     m = re.match(r"^\s*([+-]?)([0-9]+)", text)  # C reads ASCII digits only
-    if not m or (m.group(1) == "-" and int(m.group(2)) != 0):
+    if not m or (m.group(1) == "-" and m.group(2).strip("0")):
         return None
-    return int(m.group(2))
+    return _ulong(m.group(2))
+
+
+ULONG_MAX = 2**64 - 1
+
+
+def _ulong(digits: str) -> int:
+    """ASCII digits as strtoul reads them: past ULONG_MAX it saturates (ERANGE); never int() of thousands
+    of digits (Python refuses more than 4300)."""
+    digits = digits.lstrip("0") or "0"
+    return ULONG_MAX if len(digits) > 20 else min(int(digits), ULONG_MAX)
 
 
 def lost_indices(text: str) -> list[int] | None:
@@ -143,9 +153,9 @@ def lost_indices(text: str) -> list[int] | None:
     if not head or not re.search(r"[0-9]", text[head.end():]):
         return None
     ends = re.fullmatch(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*", text)
-    if ends and int(ends.group(1)) < int(ends.group(2)) <= int(ends.group(1)) + 64:
-        return list(range(int(ends.group(1)), int(ends.group(2)) + 1))
-    return [int(n) for n in re.findall(r"[0-9]+", text)]
+    if ends and _ulong(ends.group(1)) < _ulong(ends.group(2)) <= _ulong(ends.group(1)) + 64:
+        return list(range(_ulong(ends.group(1)), _ulong(ends.group(2)) + 1))
+    return [_ulong(n) for n in re.findall(r"[0-9]+", text)]
 
 
 def _gpu_uuid_matches(prefix: str, gpus: list[dict]) -> list[int]:

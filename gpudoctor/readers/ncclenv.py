@@ -20,19 +20,38 @@ from __future__ import annotations
 import re
 
 
+LLONG_MAX = 2**63 - 1
+
+
 def c_strtoll(text: str) -> int | None:
-    """The number C's strtoll(text, NULL, 0) reads at the start of text; None when there is none."""
+    """The number C's strtoll(text, NULL, 0) reads at the start of text; None when there is none.
+    Past the range of long long it saturates at LLONG_MAX / LLONG_MIN (ERANGE), as C does."""
     m = re.match(r"^\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", text)
     if not m:
         return None
     digits = m.group(2)
     if digits[:2].lower() == "0x":
-        n = int(digits, 16)
+        base, body = 16, digits[2:]
     elif digits.startswith("0") and len(digits) > 1:
-        n = int(digits, 8)
+        base, body = 8, digits[1:]
     else:
-        n = int(digits)
-    return -n if m.group(1) == "-" else n
+        base, body = 10, digits
+    body = body.lstrip("0") or "0"
+    # 64 bits are at most 16 hex, 22 octal or 20 decimal digits: longer is out of range without int(), which
+    # refuses more than 4300 decimal digits (ValueError)
+    n = LLONG_MAX + 1 if len(body) > {16: 16, 8: 22, 10: 20}[base] else int(body, base)
+    if m.group(1) == "-":
+        return -min(n, LLONG_MAX + 1)
+    return min(n, LLONG_MAX)
+
+
+def decimal_int(text: str) -> int:
+    """[+-]digits as a number; one of more than 30 digits (past any C integer) reads as +-10**30, since
+    Python's int() refuses more than 4300 digits."""
+    body = text.strip()
+    sign = -1 if body.startswith("-") else 1
+    digits = body.lstrip("+-").lstrip("0") or "0"
+    return sign * (10**30 if len(digits) > 30 else int(digits))
 
 
 def is_plain_int(text: str) -> bool:
@@ -42,7 +61,7 @@ def is_plain_int(text: str) -> bool:
 
 def octal_surprise(text: str) -> int | None:
     """'010' is octal to strtoll's base 0: the number NCCL reads when it differs from the decimal one."""
-    if re.fullmatch(r"\s*[+-]?0[0-7]+\s*", text) and c_strtoll(text) != int(text):
+    if re.fullmatch(r"\s*[+-]?0[0-7]+\s*", text) and len(text) < 40 and c_strtoll(text) != int(text):
         return c_strtoll(text)
     return None
 
@@ -228,7 +247,7 @@ def nccl_problems(env: dict) -> list[str]:
         text = env.get(name)
         number = re.match(r"^\s*([+-]?[0-9]+)", text) if text is not None and "ASYNC_ERROR_HANDLING" in name else None
         if number is not None:
-            mode = int(number.group(1))
+            mode = decimal_int(number.group(1))
             if not 0 <= mode <= 3:
                 # torch casts the number to its mode enum without checking: no error, and no mode applies
                 out.append(
@@ -262,7 +281,7 @@ def torch_nccl_problems(env: dict) -> list[str]:
                 f"{name}={text!r} is not an integer: creating the NCCL process group raises "
                 "'Invalid value for environment variable'"
             )
-        elif number and abs(int(number.group(0))) > STOI_MAX:
+        elif number and abs(decimal_int(number.group(0))) > STOI_MAX:
             out.append(
                 f"{name}={text!r} does not fit in an int (at most {STOI_MAX}): torch's std::stoi fails, "
                 "so creating the NCCL "
