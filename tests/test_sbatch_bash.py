@@ -376,3 +376,12 @@ def test_a_script_without_stray_lines_passes():
     sb = load_sbatch(str(CORRECT_AS_PRINTED))  # its lines 15-16 belong to GD-SLURM-013, not here too
     assert sb.stray_arguments == ()
     assert findings("GD-SLURM-015", sb)[0].severity is Severity.PASS
+
+
+@pytest.mark.parametrize("url", ["https://user:tok123@mirror.example", "https://u:p@ss/w0rd@mirror.example/x",
+                                 "s3://AKIA:se/cr@et@bucket/key"])
+def test_a_url_with_credentials_is_redacted_in_exports_and_launch_lines(url):
+    sb = parse(f"export HF_ENDPOINT={url}\nsrun python t.py --hub $HF_ENDPOINT --mirror={url}\n")
+    secret = url.split("://", 1)[1].rsplit("@", 1)[0]
+    assert secret not in repr(sb)
+    assert sb.exports["HF_ENDPOINT"].value.endswith("@" + url.rsplit("@", 1)[1])

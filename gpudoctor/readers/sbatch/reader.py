@@ -70,8 +70,33 @@ _CRED_ASSIGN = re.compile(r"""(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|'[^']*
 _CRED_OPTION = re.compile(r"""(?<![\w])(--?[A-Za-z][\w.-]*)(=|[ \t]+)("[^"]*"|'[^']*'|[^\s;&|-][^\s;&|]*)""")
 
 
+# Up to the last @ before a blank or quote: a password may hold '/' or '@' (over-redacting a path with an @ is safe).
+_URL_AUTHORITY_END = re.compile(r"[\s\"']")
+
+
+def redact_url_userinfo(text: str) -> str:
+    """scheme://user:token@host -> scheme://<redacted>@host (as facts.redact_value), in one linear pass."""
+    out, at = [], 0
+    while (sep := text.find("://", at)) >= 0:
+        start = sep + 3
+        stop = _URL_AUTHORITY_END.search(text, start)
+        end = stop.start() if stop else len(text)
+        userinfo_end = text.rfind("@", start, end)
+        out.append(text[at:start])
+        if userinfo_end > start:
+            out.append(REDACTED)
+            at = userinfo_end
+        else:
+            at = start
+    out.append(text[at:])
+    return "".join(out)
+
+
 def redact(text: str) -> str:
-    """NAME=value and --option value / --option=value with a credential-like name: the value becomes <redacted>."""
+    """NAME=value and --option value / --option=value with a credential-like name: the value becomes <redacted>;
+    so does the user:password part of a URL."""
+    if "://" in text:
+        text = redact_url_userinfo(text)
     if not _CREDENTIAL_WORD.search(text.upper()):  # no credential word anywhere: nothing to look for
         return text
 
@@ -452,7 +477,13 @@ class _Body:
             self.known[name] = value
         self.assignments.append(
             Assignment(
-                name, value if len(value) <= MAX_VALUE else None, line, redact(as_written), span, value_span, exported
+                name,
+                None if len(value) > MAX_VALUE else redact_url_userinfo(value) if "://" in value else value,
+                line,
+                redact(as_written),
+                span,
+                value_span,
+                exported,
             )
         )
 
@@ -572,7 +603,11 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
         stray_arguments=tuple(_stray_arguments(src, tokens, {b.next_line for b in broken})),
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
         variables=MappingProxyType(
-            {k: v for k, v in known.items() if not k.startswith("SLURM_") and k not in batch_shell}
+            {
+                k: redact_url_userinfo(v) if "://" in v else v
+                for k, v in known.items()
+                if not k.startswith("SLURM_") and k not in batch_shell
+            }
         ),
     )
 
