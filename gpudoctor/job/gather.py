@@ -159,14 +159,15 @@ class Gatherer:
     # --- the other ranks ------------------------------------------------------------------------------------
 
     def _wait(self, key: str, until: float) -> bool:
-        while time.monotonic() < until:
-            try:
-                if self.store.check([key]):
-                    return True
-            except Exception:
-                return False  # the store is gone: rank 0 ended
-            time.sleep(POLL_S * 4)
-        return False
+        """Block in the store (no polling: 8,192 waiting ranks cost the store nothing) until key is set."""
+        left = until - time.monotonic()
+        if left <= 0:
+            return bool(self.store.check([key]))
+        try:
+            self.store.wait([key], timedelta(seconds=left))
+            return True
+        except Exception:  # timed out, or the store is gone (rank 0 ended)
+            return False
 
     def follow(self, me: Member) -> int:
         until = self.started + self.timeout + FETCH_S + MARGIN_S
