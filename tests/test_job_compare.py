@@ -116,3 +116,16 @@ def test_more_ranks_than_gpus_fail():
 def test_ranks_text_spans():
     assert ranks_text([8, 9, 10, 11, 13]) == "ranks 8–11, 13"
     assert ranks_text([3]) == "rank 3"
+
+
+def test_the_job_view_follows_the_facts_schema(tmp_path):
+    from gpudoctor.facts import SCHEMA
+    from gpudoctor.factschema import first_problem
+
+    f = make_facts(env=ENV)
+    job = view([_member(0, "n0", f, gpu="GPU-a"), _member(1, "n1", f, gpu="GPU-b")], source="live", world_size=3,
+               missing=[2])
+    job.update(timeout_s=5.0, missing_nodes=[2])
+    assert first_problem({"schema": SCHEMA, "job": job}) is None
+    job["members"][0]["digests"] = "not an object"
+    assert first_problem({"schema": SCHEMA, "job": job}) is not None
