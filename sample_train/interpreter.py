@@ -21,14 +21,10 @@ _FIND = (
 
 def has_modules(python: str) -> dict | str:
     """{'torch': bool, 'gpudoctor': bool} for that interpreter, or why it could not say."""
-    try:
-        r = subprocess.run(
-            [python, "-P", "-c", _FIND],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
+    from gpudoctor.probe.proc import run_bounded
+
+    try:  # its own process group, killed whole: a conda shim's children do not outlive the question
+        r = run_bounded([python, "-P", "-c", _FIND], timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"{python} did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as e:

@@ -107,3 +107,8 @@ def test_timeout_raises_after_killing_the_group(tmp_path):
         run_bounded([str(script)], timeout=1)
     assert time.monotonic() - t0 < 3
     assert _gone(_child_pid(pidfile))
+
+
+def test_a_python_answering_a_json_list_is_an_error_for_launcher_packages(tmp_path):
+    fake = _script(tmp_path / "python", "echo '[\"lightning\", 1]'\n")
+    assert "error" in slurm.launcher_packages(str(fake))

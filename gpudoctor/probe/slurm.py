@@ -85,9 +85,12 @@ def launcher_packages(python: str | None) -> dict:
         return out
     rc, stdout, err = _run([python, "-c", _PACKAGES_CODE % (PACKAGES,)], timeout=10)
     try:
-        return json.loads(stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        return {"error": (err or stdout).strip()[:200] or f"{python} exited {rc}"}
+        found = json.loads(stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError, RecursionError, ValueError):
+        found = None
+    if isinstance(found, dict) and all(isinstance(v, (str, type(None))) for v in found.values()):
+        return {p: found.get(p) for p in PACKAGES}
+    return {"error": (err or stdout).strip()[:200] or f"{python} exited {rc} without an answer"}
 
 
 def probe(python: str | None = None) -> dict:
