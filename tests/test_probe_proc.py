@@ -112,3 +112,14 @@ def test_timeout_raises_after_killing_the_group(tmp_path):
 def test_a_python_answering_a_json_list_is_an_error_for_launcher_packages(tmp_path):
     fake = _script(tmp_path / "python", "echo '[\"lightning\", 1]'\n")
     assert "error" in slurm.launcher_packages(str(fake))
+
+
+def test_check_with_a_python_whose_every_answer_is_a_json_list_is_a_finding_not_exit_3(tmp_path):
+    fake = _script(tmp_path / "python", "echo 'GPUDOCTOR-TORCH-FACTS [1, 2]'\necho '[1, 2]'\n")
+    r = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--python", str(fake), "--json"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stderr
+    import json
+
+    cuda = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-CUDA-001"]
+    assert cuda and cuda[0]["severity"] == "fail"
