@@ -385,3 +385,13 @@ def test_a_url_with_credentials_is_redacted_in_exports_and_launch_lines(url):
     secret = url.split("://", 1)[1].rsplit("@", 1)[0]
     assert secret not in repr(sb)
     assert sb.exports["HF_ENDPOINT"].value.endswith("@" + url.rsplit("@", 1)[1])
+
+
+def test_directives_are_split_as_sbatch_splits_them_not_as_bash():
+    # SLURM constraint expressions use & and |; sbatch splits #SBATCH lines at blanks only.
+    text = '#!/bin/bash\n#SBATCH --constraint=a100&ib|h100 --job-name="a;b c" -o log_%j.out  # note\nsrun python t.py\n'
+    sb = parse_sbatch(text, "job.slurm")
+    assert sb.options == {"constraint": "a100&ib|h100", "job-name": "a;b c", "output": "log_%j.out"}
+    assert sb.unknown_directives == ()
+    name = sb.directive("job-name")
+    assert text[name.value_span.start : name.value_span.end] == '"a;b c"'

@@ -274,8 +274,34 @@ def _header(src: Source, path: str):
     return components, unknown, late, commented, first_command
 
 
+def _directive_words(rest: str) -> list[Token]:
+    """An #SBATCH line's words as sbatch splits them: at blanks, quotes kept together, a word starting with `#`
+    ending the line. No shell operators: `--constraint=a100&ib|h100` is one word to sbatch."""
+    words: list[Token] = []
+    i, n = 0, len(rest)
+    while i < n:
+        if rest[i] in " \t\n":
+            i += 1
+            continue
+        if rest[i] == "#":
+            break
+        start, quote = i, None
+        while i < n and (quote or rest[i] not in " \t\n"):
+            c = rest[i]
+            if c == "\\" and quote != "'":
+                i += 2
+                continue
+            if quote and c == quote:
+                quote = None
+            elif not quote and c in "'\"":
+                quote = c
+            i += 1
+        words.append(Token("word", rest[start:i], start, min(i, n), quote is not None))
+    return words
+
+
 def _directive_line(src: Source, lineno: int, base: int, rest: str, raw: str, line_span, path: str):
-    tokens = [t for t in _until_comment(tokenize(rest)) if t.kind == "word"]
+    tokens = _directive_words(rest)
     if any(t.unterminated for t in tokens):
         raise SbatchError(f"{path}:{lineno}: cannot split {raw.strip()!r} into words (No closing quotation)")
     words = [unquote(t.text) for t in tokens]
