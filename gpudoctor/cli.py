@@ -248,7 +248,7 @@ def cmd_check(args) -> int:
     local_host = facts.host.get("hostname")
     if args.node_snapshot:
         try:
-            facts = preflight.merge_node_snapshot(facts, Facts.load(args.node_snapshot))
+            facts = preflight.merge_node_snapshot(facts, Facts.load(args.node_snapshot, what=""))
         except SnapshotError as e:
             raise UsageError(f"--node-snapshot {e}") from None
         from dataclasses import replace as _replace

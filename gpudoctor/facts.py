@@ -286,11 +286,12 @@ class Facts:
         return text
 
     @classmethod
-    def load(cls, path: str) -> "Facts":
+    def load(cls, path: str, what: str = "--snapshot") -> "Facts":
+        """what: the option that named the file, for the one-line error (--node-snapshot, compare's FILE...)."""
         from gpudoctor.fileio import FileIOError, read_input
 
         try:
-            text = read_input(path, "--snapshot")
+            text = read_input(path, what)
             data = json.loads(text)
             if _SURROGATE_ESCAPE.search(text):  # "\ud800" alone: a str no output stream can encode
                 data = _without_lone_surrogates(data)
