@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -125,17 +126,21 @@ def write_output(path: str, text: str | bytes, what: str = "", backup: bool = Fa
     data = text.encode("utf-8") if isinstance(text, str) else text
     try:
         target = os.path.realpath(path)
-    except (OSError, ValueError) as e:
-        raise FileIOError(f"{label}: not a usable path ({e})") from None
-    try:
-        st = os.stat(target)
+        st = os.stat(path)  # follows every link, /proc/self/fd's magic ones too
     except FileNotFoundError:
         st = None
+    except ValueError as e:
+        raise FileIOError(f"{label}: not a usable path ({e})") from None
     except OSError as e:
         raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
+    if st is not None and stat.S_ISREG(st.st_mode) and (_via_fd_link(path) or not _same_file(target, st)):
+        # /dev/stdout, /dev/fd/N, /proc/self/fd/N: an open file of a shell redirection, reached only through
+        # the magic link. Append to it as the shell opened it (`>` gave an empty file, `>>` keeps its text).
+        _write_through(path, data, label, fifo=False, append=True)
+        return None
     if st is not None and not stat.S_ISREG(st.st_mode):
         if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
-            _write_through(target, data, label, fifo=stat.S_ISFIFO(st.st_mode))
+            _write_through(path, data, label, fifo=stat.S_ISFIFO(st.st_mode))  # path: /dev/stdout has no realpath
             return None
         raise FileIOError(f"{label}: is {_kind(st.st_mode)}; refused (give a file path)")
     backup_path = None
@@ -152,8 +157,30 @@ def write_output(path: str, text: str | bytes, what: str = "", backup: bool = Fa
     return backup_path
 
 
-def _write_through(target: str, data: bytes, label: str, fifo: bool) -> None:
-    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+_FD_LINK = re.compile(r"/proc/[^/]+/fd/\d+|/dev/fd/\d+")
+
+
+def _via_fd_link(path: str) -> bool:
+    """Whether path is, or links to, an open descriptor (/dev/stdout -> /proc/self/fd/1, /dev/fd/N)."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a link chain
+        if _FD_LINK.fullmatch(current):
+            return True
+        if not os.path.islink(current):
+            return False
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return False
+
+
+def _same_file(target: str, st: os.stat_result) -> bool:
+    try:
+        return os.path.samestat(os.stat(target), st)
+    except OSError:
+        return False
+
+
+def _write_through(target: str, data: bytes, label: str, fifo: bool, append: bool = False) -> None:
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0) | (os.O_APPEND if append else 0)
     if fifo:
         flags |= os.O_NONBLOCK  # with no reader, open fails (ENXIO) instead of blocking forever
     try:
@@ -168,6 +195,8 @@ def _write_through(target: str, data: bytes, label: str, fifo: bool) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        raise  # the reader is gone (`-o /dev/stdout | head`): the caller ends quietly, as for stdout itself
     except OSError as e:
         raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
     finally:

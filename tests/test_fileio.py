@@ -168,3 +168,28 @@ def test_non_utf8_is_one_line(tmp_path):
     bad.write_bytes(b"{\xff}")
     with pytest.raises(FileIOError, match="not UTF-8"):
         read_input(str(bad), "--snapshot")
+
+
+def test_dev_stdout_to_a_pipe_writes_through():
+    r = gpudoctor("docs", "-o", "/dev/stdout")
+    assert r.returncode == 0 and r.stdout.startswith("# gpudoctor check reference"), r.stderr
+
+
+def test_dev_stdout_appended_to_keeps_what_the_file_held(tmp_path):
+    out = tmp_path / "all.md"
+    out.write_text("kept line\n")
+    with open(out, "ab") as fh:  # the shell's `>> all.md`
+        r = subprocess.run([sys.executable, "-m", "gpudoctor", "docs", "-o", "/dev/stdout"], stdout=fh,
+                           stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert text.startswith("kept line\n# gpudoctor check reference")
+
+
+def test_dev_stdout_into_a_closed_pipe_ends_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "docs", "-o", "/dev/stdout"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()  # `| head -c 10`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "Broken pipe" not in err
