@@ -49,10 +49,13 @@ def test_cluster_probe_reads_the_default_partition(slurm_cluster):
 
 def test_request_that_fits_passes_and_the_nodes_are_named(slurm_cluster, tmp_path):
     script = "#!/bin/bash\n#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:h200:8\n#SBATCH -c 16\n"
-    script += "srun python t.py\n"
+    script += "srun --cpus-per-task=16 python t.py\n"  # SLURM 22.05's srun does not inherit -c (GD-SLURM-007)
     assert verdict(slurm_cluster, tmp_path, script)["severity"] == "pass"
     r = check(slurm_cluster, tmp_path, script)
     assert r.returncode == 0 and "nodes: partition debug" in r.stdout and "8x h200, 256 CPUs" in r.stdout
+    full = subprocess.run([*GD, "check", "--sbatch", str(tmp_path / "job.slurm")], capture_output=True, text=True,
+                          env=slurm_cluster.env(), timeout=180, stdin=subprocess.DEVNULL)
+    assert full.returncode == 0 and len(full.stdout.splitlines()) <= 25, full.stdout  # a healthy job: one screen
 
 
 def test_gpu_type_the_partition_lacks_fails(slurm_cluster, tmp_path):

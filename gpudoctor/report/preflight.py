@@ -58,6 +58,8 @@ def node_lines(facts: Facts, target, ctx) -> list[str]:
     if not cluster:
         return []
     if not cluster.get("available"):
+        if not ctx.sbatch:  # a config alone names no partition: the cluster's silence says nothing about the job
+            return []
         return [
             f"nodes: not known ({cluster.get('reason', 'cluster not queried')}); "
             "give --node-snapshot F recorded on a compute node (gpudoctor snapshot -o F)"

@@ -337,7 +337,7 @@ def next_steps(findings: list[Finding], fix_command: str | None) -> list[str]:
 def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -> None:
     host = getattr(target, "hostname", "this machine")
     out.line()
-    out.text(0, f"this machine: {host} (the submit host: not where the job runs, not in the verdict)", "bold")
+    out.text(0, f"this machine: {host} (not where the job runs; not in the verdict)", "bold")
     groups = _by_category(findings)
     quiet = []
     for category, items in groups:
