@@ -193,3 +193,16 @@ def test_dev_stdout_into_a_closed_pipe_ends_quietly():
     proc.stdout.close()  # `| head -c 10`
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "Broken pipe" not in err
+
+
+@needs_root
+def test_snapshot_o_a_device_and_a_symlink_keep_what_they_are(tmp_path):
+    node = _null_device(tmp_path)
+    r = gpudoctor("snapshot", "-o", str(node))
+    assert r.returncode == 0 and stat.S_ISCHR(os.lstat(node).st_mode), r.stderr
+    target = tmp_path / "facts.json"
+    target.write_text("{}")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    r = gpudoctor("snapshot", "-o", str(link))
+    assert r.returncode == 0 and link.is_symlink() and '"gpudoctor.facts/1"' in target.read_text(), r.stderr
