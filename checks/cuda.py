@@ -30,6 +30,8 @@ def _not_a_cuda_build(facts) -> Outcome | None:
         return skip(f"torch {t.get('version')} is a ROCm build (see GD-CUDA-002)")
     if not t.get("cuda"):
         return skip(f"torch {t.get('version')} is a CPU-only build (see GD-CUDA-002)")
+    if versions.parse(t["cuda"]) is None:  # a replayed or hand-made snapshot; torch.version.cuda is 'X.Y'
+        return skip(f"torch's CUDA version {str(t['cuda'])[:40]!r} is not a version number")
     return None
 
 

@@ -130,6 +130,8 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     nv, t = facts.nvidia, facts.torch
     if not t.get("cuda"):
         return skip("torch is a CPU-only build (see the cuda checks)", torch=t.get("version"))
+    if versions.parse(t["cuda"]) is None:  # a replayed or hand-made snapshot; torch.version.cuda is 'X.Y'
+        return skip(f"torch's CUDA version {str(t['cuda'])[:40]!r} is not a version number")
     need = versions.parse(t["cuda"])[:2]
     have = versions.cuda_from_int(nv.get("cuda_driver_version"))
     evidence = {"torch": t.get("version"), "torch_cuda": t["cuda"], "driver_version": nv.get("driver_version"), "driver_cuda": versions.fmt(have)}

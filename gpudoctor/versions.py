@@ -9,7 +9,8 @@ def parse(text: str | None) -> tuple[int, ...] | None:
     """'12.4' -> (12, 4); '2.3.0+cu121' -> (2, 3, 0); '550.54.15' -> (550, 54, 15)."""
     if not text:
         return None
-    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", str(text))
+    # at most 18 digits a part: no real version has more, and int() refuses thousands of them
+    m = re.match(r"^\s*v?(\d{1,18}(?:\.\d{1,18})*)(?!\d)", str(text))
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
 
 

@@ -146,3 +146,39 @@ def test_bare_gpudoctor_is_a_usage_error_on_stderr():
     r = _gpudoctor()
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "check" in r.stderr
     assert _gpudoctor("--help").returncode == 0
+
+
+def test_huge_numbers_in_any_numeric_string_fact_are_judged_not_crashed():
+    """Version strings and other facts holding digits, replayed with 5000 digits (a hand-made snapshot)."""
+    import copy
+
+    from gpudoctor.facts import Facts
+    from tests.factsutil import HEALTHY_GPU, load_fixture
+
+    base = load_fixture(HEALTHY_GPU)
+    paths: list[list] = []
+
+    def walk(node, path: list) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, path + [key])
+        elif isinstance(node, list):
+            for i, value in enumerate(node[:1]):
+                walk(value, path + [i])
+        elif isinstance(node, str) and any(c.isdigit() for c in node) and path != ["schema"]:
+            paths.append(path)
+
+    walk(base, [])
+    assert len(paths) > 10
+    specs = list(load_all().values())
+    crashed = set()
+    for path in paths:
+        data = copy.deepcopy(base)
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = "9" * 5000
+        for finding in run_checks(specs, Facts.from_dict(data), Context()):
+            if finding.severity == Severity.ERROR:
+                crashed.add(f"{finding.id} on {'.'.join(map(str, path))}: {finding.message[:100]}")
+    assert not crashed
