@@ -194,6 +194,8 @@ class View:
     target: Target | None = None
     fix_command: str | None = None  # `gpudoctor fix ...` with this run's inputs, for file edits
     label: str | None = None  # "rank 3/8 on gpu07": prefixed to every line under a launcher
+    subject: str | None = None  # what the verdict line names ("the run"); default: the job or this machine
+    notes: bool = False  # show every note in full (a command without -v, such as smoke)
 
 
 def _color(file) -> bool:
@@ -266,7 +268,7 @@ def _counts(items: list[Finding], detail: str) -> str:
     ]
     if c[Severity.INFO]:
         parts.append(
-            f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}" + ("" if detail == "all" else " (-v)")
+            f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}" + ("" if detail in ("all", "notes") else " (-v)")
         )
     if c[Severity.PASS]:
         parts.append(f"{c[Severity.PASS]} passed")
@@ -310,7 +312,7 @@ class _Renderer:
             (f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim")
         )
         for f in items:
-            if _advice(f) or self.detail == "all":
+            if _advice(f) or self.detail == "all" or (self.detail == "notes" and f.severity is Severity.INFO):
                 self.finding(f)
 
 
@@ -370,9 +372,9 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
     )
 
 
-def _verdict(findings: list[Finding], target) -> tuple[str, str]:
+def _verdict(findings: list[Finding], target, subject: str | None = None) -> tuple[str, str]:
     c = Counter(f.severity for f in findings)
-    what = "the job" if getattr(target, "kind", None) == "job" else "this machine"
+    what = subject or ("the job" if getattr(target, "kind", None) == "job" else "this machine")
     parts = [f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s]]
     if c[Severity.FAIL]:
         return f"✗ {what}: {', '.join(parts)} — it will not run as intended" + (
@@ -391,7 +393,9 @@ def render(findings: list[Finding], header: str = "", verbose=False, file=None, 
 
     file = file or sys.stdout
     detail = {True: "all", False: "default", None: "default"}.get(verbose, verbose)
-    view = view or View(header=header)
+    view = view or View(header=header, subject="the run", notes=True)  # without a view: the smoke report
+    if view.notes and detail == "default":
+        detail = "notes"
     out = _Out(_color(file))
     r = _Renderer(out, detail)
     target = view.target
@@ -419,7 +423,7 @@ def render(findings: list[Finding], header: str = "", verbose=False, file=None, 
             out.text(2, f"{i}. {step}")
     if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
         out.line()
-    text, style = _verdict(verdict, target)
+    text, style = _verdict(verdict, target, view.subject)
     out.text(0, text, style)
     body = out.buf.getvalue()
     if view.label:
