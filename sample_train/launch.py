@@ -19,6 +19,7 @@ import threading
 import time
 from datetime import timedelta
 
+from gpudoctor.facts import redact_value  # MASTER_ADDR=user:password@host: reports show the host only
 from gpudoctor.model import Severity
 from gpudoctor.sample_train import exits, faults, report
 from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, read_json
@@ -225,7 +226,7 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile)
     deadline = started + opts.timeout
     exits.last_resort(opts.timeout + LAST_RESORT_S, f"rank {world.rank}: no outcome {opts.timeout + LAST_RESORT_S:.0f} s "
-                      f"after start (rendezvous store {world.master_addr}:{world.master_port}); giving up")
+                      f"after start (rendezvous store {redact_value(world.master_addr)}:{world.master_port}); giving up")
     # Rank 0 reports even when the launcher stops the job (a rank exited) before it is up.
     terminated = _watch_sigterm() if world.rank == 0 else None
     faults.maybe_inject(world.rank, "start")
@@ -254,7 +255,7 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
 
 def _launch_info(world: World, opts: SmokeOptions) -> dict:
     return {"mode": world.launcher, "world_size": world.world_size, "local_world_size": world.local_world_size,
-            "master_addr": world.master_addr, "master_port": world.master_port,
+            "master_addr": redact_value(world.master_addr), "master_port": world.master_port,
             "backend": "gloo" if opts.device == "cpu" else "nccl",
             "reporter": {"role": "rank", "rank": world.rank, "pid": os.getpid()}}
 
@@ -275,13 +276,13 @@ def _connect(world: World, opts: SmokeOptions, started: float):
         what = "host" if hosting else "reach"
         finding = make(
             "GD-SMOKE-001", Severity.FAIL,
-            f"rank {world.rank} could not {what} the rendezvous store at {world.master_addr}:{world.master_port} "
-            f"within {opts.timeout:.0f} s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). "
+            f"rank {world.rank} could not {what} the rendezvous store at {redact_value(world.master_addr)}:{world.master_port} "
+            f"within {opts.timeout:.0f} s ({type(e).__name__}: {redact_value(str(e).splitlines()[0]) if str(e) else ''}). "
             + ("MASTER_ADDR does not resolve (DNS, /etc/hosts): set MASTER_ADDR to rank 0's address."
                if isinstance(e, socket.gaierror)
                else "Another process holds MASTER_PORT, or MASTER_ADDR is not an address of this host."
                if hosting else "Rank 0 did not start, or MASTER_ADDR/MASTER_PORT do not reach it (firewall, wrong interface)."),
-            rank=world.rank, master_addr=world.master_addr, master_port=world.master_port,
+            rank=world.rank, master_addr=redact_value(world.master_addr), master_port=world.master_port,
         )
         rep = report.build(Verdict(False, [finding]), opts, _launch_info(world, opts), time.monotonic() - started)
         # Without a store no rank can coordinate: each reports for itself; rank 0 on stdout, so that

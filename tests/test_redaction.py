@@ -100,3 +100,11 @@ def test_a_config_reading_a_token_from_the_environment_never_prints_it(tmp_path)
                  env={"HF_TOKEN": "hf_SECRET"})
         assert r.returncode in (0, 1), r.stderr
         assert "SECRET" not in r.stdout + r.stderr
+
+
+def test_smoke_under_a_launcher_never_shows_master_addr_credentials():
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "alice:SECRET@127.0.0.1", "MASTER_PORT": "29555"}
+    r = _run("smoke", "--device", "cpu", "--json", env=env)
+    assert r.returncode == 1, r.stderr
+    assert "SECRET" not in r.stdout + r.stderr and "<redacted>@127.0.0.1" in r.stdout
