@@ -13,10 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpudoctor.model import Severity
 from gpudoctor.readers.sbatch import REDACTED, SbatchError, load_sbatch, parse_sbatch
 from gpudoctor.readers.sbatch import reader as sbatch_reader
+from gpudoctor.readers.sbatch.shell import commands, tokenize, unquote
 from tests.factsutil import make_facts, run
 
 SEEDS = Path(__file__).parent / "fixtures" / "sbatch" / "seeds"
@@ -378,8 +381,10 @@ def test_a_script_without_stray_lines_passes():
     assert findings("GD-SLURM-015", sb)[0].severity is Severity.PASS
 
 
-@pytest.mark.parametrize("url", ["https://user:tok123@mirror.example", "https://u:p@ss/w0rd@mirror.example/x",
-                                 "s3://AKIA:se/cr@et@bucket/key"])
+@pytest.mark.parametrize(
+    "url",
+    ["https://user:tok123@mirror.example", "https://u:p@ss/w0rd@mirror.example/x", "s3://AKIA:se/cr@et@bucket/key"],
+)
 def test_a_url_with_credentials_is_redacted_in_exports_and_launch_lines(url):
     sb = parse(f"export HF_ENDPOINT={url}\nsrun python t.py --hub $HF_ENDPOINT --mirror={url}\n")
     secret = url.split("://", 1)[1].rsplit("@", 1)[0]
@@ -395,3 +400,66 @@ def test_directives_are_split_as_sbatch_splits_them_not_as_bash():
     assert sb.unknown_directives == ()
     name = sb.directive("job-name")
     assert text[name.value_span.start : name.value_span.end] == '"a;b c"'
+
+
+# ---------------------------------------------------------------- the lexer against bash itself
+
+WORDS = [
+    "a",
+    "b1",
+    "--lr=1e-4",
+    "'x y'",
+    '"p q"',
+    '"a\\"b"',
+    "g\\ h",
+    "\\\\",
+    "x#y",
+    "\\#z",
+    "'#'",
+    '"#"',
+    "$'a\\tb'",
+    "k=v",
+    "'it'\\''s'",
+    '"$"',
+    "\\$X",
+    "a\\\nb",
+    "''",
+    '""',
+    "trainer.x=1",
+    '"a\'b"',
+    "'a\"b'",
+    '"\\\\"',
+    '"x\\ny"',
+    "a'b'c",
+    '"a \\\n b"',
+    "'a \\\n b'",
+]
+GAPS = [" ", "\t", "  ", " \\\n  ", "\\\n"]
+ENDS = ["\n", ";", " ;", " # note\n", "\t# c \\\n", " \\ \n", ";\n\n", " # a 'quote\n"]
+command = st.tuples(
+    st.lists(st.tuples(st.sampled_from(GAPS), st.sampled_from(WORDS)), max_size=6), st.sampled_from(ENDS)
+)
+script = st.lists(command, min_size=1, max_size=5)
+
+
+def bash_words(text: str) -> list[list[str]]:
+    """What bash passes to each run of `f`: the words of every command, exactly."""
+    ran = subprocess.run(
+        [BASH, "-c", 'f() { printf "%s\\0" "$#" "$@"; printf "\\1"; }\n' + text], capture_output=True, timeout=10
+    )
+    return [chunk.split(b"\0")[1:-1] for chunk in ran.stdout.split(b"\1")[:-1]]  # [0] is the count
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script)
+def test_the_lexer_splits_words_and_commands_as_bash_does(cmds):
+    text = "".join("f" + "".join(gap + word for gap, word in words) + end for words, end in cmds) + "f\n"
+    ours = [[unquote(w.text) for w in c.words[1:]] for c in commands(tokenize(text)) if unquote(c.words[0].text) == "f"]
+    expected = [[w.decode() for w in ws] for ws in bash_words(text)]
+    # bash hands over expansions' results ($'..' and "$"), ours keeps $-words as written; compare the rest exactly
+    assert len(ours) == len(expected), (text, ours, expected)
+    for mine, theirs in zip(ours, expected, strict=True):
+        assert len(mine) == len(theirs), (text, mine, theirs)
+        for m, t in zip(mine, theirs, strict=True):
+            assert m == t or "$" in m, (text, m, t)
