@@ -267,9 +267,8 @@ def _counts(items: list[Finding], detail: str) -> str:
         if c[s]
     ]
     if c[Severity.INFO]:
-        parts.append(
-            f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}" + ("" if detail in ("all", "notes") else " (-v)")
-        )
+        hint = "" if detail in ("all", "notes") else " (-v)"
+        parts.append(f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}{hint}")
     if c[Severity.PASS]:
         parts.append(f"{c[Severity.PASS]} passed")
     skips = [f for f in items if f.severity is Severity.SKIP]
