@@ -21,7 +21,8 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
     findings = list(verdict.findings)
     plan = verdict.plan or {}
     body: dict = {"ranks": [], "throughput": None, "step_time_s": None, "flops": None, "mfu": None,
-                  "allreduce": None, "memory": None, "loss": None, "params_identical": None, "stragglers": None}
+                  "allreduce": None, "memory": None, "loss": None, "params_identical": None, "stragglers": None,
+                  "nodes": None, "slowest_node": None}
     if verdict.ok:
         body = _measurements(verdict, plan, opts)
         findings += _judge(body, plan, opts)
@@ -36,7 +37,8 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "placement": [verdict.joins[r] for r in sorted(verdict.joins)],
         "run": _run_section(plan, verdict, opts),
         **body,
-        "floors": {"min_mfu": opts.min_mfu, "min_tokens_per_s": opts.min_tokens_per_s},
+        "floors": {"min_mfu": opts.min_mfu, "min_tokens_per_s": opts.min_tokens_per_s,
+                   "min_busbw_gbps": opts.min_busbw_gbps},
         "findings": [f.to_dict() for f in findings],
     }
 
@@ -85,6 +87,7 @@ def _per_rank(r: dict, join: dict, flops_per_step: int, spec: float | None) -> d
     return {
         "rank": r["rank"],
         "host": r.get("host"),
+        "node_index": join.get("node_index"),
         "local_rank": r.get("local_rank"),
         "device": join.get("device"),
         "gpu_name": join.get("gpu_name"),
@@ -164,6 +167,7 @@ def _measurements(verdict, plan: dict, opts) -> dict:
         "params_identical": len(set(checksums.values())) == 1,
         "param_checksums": checksums,
         "stragglers": _stragglers(ranks),
+        **_nodes(ranks, tokens),
     }
 
 
@@ -243,6 +247,7 @@ def _judge(body: dict, plan: dict, opts) -> list:
         checksums=body["param_checksums"],
     ))
     out += _floors(body, opts)
+    out.append(_slow_node_finding(body["slowest_node"], body["ranks"]))
     out.append(_straggler_finding(body["stragglers"], body["ranks"]))
     precision = plan["precision"]
     out.append(make("GD-SMOKE-011", Severity.PASS if precision == "bf16" else Severity.INFO, plan["precision_reason"]))
@@ -259,6 +264,13 @@ def _floors(body: dict, opts) -> list:
         good = mfu is not None and mfu >= opts.min_mfu
         out.append(make("GD-SMOKE-008", Severity.PASS if good else Severity.FAIL,
                         f"MFU {mfu:.1%} against the {basis}; floor {opts.min_mfu:.1%}", mfu=mfu, basis=basis))
+    if opts.min_busbw_gbps is not None:
+        busbw = body["allreduce"]["busbw_gbps"]
+        good = busbw is not None and busbw >= opts.min_busbw_gbps
+        shown = "not measured (one rank)" if busbw is None else f"{busbw:.2f} GB/s"
+        out.append(make("GD-SMOKE-014", Severity.PASS if good else Severity.FAIL,
+                        f"all-reduce bus bandwidth {shown} over {body['allreduce'].get('ranks') or 1} rank(s); "
+                        f"floor {opts.min_busbw_gbps:g} GB/s", busbw_gbps=busbw, floor=opts.min_busbw_gbps))
     if opts.min_tokens_per_s is not None:
         tps = body["throughput"]["tokens_per_s"]
         good = tps >= opts.min_tokens_per_s
@@ -266,6 +278,60 @@ def _floors(body: dict, opts) -> list:
                         f"{tps:,.0f} tokens/s over all ranks; floor {opts.min_tokens_per_s:,.0f}",
                         tokens_per_s=tps, floor=opts.min_tokens_per_s))
     return out
+
+
+SLOW_NODE_BELOW_MEDIAN = 1 - 1 / STRAGGLER_RATIO  # the straggler rule, per node: 13% below the median node
+
+
+def _nodes(ranks: list[dict], tokens_per_step: int) -> dict:
+    """The per-node table: a node is the launcher's (GROUP_RANK/SLURM_NODEID/NODE_RANK), else a host.
+
+    compute tokens/s: each rank's tokens per step over its own forward+backward time (no all-reduce wait),
+    summed over the node's ranks. Under DDP every rank steps at the slowest rank's pace, so this, not the
+    step time, shows which node is slow.
+    """
+    by_node: dict = {}
+    hosts_of: dict = {}
+    for r in ranks:
+        key = (r.get("host"), r.get("node_index"))
+        by_node.setdefault(key, []).append(r)
+        hosts_of.setdefault(r.get("host"), set()).add(r.get("node_index"))
+    rows = []
+    for (host, index), members in sorted(by_node.items(), key=lambda kv: min(m["rank"] for m in kv[1])):
+        shared = len(hosts_of[host]) > 1
+        compute = [tokens_per_step / m["local_compute_s_p50"] for m in members if m["local_compute_s_p50"]]
+        rows.append({
+            "node": f"{host}#{index}" if shared and index is not None else host,
+            "host": host,
+            "node_index": index,
+            "ranks": [m["rank"] for m in members],
+            "tokens_per_s": sum(m["tokens_per_s"] for m in members),
+            "step_time_s_p50": metrics.median([m["step_time_s"]["p50"] for m in members]),
+            "local_compute_s_p50": metrics.median([m["local_compute_s_p50"] for m in members]),
+            "compute_tokens_per_s": sum(compute) if compute else None,
+        })
+    known = [n for n in rows if n["compute_tokens_per_s"]]
+    if len(known) < 2:
+        return {"nodes": rows, "slowest_node": None}
+    med = metrics.median([n["compute_tokens_per_s"] for n in known])
+    slow = min(known, key=lambda n: n["compute_tokens_per_s"])
+    return {"nodes": rows, "slowest_node": {
+        "node": slow["node"], "ranks": slow["ranks"], "compute_tokens_per_s": slow["compute_tokens_per_s"],
+        "median_compute_tokens_per_s": med, "below_median": 1 - slow["compute_tokens_per_s"] / med,
+        "metric": "tokens per step over each rank's own forward+backward time, summed over the node's ranks"}}
+
+
+def _slow_node_finding(s: dict | None, ranks: list[dict]):
+    if s is None:
+        return make("GD-SMOKE-015", Severity.SKIP, "one node: nothing to compare")
+    text = (f"slowest node {s['node']} ({ranks_text(s['ranks'])}): {s['compute_tokens_per_s']:,.0f} compute tokens/s, "
+            f"{s['below_median']:.0%} below the median node ({s['median_compute_tokens_per_s']:,.0f})")
+    if s["below_median"] <= SLOW_NODE_BELOW_MEDIAN:
+        return make("GD-SMOKE-015", Severity.PASS, text)
+    cpu = ranks[0]["device"] == "cpu"  # CPU ranks share cores with everything else: noise, not a finding
+    return make("GD-SMOKE-015", Severity.INFO if cpu else Severity.WARN,
+                text + ("" if cpu else ": the whole job runs at its pace; drain it or look at its GPUs' clocks"),
+                node=s["node"], below_median=s["below_median"])
 
 
 def _straggler_finding(s: dict, ranks: list[dict]):
@@ -336,6 +402,12 @@ def _print_metrics(console, report: dict, escape) -> None:
     ]
     for line in lines:
         console.print("  " + escape(line))
+    nodes = report.get("nodes") or []
+    if len(nodes) > 1:
+        for n in nodes:
+            console.print(escape(
+                f"  node {n['node']} ({ranks_text(n['ranks'])}): {n['tokens_per_s']:,.0f} tok/s, step p50 "
+                f"{_fmt(n['step_time_s_p50'], ' ms', 1e3)}, own fwd+bwd p50 {_fmt(n['local_compute_s_p50'], ' ms', 1e3)}"))
     for r in report["ranks"]:
         console.print(escape(
             f"    rank {r['rank']} {r['host']} {r['device']}: {r['tokens_per_s']:,.0f} tok/s, step p50 {_fmt(r['step_time_s']['p50'], ' ms', 1e3)}, "
@@ -344,6 +416,8 @@ def _print_metrics(console, report: dict, escape) -> None:
 
 
 def print_json(report: dict, file=None) -> None:
+    from gpudoctor.report.json_report import strict_json  # NaN/Infinity (a diverged loss) as strings: strict JSON
+
     out = file or sys.stdout
-    out.write(json.dumps(report, indent=2, default=str) + "\n")
+    out.write(json.dumps(strict_json(report), indent=2, default=str, allow_nan=False) + "\n")
     out.flush()

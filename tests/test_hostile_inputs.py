@@ -182,3 +182,14 @@ def test_huge_numbers_in_any_numeric_string_fact_are_judged_not_crashed():
             if finding.severity == Severity.ERROR:
                 crashed.add(f"{finding.id} on {'.'.join(map(str, path))}: {finding.message[:100]}")
     assert not crashed
+
+
+def test_smoke_json_is_strict_json_when_a_loss_diverges():
+    import io
+
+    from gpudoctor.sample_train.report import print_json
+
+    out = io.StringIO()
+    print_json({"metrics": {"loss_last": float("nan"), "tokens_per_s": float("inf")}}, out)
+    data = json.loads(out.getvalue(), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert data["metrics"] == {"loss_last": "NaN", "tokens_per_s": "Infinity"}
