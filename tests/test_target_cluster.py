@@ -96,3 +96,13 @@ def test_seed_script_from_the_guide_fails_against_the_real_cluster(slurm_cluster
         stdin=subprocess.DEVNULL,
     )
     assert r.returncode == 1 and "GD-SLURM-005" in r.stdout and "nodes: partition debug" in r.stdout
+
+
+def test_each_srun_task_labels_its_report_with_rank_and_host(slurm_cluster, tmp_path):
+    r = slurm_cluster.srun(["--ntasks=2", "--gres=gpu:h200:2", *GD, "check", "--select", "slurm"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line]
+    for rank in (0, 1):
+        mine = [line for line in lines if line.startswith(f"[rank {rank}/2 on ")]
+        assert mine and "this task: no problems found" in mine[-1], r.stdout
+    assert all(line.startswith("[rank ") for line in lines), r.stdout

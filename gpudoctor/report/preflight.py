@@ -154,6 +154,7 @@ def view(version: str, facts: Facts, ctx, target, args):
         lines=lines,
         target=target,
         fix_command=fix_command(ctx, getattr(args, "python", None)),
+        subject="this task" if rank_label(collectable_env(), None) else None,
         label=rank_label(
             collectable_env(), platform.node() if getattr(args, "snapshot", None) else facts.host.get("hostname")
         ),
