@@ -72,7 +72,8 @@ def node_lines(facts: Facts, target, ctx) -> list[str]:
         cpus = f"{t['cpus']} CPUs" if t.get("cpus") else "CPUs not known"
         feats = f", features {','.join(t['features'])}" if t.get("features") else ""
         memory = _mib(t.get("memory_mb"))
-        lines.append(f"nodes: partition {name} ({source}): {t['count']} node(s) with {gpu_text}, {cpus}, {memory}{feats}")
+        what = f"{t['count']} node(s) with {gpu_text}, {cpus}, {memory}{feats}"
+        lines.append(f"nodes: partition {name} ({source}): {what}")
     if not lines:
         lines.append(f"nodes: partition {name} has no nodes listed")
     if len(lines) > 3:
