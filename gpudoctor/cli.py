@@ -61,9 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
-    c.add_argument("-q", "--quiet", action="store_true", help="print only the problems, the next steps and the verdict")
+    c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
     c.add_argument("--node-snapshot", metavar="FILE",
-                   help="facts recorded on a compute node (gpudoctor snapshot -o FILE there): judge the job on that node")
+                   help="facts recorded on a compute node (gpudoctor snapshot -o FILE there): judge the job there")
     c.add_argument("--torch-timeout", type=float, default=None, metavar="S", help="limit for importing torch (default 60)")
     c.add_argument("--job", action="store_true",
                    help="inside srun/torchrun: gather every rank's view, rank 0 prints one report for the job")
@@ -243,8 +243,10 @@ def cmd_check(args) -> int:
         needed = {n for s in specs for n in s.needs}
         if not args.json:
             import rich.console  # noqa: F401  (the report's import, done while torch loads in the child)
-        with spinner("probing this machine" + (" and importing torch" if "torch" in needed else ""), enabled=not args.json):
-            facts = collect(needed, torch_probe=torch_probe, partition=preflight.partition_of(ctx), **_probe_kwargs(args))
+        what = "probing this machine" + (" and importing torch" if "torch" in needed else "")
+        with spinner(what, enabled=not args.json):
+            partition = preflight.partition_of(ctx)
+            facts = collect(needed, torch_probe=torch_probe, partition=partition, **_probe_kwargs(args))
     local_host = facts.host.get("hostname")
     if args.node_snapshot:
         try:
@@ -262,18 +264,21 @@ def cmd_check(args) -> int:
     target = decide(facts, ctx, args.node_snapshot, local_host)
     if args.junit:
         from gpudoctor.fileio import write_output
+        from gpudoctor.job.target import for_junit
         from gpudoctor.report import junit
 
-        write_output(args.junit, junit.render(findings, strict=args.strict), what="--junit")
+        write_output(args.junit, junit.render(for_junit(findings, target), strict=args.strict), what="--junit")
     if args.json:
         from gpudoctor.report import json_report
 
-        sys.stdout.write(json_report.render(findings, _source(facts, args), {"target": preflight.json_target(target, findings)}))
+        extra = {"target": preflight.json_target(target, findings)}
+        sys.stdout.write(json_report.render(findings, _source(facts, args), extra))
     else:
         from gpudoctor.report import text
 
-        text.render(findings, file=sys.stdout, verbose="all" if args.verbose else ("problems" if args.quiet else "default"),
-                    view=preflight.view(__version__, facts, ctx, target, args))
+        detail = "all" if args.verbose else ("problems" if args.quiet else "default")
+        view = preflight.view(__version__, facts, ctx, target, args)
+        text.render(findings, file=sys.stdout, verbose=detail, view=view)
     return target_exit_code(findings, target, strict=args.strict)
 
 

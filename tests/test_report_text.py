@@ -375,3 +375,15 @@ def test_smoke_python_must_be_an_interpreter(tmp_path):
 
 def test_shares_shown_as_percentages():
     assert text.evidence_lines({"mfu_vs_spec": 0.059}) == ["mfu_vs_spec: 5.9 %"]
+
+
+def test_junit_failures_match_the_exit_code(tmp_path):
+    out = tmp_path / "report.xml"
+    r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--sbatch", str(HEALTHY), "--junit", str(out))
+    assert r.returncode == 0
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(out).getroot()
+    assert root.get("failures") == "0"
+    skipped = [s.get("message") for s in root.iter("skipped")]
+    assert any(m.startswith("about ") and "(fail)" in m for m in skipped)  # GD-DRV-001 on this driverless machine

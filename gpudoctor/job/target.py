@@ -134,6 +134,23 @@ def split(findings: list[Finding], target: Target) -> tuple[list[Finding], list[
     return job, machine
 
 
+def for_junit(findings: list[Finding], target: Target) -> list[Finding]:
+    """The findings as a CI's JUnit report shows them: those outside the verdict as skipped, saying why and
+    what they found, so the JUnit failures match the exit code."""
+    from dataclasses import replace
+
+    out = []
+    for f in findings:
+        if about_this_machine(f, target) and f.severity is not Severity.SKIP:
+            f = replace(
+                f,
+                severity=Severity.SKIP,
+                message=f"about {target.hostname}, not where the job runs ({f.severity.value}): {f.message}",
+            )
+        out.append(f)
+    return out
+
+
 def exit_code(findings: list[Finding], target: Target, strict: bool = False) -> int:
     from gpudoctor.runner import exit_code as verdict_exit
 
