@@ -123,3 +123,14 @@ def test_check_with_a_python_whose_every_answer_is_a_json_list_is_a_finding_not_
 
     cuda = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-CUDA-001"]
     assert cuda and cuda[0]["severity"] == "fail"
+
+
+def test_a_python_that_floods_its_output_does_not_fill_memory(tmp_path):
+    import resource
+
+    flood = _script(tmp_path / "python", "cat /dev/zero\n")
+    r = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--python", str(flood), "--torch-timeout", "5"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stderr
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child so far: gpudoctor
+    assert peak_kib < 512 * 1024, f"{peak_kib / 1024:.0f} MiB"

@@ -113,10 +113,16 @@ class TorchProbe:
         return tuple(b"".join(self._out[n]).decode("utf-8", "replace") for n in ("stdout", "stderr"))
 
 
+MAX_CHILD_OUTPUT = 32 * 2**20  # the facts are well under 1 MiB; a --python that floods its pipe must not fill memory
+
+
 def _drain(stream, sink: list[bytes]) -> None:
+    kept = 0
     try:
         for chunk in iter(lambda: stream.read1(65536), b""):
-            sink.append(chunk)
+            if kept < MAX_CHILD_OUTPUT:  # past the cap the pipe is still emptied, so the child never blocks on it
+                sink.append(chunk[: MAX_CHILD_OUTPUT - kept])
+                kept += len(sink[-1])
     except (OSError, ValueError):
         pass
     finally:
