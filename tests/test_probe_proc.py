@@ -126,11 +126,13 @@ def test_check_with_a_python_whose_every_answer_is_a_json_list_is_a_finding_not_
 
 
 def test_a_python_that_floods_its_output_does_not_fill_memory(tmp_path):
-    import resource
-
     flood = _script(tmp_path / "python", "cat /dev/zero\n")
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--python", str(flood), "--torch-timeout", "5"],
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert r.returncode == 1, r.stderr
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child so far: gpudoctor
+    # a fresh parent, so that RUSAGE_CHILDREN's peak is this run's tree only
+    measure = ("import resource, subprocess, sys; "
+               "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+               "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    r = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "gpudoctor", "check", "--python",
+                        str(flood), "--torch-timeout", "5"], capture_output=True, text=True, timeout=120)
+    code, peak_kib = map(int, r.stdout.split())
+    assert code == 1, r.stderr
     assert peak_kib < 512 * 1024, f"{peak_kib / 1024:.0f} MiB"
