@@ -30,6 +30,8 @@ from gpudoctor.model import Finding, Severity
 JOB_CATEGORIES = frozenset({"slurm", "distributed", "allocator", "dataloader", "job"})
 # Checks in machine categories that only read the job's environment values.
 JOB_CHECKS = frozenset({"GD-NCCL-005", "GD-NCCL-006"})
+# Checks in job categories that measure this machine: name resolution and ports here, this host being WSL2.
+MACHINE_CHECKS = frozenset({"GD-DIST-003", "GD-DL-010"})
 # Evidence key a node-scope check sets when, before submission, it judged the job's requested resources
 # (e.g. the script's --cpus-per-task) instead of this host's: its verdict is about the job.
 JUDGED_FOR = "judged_for"
@@ -48,7 +50,7 @@ def scope_of(check_id: str, category: str) -> str:
 
     spec = registered(check_id)
     scope = spec.scope if spec is not None else "machine"
-    if scope != "machine":
+    if scope != "machine" or check_id in MACHINE_CHECKS:
         return scope
     if category in JOB_CATEGORIES or check_id in JOB_CHECKS:
         return "job"
