@@ -387,3 +387,25 @@ def test_junit_failures_match_the_exit_code(tmp_path):
     assert root.get("failures") == "0"
     skipped = [s.get("message") for s in root.iter("skipped")]
     assert any(m.startswith("about ") and "(fail)" in m for m in skipped)  # GD-DRV-001 on this driverless machine
+
+
+def test_spinner_only_on_a_terminal(monkeypatch):
+    import time
+
+    from gpudoctor.report.progress import spinner
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    piped = io.StringIO()
+    with spinner("probing", stream=piped):
+        time.sleep(0.5)
+    assert piped.getvalue() == ""
+    leader, follower = pty.openpty()
+    with os.fdopen(follower, "w") as tty:
+        with spinner("probing", stream=tty):
+            time.sleep(0.6)
+        with spinner("quiet", stream=tty, enabled=False):  # --json
+            time.sleep(0.5)
+    got = os.read(leader, 65536).decode()
+    os.close(leader)
+    assert "probing…" in got and "quiet" not in got and got.endswith("\r\x1b[2K")
