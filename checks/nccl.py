@@ -116,7 +116,7 @@ def nccl_socket_ifname_matches_nothing(facts, ctx):
         )
         # In the job's own environment (an allocation, or rank variables set) NCCL will run here: it fails.
         in_job = in_job_environment(job_env(facts, ctx))
-        sev = fail if in_job or (lay.multi_process and ctx.gpus_expected) else warn
+        sev = fail if (in_job or lay.multi_process) and ctx.gpus_expected else warn
         return sev(msg, unset_env("NCCL_SOCKET_IFNAME"), **evidence)
     reachable = [i["name"] for i in usable if i["name"] in chosen and not _host_local_only(i)]
     if lay.multi_node and not reachable:
