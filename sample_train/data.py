@@ -80,7 +80,9 @@ class LazyDistributedSampler(Sampler[int]):
         return self.per_rank
 
 
-def make_loader(dataset: Dataset, *, rank: int, world_size: int, seed: int, batch_size: int, settings: dict) -> DataLoader:
+def make_loader(
+    dataset: Dataset, *, rank: int, world_size: int, seed: int, batch_size: int, settings: dict
+) -> DataLoader:
     """settings: num_workers, pin_memory, persistent_workers, prefetch_factor, drop_last (resolved)."""
     sampler = LazyDistributedSampler(len(dataset), world_size=world_size, rank=rank, seed=seed)
     kwargs = dict(

@@ -75,7 +75,10 @@ def _env_names_the_checks_read() -> list[str]:
     return sorted(n for n in names if n in ENV_NAMES or n.startswith(ENV_PREFIXES))
 
 
-@pytest.mark.parametrize("value", ["9" * 5000, "-" + "9" * 5000, "0" * 5000 + "1", "0x" + "f" * 5000, "9" * 5000 + ".5"])
+@pytest.mark.parametrize(
+    "value", ["9" * 5000, "-" + "9" * 5000, "0" * 5000 + "1", "0x" + "f" * 5000, "9" * 5000 + ".5"],
+    ids=["digits", "negative", "leading-zeros", "hex", "decimal"],
+)
 def test_huge_numbers_in_any_variable_the_checks_read_are_judged_not_crashed(value):
     specs = list(load_all().values())
     names = _env_names_the_checks_read()
@@ -139,7 +142,8 @@ def test_output_to_dev_full_is_one_line_exit_2(live_snapshot, tmp_path, fmt):
     snap.write_text(json.dumps(live_snapshot))
     with open("/dev/full", "w") as full:
         r = _gpudoctor("check", "--snapshot", str(snap), *fmt, stdout=full)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["gpudoctor: cannot write the output: No space left on device"]
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["gpudoctor: cannot write the output: No space left on device"]
 
 
 def test_bare_gpudoctor_is_a_usage_error_on_stderr():

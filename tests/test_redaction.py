@@ -87,8 +87,9 @@ def test_an_invalid_master_addr_is_a_fact_not_a_thread_traceback():
 
 
 def test_a_config_reading_a_token_from_the_environment_never_prints_it(tmp_path):
-    settings = find_settings({"train_dataloader": {"num_workers": "${oc.env:HF_TOKEN}", "batch_size": "${oc.env:MY_VAR}"}},
-                             "train.yaml", {"HF_TOKEN": "hf_SECRET", "MY_VAR": "not_a_number_SECRET"})
+    loader = {"num_workers": "${oc.env:HF_TOKEN}", "batch_size": "${oc.env:MY_VAR}"}
+    settings = find_settings({"train_dataloader": loader}, "train.yaml",
+                             {"HF_TOKEN": "hf_SECRET", "MY_VAR": "not_a_number_SECRET"})
     problems = " ".join(f.problem or "" for f in settings.found.values())
     assert "SECRET" not in problems and "${oc.env:HF_TOKEN}" in problems and "${oc.env:MY_VAR}" in problems
     cfg = tmp_path / "train.yaml"
