@@ -137,11 +137,12 @@ def _lightning_major(facts) -> tuple[int, str | None]:
 def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
     """Processes each SLURM task becomes (1 for plain python), with the reason."""
     if shape.launcher == "lightning":
-        plan = lightning_plan(shape, _lightning_major(facts)[0])
+        major, assumed = _lightning_major(facts)
+        plan = lightning_plan(shape, major)
         if plan.spawns:
             return plan.devices, f"Lightning starts {plan.devices} process(es) per task ({plan.devices_source})"
         if plan.spawns is False:
-            return 1, "Lightning runs one rank per SLURM task"
+            return 1, f"Lightning {major}.x runs one rank per SLURM task" + (" (version assumed, see GD-SLURM-005)" if assumed else "")
         return None, "depends on the Lightning version (see GD-SLURM-005)"
     if shape.procs_per_task:
         return shape.procs_per_task, f"{shape.launcher} starts {shape.procs_per_task} per task"
