@@ -142,7 +142,8 @@ def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
         if plan.spawns:
             return plan.devices, f"Lightning starts {plan.devices} process(es) per task ({plan.devices_source})"
         if plan.spawns is False:
-            return 1, f"Lightning {major}.x runs one rank per SLURM task" + (" (version assumed, see GD-SLURM-005)" if assumed else "")
+            note = " (version assumed, see GD-SLURM-005)" if assumed else ""
+            return 1, f"Lightning {major}.x runs one rank per SLURM task{note}"
         return None, "depends on the Lightning version (see GD-SLURM-005)"
     if shape.procs_per_task:
         return shape.procs_per_task, f"{shape.launcher} starts {shape.procs_per_task} per task"
