@@ -248,3 +248,40 @@ def no_gpu(facts: Facts, ctx: Context) -> Outcome:
 )
 def torch_missing_for_smoke(facts: Facts, ctx: Context) -> Outcome:
     return _judged_by_the_smoke_run(facts, ctx)
+
+
+@check(
+    id="GD-SMOKE-014",
+    name="busbw-below-floor",
+    category="smoke",
+    title="All-reduce bus bandwidth meets the --min-busbw floor",
+    needs=[],
+    source="smoke",
+    what="With --min-busbw, compares the run's all-reduce bus bandwidth (nccl-tests' busbw = algbw x 2(n-1)/n, "
+    "the slowest rank's time) with the floor in GB/s.",
+    why="busbw is comparable across rank counts (nccl-tests, doc/PERFORMANCE.md): a fabric that falls back to "
+    "TCP sockets, or a node whose NICs are down, keeps training correct but far below the interconnect's speed.",
+    fix="Look at NCCL's transport (NCCL_DEBUG=INFO: NET/IB vs NET/Socket), GD-NCCL-003 and the nodes' NICs; "
+    "run nccl-tests' all_reduce_perf for a fuller curve.",
+)
+def busbw_below_floor(facts: Facts, ctx: Context) -> Outcome:
+    return _judged_by_the_smoke_run(facts, ctx)
+
+
+@check(
+    id="GD-SMOKE-015",
+    name="slow-node",
+    category="hardware",
+    title="No node computes much slower than the median node",
+    needs=[],
+    source="smoke",
+    what="Per node (the launcher's node: GROUP_RANK/SLURM_NODEID, else the host), the tokens per second of its "
+    "ranks' own forward+backward; names the slowest node and how far below the median node it is (a warning "
+    "beyond sample_train/report.py SLOW_NODE_BELOW_MEDIAN on GPUs, info on CPUs).",
+    why="Under DDP every step waits for the slowest rank, so one slow node (throttled GPUs, a bad PCIe link, a "
+    "noisy neighbour) sets the pace of the whole job; the per-rank view hides which node it is.",
+    fix="Drain or inspect the named node (`nvidia-smi -q -d PERFORMANCE`, GD-HW-003/004); exclude it "
+    "(sbatch --exclude) until it is fixed.",
+)
+def slow_node(facts: Facts, ctx: Context) -> Outcome:
+    return _judged_by_the_smoke_run(facts, ctx)

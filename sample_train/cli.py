@@ -116,6 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-mfu", type=_fraction, metavar="F",
                    help="fail below this MFU (0.45 or 45%%) against the spec peak, or the measured matmul peak without one")
     p.add_argument("--min-tokens-per-s", type=_positive_float, metavar="X", help="fail below this many tokens/s over all ranks")
+    p.add_argument("--min-busbw", type=_positive_float, metavar="GBPS",
+                   help="fail below this all-reduce bus bandwidth in GB/s (nccl-tests' busbw)")
     p.add_argument("--peak-tflops", type=_positive_float, metavar="X",
                    help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks")
     p.add_argument("--seed", type=_seed, default=1234, help=argparse.SUPPRESS)
@@ -146,7 +148,8 @@ def options_from_args(args) -> SmokeOptions:
     return SmokeOptions(
         device=args.device, nprocs=args.nprocs, size=args.size, precision=args.precision, steps=args.steps,
         warmup=args.warmup, seq_len=args.seq_len, compile=args.compile, timeout=args.timeout, min_mfu=args.min_mfu,
-        min_tokens_per_s=args.min_tokens_per_s, peak_tflops=args.peak_tflops, seed=args.seed, json=args.json,
+        min_tokens_per_s=args.min_tokens_per_s, min_busbw_gbps=args.min_busbw, peak_tflops=args.peak_tflops,
+        seed=args.seed, json=args.json,
         loader=loader, config_path=args.config,
     )
 

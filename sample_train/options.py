@@ -36,6 +36,7 @@ class SmokeOptions:
     timeout: float | None = None
     min_mfu: float | None = None
     min_tokens_per_s: float | None = None
+    min_busbw_gbps: float | None = None  # --min-busbw: all-reduce bus bandwidth floor, GB/s
     peak_tflops: float | None = None
     seed: int = 1234
     json: bool = False

@@ -21,6 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from gpudoctor.job.compare import node_index
 from gpudoctor.readers import slurmfmt
 from gpudoctor.sample_train import bench, faults, placement
 from gpudoctor.sample_train.exits import die, finish, last_resort
@@ -129,6 +130,7 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         "rank": world.rank,
         "local_rank": world.local_rank,
         "host": socket.gethostname(),
+        "node_index": node_index(env),  # the launcher's node number: one host may run several nodes
         "pid": os.getpid(),
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
         "nccl_algo": env.get("NCCL_ALGO"),

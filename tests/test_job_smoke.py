@@ -1,0 +1,54 @@
+"""The smoke run across nodes: two torchrun agents as two nodes on this host (c10d rendezvous, gloo on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+pytest.importorskip("torch.distributed")
+
+SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "smoke.schema.json").read_text())
+HOST = socket.gethostname()
+
+
+def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "MASTER_"))}
+    agents = [subprocess.Popen(
+        [torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"smoke-{port}", "--max-restarts", "0",
+         "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--min-busbw", "1000000"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path) for _ in range(2)]
+    try:
+        outs = [a.communicate(timeout=240) for a in agents]
+    finally:
+        for a in agents:  # never leave an agent behind (their workers die with them: torchrun's own handling)
+            if a.poll() is None:
+                a.kill()
+                a.communicate()
+    reports = [json.loads(out) for out, _ in outs if out.strip()]
+    assert len(reports) == 1, outs
+    rep = reports[0]
+    jsonschema.validate(rep, SCHEMA)
+    nodes = rep["nodes"]
+    assert sorted(n["node"] for n in nodes) == [f"{HOST}#0", f"{HOST}#1"], "GROUP_RANK makes two nodes of one host"
+    assert sorted(r for n in nodes for r in n["ranks"]) == [0, 1]
+    slow = rep["slowest_node"]
+    assert slow["node"] in (f"{HOST}#0", f"{HOST}#1") and 0 <= slow["below_median"] < 1
+    by_id = {f["id"]: f for f in rep["findings"]}
+    assert by_id["GD-SMOKE-015"]["severity"] in ("pass", "info")  # CPU ranks: timing noise is never a warning
+    assert by_id["GD-SMOKE-014"]["severity"] == "fail" and "floor 1e+06 GB/s" in by_id["GD-SMOKE-014"]["message"]
+    assert rep["floors"]["min_busbw_gbps"] == 1000000
+    reporter = next(a for a, (out, _) in zip(agents, outs) if out.strip())
+    assert not rep["ok"] and reporter.returncode != 0
