@@ -168,7 +168,9 @@ def torch_not_importable(facts, ctx):
     python = t.get("python") or "python"
     if status == "ok":
         return passed(
-            f"torch {t.get('version')} imports in {t.get('import_seconds', '?')} s ({python})",
+            f"torch {t.get('version')} imports"
+            + (f" in {t['import_seconds']} s" if t.get("import_seconds") is not None else "")
+            + f" ({python})",
             python=python,
             version=t.get("version"),
             location=t.get("location"),
@@ -439,7 +441,8 @@ def _other_copies(facts, family: str, major: int | None, loaded_dirs: set[str], 
     """Found copies of `family` outside the folders torch loaded it from: (same major, other major)."""
     bundled = _bundled_dirs(facts)
     found = (facts.libraries.get("found") or {}).get(family) or []
-    same, other = [], []
+    same: list[dict] = []
+    other: list[dict] = []
     for e in found:
         if e.get("source") not in sources or _entry_major(e) is None:
             continue

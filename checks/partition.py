@@ -45,7 +45,9 @@ def _per_node_request(shape: JobShape) -> dict:
 
 def _short_type(t: dict) -> str:
     gpus = f"{t['gpus']}x {t['gpu_type'] or 'GPU'}" if t.get("gpus") else "no GPU"
-    return f"{t['count']} node(s) with {gpus}, {t.get('cpus') or '?'} CPUs, {t.get('memory_mb') or '?'} MB"
+    cpus = f"{t['cpus']} CPUs" if t.get("cpus") else "CPUs not known"
+    memory = f"{t['memory_mb']} MB" if t.get("memory_mb") else "memory not known"
+    return f"{t['count']} node(s) with {gpus}, {cpus}, {memory}"
 
 
 def _misses(t: dict, want: dict) -> list[str]:

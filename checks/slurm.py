@@ -533,7 +533,8 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
         why = f"the job name is '{shape.job_name}'" if shape.interactive_name else "SLURM_NTASKS is not set (no --ntasks/--ntasks-per-node)"
         if (shape.tasks_here or 1) > 1:
             return skip(f"{why}: Lightning ignores SLURM's tasks (see GD-SLURM-006)", **ev)
-        return passed(f"{why}, so Lightning starts its own {plan.devices or '?'} process(es) per node ({plan.devices_source})", **ev)
+        count = f"{plan.devices} process(es)" if plan.devices else "processes"
+        return passed(f"{why}, so Lightning starts its own {count} per node ({plan.devices_source})", **ev)
     ranks = plan.ranks_per_node
     wanted = plan.devices
     if plan.spawns:
@@ -561,7 +562,7 @@ def _same_cpus_per_node(shape: JobShape, old_tasks: int | None, new_tasks: int) 
     """{'cpus-per-task': N} keeping the CPUs the job asks per node when its tasks per node change
     (1 task x 128 CPUs becomes 8 tasks x 16, not 8 x 128); {} when it cannot be kept exactly."""
     cpt = shape.directives.get("cpus-per-task") if shape.from_script else None
-    if not str(cpt).isdigit() or not old_tasks or not new_tasks:
+    if cpt is None or not str(cpt).isdigit() or not old_tasks or not new_tasks:
         return {}
     total = int(cpt) * old_tasks
     if total % new_tasks or total < new_tasks or total // new_tasks == int(cpt):
@@ -588,7 +589,7 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
         return directive_fix(shape, facts, f"One GPU per task (--{key}={value}) and start training with `srun` "
                              f"(line {shape.launch_lineno})", {key: value}, srun_prefix="")
     devices = plan.devices or shape.gpus_per_node or 1
-    changes = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
+    changes: dict[str, str | None] = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
     if shape.ntasks_option is not None:
         changes["ntasks"] = None
     changes.update(_same_cpus_per_node(shape, 1 if shape.srun_launch is False else shape.tasks_here, int(devices)))
@@ -596,7 +597,7 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
     if "cpus-per-task" in changes:
         title += f" (--cpus-per-task={changes['cpus-per-task']}: the same CPUs per node)"
     add_srun = shape.from_script and shape.srun_launch is False
-    if add_srun:
+    if add_srun and shape.launch_line:  # a script's launch line is a command, never blank
         title += f" (line {shape.launch_lineno}: `srun {shape.launch_line.split()[0]} ...`)"
     return directive_fix(shape, facts, title, changes, srun_prefix="" if add_srun else None)
 
