@@ -38,7 +38,17 @@ from gpudoctor.readers.sbatch.script import (
     SrunStep,
     StrayArgument,
 )
-from gpudoctor.readers.sbatch.shell import MAX_VALUE, Branches, Expander, Source, Token, commands, tokenize, unquote
+from gpudoctor.readers.sbatch.shell import (
+    MAX_VALUE,
+    Branches,
+    Command,
+    Expander,
+    Source,
+    Token,
+    commands,
+    tokenize,
+    unquote,
+)
 
 MAX_SCRIPT_BYTES = 8 * 1024 * 1024  # real batch scripts are kilobytes; this bounds memory and time
 BASH_TIMEOUT_S = 5.0
@@ -387,27 +397,28 @@ def _broken_continuations(src: Source, tokens: list[Token]) -> list[BrokenContin
 _ARGUMENT_WORD = re.compile(r"--?[A-Za-z][\w.-]*(=.*)?|[+~]{0,2}[A-Za-z_]\w*(\.[\w-]+)+=.*", re.S)
 
 
-def _stray_arguments(src: Source, tokens: list[Token], reported: set[int]) -> list[StrayArgument]:
+def _stray_arguments(src: Source, cmds: list[Command], reported: set[int]) -> list[StrayArgument]:
     """Commands whose first word is an argument, not a command, outside the lines a broken continuation reported."""
     found = []
-    previous_end: int | None = None
+    previous_end: int | None = None  # offset where the command before ends
     case_depth = 0  # `case ... in --help) ...;; esac`: a pattern is not a command
-    for cmd in commands(tokens):
+    for cmd in cmds:
         first = unquote(cmd.words[0].text)
-        line = src.position(cmd.start)[0]
         case_depth += (first == "case") - (first == "esac")
-        if case_depth <= 0 and _ARGUMENT_WORD.fullmatch(first) and line not in reported:
-            above = previous_end if previous_end is not None and previous_end == line - 1 else None
-            found.append(
-                StrayArgument(
-                    line,
-                    redact(_one_line(src.text[cmd.start : cmd.end])),
-                    src.span(cmd.start, cmd.end),
-                    redact(first),
-                    above,
+        if case_depth <= 0 and _ARGUMENT_WORD.fullmatch(first):
+            line = src.position(cmd.start)[0]
+            if line not in reported:
+                end_above = src.position(previous_end)[0] if previous_end is not None else None
+                found.append(
+                    StrayArgument(
+                        line,
+                        redact(_one_line(src.text[cmd.start : cmd.end])),
+                        src.span(cmd.start, cmd.end),
+                        redact(first),
+                        end_above if end_above == line - 1 else None,
+                    )
                 )
-            )
-        previous_end = src.position(cmd.end)[0]
+        previous_end = cmd.end
     return found
 
 
@@ -422,8 +433,8 @@ class _Body:
         self.arrays: set[str] = set()
         self.branches = Branches()
 
-    def read(self, tokens: list[Token]) -> None:
-        for cmd in commands(tokens):
+    def read(self, cmds: list[Command]) -> None:
+        for cmd in cmds:
             self._command(cmd)
 
     def _command(self, cmd) -> None:
@@ -600,7 +611,8 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
     known.update(batch_shell)
     tokens = tokenize(text)
     body = _Body(src, path, known)
-    body.read(tokens)
+    cmds = commands(tokens)
+    body.read(cmds)
     descs = [d for _, d in body.launches]
     launches = [launch for launch, _ in body.launches]
     training = [i for i, d in enumerate(descs) if trains(d)]
@@ -626,7 +638,7 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
         launches=tuple(launches),
         launch=launch,
         broken_continuations=tuple(broken),
-        stray_arguments=tuple(_stray_arguments(src, tokens, {b.next_line for b in broken})),
+        stray_arguments=tuple(_stray_arguments(src, cmds, {b.next_line for b in broken})),
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
         variables=MappingProxyType(
             {
