@@ -36,7 +36,9 @@ def test_short_and_long_forms_with_equals_or_space():
 
 
 def test_directives_stop_at_first_command_as_sbatch_does():
-    sb = parse("#!/bin/bash\n#SBATCH --nodes=1\n\n# a comment\nmodule load cuda\n#SBATCH --gres=gpu:8\nsrun python x.py\n")
+    sb = parse(
+        "#!/bin/bash\n#SBATCH --nodes=1\n\n# a comment\nmodule load cuda\n#SBATCH --gres=gpu:8\nsrun python x.py\n"
+    )
     assert "gres" not in sb.options
     assert [(d.line, d.text) for d in sb.late_directives] == [(6, "#SBATCH --gres=gpu:8")]
 
@@ -90,7 +92,12 @@ def test_missing_directory_and_binary_files(tmp_path):
         ("python train.py --lr 1e-3", "python", None, False),
         ("srun --ntasks-per-node=1 torchrun --nproc_per_node=8 train.py", "torchrun", "8", True),
         ("torchrun --standalone --nproc-per-node 4 train.py", "torchrun", "4", False),
-        ("srun python -m torch.distributed.launch --nproc_per_node=8 --use_env train.py", "torch.distributed.launch", "8", True),
+        (
+            "srun python -m torch.distributed.launch --nproc_per_node=8 --use_env train.py",
+            "torch.distributed.launch",
+            "8",
+            True,
+        ),
         ("python3 -u -m torch.distributed.run --nproc-per-node=gpu train.py", "torchrun", "gpu", False),
         ("deepspeed --num_gpus 8 train.py --deepspeed ds.json", "deepspeed", "8", False),
         ("accelerate launch --num_processes 16 --num_machines 2 train.py", "accelerate", None, False),
@@ -108,7 +115,9 @@ def test_launch_lines(line, launcher, per_node, srun):
 
 
 def test_accelerate_counts_and_srun_options():
-    sb = parse("#SBATCH -N2\nsrun -N 2 --ntasks-per-node=1 -c 32 accelerate launch --num_processes=16 --num_machines=2 t.py\n")
+    sb = parse(
+        "#SBATCH -N2\nsrun -N 2 --ntasks-per-node=1 -c 32 accelerate launch --num_processes=16 --num_machines=2 t.py\n"
+    )
     launch = sb.launch
     assert launch.num_processes == "16" and launch.nnodes == "2"
     assert dict(launch.srun.options) == {"nodes": "2", "ntasks-per-node": "1", "cpus-per-task": "32"}
@@ -166,7 +175,9 @@ def test_seed_scripts_parse():
 
 def gpudoctor(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "CUDA_"))}
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def slurm_findings(result) -> dict:
@@ -206,18 +217,24 @@ def test_cli_bad_script_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
-# ---------------------------------------------------------------- patterns from real scripts (see fixtures/sbatch/realworld)
+# ------------------------------------------------------------- patterns from real scripts (fixtures/sbatch/realworld)
 
 
 def test_srun_own_options_take_their_values():
-    sb = parse("#SBATCH -N1 --ntasks-per-node=1 --gres=gpu:8\nsrun --wait=60 -W 30 --jobid $SLURM_JOB_ID --kill-on-bad-exit=1 torchrun --nproc_per_node 8 t.py\n")
+    sb = parse(
+        "#SBATCH -N1 --ntasks-per-node=1 --gres=gpu:8\n"
+        "srun --wait=60 -W 30 --jobid $SLURM_JOB_ID --kill-on-bad-exit=1 torchrun --nproc_per_node 8 t.py\n"
+    )
     launch = sb.launch
     assert launch.launcher == "torchrun" and launch.nproc_per_node == "8"
     assert launch.srun.options["jobid"] == "$SLURM_JOB_ID" and launch.srun.unknown == ()
 
 
 def test_pyxis_container_options_belong_to_srun():
-    sb = parse("#SBATCH -N1\nsrun --container-image nvcr.io/nvidia/pytorch:24.05-py3 --container-mounts /data:/data --no-container-mount-home python t.py\n")
+    sb = parse(
+        "#SBATCH -N1\nsrun --container-image nvcr.io/nvidia/pytorch:24.05-py3 --container-mounts /data:/data "
+        "--no-container-mount-home python t.py\n"
+    )
     assert sb.launch.program == "python" and sb.launch.srun.unknown == ()
 
 
@@ -241,14 +258,18 @@ def test_launch_command_kept_in_variables_and_arithmetic():
     sb = parse(
         "#SBATCH --nodes=4 --ntasks-per-node=1 --gres=gpu:4\n"
         "export GPUS_PER_NODE=4\n"
-        'export LAUNCHER="accelerate launch --num_processes $((SLURM_NNODES * GPUS_PER_NODE)) --num_machines $SLURM_NNODES"\n'
+        'export LAUNCHER="accelerate launch --num_processes $((SLURM_NNODES * GPUS_PER_NODE)) '
+        '--num_machines $SLURM_NNODES"\n'
         'export CMD="$LAUNCHER train.py"\n'
         "srun $CMD\n"
     )
     assert sb.launch.num_processes == "16" and sb.launch.nnodes == "4"
     from gpudoctor.readers.sbatch import expand_vars
 
-    assert expand_vars("$((N * 8)) $((1/0)) $((2**99)) $((M+1))", {"N": "2", "M": "x"}) == "16 $((1/0)) $((2**99)) $((M+1))"
+    assert (
+        expand_vars("$((N * 8)) $((1/0)) $((2**99)) $((M+1))", {"N": "2", "M": "x"})
+        == "16 $((1/0)) $((2**99)) $((M+1))"
+    )
 
 
 def test_batch_shell_is_task_zero():
@@ -257,7 +278,10 @@ def test_batch_shell_is_task_zero():
 
 
 def test_hetjob_components_and_commented_directives():
-    sb = parse("#SBATCH -n1 -c 32\n#SBATCH hetjob\n#SBATCH -N1 --gres=gpu:4\n##SBATCH --gres=gpu:8\nsrun --het-group=1 python t.py\n")
+    sb = parse(
+        "#SBATCH -n1 -c 32\n#SBATCH hetjob\n#SBATCH -N1 --gres=gpu:4\n##SBATCH --gres=gpu:8\n"
+        "srun --het-group=1 python t.py\n"
+    )
     assert sb.het_components == 2 and sb.het_group == 1
     assert sb.options == {"nodes": "1", "gres": "gpu:4"} and sb.unknown_directives == ()
     assert [(d.line, d.text) for d in sb.commented_directives] == [(4, "##SBATCH --gres=gpu:8")]
@@ -268,18 +292,28 @@ def test_single_quotes_and_backslash_leave_per_task_variables_to_each_task():
 
     known = {"SLURM_NODEID": "0", "SLURM_PROCID": "0", "GPUS": "8"}
     assert expand_vars("srun bash -c 'x --node_rank=$SLURM_NODEID --n $GPUS' $SLURM_NODEID", known) == (
-        "srun bash -c 'x --node_rank=$SLURM_NODEID --n 8' 0")
-    assert expand_vars('CMD="--machine_rank \\$SLURM_PROCID it\'s $GPUS"', known) == 'CMD="--machine_rank $SLURM_PROCID it\'s 8"'
+        "srun bash -c 'x --node_rank=$SLURM_NODEID --n 8' 0"
+    )
+    assert (
+        expand_vars('CMD="--machine_rank \\$SLURM_PROCID it\'s $GPUS"', known)
+        == 'CMD="--machine_rank $SLURM_PROCID it\'s 8"'
+    )
 
 
 def test_if_branches_that_cannot_run_for_this_job_are_skipped():
     head = "#SBATCH --nodes=2 --ntasks-per-node=1 --gres=gpu:8\n"
-    sb = parse(head + 'if [ "$SLURM_NNODES" -gt 1 ]; then\n  srun torchrun --nproc_per_node=8 t.py\nelse\n  torchrun --standalone t.py\nfi\n')
+    sb = parse(
+        head
+        + 'if [ "$SLURM_NNODES" -gt 1 ]; then\n  srun torchrun --nproc_per_node=8 t.py\n'
+        + "else\n  torchrun --standalone t.py\nfi\n"
+    )
     assert sb.launch.srun is not None and [ln.line for ln in sb.launches] == [3]
     unknown = parse(head + 'if [ -n "$DEBUG" ]; then srun python a.py; else python b.py; fi\n')
     assert len(unknown.launches) == 2  # a condition gpudoctor cannot judge: both branches may run
 
 
 def test_a_single_process_step_after_the_training_is_not_the_training():
-    sb = parse("#SBATCH -N1 --ntasks-per-node=8 --gres=gpu:8\nsrun python train.py\nsrun -n 1 python eval.py\npython plot.py\n")
+    sb = parse(
+        "#SBATCH -N1 --ntasks-per-node=8 --gres=gpu:8\nsrun python train.py\nsrun -n 1 python eval.py\npython plot.py\n"
+    )
     assert sb.launch.script == "train.py"

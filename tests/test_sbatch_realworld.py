@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.model import Context, Severity
+from gpudoctor.readers.sbatch import load_sbatch
 from gpudoctor.registry import load_all
 from gpudoctor.runner import run_check
-from gpudoctor.readers.sbatch import load_sbatch
 from tests.factsutil import make_facts
 
 REALWORLD = Path(__file__).parent / "fixtures" / "sbatch" / "realworld"
@@ -51,7 +51,7 @@ def context(path: Path, args: str) -> Context:
     sb = load_sbatch(str(path))
     ctx: dict = {"sbatch": sb, "sbatch_path": str(path)}
     words = args.split()
-    for flag, value in zip(words[::2], words[1::2]):
+    for flag, value in zip(words[::2], words[1::2], strict=False):
         if flag == "--launcher":
             ctx["launcher"] = value
         elif flag == "--expect-gpus":
@@ -88,7 +88,9 @@ def test_realworld_verdict(path):
     head = header(path)
     found = verdicts(path)
     summary = {cid: worst(fs).value for cid, fs in found.items()}
-    messages = {cid: [f.message for f in fs if f.severity not in (Severity.PASS, Severity.SKIP)] for cid, fs in found.items()}
+    messages = {
+        cid: [f.message for f in fs if f.severity not in (Severity.PASS, Severity.SKIP)] for cid, fs in found.items()
+    }
     messages = {k: v for k, v in messages.items() if v}
     overall = max((worst(fs) for fs in found.values()), key=lambda s: s.rank)
     assert overall is Severity(head["expect"]), f"worst {overall.value}, expected {head['expect']}: {messages}"
