@@ -61,13 +61,12 @@ def cpu_budget(facts) -> Known:
 
 
 def script_cpu_budget(facts, ctx, lay) -> tuple[Known, Known] | None:
-    """Before submission (--sbatch on a submit host): (CPUs one task of the job gets, ranks sharing them),
+    """Before submission (--sbatch, also with a --node-snapshot): (CPUs one task of the job gets, ranks sharing them),
     from the batch script rather than this host's CPUs; None otherwise. With srun each task gets
     --cpus-per-task CPUs for its own ranks; without srun the one batch-shell task holds every rank."""
-    from gpudoctor.job.layout import before_submission
     from gpudoctor.job.shape import job_shape
 
-    if not before_submission(facts, ctx):
+    if ctx.sbatch is None or "SLURM_JOB_ID" in facts.env:  # inside the job, SLURM's grant is this process's CPU set
         return None
     shape = job_shape(facts, ctx)
     if shape is None:
@@ -236,7 +235,7 @@ def _suggested_workers(facts, ctx) -> int:
     lay = layout(facts, ctx)
     scripted = script_cpu_budget(facts, ctx, lay)  # before submission: the job's CPUs, not this host's
     cpus, sharing = scripted if scripted and scripted[0].known else (cpu_budget(facts), ranks_sharing_cpus(facts, ctx, lay))
-    return max(1, min(8, (cpus.value or 4) // sharing.value - 1))
+    return max(1, min(8, (cpus.value or 4) // (sharing.value or 1) - 1))
 
 
 def _main_process_by_default(facts, ctx, settings, default):

@@ -70,12 +70,34 @@ def _misses(t: dict, want: dict) -> list[str]:
     return out
 
 
+def snapshot_node_type(facts, wanted_type: str | None) -> dict:
+    """The node a --node-snapshot recorded, as a node type: its GPUs (the GPU type counts as the requested one when
+    the GPU's name contains it, as 'h100' in 'NVIDIA H100 80GB HBM3'), CPUs and memory."""
+    gpus = facts.gpus
+    names = sorted({str(g.get("name") or "") for g in gpus})
+    squashed = " ".join(names).lower().replace(" ", "").replace("-", "")
+    gpu_type = None
+    if names:
+        gpu_type = wanted_type if wanted_type and wanted_type.lower() in squashed else ", ".join(names)
+    memory = facts.host.get("mem_total_bytes")
+    return {
+        "count": 1,
+        "names": [facts.host.get("hostname") or "recorded node"],
+        "gres": None,
+        "gpus": len(gpus),
+        "gpu_type": gpu_type,
+        "cpus": facts.host.get("cpu_count_logical"),
+        "memory_mb": int(memory / 2**20) if memory else None,
+        "features": [],
+    }
+
+
 @check(
     id="GD-SLURM-020",
     name="job-request-exceeds-partition-nodes",
     category="slurm",
     title="The partition has nodes that fit the job's per-node request",
-    needs=["env", "cluster"],
+    needs=["env", "cluster", "host", "nvidia"],
     scope="job",
     what="For --sbatch before submission: compares what each node of the job asks for (GPUs per node and their "
     "type from --gres/--gpus*, tasks per node x --cpus-per-task, --mem) with the node types of the partition the "
@@ -104,7 +126,13 @@ def job_request_exceeds_partition_nodes(facts, ctx):
             manual("Pick a partition the cluster has", "sinfo -s"),
             partition=name,
         )
-    if not cluster.get("available"):
+    if ctx.node_facts and facts.has("nvidia"):  # --node-snapshot: the node the job lands on, as recorded there
+        cluster = {
+            "partition": f"the node recorded in {ctx.node_facts}",
+            "partition_source": "--node-snapshot",
+            "node_types": [snapshot_node_type(facts, shape.gpu_type)],
+        }
+    elif not cluster.get("available"):
         why = cluster.get("reason") or cluster.get("error") or "not asked"
         return skip(f"the cluster could not say what its nodes have: {why}")
     types = cluster.get("node_types") or []
@@ -119,6 +147,17 @@ def job_request_exceeds_partition_nodes(facts, ctx):
         "node_types": [_short_type(t) for t in types],
     }
     fitting = [t for t in types if not _misses(t, want)]
+    recorded = cluster.get("partition_source") == "--node-snapshot"
+    if recorded:  # one recorded node stands for each node of the job: judge what one node asks
+        if fitting:
+            return passed(f"{partition} fits each node's request ({_short_type(fitting[0])})", **evidence)
+        reasons = ", ".join(_misses(types[0], want))
+        return fail(
+            f"{partition} does not have what one node of the job asks for: {reasons}; on such nodes SLURM refuses "
+            "the job ('Requested node configuration is not available') or it pends forever",
+            manual("Request what the job's nodes have, or submit where the nodes have it", "sinfo -o '%P %N %G %c %m'"),
+            **evidence,
+        )
     have = sum(t["count"] for t in fitting)
     needed = shape.nodes or 1
     if fitting and have >= needed:

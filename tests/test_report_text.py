@@ -409,3 +409,12 @@ def test_spinner_only_on_a_terminal(monkeypatch):
     got = os.read(leader, 65536).decode()
     os.close(leader)
     assert "probing…" in got and "quiet" not in got and got.endswith("\r\x1b[2K")
+
+
+def test_node_snapshot_recorded_on_a_real_h100_judges_the_request_against_that_node():
+    """The lent H100 machine's recording (1 GPU, 16 CPUs) cannot hold a node of an 8-task, 8-GPU job."""
+    node = str(FIXTURES / "facts" / "recorded-h100x1-driver580-torch2.11-cu130.json")
+    r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--node-snapshot", node, "--sbatch", str(HEALTHY), "--json")
+    assert r.returncode == 1
+    f = by_id(json.loads(r.stdout))["GD-SLURM-020"]
+    assert f["severity"] == "fail" and "1 GPU(s) < 8" in f["message"] and "16 CPUs < 128" in f["message"]
