@@ -32,6 +32,8 @@ def merge_node_snapshot(local: Facts, node: Facts) -> Facts:
     for k in LOCAL_SECTIONS:
         if k in local.sections:
             sections[k] = local.sections[k]
+    # The node facts answer for the cluster where this run could not ask it (a replay without that section).
+    sections.setdefault("cluster", {"available": False, "reason": "the cluster was not asked in this run"})
     slurm = sections.get("slurm")
     if isinstance(slurm, dict):  # the recording job's controller record is not this job's
         sections["slurm"] = {**slurm, "job": None, "in_job": False}
