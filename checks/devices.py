@@ -69,7 +69,9 @@ def visible_devices_invalid(facts, ctx):
 
 def _fix_visibility(vis: cudavis.Visibility, facts):
     # an entry such as '0-3' stands for the GPUs it was meant to list, not for what CUDA reads
-    keep = list(dict.fromkeys(t for e in vis.accepted for t in map(str, cudavis.lost_indices(e.text) or [e.text.strip()])))
+    keep = list(dict.fromkeys(
+        t for e in vis.accepted for t in [str(i) for i in cudavis.lost_indices(e.text) or []] or [e.text.strip()]
+    ))
     if vis.duplicate or vis.all_invalid_because or not keep:
         return manual(
             "Set CUDA_VISIBLE_DEVICES to existing GPUs, each once (or unset it to use all)",

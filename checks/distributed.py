@@ -47,7 +47,7 @@ def _inconsistent(env: dict) -> list[str]:
     return out
 
 
-def _missing(env: dict, exported: set[str] = frozenset()) -> list[str]:
+def _missing(env: dict, exported: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """env:// initialisation needs all four of these once any rank variable is set.
 
     exported: names a --sbatch script exports with a value only known at run time ($(hostname)).

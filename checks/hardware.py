@@ -449,7 +449,7 @@ def _aer_counters_only(facts, reasons: str, attempts) -> object:
 
 
 def _translated(domain: str | None) -> bool:
-    return bool(domain) and domain.upper().startswith("DMA")
+    return domain is not None and domain.upper().startswith("DMA")
 
 
 @check(

@@ -41,9 +41,9 @@ def configured_precision(config) -> tuple[str, str] | None:
                 return found, str(key)
     for key, value in config.items():
         if isinstance(value, dict):
-            found = configured_precision(value)
-            if found:
-                return found[0], f"{key}.{found[1]}"
+            nested = configured_precision(value)
+            if nested:
+                return nested[0], f"{key}.{nested[1]}"
     return None
 
 

@@ -79,6 +79,8 @@ def _gpu_training() -> bool:
 
 def _live_world_size() -> int | None:
     torch = sys.modules.get("torch")
+    if torch is None:  # not imported by the caller: no process group can exist
+        return None
     try:
         dist = torch.distributed
         return dist.get_world_size() if dist.is_available() and dist.is_initialized() else None

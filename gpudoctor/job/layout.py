@@ -206,7 +206,7 @@ def _world_size(env: dict, srun_per_rank: bool, local: Known, nodes: Known) -> K
         n = env_int(env, "SLURM_NTASKS")
         if n and n > 0:
             return Known(n, "SLURM_NTASKS")
-    if local.known and nodes.known:
+    if local.value is not None and nodes.value is not None:
         return Known(local.value * nodes.value, f"{local.source} x {nodes.source}")
     return UNKNOWN
 

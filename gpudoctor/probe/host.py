@@ -64,9 +64,12 @@ def _cgroup_limits() -> dict:
         for root in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
             for d in _walk_up(root, paths.get("cpu")):
                 cpus.append(_ratio(_int(_read(f"{d}/cpu.cfs_quota_us")), _int(_read(f"{d}/cpu.cfs_period_us"))))
-    mems = [m for m in mems if m and m < 1 << 60]  # v1 writes "no limit" as a huge number
-    cpus = [c for c in cpus if c]
-    return {"cpu_limit": round(min(cpus), 2) if cpus else None, "memory_limit_bytes": min(mems) if mems else None}
+    mem_limits = [m for m in mems if m and m < 1 << 60]  # v1 writes "no limit" as a huge number
+    cpu_limits = [c for c in cpus if c]
+    return {
+        "cpu_limit": round(min(cpu_limits), 2) if cpu_limits else None,
+        "memory_limit_bytes": min(mem_limits) if mem_limits else None,
+    }
 
 
 def _ratio(quota: int | None, period: int | None) -> float | None:

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from gpudoctor.probe.proc import run_bounded
 
@@ -69,7 +70,7 @@ def _wheel_dirs() -> list[str]:
     return dirs
 
 
-def _cuda_home(env: dict) -> tuple[str | None, str | None]:
+def _cuda_home(env: Mapping[str, str]) -> tuple[str | None, str | None]:
     """The CUDA_HOME torch.utils.cpp_extension would use, and how it would find it."""
     cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
     if cuda_home:
@@ -82,11 +83,12 @@ def _cuda_home(env: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _toolkit(env: dict) -> dict:
+def _toolkit(env: Mapping[str, str]) -> dict:
     cuda_home, found_via = _cuda_home(env)
-    nvcc = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else None
-    out: dict = {"cuda_home": cuda_home, "found_via": found_via, "nvcc": nvcc if nvcc and os.path.exists(nvcc) else None, "version": None}
-    roots = [r for r in (cuda_home, os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if out["nvcc"] else None) if r]
+    nvcc_path = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else None
+    nvcc = nvcc_path if nvcc_path and os.path.exists(nvcc_path) else None
+    out: dict = {"cuda_home": cuda_home, "found_via": found_via, "nvcc": nvcc, "version": None}
+    roots = [r for r in (cuda_home, os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else None) if r]
     for root in roots:
         try:
             with open(os.path.join(root, "version.json")) as fh:

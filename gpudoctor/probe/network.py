@@ -38,7 +38,7 @@ def _interfaces() -> list[dict]:
 
 
 def _infiniband() -> list[dict]:
-    ports = []
+    ports: list[dict] = []
     if not os.path.isdir(SYS_IB):
         return ports
     for dev in sorted(os.listdir(SYS_IB)):

@@ -30,6 +30,7 @@ import ctypes
 import glob
 import os
 import sys
+from typing import Any
 
 THROTTLE_REASONS = {
     # bit: name (nvmlClocksEventReason*/nvmlClocksThrottleReason*; stable across versions)
@@ -54,7 +55,7 @@ def _text(v):
 class _Calls:
     """Runs NVML calls, remembering which ones this device does not support."""
 
-    def __init__(self, nvml):
+    def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
         self.unsupported: list[str] = []
         self.errors: dict[str, str] = {}

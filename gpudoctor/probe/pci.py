@@ -98,7 +98,8 @@ def probe(root: str = "/") -> dict:
     devices_dir = os.path.join(root, "sys/bus/pci/devices")
     if not os.path.isdir(devices_dir):
         return {"error": f"{devices_dir} does not exist (no sysfs here)"}
-    gpus, bridges = [], {}
+    gpus: list[dict] = []
+    bridges: dict = {}
     for name in sorted(os.listdir(devices_dir))[:4096]:
         dev = os.path.join(devices_dir, name)
         if not _is_gpu(dev):

@@ -254,7 +254,7 @@ def parse_visible_devices(value: str | None, gpus: list[dict] | None = None) -> 
     """
     known = gpus is not None
     if value is None:
-        all_gpus = tuple(g["index"] for g in enumerable(gpus)) if known else None
+        all_gpus = tuple(g["index"] for g in enumerable(gpus)) if gpus is not None else None
         return Visibility(value=None, gpus=all_gpus, known_gpus=known)
 
     entries: list[Entry] = []
@@ -281,7 +281,7 @@ def parse_visible_devices(value: str | None, gpus: list[dict] | None = None) -> 
     vis = replace(
         vis,
         gpus=() if vis.duplicate else order,
-        mig=tuple(e.mig_uuid for e in accepted if e.kind == "mig"),
+        mig=tuple(e.mig_uuid for e in accepted if e.kind == "mig" and e.mig_uuid is not None),
         all_invalid_because=because,
     )
     return replace(vis, problems=tuple(_problems(vis, because)), notes=tuple(_notes(vis)))

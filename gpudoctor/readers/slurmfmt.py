@@ -56,7 +56,9 @@ def parse_int(text: str | int | None, what: str = "value", minimum: int = 0) -> 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
     """Split on sep outside brackets and parentheses: 'a[1,2],b(IDX:0,1)' -> ['a[1,2]', 'b(IDX:0,1)']."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "[(":
             depth += 1
@@ -252,9 +254,10 @@ def _sum(requests: list[GpuRequest]) -> GpuRequest | None:
         return None
     types = {r.type for r in requests}
     gtype = types.pop() if len(types) == 1 else None
-    idx = None
-    if all(r.indices is not None for r in requests):
-        idx = tuple(i for r in requests for i in r.indices)
+    idx: tuple[int, ...] | None = None
+    listed = [r.indices for r in requests if r.indices is not None]
+    if len(listed) == len(requests):
+        idx = tuple(i for indices in listed for i in indices)
     return GpuRequest(sum(r.count for r in requests), gtype, idx)
 
 

@@ -22,10 +22,10 @@ def render(findings: list[Finding], strict: bool = False) -> str:
     for f in findings:
         by_cat[f.category].append(f)
     root = ET.Element("testsuites", name="gpudoctor")
-    totals = defaultdict(int)
+    totals: defaultdict[str, int] = defaultdict(int)
     for cat, items in by_cat.items():
         suite = ET.SubElement(root, "testsuite", name=f"gpudoctor.{cat}")
-        counts = defaultdict(int)
+        counts: defaultdict[str, int] = defaultdict(int)
         for f in items:
             case = ET.SubElement(suite, "testcase", classname=f"gpudoctor.{cat}", name=f"{f.id} {f.name}")
             message = _xml(f.message)
