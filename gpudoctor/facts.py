@@ -78,17 +78,18 @@ ENV_NAMES = frozenset(
         "HOSTNAME",
     }
 )
-# A credential word anywhere in the name, or PASS/PWD/PW as a whole part of it (DB_PASS, SMTP_PWD, PW_FILE):
-# PWD alone is the shell's working directory, and BYPASS or PASSES name no password.
+# A credential word anywhere in the name, or PASS/PWD/PW as a whole part of it (DB_PASS, SMTP_PWD, PW_FILE;
+# BYPASS or PASSES name no password). Bounded by lookarounds, not ^/$: readers/sbatch searches whole script
+# text with this pattern (upper-cased, so it must stay upper case).
 _CREDENTIAL = re.compile(
     r"KEY|TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION|SIGNATURE"
-    r"|(?:^|[_.-])(?:PASS|PWD|PW|PSWD)(?:$|[_.-])(?<!^PWD)",
+    r"|(?<![A-Z0-9])(?:PASS|PWD|PW|PSWD)(?![A-Z0-9])",
     re.I,
 )
 
 
 # Settings whose names merely contain a credential word (an InfiniBand partition key is no secret).
-_NOT_CREDENTIALS = frozenset({"NCCL_IB_PKEY"})
+_NOT_CREDENTIALS = frozenset({"NCCL_IB_PKEY", "PWD"})  # PWD: the shell's working directory
 
 
 def is_credential_name(name: str) -> bool:

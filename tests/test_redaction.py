@@ -109,3 +109,19 @@ def test_smoke_under_a_launcher_never_shows_master_addr_credentials():
     r = _run("smoke", "--device", "cpu", "--json", env=env)
     assert r.returncode == 1, r.stderr
     assert "SECRET" not in r.stdout + r.stderr and "<redacted>@127.0.0.1" in r.stdout
+
+
+@pytest.mark.parametrize("name", ["NCCL_DB_PASS", "TORCH_PWD", "HF_PW_FILE", "PWD", "TORCH_COMPILE_PASSES"])
+def test_the_schema_guard_agrees_with_the_collector_on_pass_names(name):
+    from gpudoctor.factschema import first_problem
+    from tests.factsutil import HEALTHY_GPU, load_fixture
+
+    data = load_fixture(HEALTHY_GPU)
+    data["env"]["vars"] = {name: "x"}
+    assert (first_problem(data) is not None) == is_credential_name(name)
+
+
+def test_a_batch_script_never_shows_a_pass_named_value():
+    from gpudoctor.readers.sbatch import reader
+
+    assert reader.redact("export DB_PASS=SECRET; cd $PWD") == "export DB_PASS=<redacted>; cd $PWD"
