@@ -247,7 +247,7 @@ def cmd_check(args) -> int:
         with spinner(what, enabled=not args.json):
             partition = preflight.partition_of(ctx)
             facts = collect(needed, torch_probe=torch_probe, partition=partition, **_probe_kwargs(args))
-    local_host = facts.host.get("hostname")
+    local_host = facts.host.get("hostname") or (None if args.snapshot else os.uname().nodename)
     if args.node_snapshot:
         try:
             facts = preflight.merge_node_snapshot(facts, Facts.load(args.node_snapshot, what=""))

@@ -115,7 +115,8 @@ def decide(facts, ctx, node_snapshot: str | None = None, local_hostname: str | N
             "not where the job runs",
             host,
         )
-    return Target("machine", f"this machine ({host})", True, "no job script: the machine gpudoctor runs on", host)
+    label = "this machine" if host == "this machine" else f"this machine ({host})"
+    return Target("machine", label, True, "no job script: the machine gpudoctor runs on", host)
 
 
 def about_this_machine(finding: Finding, target: Target) -> bool:

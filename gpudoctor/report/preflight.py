@@ -152,6 +152,11 @@ def view(version: str, facts: Facts, ctx, target, args):
     if machine and target.machine_in_verdict:
         lines.append(machine)
     lines.extend(node_lines(facts, target, ctx))
+    from gpudoctor.job.target import in_job_environment
+
+    lone = target.kind == "machine" and not in_job_environment(facts.env) and not getattr(args, "snapshot", None)
+    if lone and facts.has("nvidia") and not facts.nvidia.get("available") and ctx.gpus_expected:
+        lines.append("no GPU here: on a login node, `gpudoctor check --sbatch job.slurm` judges the job instead")
     return View(
         header=header(version, facts, target, getattr(args, "snapshot", None)),
         lines=lines,
