@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpudoctor.facts import Facts
+from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
 from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
@@ -121,12 +122,12 @@ class Plan:
 
 
 def read_text(path: str) -> str:
-    """A file's text with every byte kept (undecodable bytes survive as surrogates)."""
+    """A file's text with every byte kept (undecodable bytes survive as surrogates); regular files
+    only, size-capped, so a FIFO or /dev/zero given as input is refused instead of read forever."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+        data = read_input_bytes(path)
+    except FileIOError as e:
+        raise InputError(str(e)) from None
     return data.decode("utf-8", errors="surrogateescape")
 
 

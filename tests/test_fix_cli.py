@@ -292,3 +292,13 @@ def test_owner_and_mode_are_kept(seed_fixed, capsys):
     backup = os.stat(seed_fixed.with_name("job.slurm.gpudoctor.bak"))
     assert (backup.st_uid, backup.st_mode & 0o7777) == (65534, 0o604)
     assert "\nexport CUDA_VISIBLE_DEVICES" not in seed_fixed.read_text()
+
+
+@pytest.mark.parametrize("option", ["--sbatch", "--config"])
+def test_fifo_input_is_refused_at_once(tmp_path, option):
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "gpudoctor", "fix", "--snapshot", SNAPSHOT, option, str(fifo), "--apply"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "not a regular file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == ["job.fifo"]

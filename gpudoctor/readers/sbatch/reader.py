@@ -699,8 +699,9 @@ _SHELL_INTERPRETERS = {"bash", "sh"}
 def bash_syntax(text: str) -> BashSyntax:
     """`bash -n` over the script text (stdin), in its own process group, killed whole after BASH_TIMEOUT_S."""
     import shutil
-    import signal
     import subprocess
+
+    from gpudoctor.probe.proc import run_bounded
 
     shebang = text.split("\n", 1)[0][2:].split()
     interpreter = os.path.basename(shebang[0]) if shebang else ""
@@ -712,30 +713,23 @@ def bash_syntax(text: str) -> BashSyntax:
     if bash is None:
         return BashSyntax(None, "bash is not on PATH: the script's syntax was not checked")
     try:
-        proc = subprocess.Popen(
+        proc = run_bounded(
             [bash, "-n"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
+            BASH_TIMEOUT_S,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+            input=text.encode("utf-8", errors="replace"),
+            max_output=64 * 1024,
         )
+    except subprocess.TimeoutExpired:
+        return BashSyntax(None, f"bash -n did not finish within {BASH_TIMEOUT_S:g} s")
     except OSError as e:
         return BashSyntax(None, f"bash -n could not run ({e.strerror or e})")
-    try:
-        _, err = proc.communicate(text.encode("utf-8", errors="replace"), timeout=BASH_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.communicate()
-        return BashSyntax(None, f"bash -n did not finish within {BASH_TIMEOUT_S:g} s")
+    err = proc.stderr
     if proc.returncode == 0:
         return BashSyntax(True)
     lines = [
         redact(re.sub(r"^\S*bash: ", "", ln.strip()))
-        for ln in err.decode("utf-8", errors="replace").splitlines()
+        for ln in err.splitlines()
         if ln.strip()
     ]
     return BashSyntax(False, "; ".join(lines[:3])[:500] or f"bash -n exited {proc.returncode}")
