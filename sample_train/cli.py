@@ -122,7 +122,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks")
     p.add_argument("--seed", type=_seed, default=1234, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/1 JSON report")
-    p.add_argument("--python", metavar="PATH", help="train in another interpreter (the training env's; it needs torch and gpudoctor)")
+    p.add_argument("--python", metavar="PATH",
+                   help="train in another interpreter (the training env's; it needs torch and gpudoctor)")
 
 
 def options_from_args(args) -> SmokeOptions:
@@ -168,6 +169,7 @@ def run(args) -> int:
         return ExitCode.USAGE
     from gpudoctor.sample_train import interpreter, launch
 
+    interpreter.hold_warnings()
     if getattr(args, "python", None):
         return interpreter.rerun_in(args.python, getattr(args, "argv", None) or sys.argv[1:], opts)
     if not interpreter.torch_here():

@@ -107,3 +107,18 @@ def rerun_in(python: str, argv: list[str], opts) -> int:
             continue
         rest.append(a)
     return subprocess.call([python, "-P", "-m", "gpudoctor", *rest], stdin=None)
+
+
+HELD_WARNINGS: list[str] = []  # Python warnings raised during the run (torch's deprecations and the like)
+
+
+def hold_warnings() -> None:
+    """Keep Python warnings (torch's own: deprecations, TF32 notices, storage API) out of the smoke output:
+    they are about torch's internals or our sample model, not about the user's set-up, and would sit between
+    the progress and the report. They are kept in HELD_WARNINGS instead of printed."""
+    import warnings
+
+    def hold(message, category, filename, lineno, file=None, line=None) -> None:
+        HELD_WARNINGS.append(f"{category.__name__}: {message} ({os.path.basename(str(filename))}:{lineno})")
+
+    warnings.showwarning = hold
