@@ -53,8 +53,14 @@ def test_request_that_fits_passes_and_the_nodes_are_named(slurm_cluster, tmp_pat
     assert verdict(slurm_cluster, tmp_path, script)["severity"] == "pass"
     r = check(slurm_cluster, tmp_path, script)
     assert r.returncode == 0 and "nodes: partition debug" in r.stdout and "8x h200, 256 CPUs" in r.stdout
-    full = subprocess.run([*GD, "check", "--sbatch", str(tmp_path / "job.slurm")], capture_output=True, text=True,
-                          env=slurm_cluster.env(), timeout=180, stdin=subprocess.DEVNULL)
+    full = subprocess.run(
+        [*GD, "check", "--sbatch", str(tmp_path / "job.slurm")],
+        capture_output=True,
+        text=True,
+        env=slurm_cluster.env(),
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert full.returncode == 0 and len(full.stdout.splitlines()) <= 25, full.stdout  # a healthy job: one screen
 
 
