@@ -315,7 +315,7 @@ def _expected(path: Path) -> str | None:
 HEALTHY_REALWORLD = sorted(p for p in (SCRIPTS / "realworld").glob("*.slurm") if _expected(p) == "pass")
 
 
-@pytest.mark.parametrize("path", HEALTHY_REALWORLD[:12], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", HEALTHY_REALWORLD, ids=lambda p: p.stem)
 def test_healthy_realworld_jobs_fit_25_lines(path):
     r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--sbatch", str(path))
     assert r.returncode == 0 and len(r.stdout.splitlines()) <= 25, r.stdout
