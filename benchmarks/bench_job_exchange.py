@@ -52,21 +52,31 @@ def _payloads(parts: dict) -> tuple[dict, dict]:
 
 def _member_wire(rank: int, rpn: int, digests: dict) -> dict:
     node = rank // rpn
-    return {"rank": rank, "node": f"gpu-{node:04d}", "hostname": f"gpu-{node:04d}", "node_index": node,
-            "local_rank": rank % rpn, "leader": rank % rpn == 0, "gpu": f"GPU-{rank:08x}-sim",
-            "digests": digests}
+    return {
+        "rank": rank,
+        "node": f"gpu-{node:04d}",
+        "hostname": f"gpu-{node:04d}",
+        "node_index": node,
+        "local_rank": rank % rpn,
+        "leader": rank % rpn == 0,
+        "gpu": f"GPU-{rank:08x}-sim",
+        "digests": digests,
+    }
 
 
-def worker(ranks: list[int], port: int, ns: str, rpn: int, drift_node: int, parts: dict, threads: int,
-           out: mp.Queue) -> None:
+def worker(
+    ranks: list[int], port: int, ns: str, rpn: int, drift_node: int, parts: dict, threads: int, out: mp.Queue
+) -> None:
     """Drives its ranks on `threads` threads, each rank with its own client connection."""
     import threading
 
     stats = {"bytes_sent": 0, "answered": 0, "connect_s": 0.0}
     lock = threading.Lock()
     t0 = time.monotonic()
-    pool = [threading.Thread(target=_drive, args=(ranks[k::threads], port, ns, rpn, drift_node, parts, stats, lock))
-            for k in range(threads)]
+    pool = [
+        threading.Thread(target=_drive, args=(ranks[k::threads], port, ns, rpn, drift_node, parts, stats, lock))
+        for k in range(threads)
+    ]
     for t in pool:
         t.start()
     for t in pool:
@@ -133,8 +143,9 @@ def main() -> int:
     from gpudoctor.sample_train.world import World
 
     n = a.nodes * a.ranks_per_node
-    args = argparse.Namespace(select=None, ignore=None, json=False, verbose=False, strict=False, junit=None,
-                              snapshot=None, job=True)
+    args = argparse.Namespace(
+        select=None, ignore=None, json=False, verbose=False, strict=False, junit=None, snapshot=None, job=True
+    )
     specs = _specs(args)
     facts = collect()  # one real probe of this machine, reused by every simulated rank
     findings = run_checks([s for s in specs if s.category != "job"], facts, Context())
@@ -152,7 +163,10 @@ def main() -> int:
     q = ctx.Queue()
     shares = [list(range(1 + i, n, a.workers)) for i in range(a.workers)]
     t0 = time.monotonic()
-    procs = [ctx.Process(target=worker, args=(s, port, ns, a.ranks_per_node, drift_node, parts, a.threads, q)) for s in shares]
+    procs = [
+        ctx.Process(target=worker, args=(s, port, ns, a.ranks_per_node, drift_node, parts, a.threads, q))
+        for s in shares
+    ]
     for pr in procs:
         pr.start()
     g.store.set(f"{ns}/m/0", json.dumps(me.to_wire(), separators=(",", ":")))
@@ -170,20 +184,33 @@ def main() -> int:
     sent = sum(s["bytes_sent"] for s in stats)
     wire0 = len(json.dumps(me.to_wire(), separators=(",", ":")))
     drift_lines = [line.strip() for line in report.getvalue().splitlines() if "NCCL_SOCKET_IFNAME" in line]
-    print(json.dumps({
-        "res_options": os.environ.get("RES_OPTIONS"),
-        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
-        "python": platform.python_version(), "torch": torch.__version__,
-        "nodes": a.nodes, "ranks_per_node": a.ranks_per_node, "ranks": n, "workers": a.workers,
-        "member_bytes_rank0": wire0, "bytes_sent_by_other_ranks": sent, "bytes_per_rank": round((sent + wire0) / n, 1),
-        "threads_per_worker": a.threads,
-        "contents_fetched": sum(s["answered"] for s in stats),
-        "spawn_to_verdict_s": round(t_verdict, 2), "spawn_to_all_ranks_done_s": round(t_all, 2),
-        "last_arrival_to_verdict_s": round(verdict_at - max(s["arrived_at"] for s in stats), 3),
-        "slowest_client_connect_s": round(max(s["connect_s"] for s in stats), 2),
-        "drift_node": f"gpu-{drift_node:04d}",
-        "exit": int(code), "report_drift_line": drift_lines[:1],
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "res_options": os.environ.get("RES_OPTIONS"),
+                "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "nodes": a.nodes,
+                "ranks_per_node": a.ranks_per_node,
+                "ranks": n,
+                "workers": a.workers,
+                "member_bytes_rank0": wire0,
+                "bytes_sent_by_other_ranks": sent,
+                "bytes_per_rank": round((sent + wire0) / n, 1),
+                "threads_per_worker": a.threads,
+                "contents_fetched": sum(s["answered"] for s in stats),
+                "spawn_to_verdict_s": round(t_verdict, 2),
+                "spawn_to_all_ranks_done_s": round(t_all, 2),
+                "last_arrival_to_verdict_s": round(verdict_at - max(s["arrived_at"] for s in stats), 3),
+                "slowest_client_connect_s": round(max(s["connect_s"] for s in stats), 2),
+                "drift_node": f"gpu-{drift_node:04d}",
+                "exit": int(code),
+                "report_drift_line": drift_lines[:1],
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -7,9 +7,9 @@ import, so `gpudoctor check --select allocator` stays fast even where torch is s
 from __future__ import annotations
 
 from gpudoctor import versions
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, unset_env, warn
 from gpudoctor.readers import allocconf
 from gpudoctor.readers.ints import python_int
-from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, unset_env, warn
 from gpudoctor.registry import check
 
 NEEDS = ["env", "torch_meta"]
@@ -55,7 +55,9 @@ def alloc_conf_invalid(facts, ctx):
     if chosen.version_known:
         names = list(chosen.candidates)
         if not names:
-            return passed(f"only {', '.join(chosen.ignored)} is set, which torch {_version_text(tv)} ignores (see GD-ALLOC-002)")
+            return passed(
+                f"only {', '.join(chosen.ignored)} is set, which torch {_version_text(tv)} ignores (see GD-ALLOC-002)"
+            )
     outcomes = [_judge_conf(name, env[name], tv) for name in names]
     return max(outcomes, key=lambda o: o.severity.rank) if len(outcomes) > 1 else outcomes[0]
 
@@ -70,7 +72,11 @@ def _judge_conf(name: str, value: str, tv):
     evidence = {"variable": name, "value": value, "torch": _version_text(tv), "settings": conf.settings}
     if conf.errors:
         corrected = allocconf.suggest_correction(value, tv)
-        fix = set_env(name, corrected) if corrected else manual(f"Correct or unset {name} (see `gpudoctor explain GD-ALLOC-001`)", f"unset {name}")
+        fix = (
+            set_env(name, corrected)
+            if corrected
+            else manual(f"Correct or unset {name} (see `gpudoctor explain GD-ALLOC-001`)", f"unset {name}")
+        )
         return fail(
             f"{name}={_quoted(value)}: {'; '.join(conf.errors)}",
             fix,
@@ -81,7 +87,9 @@ def _judge_conf(name: str, value: str, tv):
         return warn(f"{name}={_quoted(value)}: {'; '.join(conf.warnings)}", None, warnings=conf.warnings, **evidence)
     note = "; ".join(conf.notes)
     unknown = "" if tv else " (torch version unknown: checked against the newest rules)"
-    return passed(f"{name}={value!r} is valid for torch {_version_text(tv)}{unknown}" + (f"; {note}" if note else ""), **evidence)
+    return passed(
+        f"{name}={value!r} is valid for torch {_version_text(tv)}{unknown}" + (f"; {note}" if note else ""), **evidence
+    )
 
 
 @check(
@@ -114,7 +122,11 @@ def alloc_conf_variable_ignored(facts, ctx):
     chosen = allocconf.effective_variable(env, tv)
     evidence = {"torch": _version_text(tv), allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy}
     if chosen.ignored == (allocconf.UNIFIED_VAR,) and legacy is None:
-        partly = " (torch 2.9 reads it for some keys, but its CUDA allocator ignores expandable_segments there, pytorch#183387)" if tuple(tv[:2]) == (2, 9) else ""
+        partly = (
+            " (torch 2.9 reads it for some keys, but its CUDA allocator ignores expandable_segments there, pytorch#183387)"
+            if tuple(tv[:2]) == (2, 9)
+            else ""
+        )
         return warn(
             f"torch {_version_text(tv)} reads only {allocconf.LEGACY_VAR} for CUDA; "
             f"{allocconf.UNIFIED_VAR}={unified!r} is ignored{partly} - torch reads it from 2.10",
@@ -135,12 +147,20 @@ def alloc_conf_variable_ignored(facts, ctx):
 def _both_set(chosen, tv, legacy: str, unified: str, evidence: dict):
     """Both allocator variables set: torch reads exactly one of them, never a merge."""
     if legacy == unified:
-        return passed(f"both variables are set to the same value, so it does not matter which one torch {_version_text(tv)} reads", **evidence)
+        return passed(
+            f"both variables are set to the same value, so it does not matter which one torch {_version_text(tv)} reads",
+            **evidence,
+        )
     keep_unified = unset_env(
-        allocconf.LEGACY_VAR, f"unset {allocconf.LEGACY_VAR} so that {allocconf.UNIFIED_VAR} takes effect (merge what you need into it first)"
+        allocconf.LEGACY_VAR,
+        f"unset {allocconf.LEGACY_VAR} so that {allocconf.UNIFIED_VAR} takes effect (merge what you need into it first)",
     )
     if chosen.ignored == (allocconf.UNIFIED_VAR,):
-        why = "only 2.10+ reads the new name" if tuple(tv[:2]) < allocconf.UNIFIED_SINCE else "from 2.13 the older name is read first"
+        why = (
+            "only 2.10+ reads the new name"
+            if tuple(tv[:2]) < allocconf.UNIFIED_SINCE
+            else "from 2.13 the older name is read first"
+        )
         return warn(
             f"torch {_version_text(tv)} reads {allocconf.LEGACY_VAR}={legacy!r} and ignores {allocconf.UNIFIED_VAR}={unified!r} "
             f"({why}): the settings in {allocconf.UNIFIED_VAR} do not take effect",
@@ -189,7 +209,11 @@ def caching_allocator_disabled(facts, ctx):
     if strict:
         if value == "0":
             return passed(f"{NO_CACHING_VAR}=0: torch {_version_text(tv)} reads 0 as off", **evidence)
-        return info(f"{NO_CACHING_VAR}={value!r} is neither 0 nor 1; torch {_version_text(tv)} ignores it with a warning", fix, **evidence)
+        return info(
+            f"{NO_CACHING_VAR}={value!r} is neither 0 nor 1; torch {_version_text(tv)} ignores it with a warning",
+            fix,
+            **evidence,
+        )
     if tv is None:
         return warn(
             f"{NO_CACHING_VAR}={value!r}: torch before 2.7 disables the caching allocator whenever this variable exists, "
@@ -222,7 +246,11 @@ def caching_allocator_disabled(facts, ctx):
 def cuda_launch_blocking_on(facts, ctx):
     value = facts.env.get("CUDA_LAUNCH_BLOCKING")
     if value is None or value.strip() in ("", "0"):
-        return passed("kernel launches are asynchronous" + (f" (CUDA_LAUNCH_BLOCKING={value!r} is off)" if value is not None else ""), CUDA_LAUNCH_BLOCKING=value)
+        return passed(
+            "kernel launches are asynchronous"
+            + (f" (CUDA_LAUNCH_BLOCKING={value!r} is off)" if value is not None else ""),
+            CUDA_LAUNCH_BLOCKING=value,
+        )
     if value.strip() == "1":
         return warn(
             "CUDA_LAUNCH_BLOCKING=1 serialises every kernel launch: the CPU waits for each kernel, so input pipeline and "
@@ -296,13 +324,25 @@ def _debug_switches(env: dict) -> list[tuple[str, str, str]]:
     found = []
     inj = env.get("CUDA_INJECTION64_PATH")
     if inj:
-        found.append(("CUDA_INJECTION64_PATH", inj, f"{_tool_name(inj) or 'a CUDA tool library'} is injected into every CUDA process"))
+        found.append(
+            (
+                "CUDA_INJECTION64_PATH",
+                inj,
+                f"{_tool_name(inj) or 'a CUDA tool library'} is injected into every CUDA process",
+            )
+        )
     for lib in (env.get("LD_PRELOAD") or "").replace(":", " ").split():
         tool = _tool_name(lib)
         if tool:
             found.append(("LD_PRELOAD", lib, f"{tool} is preloaded into every process"))
     if "TORCH_CUDA_SANITIZER" in env:  # torch/__init__.py enables it when the name exists, whatever the value
-        found.append(("TORCH_CUDA_SANITIZER", env["TORCH_CUDA_SANITIZER"], "torch's CUDA stream sanitizer checks every kernel's tensor accesses"))
+        found.append(
+            (
+                "TORCH_CUDA_SANITIZER",
+                env["TORCH_CUDA_SANITIZER"],
+                "torch's CUDA stream sanitizer checks every kernel's tensor accesses",
+            )
+        )
     if env.get("CUDNN_LOGINFO_DBG") == "1":
         found.append(("CUDNN_LOGINFO_DBG", "1", "cuDNN logs every API call"))
     level = python_int(env.get("CUDNN_LOGLEVEL_DBG"))
@@ -343,11 +383,14 @@ def _startup_switches(env: dict) -> list[tuple[str, str, str]]:
     found = []
     loading = env.get("CUDA_MODULE_LOADING")
     if loading is not None and loading.strip().upper() == "EAGER":
-        found.append((
-            "CUDA_MODULE_LOADING", loading,
-            "CUDA loads every kernel of torch's libraries when the context is created (torch sets LAZY when unset): "
-            "slower start-up and more GPU memory per process",
-        ))
+        found.append(
+            (
+                "CUDA_MODULE_LOADING",
+                loading,
+                "CUDA loads every kernel of torch's libraries when the context is created (torch sets LAZY when unset): "
+                "slower start-up and more GPU memory per process",
+            )
+        )
     return found
 
 
@@ -382,11 +425,16 @@ def cuda_debug_tool_attached(facts, ctx):
     names = sorted({v for v, _, _ in every})
     plain = [n for n in names if n != "LD_PRELOAD"]
     if "LD_PRELOAD" in names:
-        fix = manual("Remove the tool library from LD_PRELOAD" + (f" and unset {' '.join(plain)}" if plain else ""), *[f"unset {n}" for n in plain])
+        fix = manual(
+            "Remove the tool library from LD_PRELOAD" + (f" and unset {' '.join(plain)}" if plain else ""),
+            *[f"unset {n}" for n in plain],
+        )
     else:
         fix = Fix("unset " + " ".join(plain), Safety.SAFE, tuple(Action(ActionKind.UNSET_ENV, n) for n in plain))
     switches = {var: value for var, value, _ in every}
-    text = "; ".join(f"{what} ({var}={value!r})" if var != "TORCH_DISTRIBUTED_DEBUG" else what for var, value, what in every)
+    text = "; ".join(
+        f"{what} ({var}={value!r})" if var != "TORCH_DISTRIBUTED_DEBUG" else what for var, value, what in every
+    )
     if dist and dist[0] == "fail":
         return fail(text, fix, switches=switches)
     if found:

@@ -8,8 +8,8 @@ import re
 
 from gpudoctor import versions
 from gpudoctor.job.gpus import describe_groups, gpu_capabilities, nvml_gpus
-from gpudoctor.readers import cudavis
 from gpudoctor.model import Outcome, fail, info, manual, passed, set_env, skip, unset_env, warn
+from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
 
 # CUDA versions PyTorch publishes wheels for (download.pytorch.org/whl/cuXY); which ones exist
@@ -72,7 +72,12 @@ def _bundled_dirs(facts) -> set[str]:
 
 
 # The folders NVIDIA's pip wheels install each library family into (site-packages/nvidia/<folder>/lib).
-WHEEL_FOLDERS = {"cudnn": ("cudnn",), "cudart": ("cuda_runtime", "cu13"), "cublas": ("cublas", "cu13"), "nvjitlink": ("nvjitlink", "cu13")}
+WHEEL_FOLDERS = {
+    "cudnn": ("cudnn",),
+    "cudart": ("cuda_runtime", "cu13"),
+    "cublas": ("cublas", "cu13"),
+    "nvjitlink": ("nvjitlink", "cu13"),
+}
 
 
 def _wheel_copies(facts, family: str) -> list[str]:
@@ -179,16 +184,28 @@ def torch_not_importable(facts, ctx):
     evidence = {"python": python, "status": status, "error": t.get("error")}
     if status == "missing":
         msg = f"torch is not installed for {python}"
-        fix = manual("Install torch there, or point gpudoctor at the job's interpreter", f"{python} -m pip install torch", "gpudoctor check --python /path/to/job/env/bin/python")
+        fix = manual(
+            "Install torch there, or point gpudoctor at the job's interpreter",
+            f"{python} -m pip install torch",
+            "gpudoctor check --python /path/to/job/env/bin/python",
+        )
         if not ctx.gpus_expected:
             # --expect-gpus 0: possibly a login/CI node auditing settings, not the training environment
-            return warn(f"{msg}: jobs started from this environment cannot run (if they use another one, pass --python)", fix, **evidence)
+            return warn(
+                f"{msg}: jobs started from this environment cannot run (if they use another one, pass --python)",
+                fix,
+                **evidence,
+            )
         return fail(f"{msg}: the job cannot start here, and the CUDA checks cannot judge it", fix, **evidence)
     if status == "import_error":
         hint = _import_error_hint(t.get("error") or "")
         return fail(
             f"import torch fails: {t.get('error')} ({hint})",
-            manual("Reproduce and repair the install", f"{python} -c 'import torch'", f"{python} -m pip install --force-reinstall torch"),
+            manual(
+                "Reproduce and repair the install",
+                f"{python} -c 'import torch'",
+                f"{python} -m pip install --force-reinstall torch",
+            ),
             ld_library_path=facts.env.get("LD_LIBRARY_PATH"),
             ld_preload=facts.env.get("LD_PRELOAD"),
             **evidence,
@@ -197,10 +214,17 @@ def torch_not_importable(facts, ctx):
         return _timeout_outcome(t, python)
     if status == "crashed":
         # stage 'done': torch imported and was described, only the report to gpudoctor got lost
-        hint = "torch imported, but something it loaded closed or redirected standard output" if t.get("stage") == "done" else _crash_hint(t.get("signal"))
+        hint = (
+            "torch imported, but something it loaded closed or redirected standard output"
+            if t.get("stage") == "done"
+            else _crash_hint(t.get("signal"))
+        )
         return fail(
             f"{t.get('error')}: {hint}",
-            manual("Reproduce with a native traceback", f"{python} -X faulthandler -c 'import torch; torch.cuda.is_available()'"),
+            manual(
+                "Reproduce with a native traceback",
+                f"{python} -X faulthandler -c 'import torch; torch.cuda.is_available()'",
+            ),
             signal=t.get("signal"),
             stage=t.get("stage"),
             stderr_tail=t.get("stderr_tail"),
@@ -209,7 +233,13 @@ def torch_not_importable(facts, ctx):
             **evidence,
         )
     if status == "python_error":
-        return fail(f"cannot run the target interpreter: {t.get('error')}", manual("Point --python at the job's Python 3 interpreter", "gpudoctor check --python /path/to/env/bin/python"), **evidence)
+        return fail(
+            f"cannot run the target interpreter: {t.get('error')}",
+            manual(
+                "Point --python at the job's Python 3 interpreter", "gpudoctor check --python /path/to/env/bin/python"
+            ),
+            **evidence,
+        )
     return fail(f"the torch probe gave no usable result: {t.get('error') or status}", **evidence)
 
 
@@ -239,16 +269,28 @@ def torch_cpu_only_build(facts, ctx):
     driver_cuda = versions.cuda_from_int(facts.nvidia.get("cuda_driver_version"))
     version = _base_version(t.get("version"))
     pin = f"torch=={version}" if version else "torch"
-    limit = f"CUDA {versions.fmt(driver_cuda)} or older (the driver's limit)" if driver_cuda else "the CUDA version the driver supports (nvidia-smi shows it; e.g. cu126)"
+    limit = (
+        f"CUDA {versions.fmt(driver_cuda)} or older (the driver's limit)"
+        if driver_cuda
+        else "the CUDA version the driver supports (nvidia-smi shows it; e.g. cu126)"
+    )
     fix = manual(
         f"Install a CUDA build of torch for {limit}; pytorch.org lists the CUDA builds of each torch release",
         f"pip install --force-reinstall {pin} --index-url {_wheel_index(driver_cuda)}",
     )
     kind = f"a ROCm build (HIP {t['hip']})" if t.get("hip") else "a CPU-only build"
     if gpus and ctx.gpus_expected:
-        return fail(f"torch {t.get('version')} is {kind}, but this machine has {len(gpus)} NVIDIA GPU(s): the job would run on the CPU", fix, **evidence)
+        return fail(
+            f"torch {t.get('version')} is {kind}, but this machine has {len(gpus)} NVIDIA GPU(s): the job would run on the CPU",
+            fix,
+            **evidence,
+        )
     if gpus:
-        return info(f"torch {t.get('version')} is {kind} on a machine with {len(gpus)} NVIDIA GPU(s); fine for --expect-gpus 0", fix, **evidence)
+        return info(
+            f"torch {t.get('version')} is {kind} on a machine with {len(gpus)} NVIDIA GPU(s); fine for --expect-gpus 0",
+            fix,
+            **evidence,
+        )
     if ctx.gpus_expected:
         return warn(
             f"torch {t.get('version')} is {kind}: it could not use GPUs even where there are some "
@@ -302,7 +344,10 @@ def torch_cuda_init_failed(facts, ctx):
     gpus = nvml_gpus(facts)
     if not gpus:
         if t.get("cuda_available"):
-            return passed(f"torch initialises CUDA and sees {t.get('device_count')} device(s) (NVML could not list them)", device_count=t.get("device_count"))
+            return passed(
+                f"torch initialises CUDA and sees {t.get('device_count')} device(s) (NVML could not list them)",
+                device_count=t.get("device_count"),
+            )
         return skip("the NVIDIA driver sees no GPU here (see GD-DRV-001)")
     evidence = {
         "torch_cuda": t.get("cuda"),
@@ -312,7 +357,10 @@ def torch_cuda_init_failed(facts, ctx):
         "CUDA_VISIBLE_DEVICES": facts.env.get("CUDA_VISIBLE_DEVICES"),
     }
     if t.get("cuda_available"):
-        return passed(f"torch initialises CUDA and sees {t.get('device_count')} device(s) (the driver sees {len(gpus)})", **evidence)
+        return passed(
+            f"torch initialises CUDA and sees {t.get('device_count')} device(s) (the driver sees {len(gpus)})",
+            **evidence,
+        )
     error = t.get("cuda_error") or "torch.cuda.is_available() returned False without an error message"
     evidence["cuda_error"] = error
     visibility = cudavis.from_facts(facts)
@@ -321,11 +369,18 @@ def torch_cuda_init_failed(facts, ctx):
         if "GD-DEV-001" in (ctx.running or ()):
             return skip(f"{visibility.describe()} leaves this process no GPU (see GD-DEV-001)", **evidence)
         hint = f"{visibility.describe()} leaves this process no GPU"
-        fix = manual("Request GPUs from the scheduler (e.g. --gres=gpu:8), or unset CUDA_VISIBLE_DEVICES outside a scheduler", "unset CUDA_VISIBLE_DEVICES")
+        fix = manual(
+            "Request GPUs from the scheduler (e.g. --gres=gpu:8), or unset CUDA_VISIBLE_DEVICES outside a scheduler",
+            "unset CUDA_VISIBLE_DEVICES",
+        )
     else:
         hint, fix = _cuda_init_hint(error), None
         if "fabricmanager" in hint:
-            fix = manual("Start the NVIDIA fabric manager (root)", "systemctl start nvidia-fabricmanager", "systemctl status nvidia-fabricmanager")
+            fix = manual(
+                "Start the NVIDIA fabric manager (root)",
+                "systemctl start nvidia-fabricmanager",
+                "systemctl status nvidia-fabricmanager",
+            )
     msg = f"the driver sees {len(gpus)} GPU(s) but torch cannot initialise CUDA: {hint} ({error})"
     if not ctx.gpus_expected:  # --expect-gpus 0: the job falls back to the CPU, as intended
         return info(msg, fix, **evidence)
@@ -395,7 +450,11 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
     by_cov: dict[str | None, dict[tuple, list[int]]] = {}
     for idx, (name, cc) in gpus.items():
         by_cov.setdefault(_coverage(arch_list, cc), {}).setdefault((name, cc), []).append(idx)
-    evidence = {"torch": t.get("version"), "arch_list": arch_list, "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()}}
+    evidence = {
+        "torch": t.get("version"),
+        "arch_list": arch_list,
+        "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()},
+    }
 
     if None in by_cov:
         groups = by_cov[None]
@@ -404,7 +463,7 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
         hint = " (Blackwell GPUs need a torch built for CUDA 12.8 or newer)" if newest[0] >= 10 else ""
         fix = manual(
             f"Install a torch build whose arch list includes sm_{newest[0]}{newest[1]}{hint}, or build torch with "
-            f"TORCH_CUDA_ARCH_LIST=\"{';'.join(versions.fmt(c) for c in ccs)}\"",
+            f'TORCH_CUDA_ARCH_LIST="{";".join(versions.fmt(c) for c in ccs)}"',
             "python -c 'import torch; print(torch.cuda.get_arch_list())'",
         )
         return fail(
@@ -419,11 +478,17 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
             f"{' '.join(arch_list)}); the driver JIT-compiles every kernel on first use, which can take many minutes "
             "per process (cached in ~/.nv/ComputeCache, CUDA_CACHE_MAXSIZE), and JIT needs a driver at least as new as torch's "
             "CUDA (see GD-DRV-002)",
-            manual("Prefer a torch build with machine code (sm_XY) for these GPUs", "python -c 'import torch; print(torch.cuda.get_arch_list())'"),
+            manual(
+                "Prefer a torch build with machine code (sm_XY) for these GPUs",
+                "python -c 'import torch; print(torch.cuda.get_arch_list())'",
+            ),
             **evidence,
         )
     ccs = sorted({versions.fmt(cc) for _, cc in gpus.values()})
-    return passed(f"torch's arch list ({' '.join(arch_list)}) has machine code for compute capability {', '.join(ccs)}", **evidence)
+    return passed(
+        f"torch's arch list ({' '.join(arch_list)}) has machine code for compute capability {', '.join(ccs)}",
+        **evidence,
+    )
 
 
 # ---------------------------------------------------------------- GD-CUDA-005
@@ -463,12 +528,19 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
     loaded_majors = {m for m in map(_so_major, loaded) if m is not None}
     evidence = {"loaded": loaded, "ld_library_path": facts.env.get("LD_LIBRARY_PATH")}
     if len(loaded_majors) > 1:
-        return warn(f"torch's process has {label} of several major versions loaded ({', '.join(loaded)}): two copies in one process", **evidence)
+        return warn(
+            f"torch's process has {label} of several major versions loaded ({', '.join(loaded)}): two copies in one process",
+            **evidence,
+        )
     bundled = _bundled_dirs(facts)
     wheel = _wheel_copies(facts, family)
     foreign = sorted(d for d in loaded_dirs if d not in bundled)
     if wheel and foreign:
-        ld_entries = [e for e in (facts.libraries.get("found") or {}).get(family, []) if e.get("source") == "LD_LIBRARY_PATH" and _entry_dir(e) in foreign]
+        ld_entries = [
+            e
+            for e in (facts.libraries.get("found") or {}).get(family, [])
+            if e.get("source") == "LD_LIBRARY_PATH" and _entry_dir(e) in foreign
+        ]
         fix = _ld_path_without(facts, _ld_dirs_of(ld_entries)) if ld_entries else None
         return warn(
             f"torch loaded {label} from {', '.join(foreign)} instead of the copy its wheels installed ({', '.join(wheel)}): "
@@ -478,7 +550,10 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
             **evidence,
         )
     if len(loaded_dirs) > 1:
-        return warn(f"{label} files were loaded from several folders ({', '.join(sorted(loaded_dirs))}): parts of two installations mixed in one process", **evidence)
+        return warn(
+            f"{label} files were loaded from several folders ({', '.join(sorted(loaded_dirs))}): parts of two installations mixed in one process",
+            **evidence,
+        )
     return None
 
 
@@ -510,7 +585,8 @@ def cudnn_shadowed(facts, ctx):
     loaded = ((t.get("loaded_libraries") or {}).get("cudnn")) or []
     major = _cudnn_major(t)
     ld_entries = [
-        e for e in (facts.libraries.get("found") or {}).get("cudnn", [])
+        e
+        for e in (facts.libraries.get("found") or {}).get("cudnn", [])
         if e.get("source") == "LD_LIBRARY_PATH" and (major is None or _entry_major(e) in (None, major))
     ]
     evidence = {
@@ -599,9 +675,13 @@ def cuda_runtime_libraries_shadowed(facts, ctx):
         loaded_dirs = {os.path.dirname(os.path.normpath(p)) for p in loaded}
         same, other = _other_copies(facts, family, major, loaded_dirs, ("LD_LIBRARY_PATH",))
         if same and loaded_dirs:
-            notes.append(f"{label} {major} also on LD_LIBRARY_PATH ({', '.join(e['path'] for e in same)}); torch loaded its own")
+            notes.append(
+                f"{label} {major} also on LD_LIBRARY_PATH ({', '.join(e['path'] for e in same)}); torch loaded its own"
+            )
         if other:
-            notes.append(f"{label} of another major version on LD_LIBRARY_PATH ({', '.join(e['path'] for e in other)}) cannot replace torch's")
+            notes.append(
+                f"{label} of another major version on LD_LIBRARY_PATH ({', '.join(e['path'] for e in other)}) cannot replace torch's"
+            )
         evidence[family] = loaded
     if notes:
         # torch's own copies are in use; the others matter to libraries loaded later by bare name
@@ -635,7 +715,13 @@ def nvcc_torch_cuda_mismatch(facts, ctx):
     t = facts.torch
     tk = facts.libraries.get("toolkit") or {}
     torch_cuda = versions.parse(t["cuda"])[:2]
-    evidence = {"torch_cuda": t["cuda"], "cuda_home": tk.get("cuda_home"), "found_via": tk.get("found_via"), "nvcc": tk.get("nvcc"), "nvcc_cuda": tk.get("version")}
+    evidence = {
+        "torch_cuda": t["cuda"],
+        "cuda_home": tk.get("cuda_home"),
+        "found_via": tk.get("found_via"),
+        "nvcc": tk.get("nvcc"),
+        "nvcc_cuda": tk.get("version"),
+    }
     if tk.get("cuda_home") and tk.get("found_via") in ("CUDA_HOME", "CUDA_PATH") and not tk.get("nvcc"):
         return warn(
             f"{tk['found_via']}={tk['cuda_home']} has no bin/nvcc: building CUDA extensions fails ('nvcc not found')",
@@ -657,7 +743,10 @@ def nvcc_torch_cuda_mismatch(facts, ctx):
             f"nvcc at {tk['nvcc']} is CUDA {versions.fmt(nvcc_cuda)} but torch is built for CUDA {versions.fmt(torch_cuda)}: "
             "building CUDA extensions fails (cpp_extension raises 'The detected CUDA version mismatches the version that "
             "was used to compile PyTorch')",
-            manual(f"Point CUDA_HOME at a CUDA {torch_cuda[0]}.x toolkit for extension builds", f"export CUDA_HOME=/usr/local/cuda-{versions.fmt(torch_cuda)}"),
+            manual(
+                f"Point CUDA_HOME at a CUDA {torch_cuda[0]}.x toolkit for extension builds",
+                f"export CUDA_HOME=/usr/local/cuda-{versions.fmt(torch_cuda)}",
+            ),
             **evidence,
         )
     if nvcc_cuda != torch_cuda:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.readers.dlconfig import from_context
 from gpudoctor.job.layout import Known, env_int, in_srun_step, intended_launcher, job_env, layout
 from gpudoctor.model import Action, ActionKind, Fix, Safety, Severity, fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.readers.dlconfig import from_context
 from gpudoctor.registry import check
 
 MIB = 1024 * 1024
@@ -221,7 +221,9 @@ def dataloader_loads_in_main_process(facts, ctx):
     if unknown:
         return unknown
     if workers > 0:
-        return passed(f"{settings.describe('num_workers')}: batches are prepared in worker processes", **settings.evidence())
+        return passed(
+            f"{settings.describe('num_workers')}: batches are prepared in worker processes", **settings.evidence()
+        )
     suggested = _suggested_workers(facts, ctx)
     return warn(
         f"{settings.describe('num_workers')}: batches are loaded in the training process, so the GPU waits while each one "
@@ -234,7 +236,9 @@ def dataloader_loads_in_main_process(facts, ctx):
 def _suggested_workers(facts, ctx) -> int:
     lay = layout(facts, ctx)
     scripted = script_cpu_budget(facts, ctx, lay)  # before submission: the job's CPUs, not this host's
-    cpus, sharing = scripted if scripted and scripted[0].known else (cpu_budget(facts), ranks_sharing_cpus(facts, ctx, lay))
+    cpus, sharing = (
+        scripted if scripted and scripted[0].known else (cpu_budget(facts), ranks_sharing_cpus(facts, ctx, lay))
+    )
     return max(1, min(8, (cpus.value or 4) // (sharing.value or 1) - 1))
 
 
@@ -364,15 +368,26 @@ def shm_too_small_for_workers(facts, ctx):
     ranks = lay.local_ranks.value or 1
     prefetch = settings.value("prefetch_factor") or DEFAULT_PREFETCH
     in_flight = ranks * workers * prefetch
-    evidence = {**settings.evidence(), "shm": shm, "ranks_on_node": f"{ranks} ({lay.local_ranks.source or 'assumed'})", "batches_in_flight": in_flight}
+    evidence = {
+        **settings.evidence(),
+        "shm": shm,
+        "ranks_on_node": f"{ranks} ({lay.local_ranks.source or 'assumed'})",
+        "batches_in_flight": in_flight,
+    }
     if not shm:
-        return warn("no /dev/shm on this host: DataLoader workers cannot hand tensors to the training process", _shm_fix(facts), **evidence)
+        return warn(
+            "no /dev/shm on this host: DataLoader workers cannot hand tensors to the training process",
+            _shm_fix(facts),
+            **evidence,
+        )
     free = shm.get("free_bytes") or 0
     per_batch = free / in_flight
     evidence["shm_per_batch_mib"] = round(per_batch / MIB, 1)
     sum_text = f"{ranks} rank(s) x {workers} workers x prefetch {prefetch} = {in_flight} batches in flight"
     if per_batch >= SHM_PER_BATCH_MIN:
-        return passed(f"/dev/shm has {free / MIB:,.0f} MiB free for {sum_text} ({per_batch / MIB:,.0f} MiB each)", **evidence)
+        return passed(
+            f"/dev/shm has {free / MIB:,.0f} MiB free for {sum_text} ({per_batch / MIB:,.0f} MiB each)", **evidence
+        )
     batch = settings.value("batch_size")
     per_sample = f", {per_batch / batch / 1024:,.0f} KiB per sample at batch_size {batch}" if batch else ""
     return warn(
@@ -424,7 +439,12 @@ def omp_threads_oversubscribe_cpus(facts, ctx):
         return skip(cpus.source if scripted else "the host probe did not report the CPUs this process may use")
     threads, problem = omp_threads(env)
     share = max(1, cpus.value // sharing.value)
-    evidence = {"OMP_NUM_THREADS": env.get("OMP_NUM_THREADS"), "cpus": f"{cpus.value} ({cpus.source})", "ranks_sharing_cpus": f"{sharing.value} ({sharing.source})", **lay.evidence()}
+    evidence = {
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS"),
+        "cpus": f"{cpus.value} ({cpus.source})",
+        "ranks_sharing_cpus": f"{sharing.value} ({sharing.source})",
+        **lay.evidence(),
+    }
     if scripted:
         evidence = _job_resources(evidence)
     if problem:
@@ -448,7 +468,9 @@ def omp_threads_oversubscribe_cpus(facts, ctx):
             set_env("OMP_NUM_THREADS", str(share)),
             **evidence,
         )
-    return passed(f"OMP_NUM_THREADS={threads} x {sharing.value} rank(s) = {total} threads on {cpus.value} CPUs", **evidence)
+    return passed(
+        f"OMP_NUM_THREADS={threads} x {sharing.value} rank(s) = {total} threads on {cpus.value} CPUs", **evidence
+    )
 
 
 # --- GD-DL-007 -----------------------------------------------------------------------------
@@ -496,12 +518,18 @@ def _batch_rule(settings, framework: str | None, dp: int) -> BatchRule:
     accum_text = settings.describe("gradient_accumulation_steps")
     if framework == "Megatron" and micro:
         # Megatron derives the accumulation (global / (micro x dp)); a trainer's accumulate_grad_batches is not used.
-        return BatchRule(micro * dp, f"{micro_text} x {dp} data-parallel ranks", quotient="micro-batches accumulated per step")
+        return BatchRule(
+            micro * dp, f"{micro_text} x {dp} data-parallel ranks", quotient="micro-batches accumulated per step"
+        )
     if micro and accum:
-        return BatchRule(dp, f"{dp} data-parallel ranks", micro * accum * dp, f"{micro_text} x {accum_text} x {dp} ranks")
+        return BatchRule(
+            dp, f"{dp} data-parallel ranks", micro * accum * dp, f"{micro_text} x {accum_text} x {dp} ranks"
+        )
     if framework == "DeepSpeed" and micro:
         # DeepSpeed sets accumulation = train_batch_size // micro // world and then asserts equality.
-        return BatchRule(micro * dp, f"{micro_text} x {dp} data-parallel ranks", quotient="micro-batches accumulated per step")
+        return BatchRule(
+            micro * dp, f"{micro_text} x {dp} data-parallel ranks", quotient="micro-batches accumulated per step"
+        )
     if framework == "DeepSpeed" and accum:
         return BatchRule(accum * dp, f"{accum_text} x {dp} data-parallel ranks", quotient="samples per micro-batch")
     return BatchRule(dp, f"{dp} data-parallel ranks")
@@ -520,14 +548,14 @@ def _batch_rule(settings, framework: str | None, dp: int) -> BatchRule:
     "the framework does: DeepSpeed needs train_batch_size = micro batch x gradient accumulation x "
     "data-parallel size (deriving the one left out), Megatron/NeMo need global_batch_size to be a multiple of "
     "micro_batch_size x data-parallel size, detectron2 needs IMS_PER_BATCH to be a multiple of the world "
-    "size. DeepSpeed's \"auto\" (filled in by the HF Trainer or accelerate) is consistent by construction. "
+    'size. DeepSpeed\'s "auto" (filled in by the HF Trainer or accelerate) is consistent by construction. '
     "Per-device batches (HF per_device_train_batch_size) have no global rule.",
     why="DeepSpeed, Megatron and detectron2 refuse to start ('train_batch_size is not equal to micro_batch_per_gpu * "
     "gradient_acc_step * world_size', 'global batch size is not divisible by micro batch size times data "
     "parallel size'); hand-written loops silently round the per-rank batch down and train on a different "
     "batch size than the one tuned.",
     fix="Choose a global batch that is a multiple of micro batch x data-parallel size (DeepSpeed: exactly "
-    "micro x accumulation x ranks), or leave DeepSpeed's train_batch_size to \"auto\" / state only the "
+    'micro x accumulation x ranks), or leave DeepSpeed\'s train_batch_size to "auto" / state only the '
     "per-rank batch and the accumulation steps.",
 )
 def global_batch_not_divisible(facts, ctx):
@@ -544,10 +572,15 @@ def global_batch_not_divisible(facts, ctx):
     if global_batch is None:
         if "global_batch_size" in settings.found:
             return skip(settings.unknown("global_batch_size"), **settings.evidence())
-        return skip(f"{settings.source} states no global batch size (per-device batches have no global rule)", **settings.evidence())
+        return skip(
+            f"{settings.source} states no global batch size (per-device batches have no global rule)",
+            **settings.evidence(),
+        )
     lay = layout(facts, ctx)
     if not lay.world_size.known:
-        return skip("the world size is not known here (set WORLD_SIZE, or --expect-gpus on one node)", **settings.evidence())
+        return skip(
+            "the world size is not known here (set WORLD_SIZE, or --expect-gpus on one node)", **settings.evidence()
+        )
     dp, dp_text = _data_parallel_size(settings, lay.world_size.value)
     framework = _batch_framework(settings)
     rule = _batch_rule(settings, framework, dp)
@@ -555,7 +588,9 @@ def global_batch_not_divisible(facts, ctx):
     sev = fail if framework else warn
     stops = f"; {framework} refuses to start" if framework else ""
     target = rule.exact or max(rule.unit, round(global_batch / rule.unit) * rule.unit)
-    fix = _change_setting(settings, "global_batch_size", target, f"Set the global batch to {target} (a multiple of {rule.unit})")
+    fix = _change_setting(
+        settings, "global_batch_size", target, f"Set the global batch to {target} (a multiple of {rule.unit})"
+    )
     stated = settings.describe("global_batch_size")
     if global_batch % rule.unit or global_batch < rule.unit:
         return sev(
@@ -604,9 +639,13 @@ def rejected_arguments(settings, torch_version) -> list[str]:
 def _rejected_fix(settings):
     workers = settings.value("num_workers")
     if workers is not None and workers < 0:
-        return manual(f"Set {settings.describe('num_workers').split('=')[0]} to 0 or a positive count (or resolve -1 in your code before DataLoader)")
+        return manual(
+            f"Set {settings.describe('num_workers').split('=')[0]} to 0 or a positive count (or resolve -1 in your code before DataLoader)"
+        )
     keys = [settings.describe(n).split("=")[0] for n in ("prefetch_factor", "persistent_workers") if settings.value(n)]
-    return manual(f"Remove {' and '.join(keys) or 'the rejected arguments'} while num_workers is 0, or set num_workers above 0")
+    return manual(
+        f"Remove {' and '.join(keys) or 'the rejected arguments'} while num_workers is 0, or set num_workers above 0"
+    )
 
 
 @check(
@@ -676,8 +715,7 @@ RANK_AWARE_SAMPLERS = {
     why="With a RandomSampler or SequentialSampler every rank iterates the whole dataset: an epoch does "
     "world-size times the work, and with a SequentialSampler all ranks train on identical batches. "
     "Lightning and accelerate swap in a distributed sampler themselves when they prepare the loader.",
-    fix="DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and call sampler.set_epoch(epoch) "
-    "every epoch.",
+    fix="DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and call sampler.set_epoch(epoch) every epoch.",
 )
 def dataloader_not_sharded_across_ranks(facts, ctx):
     settings = _settings(facts, ctx)
@@ -695,7 +733,10 @@ def dataloader_not_sharded_across_ranks(facts, ctx):
         return info(
             f"an IterableDataset on {lay.world_size.value} ranks: torch cannot shard it, so its __iter__ must split the stream "
             "by rank (and by worker) itself, or every rank trains on the same samples",
-            manual("Split the stream by rank", "datasets.distributed.split_dataset_by_node(ds, rank, world_size)  # or torch.utils.data.get_worker_info() + the rank in __iter__"),
+            manual(
+                "Split the stream by rank",
+                "datasets.distributed.split_dataset_by_node(ds, rank, world_size)  # or torch.utils.data.get_worker_info() + the rank in __iter__",
+            ),
             **evidence,
         )
     if "distributed" in name.lower() or name in RANK_AWARE_SAMPLERS:
@@ -710,7 +751,6 @@ def dataloader_not_sharded_across_ranks(facts, ctx):
     if self_sharding or name not in ("RandomSampler", "SequentialSampler"):
         return info(msg + " (unless Lightning/accelerate, or the sampler itself, shards it by rank)", fix, **evidence)
     return warn(msg, fix, **evidence)
-
 
 
 # --- GD-DL-010 (issue 13) ---------------------------------------------------------------------

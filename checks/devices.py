@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoctor.readers import cudavis
 from gpudoctor.model import MULTI_PROCESS_LAUNCHERS, fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
 
 GIB = 1 << 30
@@ -61,7 +61,11 @@ def visible_devices_invalid(facts, ctx):
     if vis.problems:
         judge = fail if ctx.gpus_expected else warn  # a CPU-only job loses nothing, but the value is still wrong
         return judge("; ".join(vis.problems), _fix_visibility(vis, facts), **evidence)
-    where = f"nvidia-smi GPU(s) {list(vis.gpus)}" if vis.gpus is not None else f"{vis.count} GPU(s) (not resolved: NVML unavailable)"
+    where = (
+        f"nvidia-smi GPU(s) {list(vis.gpus)}"
+        if vis.gpus is not None
+        else f"{vis.count} GPU(s) (not resolved: NVML unavailable)"
+    )
     if vis.notes:
         return info(f"{vis.describe()} selects {where}; " + "; ".join(vis.notes), None, **evidence)
     return passed(f"{vis.describe()} selects {where}", **evidence)
@@ -69,9 +73,11 @@ def visible_devices_invalid(facts, ctx):
 
 def _fix_visibility(vis: cudavis.Visibility, facts):
     # an entry such as '0-3' stands for the GPUs it was meant to list, not for what CUDA reads
-    keep = list(dict.fromkeys(
-        t for e in vis.accepted for t in [str(i) for i in cudavis.lost_indices(e.text) or []] or [e.text.strip()]
-    ))
+    keep = list(
+        dict.fromkeys(
+            t for e in vis.accepted for t in [str(i) for i in cudavis.lost_indices(e.text) or []] or [e.text.strip()]
+        )
+    )
     if vis.duplicate or vis.all_invalid_because or not keep:
         return manual(
             "Set CUDA_VISIBLE_DEVICES to existing GPUs, each once (or unset it to use all)",
@@ -117,7 +123,11 @@ def gpu_count_mismatch(facts, ctx):
     if expected is None:
         if count >= 1:
             return passed(f"{count} GPU(s) visible", **evidence)
-        return fail(f"no GPU visible to CUDA ({vis.describe()}, NVML sees {len(facts.gpus)}): the job would run on the CPU", _COUNT_FIX, **evidence)
+        return fail(
+            f"no GPU visible to CUDA ({vis.describe()}, NVML sees {len(facts.gpus)}): the job would run on the CPU",
+            _COUNT_FIX,
+            **evidence,
+        )
     if count < expected:
         why = f" ({vis.describe()})" if vis.is_set else ""
         return fail(f"the job expects {expected} GPU(s) but CUDA will see {count}{why}", _COUNT_FIX, **evidence)
@@ -145,14 +155,22 @@ def device_order_ambiguous(facts, ctx):
     gpus = [g for g in facts.gpus if not g.get("error")]
     names = _names(gpus)
     order = facts.env.get("CUDA_DEVICE_ORDER")
-    evidence = {"models": names, "CUDA_DEVICE_ORDER": order, "CUDA_VISIBLE_DEVICES": facts.env.get("CUDA_VISIBLE_DEVICES")}
+    evidence = {
+        "models": names,
+        "CUDA_DEVICE_ORDER": order,
+        "CUDA_VISIBLE_DEVICES": facts.env.get("CUDA_VISIBLE_DEVICES"),
+    }
     if len(names) <= 1:
         return passed("all GPUs are the same model: CUDA's order matches nvidia-smi's", **evidence)
     if order == "PCI_BUS_ID":
         return passed("CUDA_DEVICE_ORDER=PCI_BUS_ID: CUDA numbers GPUs as nvidia-smi does", **evidence)
     vis = cudavis.from_facts(facts)
     models = ", ".join(f"{n} (GPU {', '.join(map(str, idx))})" for n, idx in names.items())
-    bad_order = f" (CUDA_DEVICE_ORDER={order!r} is not a valid order; CUDA uses FASTEST_FIRST)" if order not in (None, "FASTEST_FIRST") else ""
+    bad_order = (
+        f" (CUDA_DEVICE_ORDER={order!r} is not a valid order; CUDA uses FASTEST_FIRST)"
+        if order not in (None, "FASTEST_FIRST")
+        else ""
+    )
     fix = set_env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     if vis.uses_indices:
         return warn(
@@ -192,11 +210,20 @@ def mig_multiple_devices(facts, ctx):
     mig_gpus = [g for g in gpus if (g.get("mig") or {}).get("current")]
     if not mig_gpus:
         if pending:
-            return warn(f"a MIG mode change is pending on GPU(s) {pending} until the GPU is reset", manual("Reset the GPU(s) or reboot", "sudo nvidia-smi -r -i <index>"), pending=pending)
+            return warn(
+                f"a MIG mode change is pending on GPU(s) {pending} until the GPU is reset",
+                manual("Reset the GPU(s) or reboot", "sudo nvidia-smi -r -i <index>"),
+                pending=pending,
+            )
         return passed("no GPU is in MIG mode")
     vis, visible = _visible(facts)
     devices = _mig_devices_visible(vis, visible)
-    evidence = {"mig_gpus": [g["index"] for g in mig_gpus], "mig_devices_visible": devices, "CUDA_VISIBLE_DEVICES": vis.value, "pending": pending}
+    evidence = {
+        "mig_gpus": [g["index"] for g in mig_gpus],
+        "mig_devices_visible": devices,
+        "CUDA_VISIBLE_DEVICES": vis.value,
+        "pending": pending,
+    }
     if not devices and not any((g.get("mig") or {}).get("current") for g in visible):
         return passed(f"GPU(s) {evidence['mig_gpus']} are in MIG mode, but the job does not use them", **evidence)
     wanted = ctx.expect_gpus
@@ -204,7 +231,10 @@ def mig_multiple_devices(facts, ctx):
         return fail(
             f"the job expects {wanted} GPUs but GPUs {evidence['mig_gpus']} are in MIG mode: a CUDA process can use only one "
             f"MIG device ({len(devices)} visible), so torch.cuda.device_count() will be 1",
-            manual("Run one process per MIG device, each with its own CUDA_VISIBLE_DEVICES=MIG-<uuid>, or disable MIG", "nvidia-smi -L"),
+            manual(
+                "Run one process per MIG device, each with its own CUDA_VISIBLE_DEVICES=MIG-<uuid>, or disable MIG",
+                "nvidia-smi -L",
+            ),
             **evidence,
         )
     if len(devices) > 1 and len(vis.mig or ()) > 1:
@@ -224,7 +254,11 @@ def mig_multiple_devices(facts, ctx):
             **evidence,
         )
     if pending:
-        return warn(f"a MIG mode change is pending on GPU(s) {pending} until the GPU is reset", manual("Reset the GPU(s) or reboot", "sudo nvidia-smi -r -i <index>"), **evidence)
+        return warn(
+            f"a MIG mode change is pending on GPU(s) {pending} until the GPU is reset",
+            manual("Reset the GPU(s) or reboot", "sudo nvidia-smi -r -i <index>"),
+            **evidence,
+        )
     return passed(f"MIG mode: {len(devices)} MIG device visible to the job", **evidence)
 
 
@@ -264,7 +298,10 @@ def compute_mode_restricted(facts, ctx):
     if prohibited:
         return fail(
             f"GPU(s) {prohibited} are in compute mode Prohibited: no CUDA context can be created on them",
-            manual("Set the compute mode back to Default (administrator)", *[f"sudo nvidia-smi -i {i} -c DEFAULT" for i in prohibited]),
+            manual(
+                "Set the compute mode back to Default (administrator)",
+                *[f"sudo nvidia-smi -i {i} -c DEFAULT" for i in prohibited],
+            ),
             **evidence,
         )
     taken = [g["index"] for g in exclusive if any(p.get("type") == "compute" for p in g.get("processes") or [])]
@@ -360,17 +397,26 @@ def gpus_already_busy(facts, ctx):
         used, total = g.get("memory_used_bytes") or 0, g.get("memory_total_bytes") or 0
         procs = [p for p in g.get("processes") or [] if p.get("type") == "compute"]
         if procs or used > BUSY_MIN_BYTES:
-            busy[g["index"]] = {"used_gib": round(used / GIB, 1), "total_gib": round(total / GIB, 1), "pids": [p.get("pid") for p in procs]}
+            busy[g["index"]] = {
+                "used_gib": round(used / GIB, 1),
+                "total_gib": round(total / GIB, 1),
+                "pids": [p.get("pid") for p in procs],
+            }
             if total and used >= BUSY_FAIL_FRACTION * total:
                 heavy.append(g["index"])
     if not busy:
         return passed("no other processes and no memory in use on the job's GPUs")
     detail = "; ".join(
-        f"GPU {i}: {b['used_gib']} of {b['total_gib']} GiB in use" + (f", PIDs {b['pids']}" if b["pids"] else "") for i, b in busy.items()
+        f"GPU {i}: {b['used_gib']} of {b['total_gib']} GiB in use" + (f", PIDs {b['pids']}" if b["pids"] else "")
+        for i, b in busy.items()
     )
     fix = manual("Find and stop the processes holding the GPUs", "nvidia-smi", "fuser -v /dev/nvidia*")
     if heavy:
-        return fail(f"GPU(s) {heavy} are already half full or more - the job will likely run out of memory ({detail})", fix, busy=busy)
+        return fail(
+            f"GPU(s) {heavy} are already half full or more - the job will likely run out of memory ({detail})",
+            fix,
+            busy=busy,
+        )
     return warn(f"the job's GPUs are already in use ({detail})", fix, busy=busy)
 
 

@@ -90,7 +90,9 @@ def _rank_exported_before_srun(facts, ctx):
 
     shape = job_shape(facts, ctx)
     exports = _script_exports(ctx)
-    names = [n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n].line < (shape.launch_lineno or 0)]
+    names = [
+        n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n].line < (shape.launch_lineno or 0)
+    ]
     if not names or not shape.srun_launch or shape.launcher not in ("python", "lightning") or (shape.ntasks or 1) < 2:
         return None  # torchrun/accelerate/deepspeed set RANK and LOCAL_RANK for their workers themselves
     lines = [f"line {exports[n].line}: {exports[n].text or n + '=' + exports[n].value}" for n in names]
@@ -99,8 +101,10 @@ def _rank_exported_before_srun(facts, ctx):
         f"{', '.join(names)} exported in the batch shell ({'; '.join(lines)}) before line {shape.launch_lineno} starts "
         f"{shape.ntasks} srun tasks: the batch shell is task 0, so every task inherits the same value "
         f"({values}) and the ranks collide",
-        manual("Set the rank variables inside each task, not in the batch shell",
-               "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'"),
+        manual(
+            "Set the rank variables inside each task, not in the batch shell",
+            "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'",
+        ),
         exported=lines,
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
         srun_tasks=shape.ntasks,
@@ -131,14 +135,19 @@ def _node_rank_same_on_every_node(facts, ctx):
         return None
     option = "--machine_rank" if launcher == "accelerate" else "--node_rank"
     given = f"{option}={rank}" if rank is not None else f"no {option} (default 0)"
-    why = ("; a $SLURM_NODEID on the srun line is expanded once, by the batch shell, which runs on node 0"
-           if rank is not None else "")
+    why = (
+        "; a $SLURM_NODEID on the srun line is expanded once, by the batch shell, which runs on node 0"
+        if rank is not None
+        else ""
+    )
     return fail(
         f"line {shape.launch_lineno} starts {launcher} on each of {shape.nodes} nodes with {given}: every node claims node rank "
         f"{rank or 0} and the static rendezvous never completes{why}",
-        manual("Let each task expand its own node rank, or let the rendezvous assign it",
-               f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} ... {option}=$SLURM_NODEID ...'   (single quotes)",
-               "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)"),
+        manual(
+            "Let each task expand its own node rank, or let the rendezvous assign it",
+            f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} ... {option}=$SLURM_NODEID ...'   (single quotes)",
+            "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)",
+        ),
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
         nodes=shape.nodes,
         node_rank=rank,
@@ -175,13 +184,20 @@ def rank_variables_inconsistent(facts, ctx):
     if batch_rank is not None:
         return batch_rank
     env = _rank_env(job_env(facts, ctx))
-    evidence = {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k in env}
+    evidence = {
+        k: env[k]
+        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+        if k in env
+    }
     evidence.update({k: env[k] for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID") if k in env})
     problems = _malformed(env) + _inconsistent(env) + _disagrees_with_slurm(env)
     if problems:
         return fail(
             "; ".join(problems) + ": init_process_group will raise or hang",
-            manual("Let the launcher set the rank variables (per task, inside srun)", "env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|SLURM_PROCID)='"),
+            manual(
+                "Let the launcher set the rank variables (per task, inside srun)",
+                "env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|SLURM_PROCID)='",
+            ),
             **evidence,
         )
     missing = _missing(env, set(_script_exports(ctx)))
@@ -189,8 +205,10 @@ def rank_variables_inconsistent(facts, ctx):
         return info(
             f"WORLD_SIZE={env.get('WORLD_SIZE')} is exported but RANK is not: srun starts one task per rank, so the script "
             "must take its rank from SLURM_PROCID (as Lightning and most cluster examples do) or set RANK inside each task",
-            manual("Map the rank per task if the script expects RANK",
-                   "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID python train.py'"),
+            manual(
+                "Map the rank per task if the script expects RANK",
+                "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID python train.py'",
+            ),
             **evidence,
         )
     if missing:
@@ -208,7 +226,10 @@ def rank_variables_inconsistent(facts, ctx):
             return info(
                 "srun sets SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS, not RANK/LOCAL_RANK/WORLD_SIZE: Lightning reads "
                 "SLURM's variables itself, but init_process_group('env://') needs them set inside each task",
-                manual("Map them per task", "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'"),
+                manual(
+                    "Map them per task",
+                    "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'",
+                ),
                 **evidence,
             )
         return skip("no rank variables set (a preflight before the launcher runs): nothing to check", **evidence)
@@ -260,7 +281,9 @@ def master_port_invalid(facts, ctx):
             MASTER_PORT=text,
         )
     if port is None or not 1 <= port <= 65535:
-        return fail(f"MASTER_PORT={text!r} is not a TCP port (1-65535): the rendezvous cannot start", fix, MASTER_PORT=text)
+        return fail(
+            f"MASTER_PORT={text!r} is not a TCP port (1-65535): the rendezvous cannot start", fix, MASTER_PORT=text
+        )
     if port < 1024:
         return warn(
             f"MASTER_PORT={port} is a privileged port: only root may bind it, so rank 0 fails with 'Permission denied' as a normal user",
@@ -293,12 +316,18 @@ def _endpoint_problem(rdv: dict, lay, env: dict):
         return fail(
             f"MASTER_ADDR={addr!r} does not resolve ({res.get('error', 'no addresses')}): every rank will fail to reach the rendezvous store"
             + _address_form_hint(str(addr)),
-            manual("Use a host name or address every node can resolve, e.g. the first node of the job", "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)"),
+            manual(
+                "Use a host name or address every node can resolve, e.g. the first node of the job",
+                'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            ),
         )
     if rdv.get("loopback") and lay.multi_node:
         return fail(
             f"MASTER_ADDR={addr!r} is a loopback address but the job spans {lay.nodes.value} nodes ({lay.nodes.source}): ranks on other nodes connect to themselves and time out",
-            manual("Set MASTER_ADDR to the first node's host name", "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)"),
+            manual(
+                "Set MASTER_ADDR to the first node's host name",
+                'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            ),
         )
     port = rdv.get("port_check") or {}
     if port and not port.get("free"):
@@ -359,6 +388,7 @@ def rendezvous_endpoint_unreachable(facts, ctx):
 
 # --- GD-DIST-004 ---------------------------------------------------------------------------
 
+
 def _legacy_launches(sbatch) -> list:
     return [ln for ln in sbatch.launches if ln.launcher == "torch.distributed.launch"]
 
@@ -387,7 +417,11 @@ def deprecated_torch_distributed_launch(facts, ctx):
         return passed("the batch script does not use torch.distributed.launch", sbatch=ctx.sbatch_path)
     fix = manual("Launch with torchrun instead", "torchrun --nproc-per-node=$SLURM_GPUS_ON_NODE train.py")
     if all(re.search(r"--use[-_]env\b", ln.text or "") for ln in legacy):
-        return info("the batch script uses the deprecated torch.distributed.launch (with --use-env, so ranks come from LOCAL_RANK): use torchrun", fix, **evidence)
+        return info(
+            "the batch script uses the deprecated torch.distributed.launch (with --use-env, so ranks come from LOCAL_RANK): use torchrun",
+            fix,
+            **evidence,
+        )
     return warn(
         "the batch script launches with the deprecated torch.distributed.launch: since torch 2.0 it passes "
         "--local-rank=N, which scripts that parse only --local_rank reject; use torchrun",
@@ -417,17 +451,35 @@ def _rename_findings(env: dict, torch_version):
     for old, new in TORCH_NCCL_RENAMES.items():
         has_old, has_new = old in env, new in env
         if has_old and has_new and env[old] != env[new] and not old_torch:
-            out.append(("warn", f"{old}={env[old]!r} and {new}={env[new]!r} disagree: torch uses {new}", unset_env(old)))
+            out.append(
+                ("warn", f"{old}={env[old]!r} and {new}={env[new]!r} disagree: torch uses {new}", unset_env(old))
+            )
         elif has_old and not has_new and not old_torch:
             when = "" if new_torch else " (torch >= 2.2)"
-            out.append(("info", f"{old} is deprecated{when}: use {new} (the old name still works, with a warning from every rank)", _rename_fix(old, new, env[old])))
+            out.append(
+                (
+                    "info",
+                    f"{old} is deprecated{when}: use {new} (the old name still works, with a warning from every rank)",
+                    _rename_fix(old, new, env[old]),
+                )
+            )
         elif has_new and not has_old and old_torch:
-            out.append(("warn", f"{new} has no effect on torch {versions.fmt(torch_version)}, which reads only {old}", set_env(old, env[new])))
+            out.append(
+                (
+                    "warn",
+                    f"{new} has no effect on torch {versions.fmt(torch_version)}, which reads only {old}",
+                    set_env(old, env[new]),
+                )
+            )
     return out
 
 
 def _rename_fix(old: str, new: str, value: str):
-    return Fix(f"export {new}={value} and unset {old}", Safety.SAFE, (Action(ActionKind.SET_ENV, new, value), Action(ActionKind.UNSET_ENV, old)))
+    return Fix(
+        f"export {new}={value} and unset {old}",
+        Safety.SAFE,
+        (Action(ActionKind.SET_ENV, new, value), Action(ActionKind.UNSET_ENV, old)),
+    )
 
 
 @check(

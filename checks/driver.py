@@ -73,7 +73,11 @@ def _nvml_hint(error: str) -> str:
 def nvidia_driver_unusable(facts, ctx):
     nv = facts.nvidia
     if nv.get("timed_out"):
-        return fail("NVML did not answer in time: the driver may be hung", manual("Check `nvidia-smi` and `dmesg` for Xid errors"), error=nv.get("error"))
+        return fail(
+            "NVML did not answer in time: the driver may be hung",
+            manual("Check `nvidia-smi` and `dmesg` for Xid errors"),
+            error=nv.get("error"),
+        )
     if not nv.get("available"):
         error = nv.get("error") or "NVML unavailable"
         if not ctx.gpus_expected:
@@ -96,7 +100,11 @@ def nvidia_driver_unusable(facts, ctx):
     if not gpus:
         if not ctx.gpus_expected:
             return skip("no GPUs expected (--expect-gpus 0)", driver_version=nv.get("driver_version"))
-        return fail("the NVIDIA driver is loaded but sees no GPUs", manual("Check `nvidia-smi -L` and the node's hardware"), driver_version=nv.get("driver_version"))
+        return fail(
+            "the NVIDIA driver is loaded but sees no GPUs",
+            manual("Check `nvidia-smi -L` and the node's hardware"),
+            driver_version=nv.get("driver_version"),
+        )
     return passed(
         f"driver {nv.get('driver_version')} (CUDA {versions.fmt(versions.cuda_from_int(nv.get('cuda_driver_version')))}) sees {len(gpus)} GPU(s)",
         driver_version=nv.get("driver_version"),
@@ -134,7 +142,12 @@ def driver_too_old_for_torch_cuda(facts, ctx):
         return skip(f"torch's CUDA version {str(t['cuda'])[:40]!r} is not a version number")
     need = versions.parse(t["cuda"])[:2]
     have = versions.cuda_from_int(nv.get("cuda_driver_version"))
-    evidence = {"torch": t.get("version"), "torch_cuda": t["cuda"], "driver_version": nv.get("driver_version"), "driver_cuda": versions.fmt(have)}
+    evidence = {
+        "torch": t.get("version"),
+        "torch_cuda": t["cuda"],
+        "driver_version": nv.get("driver_version"),
+        "driver_cuda": versions.fmt(have),
+    }
     if have is None:
         return skip("NVML did not report the driver's CUDA version", **evidence)
     compat = [c for c in facts.libraries.get("cuda_compat", []) if c.get("version")]
@@ -179,7 +192,9 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     )
     if have_eff >= need:
         via = f" through forward-compatibility libcuda (CUDA {versions.fmt(compat_cuda)})" if have_eff != have else ""
-        return passed(f"driver supports CUDA {versions.fmt(have_eff)}{via}; torch needs {versions.fmt(need)}", **evidence)
+        return passed(
+            f"driver supports CUDA {versions.fmt(have_eff)}{via}; torch needs {versions.fmt(need)}", **evidence
+        )
     cuda_refused = too_old and not t.get("cuda_available")  # CUDA itself said so: no minor-version rescue
     if have_eff[0] < need[0] or need[0] < 11 or cuda_refused:
         # before CUDA 11 there is no minor-version compatibility: a 10.2 runtime needs a 10.2 driver (NVIDIA,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoctor.readers import cudavis
 from gpudoctor.model import fail, info, manual, passed, skip, warn
+from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
 
 # Clock-event reasons that mean the GPU is slowed by a fault or by cooling/power delivery.
@@ -44,14 +44,22 @@ def ecc_uncorrected_errors(facts, ctx):
         return fail(
             f"uncorrected ECC errors since the last reboot on GPU(s) {sorted(volatile)} ({volatile}): the GPU lost memory "
             "contents and needs a reset before it can be trusted",
-            manual("Drain the node, reset the GPU(s), run diagnostics", *[f"sudo nvidia-smi -r -i {i}" for i in sorted(volatile)], "dcgmi diag -r 3"),
+            manual(
+                "Drain the node, reset the GPU(s), run diagnostics",
+                *[f"sudo nvidia-smi -r -i {i}" for i in sorted(volatile)],
+                "dcgmi diag -r 3",
+            ),
             **evidence,
         )
     if aggregate:
         return warn(
             f"GPU(s) {sorted(aggregate)} have had uncorrected ECC errors in their lifetime ({aggregate}), none since the "
             "last reboot: watch them",
-            manual("Check the memory repair state and diagnostics", "nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT", "dcgmi diag -r 3"),
+            manual(
+                "Check the memory repair state and diagnostics",
+                "nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT",
+                "dcgmi diag -r 3",
+            ),
             **evidence,
         )
     with_ecc = [g["index"] for g in gpus if (g.get("ecc") or {}).get("current")]
@@ -77,7 +85,11 @@ def ecc_uncorrected_errors(facts, ctx):
 def memory_repair_pending(facts, ctx):
     gpus = cudavis.job_gpus(facts)
     failed = [g["index"] for g in gpus if (g.get("remapped_rows") or {}).get("failed")]
-    pending = [g["index"] for g in gpus if (g.get("remapped_rows") or {}).get("pending") or (g.get("retired_pages") or {}).get("pending")]
+    pending = [
+        g["index"]
+        for g in gpus
+        if (g.get("remapped_rows") or {}).get("pending") or (g.get("retired_pages") or {}).get("pending")
+    ]
     evidence = {
         "remapped_rows": {g["index"]: g.get("remapped_rows") for g in gpus if g.get("remapped_rows")},
         "retired_pages": {g["index"]: g.get("retired_pages") for g in gpus if g.get("retired_pages")},
@@ -160,7 +172,10 @@ def pcie_link_degraded(facts, ctx):
         cur, best = pcie.get("width_current"), pcie.get("width_max")
         if cur and best and cur < best:
             narrow[g["index"]] = f"x{cur} of x{best}"
-    evidence = {"narrow_links": narrow, "widths": {g["index"]: (g.get("pcie") or {}).get("width_current") for g in gpus}}
+    evidence = {
+        "narrow_links": narrow,
+        "widths": {g["index"]: (g.get("pcie") or {}).get("width_current") for g in gpus},
+    }
     if narrow:
         detail = ", ".join(f"GPU {i} {w}" for i, w in narrow.items())
         return warn(
@@ -192,7 +207,9 @@ def nvlink_links_down(facts, ctx):
         return passed("no active NVLink links (GPUs without NVLink, or NVLink not in use)", active_links=active)
     models_with_links = {g.get("name") for g in gpus if active[g["index"]]}
     partly = {i: f"{active[i]} of {links[i]}" for i in active if 0 < active[i] < links[i]}
-    dark = [g["index"] for g in gpus if links[g["index"]] and not active[g["index"]] and g.get("name") in models_with_links]
+    dark = [
+        g["index"] for g in gpus if links[g["index"]] and not active[g["index"]] and g.get("name") in models_with_links
+    ]
     evidence = {"active_links": active, "links": links}
     if partly or dark:
         parts = [f"GPU {i}: {n} links active" for i, n in partly.items()]
@@ -223,13 +240,30 @@ def fabric_manager_not_running(facts, ctx):
         return skip("no NVIDIA driver (see GD-DRV-001)")
     nvswitch = facts.nvidia.get("nvswitch") or {}
     count, running = nvswitch.get("count") or 0, nvswitch.get("fabric_manager_running")
-    fabric = {g["index"]: g["fabric"] for g in facts.gpus if isinstance(g.get("fabric"), dict) and g["fabric"].get("state") not in (None, "not_supported")}
-    unready = {i: f for i, f in fabric.items() if f.get("state") != "completed" or f.get("status") not in (None, "success")}
+    fabric = {
+        g["index"]: g["fabric"]
+        for g in facts.gpus
+        if isinstance(g.get("fabric"), dict) and g["fabric"].get("state") not in (None, "not_supported")
+    }
+    unready = {
+        i: f for i, f in fabric.items() if f.get("state") != "completed" or f.get("status") not in (None, "success")
+    }
     evidence = {"nvswitch_count": count, "fabric_manager_running": running, "gpu_fabric": fabric}
-    fix = manual("Start the NVIDIA fabric manager (same version as the driver)", "sudo systemctl enable --now nvidia-fabricmanager", "systemctl status nvidia-fabricmanager")
+    fix = manual(
+        "Start the NVIDIA fabric manager (same version as the driver)",
+        "sudo systemctl enable --now nvidia-fabricmanager",
+        "systemctl status nvidia-fabricmanager",
+    )
     if unready:
-        detail = ", ".join(f"GPU {i}: {f.get('state')}" + (f" ({f.get('status')})" if f.get("status") not in (None, "success") else "") for i, f in unready.items())
-        return fail(f"NVSwitch fabric not ready ({detail}): CUDA initialisation fails with error 802 'system not yet initialized'", fix, **evidence)
+        detail = ", ".join(
+            f"GPU {i}: {f.get('state')}" + (f" ({f.get('status')})" if f.get("status") not in (None, "success") else "")
+            for i, f in unready.items()
+        )
+        return fail(
+            f"NVSwitch fabric not ready ({detail}): CUDA initialisation fails with error 802 'system not yet initialized'",
+            fix,
+            **evidence,
+        )
     if count and running is False:
         if fabric:  # every GPU registered: the fabric is up, whoever runs the manager
             return passed(f"{count} NVSwitch(es); every GPU's fabric registration completed", **evidence)
@@ -240,7 +274,11 @@ def fabric_manager_not_running(facts, ctx):
             **evidence,
         )
     if count and running is None and not fabric:
-        return info(f"{count} NVSwitch device(s); whether nv-fabricmanager runs cannot be seen from here (container?)", None, **evidence)
+        return info(
+            f"{count} NVSwitch device(s); whether nv-fabricmanager runs cannot be seen from here (container?)",
+            None,
+            **evidence,
+        )
     if not count and not fabric:
         return passed("no NVSwitch fabric on this machine", **evidence)
     return passed("NVSwitch fabric initialised", **evidence)

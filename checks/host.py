@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoctor.readers import cudavis
 from gpudoctor.model import manual, passed, skip, warn
+from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
 
 GIB = 1 << 30
@@ -56,12 +56,22 @@ def host_ram_too_small(facts, ctx):
     if not ram:
         return skip("host memory size unknown")
     ratio = ram / gpu_mem
-    evidence = {"usable_ram_bytes": ram, "ram_source": source, "gpu_memory_bytes": gpu_mem, "gpus": len(gpus), "ratio": round(ratio, 2)}
+    evidence = {
+        "usable_ram_bytes": ram,
+        "ram_source": source,
+        "gpu_memory_bytes": gpu_mem,
+        "gpus": len(gpus),
+        "ratio": round(ratio, 2),
+    }
     summary = f"{_gib(ram)} of {source} for {len(gpus)} GPU(s) with {_gib(gpu_mem)} in total ({ratio:.1f}x)"
     if ratio < RAM_MIN_RATIO:
         return warn(
             f"{summary}: less host memory than GPU memory - ranks risk the OOM killer while loading checkpoints or data",
-            manual("Request more host memory for the job", "#SBATCH --mem=0   (the whole node's memory)", "docker run --memory=<size> ..."),
+            manual(
+                "Request more host memory for the job",
+                "#SBATCH --mem=0   (the whole node's memory)",
+                "docker run --memory=<size> ...",
+            ),
             **evidence,
         )
     if ratio < RAM_GOOD_RATIO:
@@ -85,9 +95,15 @@ def host_ram_too_small(facts, ctx):
 def shm_too_small(facts, ctx):
     shm = facts.host.get("shm")
     container = (facts.host.get("container") or {}).get("in_container")
-    fix = manual("Give the container a larger /dev/shm", "docker run --shm-size=16g ...   (or --ipc=host)", "df -h /dev/shm")
+    fix = manual(
+        "Give the container a larger /dev/shm", "docker run --shm-size=16g ...   (or --ipc=host)", "df -h /dev/shm"
+    )
     if not shm:
-        return warn("/dev/shm is missing or unreadable: DataLoader workers cannot share batches with the training process", fix, shm=shm)
+        return warn(
+            "/dev/shm is missing or unreadable: DataLoader workers cannot share batches with the training process",
+            fix,
+            shm=shm,
+        )
     total = shm.get("total_bytes") or 0
     evidence = {"shm_total_bytes": total, "shm_free_bytes": shm.get("free_bytes"), "in_container": container}
     if total < SHM_MIN_BYTES:
@@ -100,7 +116,11 @@ def shm_too_small(facts, ctx):
         )
     free = shm.get("free_bytes")
     if free is not None and free < SHM_MIN_BYTES:
-        return warn(f"/dev/shm has {_gib(total)} but only {free / MIB:.0f} MiB free: something else fills it (stale /dev/shm/torch_* files?)", manual("Look at what fills /dev/shm", "ls -la /dev/shm", "df -h /dev/shm"), **evidence)
+        return warn(
+            f"/dev/shm has {_gib(total)} but only {free / MIB:.0f} MiB free: something else fills it (stale /dev/shm/torch_* files?)",
+            manual("Look at what fills /dev/shm", "ls -la /dev/shm", "df -h /dev/shm"),
+            **evidence,
+        )
     return passed(f"/dev/shm is {_gib(total)}", **evidence)
 
 
@@ -125,17 +145,28 @@ def memlock_limited_with_infiniband(facts, ctx):
     active = [p for p in ports if (p.get("state") or "").upper() == "ACTIVE"]
     limits = facts.host.get("ulimits") or {}
     soft, hard = limits.get("memlock_soft"), limits.get("memlock_hard")
-    evidence = {"memlock_soft": soft, "memlock_hard": hard, "ib_ports": [f"{p.get('device')}/{p.get('port')} {p.get('state')}" for p in ports]}
+    evidence = {
+        "memlock_soft": soft,
+        "memlock_hard": hard,
+        "ib_ports": [f"{p.get('device')}/{p.get('port')} {p.get('state')}" for p in ports],
+    }
     if soft is None:
         return skip("locked-memory limit unknown", **evidence)
     if soft == -1:
         return passed(f"memlock unlimited; {len(ports)} RDMA port(s)", **evidence)
     if not active:
-        return passed(f"{len(ports)} RDMA port(s), none active: NCCL will not use them (memlock limit {soft} bytes)", **evidence)
+        return passed(
+            f"{len(ports)} RDMA port(s), none active: NCCL will not use them (memlock limit {soft} bytes)", **evidence
+        )
     shown = f"{soft // 1024} KiB" if soft < MIB else f"{soft // MIB} MiB"
     return warn(
         f"locked-memory limit is {shown} (ulimit -l) on a machine with {len(active)} active RDMA port(s): NCCL's "
         "InfiniBand transport cannot register its buffers and fails or falls back to TCP",
-        manual("Raise the memlock limit to unlimited", "ulimit -l unlimited   (if the hard limit allows)", "/etc/security/limits.conf: * - memlock unlimited", "docker run --ulimit memlock=-1 ..."),
+        manual(
+            "Raise the memlock limit to unlimited",
+            "ulimit -l unlimited   (if the hard limit allows)",
+            "/etc/security/limits.conf: * - memlock unlimited",
+            "docker run --ulimit memlock=-1 ...",
+        ),
         **evidence,
     )

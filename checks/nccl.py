@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpudoctor.job.layout import job_env, layout
+from gpudoctor.job.target import in_job_environment
+from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.readers.cudavis import from_facts as visible_devices
 from gpudoctor.readers.ncclenv import (
     NCCL_DEBUG_LEVELS,
@@ -18,9 +21,6 @@ from gpudoctor.readers.ncclenv import (
     select_names,
     torch_nccl_problems,
 )
-from gpudoctor.job.layout import job_env, layout
-from gpudoctor.job.target import in_job_environment
-from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
 
@@ -56,14 +56,28 @@ def _host_local_only(iface: dict) -> bool:
 def nccl_missing_in_torch(facts, ctx):
     t = facts.torch
     lay = layout(facts, ctx)
-    evidence = {"torch": t.get("version"), "nccl": _fmt_nccl(t.get("nccl")), "nccl_available": t.get("nccl_available"), **lay.evidence()}
+    evidence = {
+        "torch": t.get("version"),
+        "nccl": _fmt_nccl(t.get("nccl")),
+        "nccl_available": t.get("nccl_available"),
+        **lay.evidence(),
+    }
     if not lay.multi_process:
-        return skip("a single process (no WORLD_SIZE, LOCAL_WORLD_SIZE or SLURM task layout above 1): NCCL is not used", **evidence)
+        return skip(
+            "a single process (no WORLD_SIZE, LOCAL_WORLD_SIZE or SLURM task layout above 1): NCCL is not used",
+            **evidence,
+        )
     if not t.get("cuda") and not t.get("hip"):
         return skip("torch is a CPU-only build (see the cuda checks)", **evidence)
-    fix = manual("Install a CUDA build of torch", "pip install torch --index-url https://download.pytorch.org/whl/cu124")
+    fix = manual(
+        "Install a CUDA build of torch", "pip install torch --index-url https://download.pytorch.org/whl/cu124"
+    )
     if t.get("distributed_available") is False:
-        return fail(f"torch {t.get('version')} was built without torch.distributed: a multi-process job cannot start", fix, **evidence)
+        return fail(
+            f"torch {t.get('version')} was built without torch.distributed: a multi-process job cannot start",
+            fix,
+            **evidence,
+        )
     if not t.get("nccl_available"):
         return fail(
             f"torch {t.get('version')} has no NCCL: init_process_group('nccl') raises \"Distributed package doesn't have NCCL built in\"",
@@ -102,7 +116,10 @@ def nccl_socket_ifname_matches_nothing(facts, ctx):
     usable = _usable_interfaces(facts)
     evidence = {"NCCL_SOCKET_IFNAME": value, "interfaces": {i["name"]: i.get("addresses") for i in usable}}
     if value is None:
-        return skip("NCCL_SOCKET_IFNAME is not set: NCCL chooses interfaces itself (preferring ib*, avoiding lo and docker*)", **evidence)
+        return skip(
+            "NCCL_SOCKET_IFNAME is not set: NCCL chooses interfaces itself (preferring ib*, avoiding lo and docker*)",
+            **evidence,
+        )
     if facts.network.get("error"):
         return skip(f"the network probe failed: {facts.network['error']}", **evidence)
     lay = layout(facts, ctx)
@@ -129,7 +146,10 @@ def nccl_socket_ifname_matches_nothing(facts, ctx):
     exclude, exact, entries = parse_prefix_list(value)
     unmatched = [] if exclude else [e for e in entries if not _matches_any(e, usable, exact)]
     if unmatched:
-        return info(f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen)}; {', '.join(unmatched)} matches no interface here", **evidence)
+        return info(
+            f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen)}; {', '.join(unmatched)} matches no interface here",
+            **evidence,
+        )
     return passed(f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen)}", **evidence)
 
 
@@ -159,7 +179,10 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
             unset_env("NCCL_IB_DISABLE"),
         )
     if active and net == "socket":
-        return warn(f"NCCL_NET={env['NCCL_NET']} forces TCP sockets although InfiniBand/RoCE ports are active", unset_env("NCCL_NET"))
+        return warn(
+            f"NCCL_NET={env['NCCL_NET']} forces TCP sockets although InfiniBand/RoCE ports are active",
+            unset_env("NCCL_NET"),
+        )
     hca = env.get("NCCL_IB_HCA")
     if active and hca and not select_names(hca, sorted({p["device"] for p in active})):
         return warn(
@@ -204,14 +227,18 @@ def nccl_inter_node_falls_back_to_sockets(facts, ctx):
         "NCCL_IB_DISABLE": env.get("NCCL_IB_DISABLE"),
         "NCCL_NET": env.get("NCCL_NET"),
         "NCCL_IB_HCA": env.get("NCCL_IB_HCA"),
-        "ib_ports": {_port_name(p): f"{p.get('state')} {p.get('link_layer') or ''} {p.get('rate') or ''}".strip() for p in ports},
+        "ib_ports": {
+            _port_name(p): f"{p.get('state')} {p.get('link_layer') or ''} {p.get('rate') or ''}".strip() for p in ports
+        },
         **lay.evidence(),
     }
     if facts.network.get("error"):
         return skip(f"the network probe failed: {facts.network['error']}", **evidence)
     if not lay.multi_node:
         nodes = lay.nodes.value or "unknown"
-        return skip(f"not a multi-node job (nodes: {nodes}): inside a node NCCL uses NVLink, PCIe or shared memory", **evidence)
+        return skip(
+            f"not a multi-node job (nodes: {nodes}): inside a node NCCL uses NVLink, PCIe or shared memory", **evidence
+        )
     outcome = _inter_node_outcome(env, ports, active)
     return replace(outcome, evidence=evidence)
 
@@ -223,7 +250,9 @@ def _nvlink_gpus(facts) -> list[int]:
     vis = visible_devices(facts)
     indices = set(vis.gpus) if vis.gpus is not None else {g.get("index") for g in facts.gpus}
     return sorted(
-        g["index"] for g in facts.gpus if g.get("index") in indices and any(link.get("active") for link in g.get("nvlink") or [])
+        g["index"]
+        for g in facts.gpus
+        if g.get("index") in indices and any(link.get("active") for link in g.get("nvlink") or [])
     )
 
 
@@ -234,8 +263,7 @@ def _nvlink_gpus(facts) -> list[int]:
     title="NCCL may use NVLink between this node's GPUs",
     needs=["env", "nvidia"],
     scope="node",
-    what="Looks for NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=LOC (P2P off) when the visible GPUs have active "
-    "NVLink links.",
+    what="Looks for NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=LOC (P2P off) when the visible GPUs have active NVLink links.",
     why="P2P is the transport that uses NVLink. With it off, NCCL moves every intra-node all-reduce through "
     "host shared memory, an order of magnitude less bandwidth than NVLink on A100/H100 boards. The "
     "setting is a common workaround copied from consumer-GPU machines whose PCIe P2P hangs; there it "
@@ -248,7 +276,11 @@ def nccl_p2p_disabled_on_nvlink(facts, ctx):
         return skip("no NVIDIA driver (see GD-DRV-001)")
     setting = p2p_disabled(env)
     linked = _nvlink_gpus(facts)
-    evidence = {"NCCL_P2P_DISABLE": env.get("NCCL_P2P_DISABLE"), "NCCL_P2P_LEVEL": env.get("NCCL_P2P_LEVEL"), "nvlink_gpus": linked}
+    evidence = {
+        "NCCL_P2P_DISABLE": env.get("NCCL_P2P_DISABLE"),
+        "NCCL_P2P_LEVEL": env.get("NCCL_P2P_LEVEL"),
+        "nvlink_gpus": linked,
+    }
     if setting is None:
         return passed("NCCL's P2P transport is not disabled", **evidence)
     name = setting.split("=", 1)[0]
@@ -268,6 +300,7 @@ def nccl_p2p_disabled_on_nvlink(facts, ctx):
 
 # --- GD-NCCL-005 ---------------------------------------------------------------------------
 
+
 @check(
     id="GD-NCCL-005",
     name="nccl-debug-logging-left-on",
@@ -285,13 +318,22 @@ def nccl_debug_logging_left_on(facts, ctx):
     env = job_env(facts, ctx)
     value = env.get("NCCL_DEBUG")
     subsys = env.get("NCCL_DEBUG_SUBSYS") or ""
-    evidence = {"NCCL_DEBUG": value, "NCCL_DEBUG_SUBSYS": env.get("NCCL_DEBUG_SUBSYS"), "NCCL_DEBUG_FILE": env.get("NCCL_DEBUG_FILE")}
+    evidence = {
+        "NCCL_DEBUG": value,
+        "NCCL_DEBUG_SUBSYS": env.get("NCCL_DEBUG_SUBSYS"),
+        "NCCL_DEBUG_FILE": env.get("NCCL_DEBUG_FILE"),
+    }
     level = (value or "").strip().upper()
     if value is None or level in ("VERSION", "WARN", "ABORT"):
         return passed(f"NCCL_DEBUG={value or 'unset'}", **evidence)
     if level not in NCCL_DEBUG_LEVELS:
-        return passed(f"NCCL_DEBUG={value!r} is not a level NCCL knows, so it logs nothing (see GD-NCCL-006)", **evidence)
-    per_collective = {s.strip().upper() for s in subsys.lstrip("^").split(",")} & {"COLL", "ALL"} and not subsys.startswith("^")
+        return passed(
+            f"NCCL_DEBUG={value!r} is not a level NCCL knows, so it logs nothing (see GD-NCCL-006)", **evidence
+        )
+    per_collective = {s.strip().upper() for s in subsys.lstrip("^").split(",")} & {
+        "COLL",
+        "ALL",
+    } and not subsys.startswith("^")
     where = f" to {env['NCCL_DEBUG_FILE']}" if env.get("NCCL_DEBUG_FILE") else ""
     if per_collective:
         return warn(
@@ -299,10 +341,15 @@ def nccl_debug_logging_left_on(facts, ctx):
             set_env("NCCL_DEBUG", "WARN"),
             **evidence,
         )
-    return info(f"NCCL_DEBUG={value} is on{where}: verbose set-up logs from every rank; fine while debugging, use WARN in production", set_env("NCCL_DEBUG", "WARN"), **evidence)
+    return info(
+        f"NCCL_DEBUG={value} is on{where}: verbose set-up logs from every rank; fine while debugging, use WARN in production",
+        set_env("NCCL_DEBUG", "WARN"),
+        **evidence,
+    )
 
 
 # --- GD-NCCL-006 ---------------------------------------------------------------------------
+
 
 @check(
     id="GD-NCCL-006",
@@ -653,7 +700,6 @@ _GEFORCE = ("GeForce", "TITAN")
 )
 def nccl_p2p_on_consumer_gpus(facts, ctx):
     from gpudoctor import versions
-
     from gpudoctor.readers.cudavis import job_gpus
 
     gpus = job_gpus(facts)

@@ -78,7 +78,10 @@ def bf16_not_native(facts, ctx):
     torch_says = t.get("bf16_supported") if t.get("status") == "ok" else None
     old = {i: g for i, g in gpus.items() if g[1] < AMPERE}
     configured = configured_precision(ctx.config)
-    evidence = {"gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()}, "torch_bf16_supported": torch_says}
+    evidence = {
+        "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()},
+        "torch_bf16_supported": torch_says,
+    }
     if configured:
         evidence["config_precision"] = f"{configured[1]}: {configured[0]}"
     if not old and torch_says is not False:
@@ -91,11 +94,13 @@ def bf16_not_native(facts, ctx):
             **evidence,
         )
     if configured and configured[0] != "bf16":
-        return info(f"{_describe(old)}: no native bf16, and the config uses {configured[0]} ({configured[1]}), which suits them", **evidence)
+        return info(
+            f"{_describe(old)}: no native bf16, and the config uses {configured[0]} ({configured[1]}), which suits them",
+            **evidence,
+        )
     no_tensor_cores = any(cc < VOLTA for _, cc in old.values())
-    alternative = (
-        "fp16 autocast with torch.amp.GradScaler (fp16 tensor cores from 7.0)"
-        + ("; below 7.0 there are no tensor cores, so plain fp32 is usually as fast" if no_tensor_cores else "")
+    alternative = "fp16 autocast with torch.amp.GradScaler (fp16 tensor cores from 7.0)" + (
+        "; below 7.0 there are no tensor cores, so plain fp32 is usually as fast" if no_tensor_cores else ""
     )
     asked = f" the config asks for bf16 ({configured[1]});" if configured else ""
     return warn(
@@ -151,7 +156,10 @@ def tf32_unavailable_or_off(facts, ctx):
             **evidence,
         )
     if precision in ("high", "medium"):
-        return passed(f"TF32 available on the {len(gpus)} GPU(s) and enabled for fp32 matmuls (float32 matmul precision '{precision}')", **evidence)
+        return passed(
+            f"TF32 available on the {len(gpus)} GPU(s) and enabled for fp32 matmuls (float32 matmul precision '{precision}')",
+            **evidence,
+        )
     shown = f"'{precision}'" if precision else "'highest', the default since torch 1.12"
     return info(
         f"the {len(gpus)} GPU(s) have TF32, but fp32 matmuls do not use it unless the script enables it (float32 matmul "

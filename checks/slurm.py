@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor import versions
-from gpudoctor.readers import slurmfmt
+from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
 from gpudoctor.model import (
     LAUNCHER_TABLE,
     SPAWNING_LAUNCHERS,
@@ -46,8 +46,8 @@ from gpudoctor.model import (
     skip,
     warn,
 )
+from gpudoctor.readers import slurmfmt
 from gpudoctor.registry import check
-from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
 
 NOT_IN_SLURM = "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
 FIXED_AGAIN = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again (see the module docstring)
@@ -71,8 +71,9 @@ def _script(shape: JobShape, facts) -> str | None:
     return None
 
 
-def directive_fix(shape: JobShape, facts, title: str, changes: dict, note: str | None = None,
-                  srun_prefix: str | None = None) -> Fix:
+def directive_fix(
+    shape: JobShape, facts, title: str, changes: dict, note: str | None = None, srun_prefix: str | None = None
+) -> Fix:
     """#SBATCH changes as sbatch_set/sbatch_remove actions on the script (and, with srun_prefix, `srun` put
     before the launch line); a manual fix when no script is known.
 
@@ -87,8 +88,12 @@ def directive_fix(shape: JobShape, facts, title: str, changes: dict, note: str |
             changes = {**changes, "ntasks": None}
     target = _script(shape, facts)
     if target:
-        actions = tuple(Action(ActionKind.SBATCH_SET, target, value=v, key=k) if v is not None
-                        else Action(ActionKind.SBATCH_REMOVE, target, key=k) for k, v in changes.items())
+        actions = tuple(
+            Action(ActionKind.SBATCH_SET, target, value=v, key=k)
+            if v is not None
+            else Action(ActionKind.SBATCH_REMOVE, target, key=k)
+            for k, v in changes.items()
+        )
         if srun_prefix is not None:
             actions += (Action(ActionKind.SRUN_PREFIX, target, value=srun_prefix),)
         return Fix(title, Safety.UNSAFE, actions)
@@ -104,7 +109,9 @@ def _gpu_value(shape: JobShape, count: int) -> tuple[str, str]:
     if "gpus-per-node" in d or (not shape.from_script and shape.evidence.get("SLURM_GPUS_PER_NODE")):
         return "gpus-per-node", f"{shape.gpu_type}:{count}" if shape.gpu_type else str(count)
     if "gpus" in d and "gres" not in d:
-        return "gpus", f"{shape.gpu_type}:{count * (shape.nodes or 1)}" if shape.gpu_type else str(count * (shape.nodes or 1))
+        return "gpus", f"{shape.gpu_type}:{count * (shape.nodes or 1)}" if shape.gpu_type else str(
+            count * (shape.nodes or 1)
+        )
     return "gres", f"gpu:{shape.gpu_type}:{count}" if shape.gpu_type else f"gpu:{count}"
 
 
@@ -169,8 +176,7 @@ def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
     why="Launchers (Lightning, torchrun wrappers, submitit) compute ranks and world sizes from these values; "
     "a hand-exported SLURM_NTASKS or a mistyped directive gives a world size that does not match the "
     "processes that start, and the job hangs at the first collective. sbatch rejects unknown options.",
-    fix="Do not export SLURM_* variables yourself; let sbatch/srun set them. Correct the directive the "
-    "message names.",
+    fix="Do not export SLURM_* variables yourself; let sbatch/srun set them. Correct the directive the message names.",
 )
 def slurm_job_values_unreadable(facts, ctx):
     shape, out = _shape(facts, ctx)
@@ -226,10 +232,14 @@ def _unknown_directives(sb) -> tuple[list[str], list[str]]:
         for opt in u.options:
             meant = close_option(opt)
             if meant:
-                typos.append(f"line {u.line}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script")
+                typos.append(
+                    f"line {u.line}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script"
+                )
             else:
-                site.append(f"line {u.line}: {opt} is not a standard sbatch option: sbatch refuses it unless a site plugin "
-                            "(SPANK) on this cluster adds it")
+                site.append(
+                    f"line {u.line}: {opt} is not a standard sbatch option: sbatch refuses it unless a site plugin "
+                    "(SPANK) on this cluster adds it"
+                )
     return typos, site
 
 
@@ -313,7 +323,10 @@ def several_tasks_share_one_gpu(facts, ctx):
         return out
     gpus, tasks = shape.gpus_per_node, shape.tasks_here
     if gpus is None:
-        return skip("the number of GPUs allocated per node is not known (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or GPU directive)", **_ev(shape))
+        return skip(
+            "the number of GPUs allocated per node is not known (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or GPU directive)",
+            **_ev(shape),
+        )
     if gpus == 0:
         return skip("the job has no GPUs (see GD-SLURM-003)", **_ev(shape))
     if tasks is None:
@@ -322,7 +335,9 @@ def several_tasks_share_one_gpu(facts, ctx):
     if tasks > gpus:
         key, value = _gpu_value(shape, tasks)
         fix = directive_fix(
-            shape, facts, f"Request one GPU per task: --{key}={value} (or --ntasks-per-node={gpus} to match the {gpus} GPU(s))",
+            shape,
+            facts,
+            f"Request one GPU per task: --{key}={value} (or --ntasks-per-node={gpus} to match the {gpus} GPU(s))",
             {key: value},
         )
         if "ntasks-per-gpu" in {**shape.directives, **(shape.srun_options or {})}:  # it excludes --ntasks-per-node
@@ -335,20 +350,39 @@ def several_tasks_share_one_gpu(facts, ctx):
             **ev,
         )
     if shape.gpus_per_task:
-        how = "--gpus-per-task" if shape.from_script or "SLURM_GPUS_PER_TASK" in shape.evidence else "SLURM's per-task GPU binding"
+        how = (
+            "--gpus-per-task"
+            if shape.from_script or "SLURM_GPUS_PER_TASK" in shape.evidence
+            else "SLURM's per-task GPU binding"
+        )
         return passed(f"{tasks} task(s) per node, each bound to {shape.gpus_per_task} GPU(s) of its own ({how})", **ev)
-    see = f"; every task sees all {shape.task_gpus} and must pick cuda:SLURM_LOCALID (Lightning and torchrun do)" if tasks > 1 and shape.task_gpus and shape.task_gpus > 1 else ""
+    see = (
+        f"; every task sees all {shape.task_gpus} and must pick cuda:SLURM_LOCALID (Lightning and torchrun do)"
+        if tasks > 1 and shape.task_gpus and shape.task_gpus > 1
+        else ""
+    )
     asked = max(shape.tasks_per_node or [shape.ntasks_per_node or tasks])
     one_process = (shape.procs_per_task or 1) == 1 and shape.launcher not in SPAWNING_LAUNCHERS
     if shape.from_script and shape.srun_launch is False and asked > tasks and one_process:
         # The directives ask for more tasks per node, but no srun starts them: only the batch shell runs the command.
-        return info(f"--ntasks-per-node/--ntasks ask for {asked} task(s) per node, but the launch line has no srun: only the batch "
-                    f"shell's one process runs the training on the node's {gpus} GPU(s) (see GD-SLURM-012 and GD-SLURM-005)", **ev)
+        return info(
+            f"--ntasks-per-node/--ntasks ask for {asked} task(s) per node, but the launch line has no srun: only the batch "
+            f"shell's one process runs the training on the node's {gpus} GPU(s) (see GD-SLURM-012 and GD-SLURM-005)",
+            **ev,
+        )
     return passed(f"{tasks} task(s) per node for {gpus} GPU(s) per node{see}", **ev)
 
 
 def _gpu_words(shape: JobShape) -> str:
-    for name in ("#SBATCH --gres", "srun --gres", "#SBATCH --gpus-per-node", "#SBATCH --gpus", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
+    for name in (
+        "#SBATCH --gres",
+        "srun --gres",
+        "#SBATCH --gpus-per-node",
+        "#SBATCH --gpus",
+        "SLURM_GPUS_ON_NODE",
+        "SLURM_JOB_GPUS",
+        "SLURM_STEP_GPUS",
+    ):
         if name in shape.evidence:
             return f"{name.replace('#SBATCH ', '')}={shape.evidence[name]}"
     return "the allocation"
@@ -387,10 +421,12 @@ def allocated_gpus_left_idle(facts, ctx):
         want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
-        msg = (f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or --gpus-per-task): the job will run without one"
-               + _unread_gpu_directives(ctx.sbatch)
-               if shape.from_script else
-               "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)")
+        msg = (
+            f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or --gpus-per-task): the job will run without one"
+            + _unread_gpu_directives(ctx.sbatch)
+            if shape.from_script
+            else "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)"
+        )
         if shape.from_script and shape.directives.get("exclusive"):
             msg += " -- unless this cluster hands out a whole node's GPUs with --exclusive and no GPU request"
             return warn(msg, fix, **_ev(shape))
@@ -409,21 +445,40 @@ def allocated_gpus_left_idle(facts, ctx):
         return skip(f"cannot count the processes per node: {why}", **ev)
     ranks = tasks * per_task
     if ranks < gpus:
-        hint = f"--ntasks-per-node={gpus}" if per_task == 1 else f"{shape.launcher} with {gpus // max(tasks, 1)} process(es) per task"
+        hint = (
+            f"--ntasks-per-node={gpus}"
+            if per_task == 1
+            else f"{shape.launcher} with {gpus // max(tasks, 1)} process(es) per task"
+        )
         fix = directive_fix(
-            shape, facts, f"Use every GPU ({hint}), or request only {ranks}",
+            shape,
+            facts,
+            f"Use every GPU ({hint}), or request only {ranks}",
             {_gpu_value(shape, ranks)[0]: _gpu_value(shape, ranks)[1]},
         )
         # Prefer using what the job asks for over shrinking it: one task per GPU, or the launcher's count.
         if per_task == 1 and shape.launcher not in SPAWNING_LAUNCHERS and shape.from_script:
             changes = {"ntasks-per-node": str(gpus), **_same_cpus_per_node(shape, tasks, gpus)}
             add_srun = shape.srun_launch is False
-            fix = directive_fix(shape, facts, f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
-                                changes, srun_prefix="" if add_srun else None)
-        elif shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed") and shape.script and tasks and gpus % tasks == 0:
+            fix = directive_fix(
+                shape,
+                facts,
+                f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
+                changes,
+                srun_prefix="" if add_srun else None,
+            )
+        elif (
+            shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed")
+            and shape.script
+            and tasks
+            and gpus % tasks == 0
+        ):
             flag = LAUNCHER_TABLE[shape.launcher].process_count_flag
-            fix = Fix(f"Use every GPU: {shape.launcher} {flag}={gpus // tasks}", Safety.UNSAFE,
-                      (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(gpus // tasks), key=flag.lstrip("-")),))
+            fix = Fix(
+                f"Use every GPU: {shape.launcher} {flag}={gpus // tasks}",
+                Safety.UNSAFE,
+                (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(gpus // tasks), key=flag.lstrip("-")),),
+            )
         return warn(
             f"only {ranks} process(es) per node will train on {gpus} allocated GPU(s) ({tasks} task(s); {why}): "
             f"{gpus - ranks} GPU(s) stay idle unless the program drives several GPUs itself",
@@ -459,13 +514,24 @@ def ntasks_without_ntasks_per_node(facts, ctx):
     nt = shape.ntasks_option if shape.from_script else shape.ntasks
     default_placement = not shape.from_script and shape.tasks_per_node and set(shape.tasks_per_node) == {1}
     if shape.ntasks_per_node is not None or not nt or nt <= 1 or default_placement:
-        return passed("tasks per node are set explicitly" if shape.ntasks_per_node else "no --ntasks above 1 without --ntasks-per-node", **_ev(shape))
+        return passed(
+            "tasks per node are set explicitly"
+            if shape.ntasks_per_node
+            else "no --ntasks above 1 without --ntasks-per-node",
+            **_ev(shape),
+        )
     ev = _ev(shape, ntasks=nt)
-    if shape.nodes and nt == shape.nodes and (not shape.from_script or "nodes" in shape.directives or (shape.srun_options or {}).get("nodes")):
+    if (
+        shape.nodes
+        and nt == shape.nodes
+        and (not shape.from_script or "nodes" in shape.directives or (shape.srun_options or {}).get("nodes"))
+    ):
         # Every node of a step runs at least one task (SLURM lowers the node count otherwise), so this is one per node.
         light = " (Lightning still refuses it: see GD-SLURM-005)" if shape.launcher == "lightning" else ""
         return passed(f"--ntasks={nt} on {nt} nodes: exactly one task on each node{light}", **ev)
-    if shape.nodes == 1 and (not shape.from_script or "nodes" in shape.directives or (shape.srun_options or {}).get("nodes")):
+    if shape.nodes == 1 and (
+        not shape.from_script or "nodes" in shape.directives or (shape.srun_options or {}).get("nodes")
+    ):
         light = " (Lightning still refuses it: see GD-SLURM-005)" if shape.launcher == "lightning" else ""
         return passed(f"--ntasks={nt} on one node: all tasks share that node{light}", **ev)
     nodes = shape.nodes
@@ -473,12 +539,25 @@ def ntasks_without_ntasks_per_node(facts, ctx):
     changes = {"ntasks-per-node": str(per_node)} if per_node else {}
     if not shape.directives.get("nodes") and shape.from_script:
         changes = {"nodes": "1", "ntasks-per-node": str(nt)} if nodes in (None, 1) else changes
-    fix = directive_fix(shape, facts, "Place tasks per node: " + ", ".join(f"--{k}={v}" for k, v in changes.items()), changes) if changes else manual(
-        "Choose --nodes and --ntasks-per-node so every node gets as many tasks as it has GPUs")
+    fix = (
+        directive_fix(
+            shape, facts, "Place tasks per node: " + ", ".join(f"--{k}={v}" for k, v in changes.items()), changes
+        )
+        if changes
+        else manual("Choose --nodes and --ntasks-per-node so every node gets as many tasks as it has GPUs")
+    )
     if shape.tasks_per_node and len(set(shape.tasks_per_node)) > 1:
-        return warn(f"--ntasks={nt} without --ntasks-per-node: SLURM placed the tasks unevenly ({shape.tasks_per_node} per node)", fix, **ev)
+        return warn(
+            f"--ntasks={nt} without --ntasks-per-node: SLURM placed the tasks unevenly ({shape.tasks_per_node} per node)",
+            fix,
+            **ev,
+        )
     if shape.tasks_per_node:
-        return info(f"--ntasks={nt} without --ntasks-per-node: placed evenly this time ({shape.tasks_per_node}), which SLURM does not promise", fix, **ev)
+        return info(
+            f"--ntasks={nt} without --ntasks-per-node: placed evenly this time ({shape.tasks_per_node}), which SLURM does not promise",
+            fix,
+            **ev,
+        )
     where = f"{nodes} nodes" if nodes else "however many nodes SLURM picks (no --nodes)"
     return warn(f"--ntasks={nt} without --ntasks-per-node: SLURM may spread the tasks unevenly over {where}", fix, **ev)
 
@@ -511,26 +590,43 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
     if out:
         return out
     if shape.launcher != "lightning":
-        return skip(f"not a Lightning job (launcher: {shape.launcher or 'unknown'}; give --launcher lightning to check)", **_ev(shape))
+        return skip(
+            f"not a Lightning job (launcher: {shape.launcher or 'unknown'}; give --launcher lightning to check)",
+            **_ev(shape),
+        )
     major, assumed = _lightning_major(facts)
     plan = lightning_plan(shape, major)
     version = (facts.slurm.get("packages") or {}) if facts.slurm else {}
     lv = version.get("lightning") or version.get("pytorch_lightning") or f"not known here (judged as {major}.x)"
     note = f" ({assumed})" if assumed else ""
-    ev = _ev(shape, lightning_version=lv, devices=plan.devices, num_nodes=plan.num_nodes, slurm_detected=plan.slurm_detected,
-             SLURM_NTASKS=shape.ntasks if shape.ntasks_in_env else None)
+    ev = _ev(
+        shape,
+        lightning_version=lv,
+        devices=plan.devices,
+        num_nodes=plan.num_nodes,
+        slurm_detected=plan.slurm_detected,
+        SLURM_NTASKS=shape.ntasks if shape.ntasks_in_env else None,
+    )
     per_node_fix = _per_task_fix(shape, facts, plan)
     if plan.errors:
         who = f"Lightning {major}.x" if major else "Lightning 2.x"
         msg = f"{who} will refuse to start: " + " / ".join(f"'{e}'" for e in plan.errors)
         if plan.version_dependent:  # 1.x starts its own processes instead; which one is installed is not known
-            return warn(msg + f" (Lightning 1.x would start its own {plan.devices} process(es) per task instead; installed version unknown)",
-                        per_node_fix, **ev)
+            return warn(
+                msg
+                + f" (Lightning 1.x would start its own {plan.devices} process(es) per task instead; installed version unknown)",
+                per_node_fix,
+                **ev,
+            )
         return fail(msg + note, per_node_fix, **ev)
     if plan.hang:
         return fail(plan.hang + note, per_node_fix, **ev)
     if not plan.slurm_detected:
-        why = f"the job name is '{shape.job_name}'" if shape.interactive_name else "SLURM_NTASKS is not set (no --ntasks/--ntasks-per-node)"
+        why = (
+            f"the job name is '{shape.job_name}'"
+            if shape.interactive_name
+            else "SLURM_NTASKS is not set (no --ntasks/--ntasks-per-node)"
+        )
         if (shape.tasks_here or 1) > 1:
             return skip(f"{why}: Lightning ignores SLURM's tasks (see GD-SLURM-006)", **ev)
         count = f"{plan.devices} process(es)" if plan.devices else "processes"
@@ -538,10 +634,17 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
     ranks = plan.ranks_per_node
     wanted = plan.devices
     if plan.spawns:
-        return info(" ".join(plan.notes) + "; with Lightning 2.x this job would train on fewer GPUs, so prefer --ntasks-per-node", per_node_fix, **ev)
+        return info(
+            " ".join(plan.notes)
+            + "; with Lightning 2.x this job would train on fewer GPUs, so prefer --ntasks-per-node",
+            per_node_fix,
+            **ev,
+        )
     if wanted is not None and ranks is not None and ranks < wanted:
-        detail = (f"SLURM starts {ranks} task(s) per node (world size SLURM_NTASKS={shape.ntasks}) but Lightning is given "
-                  f"{plan.devices_source}")
+        detail = (
+            f"SLURM starts {ranks} task(s) per node (world size SLURM_NTASKS={shape.ntasks}) but Lightning is given "
+            f"{plan.devices_source}"
+        )
         if shape.srun_launch is not True and shape.ntasks_option is not None and (shape.nodes or 1) == 1:
             alt = f"; on one node, dropping --ntasks={shape.ntasks_option} (SLURM_NTASKS then stays unset) also lets Lightning start them"
         else:
@@ -553,9 +656,16 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
                 per_node_fix,
                 **ev,
             )
-        return fail(f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} GPU(s) per node, "
-                    f"silently{alt}{note}", per_node_fix, **ev)
-    return passed(f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) for {plan.num_nodes_source}", **ev)
+        return fail(
+            f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} GPU(s) per node, "
+            f"silently{alt}{note}",
+            per_node_fix,
+            **ev,
+        )
+    return passed(
+        f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) for {plan.num_nodes_source}",
+        **ev,
+    )
 
 
 def _same_cpus_per_node(shape: JobShape, old_tasks: int | None, new_tasks: int) -> dict:
@@ -575,25 +685,46 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
     if shape.gpus_per_task and shape.gpus_per_node:  # Lightning wants every task to see the node's GPUs
         key, value = _gpu_value(shape, shape.gpus_per_node)
         key = "gres" if key == "gpus-per-task" else key
-        return directive_fix(shape, facts, f"Drop --gpus-per-task and request --{key}={value}: each task then sees all GPUs and picks its own",
-                             {"gpus-per-task": None, key: value})
+        return directive_fix(
+            shape,
+            facts,
+            f"Drop --gpus-per-task and request --{key}={value}: each task then sees all GPUs and picks its own",
+            {"gpus-per-task": None, key: value},
+        )
     if auto and shape.tasks_here and shape.gpus_per_node is not None and shape.tasks_here > shape.gpus_per_node:
         key, value = _gpu_value(shape, shape.tasks_here)  # devices=auto follows the GPUs: request one per task
-        return directive_fix(shape, facts, f"Request one GPU per task (--{key}={value}); Lightning's devices=auto then matches", {key: value})
+        return directive_fix(
+            shape,
+            facts,
+            f"Request one GPU per task (--{key}={value}); Lightning's devices=auto then matches",
+            {key: value},
+        )
     declared = str(shape.directives.get("ntasks-per-node") or "") if shape.from_script else ""
-    if auto and shape.srun_launch is False and declared.isdigit() and shape.gpus_per_node is not None \
-            and int(declared) > shape.gpus_per_node:
+    if (
+        auto
+        and shape.srun_launch is False
+        and declared.isdigit()
+        and shape.gpus_per_node is not None
+        and int(declared) > shape.gpus_per_node
+    ):
         # The script asks for N tasks per node but starts no srun: keep the N ranks it asked for (one GPU each,
         # started by srun) rather than shrink the job to the GPUs it happened to request.
         key, value = _gpu_value(shape, int(declared))
-        return directive_fix(shape, facts, f"One GPU per task (--{key}={value}) and start training with `srun` "
-                             f"(line {shape.launch_lineno})", {key: value}, srun_prefix="")
+        return directive_fix(
+            shape,
+            facts,
+            f"One GPU per task (--{key}={value}) and start training with `srun` (line {shape.launch_lineno})",
+            {key: value},
+            srun_prefix="",
+        )
     devices = plan.devices or shape.gpus_per_node or 1
     changes: dict[str, str | None] = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
     if shape.ntasks_option is not None:
         changes["ntasks"] = None
     changes.update(_same_cpus_per_node(shape, 1 if shape.srun_launch is False else shape.tasks_here, int(devices)))
-    title = f"One SLURM task per GPU: --ntasks-per-node={devices}, --nodes={plan.num_nodes}, and start training with `srun`"
+    title = (
+        f"One SLURM task per GPU: --ntasks-per-node={devices}, --nodes={plan.num_nodes}, and start training with `srun`"
+    )
     if "cpus-per-task" in changes:
         title += f" (--cpus-per-task={changes['cpus-per-task']}: the same CPUs per node)"
     add_srun = shape.from_script and shape.srun_launch is False
@@ -630,10 +761,16 @@ def interactive_job_name_hides_slurm(facts, ctx):
         return passed(f"job name '{name}' leaves Lightning's SLURM detection on", **ev)
     if shape.launcher not in ("lightning", None):
         return passed(f"job name '{name}' only matters to Lightning; this job runs {shape.launcher}", **ev)
-    fix = directive_fix(shape, facts, "Give the job a name Lightning does not treat as interactive", {"job-name": "train"})
+    fix = directive_fix(
+        shape, facts, "Give the job a name Lightning does not treat as interactive", {"job-name": "train"}
+    )
     tasks = shape.tasks_here or 1
     if shape.launcher is None:
-        return info(f"job name '{name}': if this job runs Lightning, Lightning will ignore SLURM and start its own processes in every task", fix, **ev)
+        return info(
+            f"job name '{name}': if this job runs Lightning, Lightning will ignore SLURM and start its own processes in every task",
+            fix,
+            **ev,
+        )
     if tasks > 1:
         devices = lightning_plan(shape, _lightning_major(facts)[0]).devices
         total = f"{tasks} x {devices} = {tasks * devices}" if devices else f"{tasks} x devices"
@@ -650,7 +787,10 @@ def interactive_job_name_hides_slurm(facts, ctx):
             fix,
             **ev,
         )
-    return info(f"job name '{name}': Lightning ignores SLURM and starts its own processes on this one node, which works here", **ev)
+    return info(
+        f"job name '{name}': Lightning ignores SLURM and starts its own processes on this one node, which works here",
+        **ev,
+    )
 
 
 # ---------------------------------------------------------------- GD-SLURM-007
@@ -683,35 +823,59 @@ def srun_drops_cpus_per_task(facts, ctx):
         return passed("no --cpus-per-task above 1 to pass on", **ev)
     if shape.srun_launch is False:
         return passed(f"the training runs in the batch shell (no srun), which has the job's {cpt} CPUs per task", **ev)
-    fix = set_env("SRUN_CPUS_PER_TASK", "$SLURM_CPUS_PER_TASK", title="export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (or srun --cpus-per-task)")
+    fix = set_env(
+        "SRUN_CPUS_PER_TASK",
+        "$SLURM_CPUS_PER_TASK",
+        title="export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (or srun --cpus-per-task)",
+    )
     allowed = facts.host.get("cpus_allowed_count")
     in_task = not shape.from_script and ("SLURM_STEP_ID" in facts.env or "SLURM_STEPID" in facts.env)
     if in_task and isinstance(allowed, int):
         ev["cpus_this_task_may_use"] = allowed
         if allowed < cpt:
             if version is not None and (22, 5) <= version < FIXED_AGAIN:
-                cause = f"SLURM {raw_version} srun does not inherit --cpus-per-task unless SRUN_CPUS_PER_TASK is exported"
+                cause = (
+                    f"SLURM {raw_version} srun does not inherit --cpus-per-task unless SRUN_CPUS_PER_TASK is exported"
+                )
             else:  # srun was told, or inherits it: the node gave fewer (binding, or fewer CPUs than slurm.conf declares)
                 cause = "the step was given fewer CPUs than asked (srun's --cpus-per-task, CPU binding, or the node's real CPUs)"
-            return fail(f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked --cpus-per-task={cpt}: {cause}",
-                        fix, **ev)
+            return fail(
+                f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked --cpus-per-task={cpt}: {cause}",
+                fix,
+                **ev,
+            )
         return passed(f"this task may use {allowed} CPU(s) for --cpus-per-task={cpt}", **ev)
     if shape.srun_cpus_per_task:
-        told = "srun --cpus-per-task" if shape.srun_options and "cpus-per-task" in shape.srun_options else "SRUN_CPUS_PER_TASK"
+        told = (
+            "srun --cpus-per-task"
+            if shape.srun_options and "cpus-per-task" in shape.srun_options
+            else "SRUN_CPUS_PER_TASK"
+        )
         value = "" if shape.srun_cpus_per_task == -1 else f"={shape.srun_cpus_per_task}"
         return passed(f"{told}{value} passes --cpus-per-task={cpt} on to srun", **ev)
     if version is not None and version < (22, 5):
         return passed(f"SLURM {raw_version} srun still inherits --cpus-per-task={cpt} (changed in 22.05)", **ev)
     if version is not None and version >= FIXED_AGAIN:
-        return passed(f"SLURM {raw_version} srun inherits --cpus-per-task={cpt} again (SLURM_CPUS_PER_TASK is read since 23.11)", **ev)
+        return passed(
+            f"SLURM {raw_version} srun inherits --cpus-per-task={cpt} again (SLURM_CPUS_PER_TASK is read since 23.11)",
+            **ev,
+        )
     where = f"line {shape.launch_lineno}: srun" if shape.from_script and shape.launch_lineno else "srun"
     if version is None:
-        return info(f"SLURM version not known here: on SLURM 22.05 to 23.02 {where} does not inherit --cpus-per-task={cpt} "
-                    "(SRUN_CPUS_PER_TASK is not set) and each task may get 1 CPU; 23.11 and later inherit it again", fix, **ev)
+        return info(
+            f"SLURM version not known here: on SLURM 22.05 to 23.02 {where} does not inherit --cpus-per-task={cpt} "
+            "(SRUN_CPUS_PER_TASK is not set) and each task may get 1 CPU; 23.11 and later inherit it again",
+            fix,
+            **ev,
+        )
     which = f"SLURM {raw_version}"
     if not shape.from_script and not shape.srun_launch and (shape.tasks_here or 1) <= 1 and (shape.nodes or 1) <= 1:
-        return info(f"{which}: if the training is started with srun from this shell, srun will not inherit --cpus-per-task={cpt}; "
-                    "export SRUN_CPUS_PER_TASK", fix, **ev)
+        return info(
+            f"{which}: if the training is started with srun from this shell, srun will not inherit --cpus-per-task={cpt}; "
+            "export SRUN_CPUS_PER_TASK",
+            fix,
+            **ev,
+        )
     return warn(
         f"{which}: {where} does not inherit --cpus-per-task={cpt} and SRUN_CPUS_PER_TASK is not set, so each task "
         "may get 1 CPU for its rank and DataLoader workers",
@@ -748,16 +912,35 @@ def cpus_per_task_too_few_for_workers(facts, ctx):
     per_task = per_task or 1
     need = per_task * (workers + 1)
     cpus, source = _task_cpus(shape, facts.env)
-    ev = _ev(shape, num_workers=workers, ranks_per_task=per_task, cpus_per_task_needed=need, cpus_per_task=cpus, cpus_source=source)
+    ev = _ev(
+        shape,
+        num_workers=workers,
+        ranks_per_task=per_task,
+        cpus_per_task_needed=need,
+        cpus_per_task=cpus,
+        cpus_source=source,
+    )
     if cpus is None:
         fix = directive_fix(shape, facts, f"Ask for {need} CPUs per task", {"cpus-per-task": str(need)})
-        return warn(f"no --cpus-per-task: SLURM's default is 1 CPU per task (unless the cluster sets DefCpuPerGPU), "
-                    f"for {per_task} rank(s) x ({workers} workers + 1) = {need} processes", fix, **ev)
+        return warn(
+            f"no --cpus-per-task: SLURM's default is 1 CPU per task (unless the cluster sets DefCpuPerGPU), "
+            f"for {per_task} rank(s) x ({workers} workers + 1) = {need} processes",
+            fix,
+            **ev,
+        )
     if cpus < need:
-        fix = directive_fix(shape, facts, f"Ask for {need} CPUs per task (or lower num_workers)", {"cpus-per-task": str(need)})
-        return warn(f"{cpus} CPU(s) per task ({source}) for {per_task} rank(s) x ({workers} workers + 1) = {need} processes: "
-                    "the loaders will starve the GPUs", fix, **ev)
-    return passed(f"{cpus} CPU(s) per task ({source}) for {per_task} rank(s) x ({workers} workers + 1) = {need} processes", **ev)
+        fix = directive_fix(
+            shape, facts, f"Ask for {need} CPUs per task (or lower num_workers)", {"cpus-per-task": str(need)}
+        )
+        return warn(
+            f"{cpus} CPU(s) per task ({source}) for {per_task} rank(s) x ({workers} workers + 1) = {need} processes: "
+            "the loaders will starve the GPUs",
+            fix,
+            **ev,
+        )
+    return passed(
+        f"{cpus} CPU(s) per task ({source}) for {per_task} rank(s) x ({workers} workers + 1) = {need} processes", **ev
+    )
 
 
 def _num_workers(ctx, env: dict) -> int | None:
@@ -808,7 +991,12 @@ def launcher_inside_multi_task_srun(facts, ctx):
     launcher, tasks = shape.launcher, shape.tasks_here
     ev = _ev(shape, tasks_on_node=tasks, processes_per_task=shape.procs_per_task)
     if launcher not in SPAWNING_LAUNCHERS:
-        return passed(f"the tasks run {launcher or 'a program'} directly, not a second launcher" if launcher else "no second launcher seen (give --launcher to check)", **ev)
+        return passed(
+            f"the tasks run {launcher or 'a program'} directly, not a second launcher"
+            if launcher
+            else "no second launcher seen (give --launcher to check)",
+            **ev,
+        )
     if not tasks or tasks <= 1 or shape.srun_launch is False:
         return passed(f"{launcher} runs once per node and starts the ranks itself", **ev)
     per = shape.procs_per_task
@@ -816,9 +1004,13 @@ def launcher_inside_multi_task_srun(facts, ctx):
         shared = shape.task_gpus or 0
         if shared > 1 and not _tasks_bound_to_own_gpus(shape):
             count = shape.gpus_per_node or shared
-            fix = directive_fix(shape, facts, f"One {launcher} per node starting all ranks: --ntasks-per-node=1 and "
-                                f"--nproc-per-node={count} (or bind each task to its GPU with --gpus-per-task=1)",
-                                {"ntasks-per-node": "1", **_same_cpus_per_node(shape, tasks, 1)})
+            fix = directive_fix(
+                shape,
+                facts,
+                f"One {launcher} per node starting all ranks: --ntasks-per-node=1 and "
+                f"--nproc-per-node={count} (or bind each task to its GPU with --gpus-per-task=1)",
+                {"ntasks-per-node": "1", **_same_cpus_per_node(shape, tasks, 1)},
+            )
             flag = LAUNCHER_TABLE[launcher].process_count_flag
             if fix.safety is Safety.UNSAFE and flag and shape.script:  # the launcher's own count on the launch line
                 extra = (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(count), key=flag.lstrip("-")),)
@@ -828,21 +1020,39 @@ def launcher_inside_multi_task_srun(facts, ctx):
                     # N one-process torchruns per node posed as N "nodes": one per node now, so --nnodes = nodes
                     extra += (Action(ActionKind.OVERRIDE_SET, shape.script, value=nnodes, key="nnodes"),)
                 fix = Fix(fix.title, fix.safety, fix.actions + extra)
-            return warn(f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and every task sees all {shared} GPUs: "
-                        f"each {launcher} sets LOCAL_RANK=0, so ranks that select cuda:LOCAL_RANK all land on GPU 0 "
-                        "(NCCL 'Duplicate GPU detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
-                        fix, **ev)
+            return warn(
+                f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and every task sees all {shared} GPUs: "
+                f"each {launcher} sets LOCAL_RANK=0, so ranks that select cuda:LOCAL_RANK all land on GPU 0 "
+                "(NCCL 'Duplicate GPU detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
+                fix,
+                **ev,
+            )
         return passed(f"{launcher} starts one process in each of the {tasks} tasks per node", **ev)
-    fix = directive_fix(shape, facts, f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)", {"ntasks-per-node": "1"})
-    total = f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {LAUNCHER_TABLE[launcher].process_count_flag}"
+    fix = directive_fix(
+        shape,
+        facts,
+        f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)",
+        {"ntasks-per-node": "1"},
+    )
+    total = (
+        f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {LAUNCHER_TABLE[launcher].process_count_flag}"
+    )
     gpus = f" on {shape.gpus_per_node} GPU(s)" if shape.gpus_per_node else ""
     if shape.srun_launch is None:
         # srun takes the job's SLURM_NTASKS as its task count and ignores a lone --ntasks-per-node against it.
         nodes = shape.nodes or 1
-        return warn(f"{tasks} tasks per node and the launcher is {launcher}: started with plain srun, that is {total} processes{gpus}; "
-                    f"start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`", fix, **ev)
-    return fail(f"srun starts {tasks} tasks per node and each runs {launcher}: {total} processes{gpus} in separate worlds "
-                "(NCCL 'Duplicate GPU detected', or the rendezvous hangs)", fix, **ev)
+        return warn(
+            f"{tasks} tasks per node and the launcher is {launcher}: started with plain srun, that is {total} processes{gpus}; "
+            f"start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`",
+            fix,
+            **ev,
+        )
+    return fail(
+        f"srun starts {tasks} tasks per node and each runs {launcher}: {total} processes{gpus} in separate worlds "
+        "(NCCL 'Duplicate GPU detected', or the rendezvous hangs)",
+        fix,
+        **ev,
+    )
 
 
 _GPU_OPTION = re.compile(r"(--gres[= ]\S*gpu|--gpus(-per-(node|task|socket))?[= ]|\s-G\s*\d)")
@@ -858,7 +1068,11 @@ def _unread_gpu_directives(sb) -> str:
             parts.append(f"line {d.line} ({d.text}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
     for d in sb.commented_directives:
         if _GPU_OPTION.search(" " + d.text):
-            how = "is indented: sbatch reads only lines that begin with #SBATCH" if d.text.startswith("#SBATCH") else "is commented out"
+            how = (
+                "is indented: sbatch reads only lines that begin with #SBATCH"
+                if d.text.startswith("#SBATCH")
+                else "is commented out"
+            )
             parts.append(f"line {d.line} ({d.text}) {how}")
     return "; " + "; ".join(parts) if parts else ""
 
@@ -907,18 +1121,32 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
         named = parse_visible_devices(exp.value).count
         # Dropping the export is meaning-preserving only when it named exactly the GPUs the job gets per node.
         same = named is not None and named == gpus
-        fix = Fix(f"Drop the export of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
-                  Safety.SAFE if same else Safety.UNSAFE,
-                  (Action(ActionKind.EXPORT_REMOVE, shape.script, key="CUDA_VISIBLE_DEVICES"),))
+        fix = Fix(
+            f"Drop the export of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
+            Safety.SAFE if same else Safety.UNSAFE,
+            (Action(ActionKind.EXPORT_REMOVE, shape.script, key="CUDA_VISIBLE_DEVICES"),),
+        )
         ev = _ev(shape, gpus_named=named, gpus_per_node=gpus)
         if gpus is not None and named is not None and named > gpus:
-            return fail(f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value} ({named} GPUs) but the job gets {gpus} per node: "
-                        "it points at GPUs not given to it", fix, **ev)
-        return warn(f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value}, replacing the GPUs SLURM assigns: on a shared node "
-                    "those indices can be another job's GPUs", fix, **ev)
+            return fail(
+                f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value} ({named} GPUs) but the job gets {gpus} per node: "
+                "it points at GPUs not given to it",
+                fix,
+                **ev,
+            )
+        return warn(
+            f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value}, replacing the GPUs SLURM assigns: on a shared node "
+            "those indices can be another job's GPUs",
+            fix,
+            **ev,
+        )
     env = facts.env
     if "CUDA_VISIBLE_DEVICES" not in env:
-        return passed("CUDA_VISIBLE_DEVICES is not set" + ("" if not gpus else " (SLURM normally sets it: check that gres.conf names the GPU device files)"), **_ev(shape))
+        return passed(
+            "CUDA_VISIBLE_DEVICES is not set"
+            + ("" if not gpus else " (SLURM normally sets it: check that gres.conf names the GPU device files)"),
+            **_ev(shape),
+        )
     if gpus is None:
         return skip("no GPU allocation to compare CUDA_VISIBLE_DEVICES with", **_ev(shape))
     from gpudoctor.readers.cudavis import parse_visible_devices
@@ -927,19 +1155,48 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
     expected = shape.gpus_per_task or gpus
     ev = _ev(shape, gpus_visible=seen, gpus_expected_per_task=expected)
     if seen is not None and seen > expected:
-        return fail(f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} names {seen} GPU(s) but SLURM allocated {expected}: it was "
-                    "overwritten and points at GPUs the job was not given",
-                    manual("Do not set CUDA_VISIBLE_DEVICES in the job; SLURM sets it"), **ev)
-    if seen is not None and seen < expected and "SLURM_GPUS_PER_TASK" not in env and "--gpu-bind" not in str(env.get("SLURM_GPU_BIND", "")):
-        return warn(f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} shows {seen} of the {expected} GPU(s) SLURM allocated: "
-                    "the rest stay idle", manual("Do not narrow CUDA_VISIBLE_DEVICES in the job; request fewer GPUs instead"), **ev)
+        return fail(
+            f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} names {seen} GPU(s) but SLURM allocated {expected}: it was "
+            "overwritten and points at GPUs the job was not given",
+            manual("Do not set CUDA_VISIBLE_DEVICES in the job; SLURM sets it"),
+            **ev,
+        )
+    if (
+        seen is not None
+        and seen < expected
+        and "SLURM_GPUS_PER_TASK" not in env
+        and "--gpu-bind" not in str(env.get("SLURM_GPU_BIND", ""))
+    ):
+        return warn(
+            f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} shows {seen} of the {expected} GPU(s) SLURM allocated: "
+            "the rest stay idle",
+            manual("Do not narrow CUDA_VISIBLE_DEVICES in the job; request fewer GPUs instead"),
+            **ev,
+        )
     return passed(f"CUDA_VISIBLE_DEVICES shows the {seen} GPU(s) SLURM allocated to this task", **ev)
 
 
 # ---------------------------------------------------------------- GD-SLURM-011 / 012 (batch scripts)
 
-RESOURCE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-per-node", "gpus-per-task", "cpus-per-task",
-                    "mem", "mem-per-cpu", "mem-per-gpu", "time", "partition", "constraint", "exclusive", "account", "qos")
+RESOURCE_OPTIONS = (
+    "nodes",
+    "ntasks",
+    "ntasks-per-node",
+    "gres",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-task",
+    "cpus-per-task",
+    "mem",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "time",
+    "partition",
+    "constraint",
+    "exclusive",
+    "account",
+    "qos",
+)
 
 
 @check(
@@ -952,8 +1209,8 @@ RESOURCE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-
     what="Finds #SBATCH lines below the first command of a batch script (--sbatch).",
     why="sbatch stops reading directives at the first line that is not a comment or blank: a `module load` "
     "or `set -e` above them makes every later #SBATCH line a comment, and the job runs with the default "
-    "resources -- often no GPU -- without a warning (sbatch man page: directives come \"before any executable "
-    "commands\"; sbatch stops at the first non-comment, non-whitespace line, https://slurm.schedmd.com/sbatch.html).",
+    'resources -- often no GPU -- without a warning (sbatch man page: directives come "before any executable '
+    'commands"; sbatch stops at the first non-comment, non-whitespace line, https://slurm.schedmd.com/sbatch.html).',
     fix="Move all #SBATCH lines directly under the #! line, before any command.",
 )
 def sbatch_directive_after_first_command(facts, ctx):
@@ -966,11 +1223,15 @@ def sbatch_directive_after_first_command(facts, ctx):
     lines = [f"line {d.line}: {d.text}" for d in late]
     important = [d for d in late if any(f"--{o}" in d.text or _short_form(d.text, o) for o in RESOURCE_OPTIONS)]
     # Moving them makes sbatch read them: a resource line then changes what the job asks for (unsafe).
-    fix = Fix(f"Move these #SBATCH lines above the first command of {path}: " + "; ".join(lines),
-              Safety.UNSAFE if important else Safety.SAFE,
-              tuple(Action(ActionKind.SBATCH_HOIST, path, value=d.text) for d in late))
+    fix = Fix(
+        f"Move these #SBATCH lines above the first command of {path}: " + "; ".join(lines),
+        Safety.UNSAFE if important else Safety.SAFE,
+        tuple(Action(ActionKind.SBATCH_HOIST, path, value=d.text) for d in late),
+    )
     sev = fail if important else warn
-    return sev(f"sbatch ignores {len(late)} #SBATCH line(s) below the first command: " + "; ".join(lines), fix, ignored=lines)
+    return sev(
+        f"sbatch ignores {len(late)} #SBATCH line(s) below the first command: " + "; ".join(lines), fix, ignored=lines
+    )
 
 
 def _short_form(text: str, option: str) -> bool:
@@ -1006,17 +1267,37 @@ def multi_task_job_without_srun(facts, ctx):
     line = shape.launch_line.split()[0]
     # One launcher per node for launchers that start the ranks themselves; one task per rank otherwise.
     options = f"--nodes={nodes} --ntasks={nodes} --ntasks-per-node=1" if shape.launcher in SPAWNING_LAUNCHERS else ""
-    fix = Fix(f"Start line {shape.launch_lineno} with srun: `srun {(options + ' ') if options else ''}{_first_words(shape.launch_line)} ...`",
-              Safety.UNSAFE, (Action(ActionKind.SRUN_PREFIX, shape.script, value=options),)) if shape.script else manual(
-        f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
+    fix = (
+        Fix(
+            f"Start line {shape.launch_lineno} with srun: `srun {(options + ' ') if options else ''}{_first_words(shape.launch_line)} ...`",
+            Safety.UNSAFE,
+            (Action(ActionKind.SRUN_PREFIX, shape.script, value=options),),
+        )
+        if shape.script
+        else manual(f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
+    )
     ev = _ev(shape)
     if nodes > 1 and shape.launcher != "deepspeed":
-        return fail(f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"
-                    + ("; torchrun waits for the other nodes forever" if shape.launcher in ("torchrun", "torch.distributed.launch") else ""), fix, **ev)
-    tasks = (shape.ntasks or 1)
+        return fail(
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"
+            + (
+                "; torchrun waits for the other nodes forever"
+                if shape.launcher in ("torchrun", "torch.distributed.launch")
+                else ""
+            ),
+            fix,
+            **ev,
+        )
+    tasks = shape.ntasks or 1
     if tasks > 1 and shape.launcher == "python":
-        return warn(f"{tasks} tasks allocated but line {shape.launch_lineno} runs plain `{line}` without srun: one process starts", fix, **ev)
-    return passed(f"line {shape.launch_lineno} runs once in the batch shell, which fits this job ({shape.launcher or line})", **ev)
+        return warn(
+            f"{tasks} tasks allocated but line {shape.launch_lineno} runs plain `{line}` without srun: one process starts",
+            fix,
+            **ev,
+        )
+    return passed(
+        f"line {shape.launch_lineno} runs once in the batch shell, which fits this job ({shape.launcher or line})", **ev
+    )
 
 
 def _first_words(text: str, n: int = 3) -> str:
@@ -1055,19 +1336,29 @@ def sbatch_backslash_before_comment(facts, ctx):
     parts, commands, evidence = [], [], {}
     for b in broken:
         comment = " and a comment" if "#" in b.text.rsplit("\\", 1)[-1] else ""
-        runs = ("as an assignment, not as part of the command" if _ASSIGNMENT.match(b.next_program)
-                else f"as a command of its own: `{b.next_program[:40]}: command not found`")
-        parts.append(f"line {b.line} ends with a backslash and blanks{comment}, so the command ends there and bash runs "
-                     f"line {b.next_line} (`{b.next_text[:80]}`) {runs}")
+        runs = (
+            "as an assignment, not as part of the command"
+            if _ASSIGNMENT.match(b.next_program)
+            else f"as a command of its own: `{b.next_program[:40]}: command not found`"
+        )
+        parts.append(
+            f"line {b.line} ends with a backslash and blanks{comment}, so the command ends there and bash runs "
+            f"line {b.next_line} (`{b.next_text[:80]}`) {runs}"
+        )
         commands.append(f"sed -i -E '{b.line}s/\\\\[[:blank:]]+(#.*)?$/\\\\/' {path}")
         evidence[f"line {b.line}"] = b.text
         evidence[f"line {b.next_line}"] = b.next_text
-    fix = manual("Delete what follows the backslash on " + ", ".join(f"line {b.line}" for b in broken)
-                 + " (move the comment above the command)", *commands)
+    fix = manual(
+        "Delete what follows the backslash on "
+        + ", ".join(f"line {b.line}" for b in broken)
+        + " (move the comment above the command)",
+        *commands,
+    )
     if path:
         # Structured: the arguments bash dropped then reach the program, which changes what the job runs (unsafe).
-        fix = Fix(fix.title, Safety.UNSAFE,
-                  tuple(Action(ActionKind.CONTINUATION_REPAIR, path, value=b.text) for b in broken))
+        fix = Fix(
+            fix.title, Safety.UNSAFE, tuple(Action(ActionKind.CONTINUATION_REPAIR, path, value=b.text) for b in broken)
+        )
     return fail("; ".join(parts), fix, **evidence)
 
 
@@ -1097,8 +1388,11 @@ def sbatch_script_bash_syntax(facts, ctx):
     if result.ok:
         return passed("bash -n reads the script without a syntax error")
     path = ctx.sbatch.path
-    return fail(f"bash cannot parse the script: {result.message}; the job would fail as soon as it starts",
-                manual("Correct the syntax error, then check again", f"bash -n {path}"), bash_n=result.message)
+    return fail(
+        f"bash cannot parse the script: {result.message}; the job would fail as soon as it starts",
+        manual("Correct the syntax error, then check again", f"bash -n {path}"),
+        bash_n=result.message,
+    )
 
 
 @check(
@@ -1124,12 +1418,15 @@ def sbatch_line_runs_as_missing_command(facts, ctx):
         return passed("every command of the script starts with a command name")
     parts, evidence = [], {}
     for a in stray:
-        above = (f"; line {a.previous_line} above ends the command without a backslash" if a.previous_line
-                 else "")
-        parts.append(f"line {a.line} starts with `{a.program[:40]}`, which bash runs as a command: "
-                     f"`{a.program[:40]}: command not found`{above}")
+        above = f"; line {a.previous_line} above ends the command without a backslash" if a.previous_line else ""
+        parts.append(
+            f"line {a.line} starts with `{a.program[:40]}`, which bash runs as a command: "
+            f"`{a.program[:40]}: command not found`{above}"
+        )
         evidence[f"line {a.line}"] = a.text
     lines = ", ".join(f"line {a.previous_line}" for a in stray if a.previous_line)
-    fix = manual(f"End {lines} with a backslash" if lines else "Join these arguments to the command they belong to",
-                 *(f"line {a.line}: {a.text[:120]}" for a in stray))
+    fix = manual(
+        f"End {lines} with a backslash" if lines else "Join these arguments to the command they belong to",
+        *(f"line {a.line}: {a.text[:120]}" for a in stray),
+    )
     return fail("; ".join(parts), fix, **evidence)

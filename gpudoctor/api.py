@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from gpudoctor.readers.dlconfig import LIVE_KEY, LIVE_SOURCE
 from gpudoctor.model import Context, Finding
+from gpudoctor.readers.dlconfig import LIVE_KEY, LIVE_SOURCE
 
 CATEGORY = "dataloader"
 
@@ -106,7 +106,12 @@ def _facts(facts, needed: set[str], local_ranks, world_size):
 
 
 def audit_dataloader(
-    loader, *, local_ranks: int | None = None, world_size: int | None = None, facts=None, expect_gpus: bool | None = None
+    loader,
+    *,
+    local_ranks: int | None = None,
+    world_size: int | None = None,
+    facts=None,
+    expect_gpus: bool | None = None,
 ) -> list[Finding]:
     """Run the dataloader checks on a live DataLoader; returns every finding (pass and skip included).
 

@@ -53,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--ignore", type=_csv, metavar="LIST", help="skip these categories or check ids")
     c.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     c.add_argument(
-        "--expect-gpus", type=_non_negative_int, metavar="N", help="GPUs the job needs (0: CPU-only is fine; default: at least one)"
+        "--expect-gpus",
+        type=_non_negative_int,
+        metavar="N",
+        help="GPUs the job needs (0: CPU-only is fine; default: at least one)",
     )
     c.add_argument("--launcher", choices=LAUNCHERS, help="how the job will be launched")
     c.add_argument("--config", metavar="FILE", help="training config (YAML or JSON) to audit dataloader settings")
@@ -62,17 +65,32 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
     c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
-    c.add_argument("--node-snapshot", metavar="FILE",
-                   help="facts recorded on a compute node (gpudoctor snapshot -o FILE there): judge the job there")
-    c.add_argument("--torch-timeout", type=float, default=None, metavar="S", help="limit for importing torch (default 60)")
-    c.add_argument("--job", action="store_true",
-                   help="inside srun/torchrun: gather every rank's view, rank 0 prints one report for the job")
-    c.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="with --job: how long rank 0 waits for the other ranks (default 60)")
+    c.add_argument(
+        "--node-snapshot",
+        metavar="FILE",
+        help="facts recorded on a compute node (gpudoctor snapshot -o FILE there): judge the job there",
+    )
+    c.add_argument(
+        "--torch-timeout", type=float, default=None, metavar="S", help="limit for importing torch (default 60)"
+    )
+    c.add_argument(
+        "--job",
+        action="store_true",
+        help="inside srun/torchrun: gather every rank's view, rank 0 prints one report for the job",
+    )
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --job: how long rank 0 waits for the other ranks (default 60)",
+    )
 
     from gpudoctor.fixes import cli as fix_cli
 
-    fix_cli.add_arguments(sub.add_parser("fix", help="show the fixes as diffs; --apply writes the safe ones (backup kept)"), c)
+    fix_cli.add_arguments(
+        sub.add_parser("fix", help="show the fixes as diffs; --apply writes the safe ones (backup kept)"), c
+    )
 
     s = sub.add_parser("snapshot", help="write the probed facts as JSON (secrets excluded)")
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
@@ -156,7 +174,9 @@ def _internal_error(e: Exception) -> int:
     """Called from an except clause (a bare raise re-raises e for GPUDOCTOR_DEBUG)."""
     if os.environ.get("GPUDOCTOR_DEBUG"):
         raise e
-    print(f"gpudoctor: internal error: {type(e).__name__}: {e} (set GPUDOCTOR_DEBUG=1 for a traceback)", file=sys.stderr)
+    print(
+        f"gpudoctor: internal error: {type(e).__name__}: {e} (set GPUDOCTOR_DEBUG=1 for a traceback)", file=sys.stderr
+    )
     return ExitCode.INTERNAL
 
 
@@ -177,7 +197,9 @@ def _probe_kwargs(args) -> dict:
         kw["python"] = args.python
     if args.torch_timeout is not None:
         if not 0 < args.torch_timeout < float("inf"):  # also refuses nan, which float() accepts
-            raise UsageError(f"--torch-timeout must be a finite number of seconds, more than 0 (got {args.torch_timeout})")
+            raise UsageError(
+                f"--torch-timeout must be a finite number of seconds, more than 0 (got {args.torch_timeout})"
+            )
         kw["torch_timeout"] = args.torch_timeout
     return kw
 

@@ -16,7 +16,17 @@ from typing import Any
 SCHEMA = "gpudoctor.facts/1"
 
 SECTIONS = (
-    "host", "nvidia", "torch_meta", "torch", "libraries", "env", "network", "rendezvous", "slurm", "kernel", "pci",
+    "host",
+    "nvidia",
+    "torch_meta",
+    "torch",
+    "libraries",
+    "env",
+    "network",
+    "rendezvous",
+    "slurm",
+    "kernel",
+    "pci",
     "job",  # not probed: built by gpudoctor/job (check --job, compare) from every rank's facts
     "cluster",  # the partition a batch script runs in and its node types (probe/cluster.py)
 )
@@ -133,8 +143,8 @@ def _redact_word(word: str) -> str:
             end = marks[n + 1]
             while end > mark + 3 and word[end - 1] in _SCHEME_CHARS:
                 end -= 1
-        out.append(word[start: mark + 3])
-        out.append(_redact_userinfo(word[mark + 3: end], bare=False))
+        out.append(word[start : mark + 3])
+        out.append(_redact_userinfo(word[mark + 3 : end], bare=False))
         start = end
     out.append(word[start:])
     return "".join(out)
@@ -157,7 +167,11 @@ def _redact_userinfo(rest: str, bare: bool) -> str:
 def _redact_query(m: re.Match) -> str:
     name = m.group(2)
     plain = name.lower().replace("-", "_")
-    if is_credential_name(name.replace("-", "_")) or plain in _QUERY_SECRET_NAMES or plain.startswith(("x_amz_", "x_goog_")):
+    if (
+        is_credential_name(name.replace("-", "_"))
+        or plain in _QUERY_SECRET_NAMES
+        or plain.startswith(("x_amz_", "x_goog_"))
+    ):
         return f"{m.group(1)}{name}={REDACTED}"
     return m.group(0)
 
@@ -263,7 +277,7 @@ class Facts:
         return {"schema": SCHEMA, **self.meta, **{k: self.sections[k] for k in SECTIONS if k in self.sections}}
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "snapshot") -> "Facts":
+    def from_dict(cls, data: Any, source: str = "snapshot") -> Facts:
         if not isinstance(data, dict):
             raise SnapshotError(f"{source}: not a gpudoctor facts object")
         schema = data.get("schema")
@@ -287,7 +301,7 @@ class Facts:
         return text
 
     @classmethod
-    def load(cls, path: str, what: str = "--snapshot") -> "Facts":
+    def load(cls, path: str, what: str = "--snapshot") -> Facts:
         """what: the option that named the file, for the one-line error (--node-snapshot, compare's FILE...)."""
         from gpudoctor.fileio import FileIOError, read_input
 

@@ -194,7 +194,7 @@ def _write_through(target: str, data: bytes, label: str, fifo: bool, append: boo
             os.set_blocking(fd, True)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except BrokenPipeError:
         raise  # the reader is gone (`-o /dev/stdout | head`): the caller ends quietly, as for stdout itself
     except OSError as e:

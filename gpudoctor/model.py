@@ -98,7 +98,7 @@ class Action:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Action":
+    def from_dict(cls, d: dict) -> Action:
         return cls(kind=ActionKind(d["kind"]), target=d["target"], value=d.get("value"), key=d.get("key"))
 
 
@@ -116,7 +116,7 @@ class Fix:
         }
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "Fix | None":
+    def from_dict(cls, d: dict | None) -> Fix | None:
         if d is None:
             return None
         return cls(
@@ -192,7 +192,7 @@ class Finding:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Finding":
+    def from_dict(cls, d: dict) -> Finding:
         return cls(
             id=d["id"],
             name=d["name"],

@@ -43,7 +43,9 @@ def _steps(text: str) -> int:
 def _timeout(text: str) -> float:
     x = _positive_float(text)
     if not x <= MAX_TIMEOUT_S:  # also inf
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds up to {MAX_TIMEOUT_S:g}, got {_short(text)}")
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds up to {MAX_TIMEOUT_S:g}, got {_short(text)}"
+        )
     return x
 
 
@@ -91,39 +93,79 @@ def _bool(text: str) -> bool:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", dest="nprocs", type=_positive_int, metavar="N",
-                   help="local ranks to spawn, one per GPU (default: every visible GPU; 2 with --device cpu). "
-                        "Under torchrun or srun each process is one rank and this is not needed")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                   help="cuda (NCCL) or cpu (gloo); auto: cuda, failing when torch sees no GPU")
-    p.add_argument("--size", choices=("auto", "tiny", "small", "medium", "large"), default="auto",
-                   help="model size (default: from the device: tiny on CPU, large on 80 GB GPUs)")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                   help="autocast dtype (default: bf16; fp16 + GradScaler on GPUs without bf16)")
-    p.add_argument("--steps", type=_steps, metavar="N", help=f"training steps, at least {MIN_STEPS} (default: from the size)")
+    p.add_argument(
+        "--gpus",
+        dest="nprocs",
+        type=_positive_int,
+        metavar="N",
+        help="local ranks to spawn, one per GPU (default: every visible GPU; 2 with --device cpu). "
+        "Under torchrun or srun each process is one rank and this is not needed",
+    )
+    p.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="cuda (NCCL) or cpu (gloo); auto: cuda, failing when torch sees no GPU",
+    )
+    p.add_argument(
+        "--size",
+        choices=("auto", "tiny", "small", "medium", "large"),
+        default="auto",
+        help="model size (default: from the device: tiny on CPU, large on 80 GB GPUs)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="autocast dtype (default: bf16; fp16 + GradScaler on GPUs without bf16)",
+    )
+    p.add_argument(
+        "--steps", type=_steps, metavar="N", help=f"training steps, at least {MIN_STEPS} (default: from the size)"
+    )
     p.add_argument("--warmup", type=_non_negative_int, metavar="N", help="steps left out of the timings")
     p.add_argument("--seq-len", type=_positive_int, metavar="N", help="tokens per sample")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (slower start, faster steps)")
-    p.add_argument("--timeout", type=_timeout, metavar="S",
-                   help="bound on the whole run; a rank that never joins, dies or hangs ends it (default 120 s on CPU, "
-                        "180 s on GPU, +300 s with --compile)")
+    p.add_argument(
+        "--timeout",
+        type=_timeout,
+        metavar="S",
+        help="bound on the whole run; a rank that never joins, dies or hangs ends it (default 120 s on CPU, "
+        "180 s on GPU, +300 s with --compile)",
+    )
     p.add_argument("--config", metavar="FILE", help="training config (YAML/JSON) whose dataloader settings to use")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="samples per rank per step")
     p.add_argument("--num-workers", type=_non_negative_int, metavar="N", help="DataLoader worker processes per rank")
     p.add_argument("--pin-memory", type=_bool, metavar="BOOL", help="DataLoader pin_memory")
     p.add_argument("--persistent-workers", type=_bool, metavar="BOOL", help="DataLoader persistent_workers")
     p.add_argument("--prefetch-factor", type=_positive_int, metavar="N", help="DataLoader prefetch_factor")
-    p.add_argument("--min-mfu", type=_fraction, metavar="F",
-                   help="fail below this MFU (0.45 or 45%%) against the spec peak, or the measured matmul peak without one")
-    p.add_argument("--min-tokens-per-s", type=_positive_float, metavar="X", help="fail below this many tokens/s over all ranks")
-    p.add_argument("--min-busbw", type=_positive_float, metavar="GBPS",
-                   help="fail below this all-reduce bus bandwidth in GB/s (nccl-tests' busbw)")
-    p.add_argument("--peak-tflops", type=_positive_float, metavar="X",
-                   help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks")
+    p.add_argument(
+        "--min-mfu",
+        type=_fraction,
+        metavar="F",
+        help="fail below this MFU (0.45 or 45%%) against the spec peak, or the measured matmul peak without one",
+    )
+    p.add_argument(
+        "--min-tokens-per-s", type=_positive_float, metavar="X", help="fail below this many tokens/s over all ranks"
+    )
+    p.add_argument(
+        "--min-busbw",
+        type=_positive_float,
+        metavar="GBPS",
+        help="fail below this all-reduce bus bandwidth in GB/s (nccl-tests' busbw)",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=_positive_float,
+        metavar="X",
+        help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks",
+    )
     p.add_argument("--seed", type=_seed, default=1234, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/1 JSON report")
-    p.add_argument("--python", metavar="PATH",
-                   help="train in another interpreter (the training env's; it needs torch and gpudoctor)")
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="train in another interpreter (the training env's; it needs torch and gpudoctor)",
+    )
 
 
 def options_from_args(args) -> SmokeOptions:
@@ -147,11 +189,23 @@ def options_from_args(args) -> SmokeOptions:
             raise OptionsError(str(e)) from None
     loader = merge_loader(loader_config or LoaderSettings(), flags)
     return SmokeOptions(
-        device=args.device, nprocs=args.nprocs, size=args.size, precision=args.precision, steps=args.steps,
-        warmup=args.warmup, seq_len=args.seq_len, compile=args.compile, timeout=args.timeout, min_mfu=args.min_mfu,
-        min_tokens_per_s=args.min_tokens_per_s, min_busbw_gbps=args.min_busbw, peak_tflops=args.peak_tflops,
-        seed=args.seed, json=args.json,
-        loader=loader, config_path=args.config,
+        device=args.device,
+        nprocs=args.nprocs,
+        size=args.size,
+        precision=args.precision,
+        steps=args.steps,
+        warmup=args.warmup,
+        seq_len=args.seq_len,
+        compile=args.compile,
+        timeout=args.timeout,
+        min_mfu=args.min_mfu,
+        min_tokens_per_s=args.min_tokens_per_s,
+        min_busbw_gbps=args.min_busbw,
+        peak_tflops=args.peak_tflops,
+        seed=args.seed,
+        json=args.json,
+        loader=loader,
+        config_path=args.config,
     )
 
 
@@ -181,8 +235,10 @@ def run(args) -> int:
             print(f"gpudoctor smoke: {e}", file=sys.stderr)
             return ExitCode.USAGE
     if opts.nprocs is not None and opts.nprocs != here.local_world_size:
-        print(f"gpudoctor smoke: --gpus {opts.nprocs}, but {here.launcher} already started {here.local_world_size} "
-              f"rank(s) on this node (this is rank {here.rank} of {here.world_size}); drop --gpus", file=sys.stderr)
+        print(
+            f"gpudoctor smoke: --gpus {opts.nprocs}, but {here.launcher} already started {here.local_world_size} "
+            f"rank(s) on this node (this is rank {here.rank} of {here.world_size}); drop --gpus",
+            file=sys.stderr,
+        )
         return ExitCode.USAGE
     return launch.run_in_world(here, opts)
-

@@ -61,8 +61,10 @@ def check_rank_budget(nprocs: int, device: str) -> None:
     """Refuses, before any rank starts, a rank count the CPUs or the memory cannot carry."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if device == "cpu" and nprocs > max(2, RANKS_PER_CPU * cpus):
-        raise TooManyRanks(f"--gpus {nprocs} with --device cpu: this process may use {cpus} CPU(s), enough for at most "
-                           f"{max(2, RANKS_PER_CPU * cpus)} ranks ({RANKS_PER_CPU} per CPU)")
+        raise TooManyRanks(
+            f"--gpus {nprocs} with --device cpu: this process may use {cpus} CPU(s), enough for at most "
+            f"{max(2, RANKS_PER_CPU * cpus)} ranks ({RANKS_PER_CPU} per CPU)"
+        )
     try:
         import psutil
 
@@ -70,9 +72,11 @@ def check_rank_budget(nprocs: int, device: str) -> None:
     except Exception:  # no psutil or no /proc/meminfo: the CPU bound above still holds
         return
     if nprocs > 1 and nprocs * RANK_MEMORY_BYTES > available:
-        raise TooManyRanks(f"--gpus {nprocs}: {nprocs} ranks need about {nprocs * RANK_MEMORY_BYTES / 2**30:.1f} GiB of "
-                           f"memory ({RANK_MEMORY_BYTES // 2**20} MiB each); {available / 2**30:.1f} GiB is available, "
-                           f"enough for {available // RANK_MEMORY_BYTES}")
+        raise TooManyRanks(
+            f"--gpus {nprocs}: {nprocs} ranks need about {nprocs * RANK_MEMORY_BYTES / 2**30:.1f} GiB of "
+            f"memory ({RANK_MEMORY_BYTES // 2**20} MiB each); {available / 2**30:.1f} GiB is available, "
+            f"enough for {available // RANK_MEMORY_BYTES}"
+        )
 
 
 def run_spawn(opts: SmokeOptions) -> int:
@@ -104,20 +108,35 @@ def _run_spawn(opts: SmokeOptions) -> int:
     import torch.distributed as dist
 
     if opts.device != "cpu" and not torch.cuda.is_available():
-        return _early_failure(opts, make(
-            "GD-SMOKE-012", Severity.FAIL,
-            f"torch {torch.__version__} sees no CUDA GPU (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, "
-            f"built for CUDA {torch.version.cuda}); run `gpudoctor check` for the cause, or pass --device cpu to test "
-            "the CPU/gloo path", torch=torch.__version__, torch_cuda=torch.version.cuda), started)
+        return _early_failure(
+            opts,
+            make(
+                "GD-SMOKE-012",
+                Severity.FAIL,
+                f"torch {torch.__version__} sees no CUDA GPU (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, "
+                f"built for CUDA {torch.version.cuda}); run `gpudoctor check` for the cause, or pass --device cpu to test "
+                "the CPU/gloo path",
+                torch=torch.__version__,
+                torch_cuda=torch.version.cuda,
+            ),
+            started,
+        )
     opts.device = "cpu" if opts.device == "cpu" else "cuda"
     visible = torch.cuda.device_count() if opts.device == "cuda" else None
     nprocs = opts.nprocs or visible or 2
     if visible is not None and nprocs > visible:
-        return _early_failure(opts, make(
-            "GD-SMOKE-003", Severity.FAIL,
-            f"--gpus {nprocs} asks for more ranks than the {visible} GPU(s) torch sees: ranks {visible}..{nprocs - 1} "
-            "would have no GPU of their own", visible=visible,
-            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES")), started)
+        return _early_failure(
+            opts,
+            make(
+                "GD-SMOKE-003",
+                Severity.FAIL,
+                f"--gpus {nprocs} asks for more ranks than the {visible} GPU(s) torch sees: ranks {visible}..{nprocs - 1} "
+                "would have no GPU of their own",
+                visible=visible,
+                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            ),
+            started,
+        )
     opts.timeout = opts.timeout or default_timeout(opts.device, opts.compile)
     deadline = started + opts.timeout
     store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.timeout), wait_for_workers=False)
@@ -128,21 +147,30 @@ def _run_spawn(opts: SmokeOptions) -> int:
         interrupted = True
         try:
             ranks.start()
-            coordinator = Coordinator(store, Keys(namespace), nprocs, deadline, opts, exits=ranks.exits,
-                                      logs=ranks.tail, progress=progress)
+            coordinator = Coordinator(
+                store, Keys(namespace), nprocs, deadline, opts, exits=ranks.exits, logs=ranks.tail, progress=progress
+            )
             verdict = coordinator.run()
             interrupted = False
         finally:
             progress.close()
             ranks.stop(grace=0 if interrupted else KILL_GRACE_S)  # interrupted ranks do not end by themselves
-        launch = {"mode": "spawn", "world_size": nprocs, "local_world_size": nprocs, "nodes": 1,
-                  "backend": "nccl" if opts.device == "cuda" else "gloo", "master_addr": "127.0.0.1",
-                  "master_port": store.port, "reporter": {"role": "spawner", "pid": os.getpid()}}
+        launch = {
+            "mode": "spawn",
+            "world_size": nprocs,
+            "local_world_size": nprocs,
+            "nodes": 1,
+            "backend": "nccl" if opts.device == "cuda" else "gloo",
+            "master_addr": "127.0.0.1",
+            "master_port": store.port,
+            "reporter": {"role": "spawner", "pid": os.getpid()},
+        }
         return emit(report.build(verdict, opts, launch, time.monotonic() - started), opts)
 
 
 def _interrupt_on_sigterm() -> None:
     """SIGTERM (kill, a scheduler) ends the run as Ctrl-C does: the ranks are stopped, one line is printed."""
+
     def interrupt(signum, frame):
         from gpudoctor.report.usage import Terminated
 
@@ -152,8 +180,14 @@ def _interrupt_on_sigterm() -> None:
 
 
 def _early_failure(opts: SmokeOptions, finding, started: float) -> int:
-    launch = {"mode": "spawn", "world_size": 0, "local_world_size": 0, "nodes": 0, "backend": None,
-              "reporter": {"role": "spawner", "pid": os.getpid()}}
+    launch = {
+        "mode": "spawn",
+        "world_size": 0,
+        "local_world_size": 0,
+        "nodes": 0,
+        "backend": None,
+        "reporter": {"role": "spawner", "pid": os.getpid()},
+    }
     return emit(report.build(Verdict(False, [finding]), opts, launch, time.monotonic() - started), opts)
 
 
@@ -172,14 +206,22 @@ class _Ranks:
                 GPUDOCTOR_SMOKE_WORLD=json.dumps(world.to_dict()),
                 GPUDOCTOR_SMOKE_OPTIONS=self.opts.to_json(),
                 GPUDOCTOR_SMOKE_PARENT=str(os.getpid()),
-                RANK=str(rank), WORLD_SIZE=str(self.n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(self.n),
-                MASTER_ADDR=world.master_addr, MASTER_PORT=str(self.port),
+                RANK=str(rank),
+                WORLD_SIZE=str(self.n),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(self.n),
+                MASTER_ADDR=world.master_addr,
+                MASTER_PORT=str(self.port),
             )
             log = open(os.path.join(self.logdir, f"rank{rank}.log"), "wb")
             # -P: a gpudoctor/ folder in the cwd (a source checkout) must not shadow the installed package.
             self.procs[rank] = subprocess.Popen(
                 [sys.executable, "-P", "-m", "gpudoctor.sample_train.worker"],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             log.close()
 
@@ -225,8 +267,11 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     started = time.monotonic()
     opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile)
     deadline = started + opts.timeout
-    exits.last_resort(opts.timeout + LAST_RESORT_S, f"rank {world.rank}: no outcome {opts.timeout + LAST_RESORT_S:.0f} s "
-                      f"after start (rendezvous store {redact_value(world.master_addr)}:{world.master_port}); giving up")
+    exits.last_resort(
+        opts.timeout + LAST_RESORT_S,
+        f"rank {world.rank}: no outcome {opts.timeout + LAST_RESORT_S:.0f} s "
+        f"after start (rendezvous store {redact_value(world.master_addr)}:{world.master_port}); giving up",
+    )
     # Rank 0 reports even when the launcher stops the job (a rank exited) before it is up.
     terminated = _watch_sigterm() if world.rank == 0 else None
     faults.maybe_inject(world.rank, "start")
@@ -238,11 +283,15 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     store = _connect(world, opts, started)
     keys = Keys(world.namespace)
     launch = _launch_info(world, opts)
-    coordinator = _start_coordinator(opts, store, keys, world.world_size, deadline, launch, started, terminated) \
-        if world.rank == 0 else None
+    coordinator = (
+        _start_coordinator(opts, store, keys, world.world_size, deadline, launch, started, terminated)
+        if world.rank == 0
+        else None
+    )
     try:
-        code = worker.run_rank(world, opts, store, keys, deadline, no_coordinator=NoCoordinator,
-                               coordinating=coordinator is not None)
+        code = worker.run_rank(
+            world, opts, store, keys, deadline, no_coordinator=NoCoordinator, coordinating=coordinator is not None
+        )
     except NoCoordinator:
         code = _fallback_report(world, opts, store, keys, launch, started)
     if coordinator is not None:
@@ -254,10 +303,15 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
 
 
 def _launch_info(world: World, opts: SmokeOptions) -> dict:
-    return {"mode": world.launcher, "world_size": world.world_size, "local_world_size": world.local_world_size,
-            "master_addr": redact_value(world.master_addr), "master_port": world.master_port,
-            "backend": "gloo" if opts.device == "cpu" else "nccl",
-            "reporter": {"role": "rank", "rank": world.rank, "pid": os.getpid()}}
+    return {
+        "mode": world.launcher,
+        "world_size": world.world_size,
+        "local_world_size": world.local_world_size,
+        "master_addr": redact_value(world.master_addr),
+        "master_port": world.master_port,
+        "backend": "gloo" if opts.device == "cpu" else "nccl",
+        "reporter": {"role": "rank", "rank": world.rank, "pid": os.getpid()},
+    }
 
 
 def _connect(world: World, opts: SmokeOptions, started: float):
@@ -270,19 +324,31 @@ def _connect(world: World, opts: SmokeOptions, started: float):
         socket.getaddrinfo(world.master_addr, world.master_port)  # fail now, not after the whole timeout
         if not hosting:
             await_store(world.master_addr, world.master_port, started + opts.timeout)
-        return dist.TCPStore(world.master_addr, world.master_port, None, hosting,
-                             timeout=timedelta(seconds=opts.timeout), wait_for_workers=False)
+        return dist.TCPStore(
+            world.master_addr,
+            world.master_port,
+            None,
+            hosting,
+            timeout=timedelta(seconds=opts.timeout),
+            wait_for_workers=False,
+        )
     except Exception as e:  # nobody to coordinate: this rank reports for itself
         what = "host" if hosting else "reach"
         finding = make(
-            "GD-SMOKE-001", Severity.FAIL,
+            "GD-SMOKE-001",
+            Severity.FAIL,
             f"rank {world.rank} could not {what} the rendezvous store at {redact_value(world.master_addr)}:{world.master_port} "
             f"within {opts.timeout:.0f} s ({type(e).__name__}: {redact_value(str(e).splitlines()[0]) if str(e) else ''}). "
-            + ("MASTER_ADDR does not resolve (DNS, /etc/hosts): set MASTER_ADDR to rank 0's address."
-               if isinstance(e, socket.gaierror)
-               else "Another process holds MASTER_PORT, or MASTER_ADDR is not an address of this host."
-               if hosting else "Rank 0 did not start, or MASTER_ADDR/MASTER_PORT do not reach it (firewall, wrong interface)."),
-            rank=world.rank, master_addr=redact_value(world.master_addr), master_port=world.master_port,
+            + (
+                "MASTER_ADDR does not resolve (DNS, /etc/hosts): set MASTER_ADDR to rank 0's address."
+                if isinstance(e, socket.gaierror)
+                else "Another process holds MASTER_PORT, or MASTER_ADDR is not an address of this host."
+                if hosting
+                else "Rank 0 did not start, or MASTER_ADDR/MASTER_PORT do not reach it (firewall, wrong interface)."
+            ),
+            rank=world.rank,
+            master_addr=redact_value(world.master_addr),
+            master_port=world.master_port,
         )
         rep = report.build(Verdict(False, [finding]), opts, _launch_info(world, opts), time.monotonic() - started)
         # Without a store no rank can coordinate: each reports for itself; rank 0 on stdout, so that
@@ -296,19 +362,29 @@ class _CoordinatorThread(threading.Thread):
 
     def __init__(self, coordinator: Coordinator, opts: SmokeOptions, launch: dict, started: float, progress: Progress):
         super().__init__(name="gpudoctor-smoke-coordinator", daemon=True)
-        self.coordinator, self.opts, self.launch, self.started, self.progress = coordinator, opts, launch, started, progress
+        self.coordinator, self.opts, self.launch, self.started, self.progress = (
+            coordinator,
+            opts,
+            launch,
+            started,
+            progress,
+        )
         self.exit_code = 1
 
     def run(self) -> None:
         try:
             verdict = self.coordinator.run()
         except Exception as e:  # a bug here must still end the run with a word
-            verdict = Verdict(False, [make("GD-SMOKE-004", Severity.ERROR, f"coordinator crashed: {type(e).__name__}: {e}")])
+            verdict = Verdict(
+                False, [make("GD-SMOKE-004", Severity.ERROR, f"coordinator crashed: {type(e).__name__}: {e}")]
+            )
         self.progress.close()
         self.launch["nodes"] = len({j["host"] for j in verdict.joins.values()})
         self.launch["reporter"]["host"] = verdict.joins.get(0, {}).get("host")
         try:
-            self.exit_code = emit(report.build(verdict, self.opts, self.launch, time.monotonic() - self.started), self.opts)
+            self.exit_code = emit(
+                report.build(verdict, self.opts, self.launch, time.monotonic() - self.started), self.opts
+            )
         except Exception as e:  # stdout gone (the launcher died) or a bug: still end the run, with a word
             print(f"gpudoctor smoke: could not write the report: {type(e).__name__}: {e}", file=sys.stderr)
         finally:  # a failed run must end this process: its main thread may be stuck in a collective
@@ -355,11 +431,14 @@ def _fallback_report(world: World, opts: SmokeOptions, store, keys: Keys, launch
         return 1
     missing = [r for r in range(world.world_size) if r not in joins]
     finding = make(
-        "GD-SMOKE-001", Severity.FAIL,
+        "GD-SMOKE-001",
+        Severity.FAIL,
         f"rank 0, which coordinates the run, never published a plan within {opts.timeout:.0f} s; "
         f"{ranks_text(missing) if missing else 'no rank'} never joined. "
         "Check that rank 0 started and that its log shows no error.",
-        missing_ranks=missing, joined_ranks=sorted(joins), reported_by=world.rank,
+        missing_ranks=missing,
+        joined_ranks=sorted(joins),
+        reported_by=world.rank,
     )
     launch["reporter"] = {"role": "rank", "rank": world.rank, "pid": os.getpid(), "fallback": True}
     return emit(report.build(Verdict(False, [finding], joins=joins), opts, launch, time.monotonic() - started), opts)

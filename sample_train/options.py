@@ -47,7 +47,7 @@ class SmokeOptions:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "SmokeOptions":
+    def from_json(cls, text: str) -> SmokeOptions:
         data = json.loads(text)
         data["loader"] = LoaderSettings(**data.get("loader", {}))
         return cls(**data)

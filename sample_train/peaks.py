@@ -36,10 +36,14 @@ _TABLE: tuple[tuple[str, Peak], ...] = (
     (r"\bA10\b", Peak("A10", 125.0, "bfloat16", f"{_SHEET} (250 sparse / 2); not the A10G")),
     # GeForce: the fp32-accumulate figure (what autocast matmuls use); fp16-accumulate is twice it.
     # The 4090 D and the 3090 Ti are other SKUs with other peaks: no match rather than a wrong one.
-    (r"\bRTX 4090\b(?! D\b)", Peak("GeForce RTX 4090", 165.2, "bfloat16",
-                                    "NVIDIA Ada whitepaper (330.4 sparse / 2, fp32 accumulate)")),
-    (r"\bRTX 3090\b(?! Ti\b)", Peak("GeForce RTX 3090", 71.0, "bfloat16",
-                                     "NVIDIA Ampere GA102 whitepaper (142 sparse / 2, fp32 accumulate)")),
+    (
+        r"\bRTX 4090\b(?! D\b)",
+        Peak("GeForce RTX 4090", 165.2, "bfloat16", "NVIDIA Ada whitepaper (330.4 sparse / 2, fp32 accumulate)"),
+    ),
+    (
+        r"\bRTX 3090\b(?! Ti\b)",
+        Peak("GeForce RTX 3090", 71.0, "bfloat16", "NVIDIA Ampere GA102 whitepaper (142 sparse / 2, fp32 accumulate)"),
+    ),
     (r"\bV100S\b", Peak("V100S PCIe", 130.0, "float16", f"{_SHEET} (no bf16: fp16 tensor cores)")),
     (r"\bV100\b.*\bPCIE\b", Peak("V100 PCIe", 112.0, "float16", f"{_SHEET} (no bf16: fp16 tensor cores)")),
     (r"\bV100\b", Peak("V100 SXM2", 125.0, "float16", f"{_SHEET} (no bf16: fp16 tensor cores)")),

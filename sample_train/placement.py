@@ -62,13 +62,17 @@ def check(joins: dict[int, dict]) -> list:
     blind = [r for r in records if r.get("no_cuda")]
     findings = [_shared_gpus(records), _outside_allocation([r for r in records if not r.get("no_cuda")], types)]
     if blind:
-        findings.insert(0, make(
-            "GD-SMOKE-012", Severity.FAIL,
-            f"{ranks_text(r['rank'] for r in blind)} on {', '.join(sorted({r['host'] for r in blind}))}: torch sees no "
-            f"CUDA GPU (CUDA_VISIBLE_DEVICES={blind[0].get('cuda_visible_devices')!r}, torch {blind[0].get('torch')}). "
-            "Run `gpudoctor check` there for the cause, or pass --device cpu to test the CPU/gloo path.",
-            ranks=[r["rank"] for r in blind],
-        ))
+        findings.insert(
+            0,
+            make(
+                "GD-SMOKE-012",
+                Severity.FAIL,
+                f"{ranks_text(r['rank'] for r in blind)} on {', '.join(sorted({r['host'] for r in blind}))}: torch sees no "
+                f"CUDA GPU (CUDA_VISIBLE_DEVICES={blind[0].get('cuda_visible_devices')!r}, torch {blind[0].get('torch')}). "
+                "Run `gpudoctor check` there for the cause, or pass --device cpu to test the CPU/gloo path.",
+                ranks=[r["rank"] for r in blind],
+            ),
+        )
     return findings
 
 
@@ -98,9 +102,13 @@ def _shared_gpus(records: list[dict]):
             unknown.append(r["rank"])
     shared = {u: rs for u, rs in by_uuid.items() if len(rs) > 1}
     if not shared and unknown:
-        return make("GD-SMOKE-002", Severity.INFO,
-                    f"cannot tell whether ranks share a GPU: torch reported neither a UUID nor a PCI address for "
-                    f"{ranks_text(unknown)}", ranks=unknown)
+        return make(
+            "GD-SMOKE-002",
+            Severity.INFO,
+            f"cannot tell whether ranks share a GPU: torch reported neither a UUID nor a PCI address for "
+            f"{ranks_text(unknown)}",
+            ranks=unknown,
+        )
     if not shared:
         return make("GD-SMOKE-002", Severity.PASS, f"{len(by_uuid)} ranks on {len(by_uuid)} distinct GPUs")
     parts = [f"{ranks_text(r['rank'] for r in rs)} on {rs[0]['host']} all use {u}" for u, rs in shared.items()]
@@ -126,7 +134,10 @@ def _outside_allocation(records: list[dict], types: set):
     for r in records:
         if r.get("device_error"):
             fails.append(f"{_where(r)}: {r['device_error']}")
-            evidence[f"rank{r['rank']}"] = {"cuda_visible_devices": r.get("cuda_visible_devices"), "visible": r.get("visible_count")}
+            evidence[f"rank{r['rank']}"] = {
+                "cuda_visible_devices": r.get("cuda_visible_devices"),
+                "visible": r.get("visible_count"),
+            }
             continue
         allocated = r.get("slurm_gpus")
         if allocated is None or r.get("visible_count") is None or r["visible_count"] <= len(allocated):
@@ -136,7 +147,11 @@ def _outside_allocation(records: list[dict], types: set):
             f"{_where(r)} sees {r['visible_count']} GPUs (CUDA_VISIBLE_DEVICES={r.get('cuda_visible_devices')}) "
             f"but SLURM allocated {len(allocated)} ({r['slurm_gpus_var']}={','.join(allocated)})"
         )
-        evidence[f"rank{r['rank']}"] = {"visible": r["visible_count"], r["slurm_gpus_var"]: allocated, "device_index": r["device_index"]}
+        evidence[f"rank{r['rank']}"] = {
+            "visible": r["visible_count"],
+            r["slurm_gpus_var"]: allocated,
+            "device_index": r["device_index"],
+        }
         if r["device_index"] >= len(allocated):
             fails.append(where + f", and it runs on cuda:{r['device_index']}, beyond its allocation")
         else:

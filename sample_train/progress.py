@@ -27,11 +27,19 @@ class Progress:
 
     def _rich(self, label: str, info: dict) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as Bar
 
         if self._bar is None:
-            self._bar = Bar(TextColumn("[bold]smoke[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._bar = Bar(
+                TextColumn("[bold]smoke[/]"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self._bar.start()
             self._task = self._bar.add_task(label, total=None)
         steps = info.get("steps")
@@ -43,7 +51,11 @@ class Progress:
         in_training = info.get("step") is not None
         if (not in_training and stage_changed) or (in_training and now - self._last_print >= 5.0):
             steps = f"/{info['steps']}" if in_training and info.get("steps") else ""
-            print(f"gpudoctor smoke: {label if not in_training else 'step ' + str(info['step']) + steps}", file=sys.stderr, flush=True)
+            print(
+                f"gpudoctor smoke: {label if not in_training else 'step ' + str(info['step']) + steps}",
+                file=sys.stderr,
+                flush=True,
+            )
             self._last_print = now
         self._last_label = label
 

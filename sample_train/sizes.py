@@ -26,7 +26,7 @@ class GPTConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GPTConfig":
+    def from_dict(cls, d: dict) -> GPTConfig:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 

@@ -38,7 +38,9 @@ _DELETE = object()
 DELETE = _DELETE  # patch value that removes the key
 
 
-def make_facts(base: str = HEALTHY_GPU, env: dict | None = None, patch: dict | None = None, each_gpu: dict | None = None) -> Facts:
+def make_facts(
+    base: str = HEALTHY_GPU, env: dict | None = None, patch: dict | None = None, each_gpu: dict | None = None
+) -> Facts:
     """A fixture with changes: env vars replace the fixture's, patch sets dotted paths,
     each_gpu sets keys on every GPU ("pcie.width_current": 8)."""
     data = copy.deepcopy(load_fixture(base))

@@ -34,7 +34,17 @@ GPU_TYPE = "h200"  # typed, so the seed's --gres=gpu:h200:1 is satisfiable (unty
 CPUS = 256  # declared, far more than this machine has (config_overrides): the seed scripts ask 8 tasks x 16 CPUs
 
 
-TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+TERMINAL_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 def _field(record: str, name: str) -> str | None:
@@ -57,7 +67,9 @@ def ensure_installed(timeout: float = 900) -> None:
     if not missing_binaries():
         return
     if os.geteuid() != 0:
-        raise ClusterUnavailable(f"SLURM is not installed ({', '.join(missing_binaries())} missing) and installing needs root")
+        raise ClusterUnavailable(
+            f"SLURM is not installed ({', '.join(missing_binaries())} missing) and installing needs root"
+        )
     if shutil.which("apt-get") is None:
         raise ClusterUnavailable("SLURM is not installed and there is no apt-get to install it")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -84,7 +96,14 @@ def _free_port() -> int:
 
 
 class SlurmCluster:
-    def __init__(self, root: str | os.PathLike, gpus: int = GPUS, cpus: int = CPUS, name: str | None = None, gpu_type: str = GPU_TYPE):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        gpus: int = GPUS,
+        cpus: int = CPUS,
+        name: str | None = None,
+        gpu_type: str = GPU_TYPE,
+    ):
         self.root = Path(root)
         self.gpus = gpus
         self.gpu_type = gpu_type
@@ -168,7 +187,9 @@ NodeName={self.node} NodeHostname={self.hostname} NodeAddr=127.0.0.1 CPUs={self.
 PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
         (etc / "slurm.conf").write_text(conf)
-        gres = "".join(f"NodeName={self.node} Name=gpu Type={self.gpu_type} File={r}/dev/nvidia{i}\n" for i in range(self.gpus))
+        gres = "".join(
+            f"NodeName={self.node} Name=gpu Type={self.gpu_type} File={r}/dev/nvidia{i}\n" for i in range(self.gpus)
+        )
         (etc / "gres.conf").write_text(gres)
         (etc / "cgroup.conf").write_text("CgroupPlugin=autodetect\nIgnoreSystemd=yes\n")
 
@@ -182,13 +203,15 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.root / "log" / f"{name}.out", "ab")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True
+        )
         log.close()
         self._pids[name] = proc.pid
         self._procs = getattr(self, "_procs", {})
         self._procs[name] = proc
 
-    def start(self, timeout: float = 30) -> "SlurmCluster":
+    def start(self, timeout: float = 30) -> SlurmCluster:
         if os.geteuid() != 0:
             raise ClusterUnavailable("starting SLURM daemons needs root")
         missing = missing_binaries()
@@ -201,8 +224,16 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         m = self.root / "munge"
         self._spawn(
             "munged",
-            [_sbin("munged"), "--foreground", "--force", f"--socket={self.munge_socket}", f"--key-file={key}",
-             f"--pid-file={m}/munged.pid", f"--log-file={self.root}/log/munged.log", f"--seed-file={m}/munged.seed"],
+            [
+                _sbin("munged"),
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={m}/munged.pid",
+                f"--log-file={self.root}/log/munged.log",
+                f"--seed-file={m}/munged.seed",
+            ],
         )
         self._wait_for(lambda: self.munge_socket.exists(), 10, "munged did not create its socket")
         self._spawn("slurmctld", [_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
@@ -236,22 +267,38 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 
     def _node_ready(self) -> bool:
         try:
-            r = subprocess.run([_sbin("sinfo"), "-h", "-N", "-o", "%T"], env=self.env(), capture_output=True, text=True, timeout=5)
+            r = subprocess.run(
+                [_sbin("sinfo"), "-h", "-N", "-o", "%T"], env=self.env(), capture_output=True, text=True, timeout=5
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
         return r.returncode == 0 and r.stdout.strip().rstrip("*") in ("idle", "mixed", "allocated")
 
     # ------------------------------------------------------------ use
 
-    def srun(self, args: list[str], env: dict | None = None, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
+    def srun(
+        self, args: list[str], env: dict | None = None, timeout: float = 120, cwd=None
+    ) -> subprocess.CompletedProcess:
         """srun ARGS in this cluster (a new allocation); output captured as text."""
         return subprocess.run(
             [shutil.which("srun") or "srun", "--quit-on-interrupt", *args],
-            env=self.env(env), capture_output=True, text=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL,
+            env=self.env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
         )
 
-    def sbatch_wait(self, script: str | os.PathLike, args: list[str] | None = None, env: dict | None = None,
-                    timeout: float = 180, cwd=None, real_wait: bool = False) -> subprocess.CompletedProcess:
+    def sbatch_wait(
+        self,
+        script: str | os.PathLike,
+        args: list[str] | None = None,
+        env: dict | None = None,
+        timeout: float = 180,
+        cwd=None,
+        real_wait: bool = False,
+    ) -> subprocess.CompletedProcess:
         """Submit SCRIPT and wait for the job to end; returncode is the job's exit code.
 
         real_wait=True runs `sbatch --wait` itself (what CI pipelines do); by default the job
@@ -260,11 +307,21 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         if real_wait:
             return subprocess.run(
                 [shutil.which("sbatch") or "sbatch", "--wait", *(args or []), str(script)],
-                env=self.env(env), capture_output=True, text=True, timeout=timeout, cwd=cwd or self.root, stdin=subprocess.DEVNULL,
+                env=self.env(env),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=cwd or self.root,
+                stdin=subprocess.DEVNULL,
             )
         sub = subprocess.run(
             [shutil.which("sbatch") or "sbatch", "--parsable", *(args or []), str(script)],
-            env=self.env(env), capture_output=True, text=True, timeout=30, cwd=cwd or self.root, stdin=subprocess.DEVNULL,
+            env=self.env(env),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=cwd or self.root,
+            stdin=subprocess.DEVNULL,
         )
         if sub.returncode != 0:
             return sub
@@ -272,13 +329,21 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         deadline = time.monotonic() + timeout
         record = ""
         while time.monotonic() < deadline:
-            r = subprocess.run([_sbin("scontrol"), "show", "job", "-o", job_id], env=self.env(), capture_output=True, text=True, timeout=10)
+            r = subprocess.run(
+                [_sbin("scontrol"), "show", "job", "-o", job_id],
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             record = r.stdout
             state = _field(record, "JobState")
             if state in TERMINAL_STATES:
                 code = _field(record, "ExitCode") or "1:0"
                 rc, sig = (int(x) for x in code.split(":"))
-                return subprocess.CompletedProcess(sub.args, rc or (128 + sig if sig else 0), job_id, sub.stderr + record)
+                return subprocess.CompletedProcess(
+                    sub.args, rc or (128 + sig if sig else 0), job_id, sub.stderr + record
+                )
             time.sleep(0.2)
         subprocess.run([shutil.which("scancel") or "scancel", job_id], env=self.env(), capture_output=True, timeout=10)
         raise subprocess.TimeoutExpired(sub.args, timeout, output=job_id, stderr=record)
@@ -332,7 +397,9 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 def start_cluster(root: str | os.PathLike, install: bool = True) -> SlurmCluster:
     """Install if needed and start; raises ClusterUnavailable with the reason."""
     if os.geteuid() != 0:
-        raise ClusterUnavailable("not running as root: a SLURM cluster needs root to start munged, slurmctld and slurmd")
+        raise ClusterUnavailable(
+            "not running as root: a SLURM cluster needs root to start munged, slurmctld and slurmd"
+        )
     if install:
         ensure_installed()
     return SlurmCluster(root).start()

@@ -1,7 +1,7 @@
 import pytest
 
-from gpudoctor.readers.allocconf import effective_variable, parse_alloc_conf, suggest_correction
 from gpudoctor.model import Severity
+from gpudoctor.readers.allocconf import effective_variable, parse_alloc_conf, suggest_correction
 from gpudoctor.registry import load_all
 from tests.factsutil import DELETE, RECORDED_CPU, make_facts, run, severity
 
@@ -94,18 +94,27 @@ def test_trailing_text_after_a_number_is_read_like_stoi():
 
 
 def test_last_repeated_key_wins():
-    assert parse_alloc_conf("max_split_size_mb:64,max_split_size_mb:128", HEALTHY_TORCH).settings == {"max_split_size_mb": "128"}
+    assert parse_alloc_conf("max_split_size_mb:64,max_split_size_mb:128", HEALTHY_TORCH).settings == {
+        "max_split_size_mb": "128"
+    }
 
 
 def test_common_slips_get_a_corrected_value():
     assert suggest_correction("expandable_segments:true") == "expandable_segments:True"
-    assert suggest_correction("max_split_size_mb=512;expandable_segments=true") == "max_split_size_mb:512,expandable_segments:True"
+    assert (
+        suggest_correction("max_split_size_mb=512;expandable_segments=true")
+        == "max_split_size_mb:512,expandable_segments:True"
+    )
     assert suggest_correction("max_split_size_mb:abc") is None
 
 
 def test_which_variable_each_torch_reads():
     both = {"PYTORCH_ALLOC_CONF": "a", "PYTORCH_CUDA_ALLOC_CONF": "b"}
-    old, unverified, new = effective_variable(both, (2, 9)), effective_variable(both, (2, 11)), effective_variable(both, (2, 13))
+    old, unverified, new = (
+        effective_variable(both, (2, 9)),
+        effective_variable(both, (2, 11)),
+        effective_variable(both, (2, 13)),
+    )
     assert (old.effective, old.ignored) == ("PYTORCH_CUDA_ALLOC_CONF", ("PYTORCH_ALLOC_CONF",))
     # torch 2.13 reads PYTORCH_CUDA_ALLOC_CONF first (verified with _accelerator_getAllocatorSettings)
     assert (new.effective, new.ignored) == ("PYTORCH_CUDA_ALLOC_CONF", ("PYTORCH_ALLOC_CONF",))
@@ -141,7 +150,10 @@ def test_lower_case_bool_fails_with_a_safe_corrected_value():
 
 
 def test_expandable_segments_on_torch_2_0_fails():
-    assert severity("GD-ALLOC-001", facts({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, torch="2.0.1")) is Severity.FAIL
+    assert (
+        severity("GD-ALLOC-001", facts({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, torch="2.0.1"))
+        is Severity.FAIL
+    )
 
 
 def test_new_variable_is_validated_on_new_torch():
@@ -155,7 +167,9 @@ def test_unset_passes_and_recorded_machine_passes():
 
 
 def test_without_torch_version_both_variables_are_checked():
-    f = facts({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:5"}, torch=None)
+    f = facts(
+        {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:5"}, torch=None
+    )
     assert severity("GD-ALLOC-001", f) is Severity.FAIL
 
 
@@ -180,7 +194,9 @@ def test_both_set_on_torch_2_13_the_old_name_wins():
     assert f.severity is Severity.WARN and "ignores PYTORCH_ALLOC_CONF" in f.message
     # a typo in the variable torch 2.13 ignores is harmless; one in the variable it reads is not
     assert severity("GD-ALLOC-001", facts({**env, "PYTORCH_ALLOC_CONF": "bogus:1"}, torch="2.13.0")) is Severity.PASS
-    assert severity("GD-ALLOC-001", facts({**env, "PYTORCH_CUDA_ALLOC_CONF": "bogus:1"}, torch="2.13.0")) is Severity.FAIL
+    assert (
+        severity("GD-ALLOC-001", facts({**env, "PYTORCH_CUDA_ALLOC_CONF": "bogus:1"}, torch="2.13.0")) is Severity.FAIL
+    )
 
 
 def test_both_set_on_unverified_torch_checks_both():
@@ -189,11 +205,17 @@ def test_both_set_on_unverified_torch_checks_both():
 
 
 def test_old_variable_alone_on_new_torch_is_a_deprecated_alias_not_an_alarm():
-    assert severity("GD-ALLOC-002", facts({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, torch="2.11.0")) is Severity.PASS
+    assert (
+        severity("GD-ALLOC-002", facts({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, torch="2.11.0"))
+        is Severity.PASS
+    )
 
 
 def test_matching_variable_passes():
-    assert severity("GD-ALLOC-002", facts({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, torch="2.5.1")) is Severity.PASS
+    assert (
+        severity("GD-ALLOC-002", facts({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, torch="2.5.1"))
+        is Severity.PASS
+    )
 
 
 # --- GD-ALLOC-003 caching-allocator-disabled ----------------------------------------------------
@@ -252,7 +274,10 @@ def test_no_dsa_flags_pass():
 @pytest.mark.parametrize(
     "env, words",
     [
-        ({"CUDA_INJECTION64_PATH": "/opt/nvidia/nsight-systems/2024.1/target-linux-x64/libToolsInjection64.so"}, "Nsight Systems"),
+        (
+            {"CUDA_INJECTION64_PATH": "/opt/nvidia/nsight-systems/2024.1/target-linux-x64/libToolsInjection64.so"},
+            "Nsight Systems",
+        ),
         ({"LD_PRELOAD": "/usr/local/cuda/compute-sanitizer/libsanitizer-public.so"}, "compute-sanitizer"),
         ({"TORCH_CUDA_SANITIZER": "0"}, "stream sanitizer"),  # torch enables it whenever the name exists
         ({"CUDNN_LOGINFO_DBG": "1"}, "cuDNN logs"),
@@ -265,7 +290,11 @@ def test_debug_tools_warn(env, words):
 
 
 def test_error_only_logging_and_plain_ld_preload_pass():
-    env = {"CUDNN_LOGLEVEL_DBG": "1", "CUBLASLT_LOG_LEVEL": "1", "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}
+    env = {
+        "CUDNN_LOGLEVEL_DBG": "1",
+        "CUBLASLT_LOG_LEVEL": "1",
+        "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+    }
     assert severity("GD-ALLOC-006", facts(env)) is Severity.PASS
 
 
@@ -277,7 +306,10 @@ def test_navsim_guide_environment_verdicts():
         "CUDA_LAUNCH_BLOCKING": "0",
     }
     f = facts(env)
-    verdicts = {cid: severity(cid, f) for cid in ("GD-ALLOC-001", "GD-ALLOC-003", "GD-ALLOC-004", "GD-ALLOC-005", "GD-ALLOC-006")}
+    verdicts = {
+        cid: severity(cid, f)
+        for cid in ("GD-ALLOC-001", "GD-ALLOC-003", "GD-ALLOC-004", "GD-ALLOC-005", "GD-ALLOC-006")
+    }
     assert verdicts == {
         "GD-ALLOC-001": Severity.PASS,
         "GD-ALLOC-003": Severity.PASS,
@@ -289,7 +321,13 @@ def test_navsim_guide_environment_verdicts():
 
 @pytest.mark.parametrize(
     "value, expected",
-    [("OFF", Severity.PASS), ("INFO", Severity.PASS), ("DETAIL", Severity.WARN), ("detail", Severity.WARN), ("true", Severity.FAIL)],
+    [
+        ("OFF", Severity.PASS),
+        ("INFO", Severity.PASS),
+        ("DETAIL", Severity.WARN),
+        ("detail", Severity.WARN),
+        ("true", Severity.FAIL),
+    ],
 )
 def test_torch_distributed_debug(value, expected):
     # c10d/debug.cpp upper-cases the value; anything but OFF/INFO/DETAIL raises at import torch.distributed

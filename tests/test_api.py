@@ -31,7 +31,9 @@ def bad(findings):
 
 
 def test_settings_are_read_off_the_loader():
-    loader = DataLoader(DATA, batch_size=16, shuffle=True, num_workers=2, pin_memory=True, persistent_workers=True, drop_last=True)
+    loader = DataLoader(
+        DATA, batch_size=16, shuffle=True, num_workers=2, pin_memory=True, persistent_workers=True, drop_last=True
+    )
     s = loader_settings(loader)
     assert s == {
         "num_workers": 2,
@@ -59,8 +61,21 @@ def test_main_process_loading_on_gpu_training_warns():
 
 
 def test_good_loader_on_an_8_gpu_node_has_no_warning():
-    loader = DataLoader(DATA, batch_size=16, num_workers=4, pin_memory=True, persistent_workers=True, sampler=DistributedSampler(DATA, num_replicas=8, rank=0))
-    findings = gpudoctor.audit_dataloader(loader, local_ranks=8, world_size=8, facts=make_facts(HEALTHY_GPU, env={"OMP_NUM_THREADS": "8"}), expect_gpus=True)
+    loader = DataLoader(
+        DATA,
+        batch_size=16,
+        num_workers=4,
+        pin_memory=True,
+        persistent_workers=True,
+        sampler=DistributedSampler(DATA, num_replicas=8, rank=0),
+    )
+    findings = gpudoctor.audit_dataloader(
+        loader,
+        local_ranks=8,
+        world_size=8,
+        facts=make_facts(HEALTHY_GPU, env={"OMP_NUM_THREADS": "8"}),
+        expect_gpus=True,
+    )
     assert bad(findings) == []
     ids = {f.id for f in findings}
     assert {"GD-DL-001", "GD-DL-002", "GD-DL-003", "GD-DL-004", "GD-DL-005", "GD-DL-009"} <= ids
@@ -140,7 +155,9 @@ def test_custom_batch_sampler_is_what_chooses_the_samples():
     loader = DataLoader(DATA, batch_sampler=_BucketBatchSampler(), num_workers=2)
     assert loader_settings(loader)["sampler"].endswith("_BucketBatchSampler")
     f = audit8(loader, expect_gpus=True)["GD-DL-009"]
-    assert f.severity is Severity.INFO and "_BucketBatchSampler" in f.message  # not the unused default SequentialSampler
+    assert (
+        f.severity is Severity.INFO and "_BucketBatchSampler" in f.message
+    )  # not the unused default SequentialSampler
 
 
 def test_iterable_dataset_is_not_judged_by_a_sampler():
@@ -149,13 +166,31 @@ def test_iterable_dataset_is_not_judged_by_a_sampler():
 
 
 def test_unbatched_and_spawn_context_loaders_are_audited():
-    unbatched = audit8(DataLoader(DATA, batch_size=None, num_workers=2, pin_memory=True, sampler=DistributedSampler(DATA, num_replicas=8, rank=0)), expect_gpus=True)
+    unbatched = audit8(
+        DataLoader(
+            DATA,
+            batch_size=None,
+            num_workers=2,
+            pin_memory=True,
+            sampler=DistributedSampler(DATA, num_replicas=8, rank=0),
+        ),
+        expect_gpus=True,
+    )
     assert {k: f.severity.value for k, f in unbatched.items() if f.severity in (Severity.WARN, Severity.FAIL)} == {}
-    spawn = DataLoader(DATA, batch_size=8, shuffle=True, num_workers=2, multiprocessing_context="spawn", generator=torch.Generator().manual_seed(0))
+    spawn = DataLoader(
+        DATA,
+        batch_size=8,
+        shuffle=True,
+        num_workers=2,
+        multiprocessing_context="spawn",
+        generator=torch.Generator().manual_seed(0),
+    )
     assert audit8(spawn, expect_gpus=False)["GD-DL-009"].severity is Severity.WARN  # RandomSampler on 8 ranks
     assert audit8(spawn, expect_gpus=False)["GD-DL-002"].severity is Severity.SKIP  # CPU job: no GPU to starve
 
 
 def test_cpu_only_main_process_loader_is_fine():
-    findings = audit8(DataLoader(DATA, batch_size=8, sampler=DistributedSampler(DATA, num_replicas=8, rank=3)), expect_gpus=False)
+    findings = audit8(
+        DataLoader(DATA, batch_size=8, sampler=DistributedSampler(DATA, num_replicas=8, rank=3)), expect_gpus=False
+    )
     assert [k for k, f in findings.items() if f.severity in (Severity.WARN, Severity.FAIL)] == []

@@ -34,7 +34,9 @@ def gpudoctor(*args, env=None, timeout=180):
 @pytest.fixture(scope="module")
 def live_snapshot(tmp_path_factory):
     path = tmp_path_factory.mktemp("snap") / "facts.json"
-    r = gpudoctor("snapshot", "-o", str(path), env={"HF_TOKEN": "hf_secret_value", "MY_API_KEY": "k", "NCCL_DEBUG": "WARN"})
+    r = gpudoctor(
+        "snapshot", "-o", str(path), env={"HF_TOKEN": "hf_secret_value", "MY_API_KEY": "k", "NCCL_DEBUG": "WARN"}
+    )
     assert r.returncode == 0, r.stderr
     return path
 
@@ -65,7 +67,9 @@ def test_json_report_validates_against_the_documented_schema():
 
 def test_snapshot_replay_gives_the_same_findings(live_snapshot):
     live = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0").stdout)["findings"]
-    replay = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0", "--snapshot", str(live_snapshot)).stdout)["findings"]
+    replay = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0", "--snapshot", str(live_snapshot)).stdout)[
+        "findings"
+    ]
 
     def key(findings):
         # facts that change between two probes of the same machine (free memory, ports) aside,

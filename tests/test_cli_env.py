@@ -18,7 +18,14 @@ def gpudoctor(*args, env=None, pythonpath=None):
     full.update(env or {})
     if pythonpath:
         full["PYTHONPATH"] = pythonpath
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=full, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def verdicts(result) -> dict[str, str]:
@@ -49,7 +56,9 @@ def test_lower_case_true_fails_with_corrected_value():
     r = gpudoctor(*SELECT, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:true"})
     f = finding(r, "GD-ALLOC-001")
     assert f["severity"] == "fail"
-    assert f["fix"]["actions"] == [{"kind": "set_env", "target": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]
+    assert f["fix"]["actions"] == [
+        {"kind": "set_env", "target": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
+    ]
 
 
 def test_empty_visible_devices_hides_every_gpu():
@@ -111,6 +120,8 @@ def test_select_allocator_devices_never_imports_torch(tmp_path):
 def test_torch_import_detector_works(tmp_path):
     # the control: a check that needs the torch probe does trip the marker, so the test above can fail
     marker, shadow = _fake_torch(tmp_path)
-    r = gpudoctor("check", "--select", "GD-DRV-002", "--json", env={"GPUDOCTOR_TEST_TORCH_MARKER": str(marker)}, pythonpath=shadow)
+    r = gpudoctor(
+        "check", "--select", "GD-DRV-002", "--json", env={"GPUDOCTOR_TEST_TORCH_MARKER": str(marker)}, pythonpath=shadow
+    )
     assert r.returncode in (0, 1), r.stderr
     assert marker.exists()

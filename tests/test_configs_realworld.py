@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.model import Severity
-from gpudoctor.registry import load_all
 from gpudoctor.readers.trainconfig import load_config
+from gpudoctor.registry import load_all
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run
 
 REALWORLD = Path(__file__).parent / "fixtures" / "configs" / "realworld"
@@ -106,7 +106,11 @@ def test_every_realworld_config_declares_its_source_setup_and_verdicts():
 @pytest.mark.parametrize("path,scenario_text,expected", CASES, ids=[f"{p.name}[{s}]" for p, s, _ in CASES])
 def test_declared_verdicts(path, scenario_text, expected):
     got = verdicts(path, scenario_text)
-    wrong = {cid: f"{got[cid].severity.value}: {got[cid].message}" for cid, sev in expected.items() if got[cid].severity.value != sev}
+    wrong = {
+        cid: f"{got[cid].severity.value}: {got[cid].message}"
+        for cid, sev in expected.items()
+        if got[cid].severity.value != sev
+    }
     assert not wrong, f"{path.name} [{scenario_text}] expected {expected}, got {wrong}"
     for finding in got.values():
         assert finding.severity is not Severity.ERROR, finding.message
@@ -119,7 +123,11 @@ def test_declared_verdicts(path, scenario_text, expected):
 @pytest.mark.parametrize("path", [p for p in CONFIGS if setup_kind(p) == "GOOD"], ids=lambda p: p.name)
 def test_good_setups_get_no_warning_in_their_first_scenario(path):
     first, _ = expectations(path)[0]
-    bad = {cid: f"{f.severity.value}: {f.message}" for cid, f in verdicts(path, first).items() if f.severity in (Severity.WARN, Severity.FAIL)}
+    bad = {
+        cid: f"{f.severity.value}: {f.message}"
+        for cid, f in verdicts(path, first).items()
+        if f.severity in (Severity.WARN, Severity.FAIL)
+    }
     assert not bad, f"{path.name} is a good set-up but [{first}] gives {bad}"
 
 
@@ -127,8 +135,19 @@ def test_good_setups_get_no_warning_in_their_first_scenario(path):
 
 
 def cli(*args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "SLURM_", "NCCL_", "OMP_", "RANK", "WORLD_", "LOCAL_"))}
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CUDA_", "SLURM_", "NCCL_", "OMP_", "RANK", "WORLD_", "LOCAL_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_cli_reads_every_realworld_config_without_a_fail_on_the_good_ones(tmp_path):
@@ -137,7 +156,18 @@ def test_cli_reads_every_realworld_config_without_a_fail_on_the_good_ones(tmp_pa
     snapshot = tmp_path / "facts.json"
     snapshot.write_text(json.dumps(data))
     # One CLI process for all configs would hide which one failed; a few are enough to prove the path.
-    picked = [p for p in CONFIGS if p.name in ("deepspeed-hf-auto.json", "hydra-oc-env-no-default.yaml", "nemo-megatron-gpt.yaml", "mmengine-dump-mmdet.yaml", "hf-trainer-args.json")]
+    picked = [
+        p
+        for p in CONFIGS
+        if p.name
+        in (
+            "deepspeed-hf-auto.json",
+            "hydra-oc-env-no-default.yaml",
+            "nemo-megatron-gpt.yaml",
+            "mmengine-dump-mmdet.yaml",
+            "hf-trainer-args.json",
+        )
+    ]
     assert len(picked) == 5
     for path in picked:
         r = cli("check", "--snapshot", str(snapshot), "--config", str(path), "--select", "dataloader", "--json")

@@ -71,7 +71,7 @@ def test_select_and_ignore_by_category_id_and_name():
         select(specs, ["bogus"], None)
 
 
-PLUGIN = '''
+PLUGIN = """
 from gpudoctor.model import warn
 from gpudoctor.registry import check
 
@@ -79,7 +79,7 @@ from gpudoctor.registry import check
        needs=["env"], what="w", why="y", fix="f")
 def scratch(facts, ctx):
     return warn("ACME_SCRATCH is not set", ACME_SCRATCH=None)
-'''
+"""
 
 
 def _install_plugin(tmp_path: Path, body: str) -> dict:
@@ -100,7 +100,9 @@ def test_third_party_checks_load_through_the_entry_point_group(tmp_path):
     assert "GD-ACME-001" in r.stdout
     r = subprocess.run(
         [sys.executable, "-m", "gpudoctor", "check", "--select", "GD-ACME-001", "--json", "--strict"],
-        env=env, capture_output=True, text=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 1 and '"GD-ACME-001"' in r.stdout
 
@@ -117,7 +119,8 @@ def test_a_broken_plugin_stops_the_doctor_with_a_line_naming_it(tmp_path):
 def test_wheel_exposes_only_the_gpudoctor_namespace(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     (wheel,) = tmp_path.glob("gpudoctor-*.whl")

@@ -35,8 +35,15 @@ def test_this_cpu_machine_gives_no_false_fail_with_expect_gpus_0():
 
 
 def test_import_error_fails_with_the_message_and_a_hint():
-    f = make_facts(patch={"torch": {"status": "import_error", "python": "/env/bin/python",
-                                    "error": "ImportError: libcudnn.so.9: cannot open shared object file: No such file or directory"}})
+    f = make_facts(
+        patch={
+            "torch": {
+                "status": "import_error",
+                "python": "/env/bin/python",
+                "error": "ImportError: libcudnn.so.9: cannot open shared object file: No such file or directory",
+            }
+        }
+    )
     finding = one("GD-CUDA-001", f)
     assert finding.severity is Severity.FAIL
     assert "libcudnn.so.9: cannot open shared object file" in finding.message
@@ -45,8 +52,16 @@ def test_import_error_fails_with_the_message_and_a_hint():
 
 
 def test_undefined_symbol_points_at_ld_library_path():
-    f = make_facts(patch={"torch": {"status": "import_error", "python": "p", "error": "OSError: libcusparse.so.12: undefined symbol: __nvJitLinkComplete_12_4"}},
-                   env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/lib64"})
+    f = make_facts(
+        patch={
+            "torch": {
+                "status": "import_error",
+                "python": "p",
+                "error": "OSError: libcusparse.so.12: undefined symbol: __nvJitLinkComplete_12_4",
+            }
+        },
+        env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/lib64"},
+    )
     finding = one("GD-CUDA-001", f)
     assert "LD_LIBRARY_PATH" in finding.message
     assert finding.evidence["ld_library_path"] == "/usr/local/cuda-12.1/lib64"
@@ -54,21 +69,47 @@ def test_undefined_symbol_points_at_ld_library_path():
 
 def test_timeout_in_import_and_in_cuda_init_are_told_apart():
     base = {"status": "timeout", "python": "p", "timeout_seconds": 2}
-    imp = one("GD-CUDA-001", make_facts(patch={"torch": {**base, "stage": "import", "error": "importing torch did not finish within 2 s"}}))
+    imp = one(
+        "GD-CUDA-001",
+        make_facts(patch={"torch": {**base, "stage": "import", "error": "importing torch did not finish within 2 s"}}),
+    )
     assert imp.severity is Severity.FAIL and "--torch-timeout" in imp.message
-    init = one("GD-CUDA-001", make_facts(patch={"torch": {**base, "stage": "cuda_init", "error": "initialising CUDA did not finish within 2 s"}}))
+    init = one(
+        "GD-CUDA-001",
+        make_facts(
+            patch={"torch": {**base, "stage": "cuda_init", "error": "initialising CUDA did not finish within 2 s"}}
+        ),
+    )
     assert init.severity is Severity.FAIL and "driver" in init.message
 
 
 def test_crash_names_the_signal():
-    f = make_facts(patch={"torch": {"status": "crashed", "python": "p", "signal": "SIGILL", "error": "the torch probe died with SIGILL while importing torch"}})
+    f = make_facts(
+        patch={
+            "torch": {
+                "status": "crashed",
+                "python": "p",
+                "signal": "SIGILL",
+                "error": "the torch probe died with SIGILL while importing torch",
+            }
+        }
+    )
     finding = one("GD-CUDA-001", f)
     assert finding.severity is Severity.FAIL
     assert "SIGILL" in finding.message and "instruction" in finding.message
 
 
 def test_missing_torch_fails_when_gpus_expected_and_warns_with_expect_gpus_0():
-    f = make_facts(RECORDED_CPU, patch={"torch": {"status": "missing", "python": "/venv/bin/python", "error": "ModuleNotFoundError: No module named 'torch'"}})
+    f = make_facts(
+        RECORDED_CPU,
+        patch={
+            "torch": {
+                "status": "missing",
+                "python": "/venv/bin/python",
+                "error": "ModuleNotFoundError: No module named 'torch'",
+            }
+        },
+    )
     assert severity("GD-CUDA-001", f) is Severity.FAIL
     finding = one("GD-CUDA-001", f, expect_gpus=0)
     assert finding.severity is Severity.WARN
@@ -123,9 +164,13 @@ def test_cuda_build_passes():
 
 
 def test_cuda_init_failure_with_error_802_names_the_fabric_manager():
-    err = ("CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
-           "calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized")
-    f = make_facts(patch={"torch.cuda_available": False, "torch.device_count": 0, "torch.devices": [], "torch.cuda_error": err})
+    err = (
+        "CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+        "calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized"
+    )
+    f = make_facts(
+        patch={"torch.cuda_available": False, "torch.device_count": 0, "torch.devices": [], "torch.cuda_error": err}
+    )
     finding = one("GD-CUDA-003", f)
     assert finding.severity is Severity.FAIL
     assert "fabricmanager" in finding.message
@@ -134,8 +179,14 @@ def test_cuda_init_failure_with_error_802_names_the_fabric_manager():
 
 
 def test_cuda_visible_devices_hiding_all_gpus_is_named():
-    f = make_facts(env={"CUDA_VISIBLE_DEVICES": ""}, patch={"torch.cuda_available": False, "torch.device_count": 0,
-                                                         "torch.cuda_error": "CUDA initialization: no CUDA-capable device is detected"})
+    f = make_facts(
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        patch={
+            "torch.cuda_available": False,
+            "torch.device_count": 0,
+            "torch.cuda_error": "CUDA initialization: no CUDA-capable device is detected",
+        },
+    )
     finding = one("GD-CUDA-003", f)
     assert finding.severity is Severity.FAIL
     assert "CUDA_VISIBLE_DEVICES=''" in finding.message
@@ -143,8 +194,11 @@ def test_cuda_visible_devices_hiding_all_gpus_is_named():
 
 def test_cuda_visible_devices_naming_a_missing_gpu_is_left_to_the_devices_check():
     # As seen on a real one-GPU H100 with CUDA_VISIBLE_DEVICES=1: torch says no GPU and gives no reason.
-    f = make_facts("recorded-h100x1-driver580-torch2.11-cu130", env={"CUDA_VISIBLE_DEVICES": "1"},
-                   patch={"torch.cuda_available": False, "torch.device_count": 0, "torch.devices": []})
+    f = make_facts(
+        "recorded-h100x1-driver580-torch2.11-cu130",
+        env={"CUDA_VISIBLE_DEVICES": "1"},
+        patch={"torch.cuda_available": False, "torch.device_count": 0, "torch.devices": []},
+    )
     alone = one("GD-CUDA-003", f)
     assert alone.severity is Severity.FAIL
     assert "CUDA_VISIBLE_DEVICES='1' leaves this process no GPU" in alone.message
@@ -200,12 +254,17 @@ def test_older_minor_cannot_run_newer_minor_machine_code():
 
 
 def test_too_old_gpu_for_the_build_fails():
-    f = make_facts(each_gpu={"compute_capability": [6, 0], "name": "Tesla P100"}, patch={"torch.arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]})
+    f = make_facts(
+        each_gpu={"compute_capability": [6, 0], "name": "Tesla P100"},
+        patch={"torch.arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]},
+    )
     assert severity("GD-CUDA-004", f) is Severity.FAIL
 
 
 def test_ptx_only_coverage_warns_about_jit_time():
-    f = make_facts(each_gpu={"compute_capability": [12, 0]}, patch={"torch.arch_list": ["sm_80", "sm_90", "compute_90"]})
+    f = make_facts(
+        each_gpu={"compute_capability": [12, 0]}, patch={"torch.arch_list": ["sm_80", "sm_90", "compute_90"]}
+    )
     finding = one("GD-CUDA-004", f)
     assert finding.severity is Severity.WARN
     assert "JIT" in finding.message
@@ -226,8 +285,10 @@ def test_empty_arch_list_skips():
 
 
 def test_cudnn_version_incompatibility_fails_and_drops_the_folder_from_ld_library_path():
-    err = ("RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (9, 1, 0) but found runtime "
-           "version (9, 0, 0). PyTorch already comes bundled with cuDNN.")
+    err = (
+        "RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (9, 1, 0) but found runtime "
+        "version (9, 0, 0). PyTorch already comes bundled with cuDNN."
+    )
     f = make_facts(
         env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/opt/slurm/lib"},
         patch={
@@ -264,8 +325,12 @@ def test_cudnn_loaded_from_ld_library_path_instead_of_the_wheel_warns():
 def test_same_major_cudnn_on_ld_library_path_warns_even_when_torch_loaded_its_own():
     f = make_facts(
         env={"LD_LIBRARY_PATH": "/opt/cudnn-8.6/lib"},
-        patch={"libraries.found.cudnn": [lib("/opt/cudnn-8.6/lib/libcudnn.so.8.6.0", "8.6.0", "LD_LIBRARY_PATH"),
-                                         lib(f"{WHEEL}/cudnn/lib/libcudnn.so.8", "8", "pip-wheel")]},
+        patch={
+            "libraries.found.cudnn": [
+                lib("/opt/cudnn-8.6/lib/libcudnn.so.8.6.0", "8.6.0", "LD_LIBRARY_PATH"),
+                lib(f"{WHEEL}/cudnn/lib/libcudnn.so.8", "8", "pip-wheel"),
+            ]
+        },
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.WARN
@@ -276,8 +341,12 @@ def test_same_major_cudnn_on_ld_library_path_warns_even_when_torch_loaded_its_ow
 def test_other_major_cudnn_on_ld_library_path_is_only_info():
     f = make_facts(
         env={"LD_LIBRARY_PATH": "/opt/cudnn-9/lib"},
-        patch={"libraries.found.cudnn": [lib("/opt/cudnn-9/lib/libcudnn.so.9", "9", "LD_LIBRARY_PATH"),
-                                         lib(f"{WHEEL}/cudnn/lib/libcudnn.so.8", "8", "pip-wheel")]},
+        patch={
+            "libraries.found.cudnn": [
+                lib("/opt/cudnn-9/lib/libcudnn.so.9", "9", "LD_LIBRARY_PATH"),
+                lib(f"{WHEEL}/cudnn/lib/libcudnn.so.8", "8", "pip-wheel"),
+            ]
+        },
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.INFO
@@ -289,8 +358,14 @@ def test_ld_library_path_entry_that_is_a_symlink_to_the_loaded_folder_is_not_ano
         env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
         patch={
             "torch.loaded_libraries.cudnn": ["/usr/local/cuda-12.4/lib64/libcudnn.so.9.1.0"],
-            "libraries.found.cudnn": [lib("/usr/local/cuda/lib64/libcudnn.so.9", "9", "LD_LIBRARY_PATH",
-                                          realpath="/usr/local/cuda-12.4/lib64/libcudnn.so.9.1.0")],
+            "libraries.found.cudnn": [
+                lib(
+                    "/usr/local/cuda/lib64/libcudnn.so.9",
+                    "9",
+                    "LD_LIBRARY_PATH",
+                    realpath="/usr/local/cuda-12.4/lib64/libcudnn.so.9.1.0",
+                )
+            ],
             "torch.cudnn": 90100,
         },
     )
@@ -298,8 +373,15 @@ def test_ld_library_path_entry_that_is_a_symlink_to_the_loaded_folder_is_not_ano
 
 
 def test_cudnn_sub_libraries_from_two_folders_warn():
-    f = make_facts(patch={"torch.loaded_libraries.cudnn": [f"{WHEEL}/cudnn/lib/libcudnn.so.9", "/lib/x86_64-linux-gnu/libcudnn_engines_tensor_ir.so.9"],
-                          "libraries.found.cudnn": []})
+    f = make_facts(
+        patch={
+            "torch.loaded_libraries.cudnn": [
+                f"{WHEEL}/cudnn/lib/libcudnn.so.9",
+                "/lib/x86_64-linux-gnu/libcudnn_engines_tensor_ir.so.9",
+            ],
+            "libraries.found.cudnn": [],
+        }
+    )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.WARN
     assert "several folders" in finding.message
@@ -317,9 +399,16 @@ def test_cudnn_passes_on_healthy_node_and_names_the_folder():
 def test_cublas_loaded_from_a_toolkit_instead_of_the_wheel_warns():
     f = make_facts(
         env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/lib64:/opt/mpi/lib"},
-        patch={"torch.loaded_libraries.cublas": ["/usr/local/cuda-12.1/lib64/libcublas.so.12.1.3.1", "/usr/local/cuda-12.1/lib64/libcublasLt.so.12.1.3.1"],
-               "libraries.found.cublas": [lib("/usr/local/cuda-12.1/lib64/libcublas.so.12", "12", "LD_LIBRARY_PATH"),
-                                          lib(f"{WHEEL}/cublas/lib/libcublas.so.12", "12", "pip-wheel")]},
+        patch={
+            "torch.loaded_libraries.cublas": [
+                "/usr/local/cuda-12.1/lib64/libcublas.so.12.1.3.1",
+                "/usr/local/cuda-12.1/lib64/libcublasLt.so.12.1.3.1",
+            ],
+            "libraries.found.cublas": [
+                lib("/usr/local/cuda-12.1/lib64/libcublas.so.12", "12", "LD_LIBRARY_PATH"),
+                lib(f"{WHEEL}/cublas/lib/libcublas.so.12", "12", "pip-wheel"),
+            ],
+        },
     )
     finding = one("GD-CUDA-006", f)
     assert finding.severity is Severity.WARN
@@ -328,7 +417,14 @@ def test_cublas_loaded_from_a_toolkit_instead_of_the_wheel_warns():
 
 
 def test_two_cuda_runtime_majors_in_one_process_warn():
-    f = make_facts(patch={"torch.loaded_libraries.cudart": [f"{WHEEL}/cuda_runtime/lib/libcudart.so.12", "/usr/local/cuda-11.8/lib64/libcudart.so.11.0"]})
+    f = make_facts(
+        patch={
+            "torch.loaded_libraries.cudart": [
+                f"{WHEEL}/cuda_runtime/lib/libcudart.so.12",
+                "/usr/local/cuda-11.8/lib64/libcudart.so.11.0",
+            ]
+        }
+    )
     finding = one("GD-CUDA-006", f)
     assert finding.severity is Severity.WARN
     assert "several major versions" in finding.message
@@ -337,8 +433,12 @@ def test_two_cuda_runtime_majors_in_one_process_warn():
 def test_other_major_runtime_on_ld_library_path_is_info_not_a_warning():
     f = make_facts(
         env={"LD_LIBRARY_PATH": "/usr/local/cuda-11.8/lib64"},
-        patch={"libraries.found.cudart": [lib("/usr/local/cuda-11.8/lib64/libcudart.so.11.0", "11.0", "LD_LIBRARY_PATH"),
-                                          lib(f"{WHEEL}/cuda_runtime/lib/libcudart.so.12", "12", "pip-wheel")]},
+        patch={
+            "libraries.found.cudart": [
+                lib("/usr/local/cuda-11.8/lib64/libcudart.so.11.0", "11.0", "LD_LIBRARY_PATH"),
+                lib(f"{WHEEL}/cuda_runtime/lib/libcudart.so.12", "12", "pip-wheel"),
+            ]
+        },
     )
     finding = one("GD-CUDA-006", f)
     assert finding.severity is Severity.INFO
@@ -349,19 +449,26 @@ def test_wheel_folders_reported_by_the_target_interpreter_count_as_torchs_own():
     # --python names another environment: the wheels are only known from the torch child
     f = make_facts(
         env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/lib64"},
-        patch={"libraries.found.cublas": [lib("/usr/local/cuda-12.1/lib64/libcublas.so.12", "12", "LD_LIBRARY_PATH")],
-               "torch.wheel_lib_dirs": [f"{WHEEL}/cublas/lib"],
-               "torch.loaded_libraries.cublas": ["/usr/local/cuda-12.1/lib64/libcublas.so.12"]},
+        patch={
+            "libraries.found.cublas": [lib("/usr/local/cuda-12.1/lib64/libcublas.so.12", "12", "LD_LIBRARY_PATH")],
+            "torch.wheel_lib_dirs": [f"{WHEEL}/cublas/lib"],
+            "torch.loaded_libraries.cublas": ["/usr/local/cuda-12.1/lib64/libcublas.so.12"],
+        },
     )
     assert severity("GD-CUDA-006", f) is Severity.WARN
 
 
 def test_wheels_of_gpudoctors_own_interpreter_do_not_count_for_another_target():
     # gpudoctor runs from an env with NVIDIA wheels; --python names a conda env whose torch uses $CONDA_PREFIX/lib
-    f = make_facts(patch={"torch.wheel_lib_dirs": [], "torch.location": "/opt/conda/envs/train/lib/python3.11/site-packages/torch/__init__.py",
-                          "torch.loaded_libraries.cudnn": ["/opt/conda/envs/train/lib/libcudnn.so.8.9.2"],
-                          "torch.loaded_libraries.cublas": ["/opt/conda/envs/train/lib/libcublas.so.12.1.3.1"],
-                          "torch.loaded_libraries.cudart": ["/opt/conda/envs/train/lib/libcudart.so.12.1.105"]})
+    f = make_facts(
+        patch={
+            "torch.wheel_lib_dirs": [],
+            "torch.location": "/opt/conda/envs/train/lib/python3.11/site-packages/torch/__init__.py",
+            "torch.loaded_libraries.cudnn": ["/opt/conda/envs/train/lib/libcudnn.so.8.9.2"],
+            "torch.loaded_libraries.cublas": ["/opt/conda/envs/train/lib/libcublas.so.12.1.3.1"],
+            "torch.loaded_libraries.cudart": ["/opt/conda/envs/train/lib/libcudart.so.12.1.105"],
+        }
+    )
     assert severity("GD-CUDA-005", f) is Severity.PASS
     assert severity("GD-CUDA-006", f) is Severity.PASS
 

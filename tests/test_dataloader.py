@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.readers.dlconfig import find_settings
 from gpudoctor.model import Safety, Severity
+from gpudoctor.readers.dlconfig import find_settings
 from gpudoctor.readers.trainconfig import load_config
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run, severity
 
@@ -132,14 +132,28 @@ def test_srun_task_cpu_set_is_per_rank():
 
 def test_slurm_shortage_is_warned_once_but_a_container_quota_still_warns_here():
     config = {"data": {"num_workers": 12}}
-    env = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "1", "SLURM_NTASKS": "1", "SLURM_CPUS_PER_TASK": "32", "SLURM_CPUS_ON_NODE": "32",
-           "SLURM_TASKS_PER_NODE": "1", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "1"}
+    env = {
+        "SLURM_JOB_ID": "42",
+        "SLURM_NNODES": "1",
+        "SLURM_NTASKS": "1",
+        "SLURM_CPUS_PER_TASK": "32",
+        "SLURM_CPUS_ON_NODE": "32",
+        "SLURM_TASKS_PER_NODE": "1",
+        "SLURM_PROCID": "0",
+        "SLURM_STEP_ID": "0",
+        "LOCAL_WORLD_SIZE": "8",
+        "WORLD_SIZE": "8",
+        "TORCHELASTIC_RUN_ID": "1",
+    }
     facts = make_facts(env=env, patch={"host.cpus_allowed_count": 32})
     # torchrun, 8 ranks in one 32-CPU task: 8 x 13 = 104 processes. SLURM-008 warns; DL-001 points at it.
     assert severity("GD-SLURM-008", facts, launcher="torchrun", **inline(config)) is Severity.WARN
     (f,) = run("GD-DL-001", facts, launcher="torchrun", running=BOTH, **inline(config))
     assert f.severity is Severity.INFO and "104 processes" in f.message and f.fix.safety is Safety.UNSAFE
-    assert severity("GD-DL-001", facts, launcher="torchrun", running=frozenset({"GD-DL-001"}), **inline(config)) is Severity.WARN
+    assert (
+        severity("GD-DL-001", facts, launcher="torchrun", running=frozenset({"GD-DL-001"}), **inline(config))
+        is Severity.WARN
+    )
     # Outside SLURM the same numbers are DL-001's own warning.
     plain = make_facts(env={"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8"}, patch={"host.cpus_allowed_count": 32})
     assert severity("GD-DL-001", plain, running=BOTH, **inline(config)) is Severity.WARN
@@ -192,7 +206,9 @@ def test_non_persistent_workers_is_info():
     config = {"dataloader": {"num_workers": 4, "persistent_workers": False}}
     assert severity("GD-DL-004", make_facts(), **inline(config)) is Severity.INFO
     assert severity("GD-DL-004", make_facts(), **cfg("synthetic-good-dataloader.yaml")) is Severity.PASS
-    assert severity("GD-DL-004", make_facts(), **cfg("synthetic-lightning-cli.yaml")) is Severity.SKIP  # not stated for train
+    assert (
+        severity("GD-DL-004", make_facts(), **cfg("synthetic-lightning-cli.yaml")) is Severity.SKIP
+    )  # not stated for train
 
 
 # --- GD-DL-005 -----------------------------------------------------------------------------
@@ -255,7 +271,11 @@ def test_deepspeed_global_batch_not_divisible_fails():
 
 def test_deepspeed_consistent_batch_passes():
     (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **cfg("synthetic-deepspeed-good.json"))
-    assert f.severity is Severity.PASS and "train_batch_size=256 = train_micro_batch_size_per_gpu=4 x gradient_accumulation_steps=8 x 8 ranks" in f.message
+    assert (
+        f.severity is Severity.PASS
+        and "train_batch_size=256 = train_micro_batch_size_per_gpu=4 x gradient_accumulation_steps=8 x 8 ranks"
+        in f.message
+    )
 
 
 def test_deepspeed_micro_times_accumulation_mismatch_fails():
@@ -268,7 +288,10 @@ def test_tensor_parallel_divides_the_world_first():
     # 8 GPUs with tensor parallel 2: 4 data-parallel ranks; 36 divides by 4 but not by 8.
     config = {"global_batch_size": 36, "micro_batch_size": 9, "tensor_model_parallel_size": 2}
     assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(config)) is Severity.PASS
-    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**config, "tensor_model_parallel_size": 1})) is Severity.FAIL
+    assert (
+        severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**config, "tensor_model_parallel_size": 1}))
+        is Severity.FAIL
+    )
 
 
 def test_plain_global_batch_not_divisible_warns():
@@ -312,8 +335,19 @@ def test_non_distributed_sampler_on_several_ranks():
 
 
 def gpudoctor(*args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "SLURM_", "NCCL_", "OMP_", "RANK", "WORLD_", "LOCAL_"))}
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CUDA_", "SLURM_", "NCCL_", "OMP_", "RANK", "WORLD_", "LOCAL_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture()
@@ -328,7 +362,18 @@ def small_node_snapshot(tmp_path):
 
 def test_cli_gives_verdicts_from_the_config(small_node_snapshot):
     config = CONFIGS / "seed-navsim-h200-dataloader.yaml"
-    r = gpudoctor("check", "--snapshot", str(small_node_snapshot), "--config", str(config), "--select", "dataloader", "--expect-gpus", "8", "--json")
+    r = gpudoctor(
+        "check",
+        "--snapshot",
+        str(small_node_snapshot),
+        "--config",
+        str(config),
+        "--select",
+        "dataloader",
+        "--expect-gpus",
+        "8",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr  # warnings only
     by_id = {f["id"]: f for f in json.loads(r.stdout)["findings"]}
     assert by_id["GD-DL-001"]["severity"] == "warn"
@@ -340,7 +385,17 @@ def test_cli_gives_verdicts_from_the_config(small_node_snapshot):
 
 def test_cli_config_fails_on_a_broken_deepspeed_batch(small_node_snapshot):
     config = CONFIGS / "synthetic-deepspeed-bad-batch.json"
-    r = gpudoctor("check", "--snapshot", str(small_node_snapshot), "--config", str(config), "--select", "GD-DL-007", "--expect-gpus", "8")
+    r = gpudoctor(
+        "check",
+        "--snapshot",
+        str(small_node_snapshot),
+        "--config",
+        str(config),
+        "--select",
+        "GD-DL-007",
+        "--expect-gpus",
+        "8",
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DeepSpeed refuses to start" in r.stdout
 
@@ -361,7 +416,10 @@ def test_cli_missing_config_is_exit_2():
 def test_batch_script_torchrun_line_gives_the_ranks_per_node():
     from gpudoctor.readers.sbatch import parse_sbatch
 
-    sb = parse_sbatch("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:8\nexport OMP_NUM_THREADS=64\nsrun torchrun --nproc-per-node=8 train.py\n", "job.slurm")
+    sb = parse_sbatch(
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:8\nexport OMP_NUM_THREADS=64\nsrun torchrun --nproc-per-node=8 train.py\n",
+        "job.slurm",
+    )
     (f,) = run("GD-DL-006", make_facts(env={"SLURM_JOB_ID": "3"}), sbatch=sb)
     assert f.severity is Severity.WARN and "OMP_NUM_THREADS=64 x 8 rank(s) = 512 threads" in f.message
     assert f.evidence["ranks_on_node"] == "8 (ranks per node on the batch script's launch line)"
@@ -374,21 +432,36 @@ def test_deepspeed_derives_the_missing_value_then_asserts_equality():
     # DeepSpeed: micro batch given, accumulation derived as 96 // 8 // 8 = 1, and 8 x 1 x 8 != 96.
     micro_only = {"train_batch_size": 96, "train_micro_batch_size_per_gpu": 8}
     (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(micro_only))
-    assert f.severity is Severity.FAIL and "not a multiple of train_micro_batch_size_per_gpu=8 x 8 data-parallel ranks = 64" in f.message
+    assert (
+        f.severity is Severity.FAIL
+        and "not a multiple of train_micro_batch_size_per_gpu=8 x 8 data-parallel ranks = 64" in f.message
+    )
     assert f.fix.actions[0].value in (64, 128)
-    assert severity("GD-DL-007", make_facts(env={"WORLD_SIZE": "4"}), **inline(micro_only)) is Severity.PASS  # 96 = 8 x 3 x 4
+    assert (
+        severity("GD-DL-007", make_facts(env={"WORLD_SIZE": "4"}), **inline(micro_only)) is Severity.PASS
+    )  # 96 = 8 x 3 x 4
     # Accumulation given: micro = 96 // 8 // 4 = 3 and 3 x 4 x 8 == 96.
     accum_only = {"train_batch_size": 96, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1}}
     assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(accum_only)) is Severity.PASS
-    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**accum_only, "gradient_accumulation_steps": 5})) is Severity.FAIL
+    assert (
+        severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**accum_only, "gradient_accumulation_steps": 5}))
+        is Severity.FAIL
+    )
 
 
 def test_deepspeed_auto_is_filled_in_consistently():
-    config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}
+    config = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+    }
     (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(config))
     assert f.severity is Severity.PASS and "auto" in f.message
     # An explicit global batch with "auto" parts: only the divisibility by the ranks is known.
-    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**config, "train_batch_size": 100})) is Severity.FAIL
+    assert (
+        severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({**config, "train_batch_size": 100}))
+        is Severity.FAIL
+    )
 
 
 def test_megatron_accumulation_is_derived_not_read_from_the_trainer():
@@ -398,7 +471,14 @@ def test_megatron_accumulation_is_derived_not_read_from_the_trainer():
     bad = {"model": {"micro_batch_size": 4, "global_batch_size": 48, "context_parallel_size": 2}}
     (f,) = run("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline(bad))  # dp = 8 / 2 = 4, 48 % 16 == 0
     assert f.severity is Severity.PASS and "context 2" in f.evidence["data_parallel"]
-    assert severity("GD-DL-007", make_facts(env=EIGHT_RANKS), **inline({"model": {"micro_batch_size": 4, "global_batch_size": 48}})) is Severity.FAIL
+    assert (
+        severity(
+            "GD-DL-007",
+            make_facts(env=EIGHT_RANKS),
+            **inline({"model": {"micro_batch_size": 4, "global_batch_size": 48}}),
+        )
+        is Severity.FAIL
+    )
 
 
 def test_unknown_values_say_why_they_are_skipped():
@@ -434,7 +514,11 @@ def test_hf_trainer_defaults_count_for_rejected_arguments_only():
 
 def test_training_override_beats_a_shared_anchor_and_dev_loaders_do_not_count():
     shared = {"num_workers": 4, "pin_memory": False}
-    config = {"loader_defaults": shared, "train": {"loader": {**shared, "num_workers": 12}}, "dev_loader": {"num_workers": 0, "pin_memory": True}}
+    config = {
+        "loader_defaults": shared,
+        "train": {"loader": {**shared, "num_workers": 12}},
+        "dev_loader": {"num_workers": 0, "pin_memory": True},
+    }
     s = find_settings(config)
     assert (s.value("num_workers"), s.where("num_workers")) == (12, "train.loader.num_workers")
     assert s.value("pin_memory") is False

@@ -1,7 +1,7 @@
 import pytest
 
-from gpudoctor.readers.cudavis import parse_visible_devices, strtoul_prefix
 from gpudoctor.model import Severity
+from gpudoctor.readers.cudavis import parse_visible_devices, strtoul_prefix
 from tests.factsutil import RECORDED_CPU, make_facts, run, severity
 
 MIXED = "synthetic-mixed-a100-h100-pcie"
@@ -34,7 +34,10 @@ def gpus(n=4, prefix="GPU-5b1c2f3e-0000-4000-8000-00000000000"):
         ("GPU-5b1c2f3e-0000-4000-8000-000000000003,GPU-5b1c2f3e-0000-4000-8000-000000000001", (3, 1)),
         ("GPU-5b1c2f3e-0000-4000-8000-000000000002", (2,)),
         ("GPU-5b1c2f3e", ()),  # a prefix shared by every GPU is ambiguous: invalid
-        ("GPU-5b1c2f3e-0000-4000-8000-000000000002, GPU-5b1c2f3e-0000-4000-8000-000000000001", (2,)),  # blank before a UUID
+        (
+            "GPU-5b1c2f3e-0000-4000-8000-000000000002, GPU-5b1c2f3e-0000-4000-8000-000000000001",
+            (2,),
+        ),  # blank before a UUID
         ("GPU-ffffffff", ()),
     ],
 )
@@ -43,7 +46,10 @@ def test_visible_gpus_follow_cuda_rules(value, expected):
 
 
 def test_unique_uuid_prefix_resolves():
-    distinct = [{"index": 0, "uuid": "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"}, {"index": 1, "uuid": "GPU-1111aaaa-0000-0000-0000-000000000000"}]
+    distinct = [
+        {"index": 0, "uuid": "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"},
+        {"index": 1, "uuid": "GPU-1111aaaa-0000-0000-0000-000000000000"},
+    ]
     vis = parse_visible_devices("GPU-8932f937", distinct)
     assert vis.gpus == (0,) and vis.problems == ()
 
@@ -54,7 +60,9 @@ def test_dropped_entries_are_named():
     assert "silently ignores '1'" in vis.problems[0]
 
 
-@pytest.mark.parametrize("value, kept, meant", [("0-3", (0,), "0,1,2,3"), ("0 1", (0,), "0,1"), ("0;2,1", (0, 1), "0,2")])
+@pytest.mark.parametrize(
+    "value, kept, meant", [("0-3", (0,), "0,1,2,3"), ("0 1", (0,), "0,1"), ("0;2,1", (0, 1), "0,2")]
+)
 def test_range_or_other_separator_loses_gpus_and_names_the_list_meant(value, kept, meant):
     vis = parse_visible_devices(value, gpus())
     assert vis.gpus == kept
@@ -110,7 +118,10 @@ def test_valid_subset_passes():
 
 
 def test_slurm_local_indices_under_device_cgroup_pass():
-    hidden = {f"nvidia.gpus.{i}": {"index": i, "error": "Insufficient Permissions", "inaccessible": True} for i in (0, 1, 2, 3, 6, 7)}
+    hidden = {
+        f"nvidia.gpus.{i}": {"index": i, "error": "Insufficient Permissions", "inaccessible": True}
+        for i in (0, 1, 2, 3, 6, 7)
+    }
     f = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1"}, patch=hidden)
     (finding,) = run("GD-DEV-001", f)
     assert finding.severity is Severity.PASS and "[4, 5]" in finding.message
@@ -149,7 +160,10 @@ def test_unknown_uuid_fails():
 
 def test_malformed_value_without_nvml_still_fails():
     assert severity("GD-DEV-001", make_facts(RECORDED_CPU, env={"CUDA_VISIBLE_DEVICES": "0,,1"})) is Severity.FAIL
-    assert severity("GD-DEV-001", make_facts(RECORDED_CPU, env={"CUDA_VISIBLE_DEVICES": "0,,1"}), expect_gpus=0) is Severity.WARN
+    assert (
+        severity("GD-DEV-001", make_facts(RECORDED_CPU, env={"CUDA_VISIBLE_DEVICES": "0,,1"}), expect_gpus=0)
+        is Severity.WARN
+    )
 
 
 # --- GD-DEV-002 gpu-count-mismatch --------------------------------------------------------------
@@ -189,11 +203,21 @@ def test_index_selection_on_mixed_models_warns_with_safe_fix():
 
 
 def test_pci_bus_order_passes_on_mixed_models():
-    assert severity("GD-DEV-003", make_facts(MIXED, env={"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})) is Severity.PASS
+    assert (
+        severity(
+            "GD-DEV-003", make_facts(MIXED, env={"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+        )
+        is Severity.PASS
+    )
 
 
 def test_uuid_selection_on_mixed_models_is_only_info():
-    assert severity("GD-DEV-003", make_facts(MIXED, env={"CUDA_VISIBLE_DEVICES": "GPU-7c0a9d1e-1111-4222-8333-000000000000"})) is Severity.INFO
+    assert (
+        severity(
+            "GD-DEV-003", make_facts(MIXED, env={"CUDA_VISIBLE_DEVICES": "GPU-7c0a9d1e-1111-4222-8333-000000000000"})
+        )
+        is Severity.INFO
+    )
 
 
 def test_same_models_need_no_device_order():
@@ -242,7 +266,10 @@ def test_exclusive_process_is_info_warns_for_multi_process_launch_and_fails_when
     f = make_facts(each_gpu={"compute_mode": "Exclusive_Process"})
     assert severity("GD-DEV-005", f) is Severity.INFO
     assert severity("GD-DEV-005", f, launcher="torchrun") is Severity.WARN
-    taken = make_facts(each_gpu={"compute_mode": "Exclusive_Process"}, patch={"nvidia.gpus.0.processes": [{"pid": 4242, "type": "compute", "used_memory_bytes": 1 << 30}]})
+    taken = make_facts(
+        each_gpu={"compute_mode": "Exclusive_Process"},
+        patch={"nvidia.gpus.0.processes": [{"pid": 4242, "type": "compute", "used_memory_bytes": 1 << 30}]},
+    )
     assert severity("GD-DEV-005", taken) is Severity.FAIL
 
 
@@ -278,7 +305,15 @@ def test_memory_in_use_without_visible_pids_warns():
 
 
 def test_half_full_gpu_fails():
-    (f,) = run("GD-DEV-007", make_facts(patch={"nvidia.gpus.0.memory_used_bytes": 60 << 30, "nvidia.gpus.0.processes": [{"pid": 777, "type": "compute", "used_memory_bytes": 60 << 30}]}))
+    (f,) = run(
+        "GD-DEV-007",
+        make_facts(
+            patch={
+                "nvidia.gpus.0.memory_used_bytes": 60 << 30,
+                "nvidia.gpus.0.processes": [{"pid": 777, "type": "compute", "used_memory_bytes": 60 << 30}],
+            }
+        ),
+    )
     assert f.severity is Severity.FAIL and "777" in f.message
 
 

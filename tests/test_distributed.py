@@ -109,7 +109,13 @@ def test_srun_launcher_without_rank_variables_is_explained():
 
 @pytest.mark.parametrize(
     "port,expected",
-    [("29500", Severity.PASS), ("abc", Severity.FAIL), ("70000", Severity.FAIL), ("0", Severity.FAIL), ("80", Severity.WARN)],
+    [
+        ("29500", Severity.PASS),
+        ("abc", Severity.FAIL),
+        ("70000", Severity.FAIL),
+        ("0", Severity.FAIL),
+        ("80", Severity.WARN),
+    ],
 )
 def test_master_port_values(port, expected):
     assert severity("GD-DIST-002", make_facts(env={"MASTER_PORT": port})) is expected
@@ -163,15 +169,26 @@ def test_resolvable_master_with_free_port_passes():
 
 
 def test_unresolvable_master_addr_fails():
-    patch = _rdv(resolve={"seconds": 0.2, "error": "gaierror: [Errno -2] Name or service not known"}, resolved=[], is_this_host=None)
+    patch = _rdv(
+        resolve={"seconds": 0.2, "error": "gaierror: [Errno -2] Name or service not known"},
+        resolved=[],
+        is_this_host=None,
+    )
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": "gpu-node-99"}, patch=patch))
     assert f.severity is Severity.FAIL
     assert "does not resolve" in f.message and "Name or service not known" in f.message
 
 
-@pytest.mark.parametrize("addr, hint", [("gpu-node-01:29500", "belongs in MASTER_PORT"), ("tcp://10.0.0.1", "no scheme"), ("[::1]", "without brackets")])
+@pytest.mark.parametrize(
+    "addr, hint",
+    [("gpu-node-01:29500", "belongs in MASTER_PORT"), ("tcp://10.0.0.1", "no scheme"), ("[::1]", "without brackets")],
+)
 def test_unresolvable_master_addr_says_what_is_wrong_with_its_form(addr, hint):
-    patch = _rdv(master_addr=addr, resolve={"seconds": 0.01, "error": "gaierror: [Errno -2] Name or service not known"}, resolved=[])
+    patch = _rdv(
+        master_addr=addr,
+        resolve={"seconds": 0.01, "error": "gaierror: [Errno -2] Name or service not known"},
+        resolved=[],
+    )
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": addr}, patch=patch))
     assert f.severity is Severity.FAIL and hint in f.message
 
@@ -190,7 +207,9 @@ def test_loopback_master_on_one_node_passes():
 
 
 def test_port_in_use_where_it_is_bound_fails():
-    patch = _rdv(port_check={"port": 29500, "free": False, "reason": "in use", "error": "OSError: Address already in use"})
+    patch = _rdv(
+        port_check={"port": 29500, "free": False, "reason": "in use", "error": "OSError: Address already in use"}
+    )
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": "gpu-node-01"}, patch=patch))
     assert f.severity is Severity.FAIL
     assert "29500" in f.message and "another process" in f.message
@@ -305,7 +324,10 @@ def test_old_and_new_names_disagreeing_warns():
 
 
 def test_new_name_on_torch_older_than_2_2_has_no_effect():
-    f = make_facts(env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}, patch={"torch.version": "2.1.2+cu121", "torch_meta.version": "2.1.2+cu121"})
+    f = make_facts(
+        env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
+        patch={"torch.version": "2.1.2+cu121", "torch_meta.version": "2.1.2+cu121"},
+    )
     (finding,) = run("GD-DIST-005", f)
     assert finding.severity is Severity.WARN
     assert "no effect" in finding.message
@@ -327,7 +349,10 @@ def _srun_check(cluster, tmp_path, task_command: str, *check_args) -> dict:
 
     check = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpudoctor", "check", "--json", *check_args])
     script = f"{task_command} {check} > {tmp_path}/task$SLURM_PROCID.json"
-    r = cluster.srun(["--ntasks=2", "--cpus-per-task=1", "bash", "-c", script], env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    r = cluster.srun(
+        ["--ntasks=2", "--cpus-per-task=1", "bash", "-c", script],
+        env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     assert r.returncode in (0, 1), r.stderr
     return {n: json.loads((tmp_path / f"task{n}.json").read_text()) for n in (0, 1)}
 
@@ -339,7 +364,17 @@ def _finding(report: dict, check_id: str) -> dict:
 @pytest.mark.slurm
 def test_real_srun_tasks_with_rank_exported_before_srun_fail(slurm_cluster, tmp_path):
     # RANK=0 exported once for the whole step, as `export RANK=$SLURM_PROCID` in a batch script does.
-    reports = _srun_check(slurm_cluster, tmp_path, "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=29555", "--select", "GD-DIST-001", "--launcher", "srun", "--expect-gpus", "0")
+    reports = _srun_check(
+        slurm_cluster,
+        tmp_path,
+        "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=29555",
+        "--select",
+        "GD-DIST-001",
+        "--launcher",
+        "srun",
+        "--expect-gpus",
+        "0",
+    )
     assert _finding(reports[0], "GD-DIST-001")["severity"] == "pass"
     task1 = _finding(reports[1], "GD-DIST-001")
     assert task1["severity"] == "fail"
@@ -348,9 +383,22 @@ def test_real_srun_tasks_with_rank_exported_before_srun_fail(slurm_cluster, tmp_
 
 @pytest.mark.slurm
 def test_real_srun_tasks_with_rank_set_per_task_pass(slurm_cluster, tmp_path):
-    per_task = "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS MASTER_ADDR=localhost MASTER_PORT=29556"
-    reports = _srun_check(slurm_cluster, tmp_path, per_task, "--select", "GD-DIST-001,GD-DL-001", "--launcher", "srun", "--expect-gpus", "0",
-                          "--config", str(Path(__file__).parent / "fixtures" / "configs" / "synthetic-good-dataloader.yaml"))
+    per_task = (
+        "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS MASTER_ADDR=localhost MASTER_PORT=29556"
+    )
+    reports = _srun_check(
+        slurm_cluster,
+        tmp_path,
+        per_task,
+        "--select",
+        "GD-DIST-001,GD-DL-001",
+        "--launcher",
+        "srun",
+        "--expect-gpus",
+        "0",
+        "--config",
+        str(Path(__file__).parent / "fixtures" / "configs" / "synthetic-good-dataloader.yaml"),
+    )
     for n in (0, 1):
         assert _finding(reports[n], "GD-DIST-001")["severity"] == "pass"
         # Both tasks share this machine's CPUs: 2 ranks x (8 workers + 1) does not fit.

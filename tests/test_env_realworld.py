@@ -24,7 +24,19 @@ from tests.thismachine import torch_release_here
 
 ROOT = Path(__file__).resolve().parent.parent
 PASS, INFO, WARN, FAIL = "pass", "info", "warn", "fail"
-SCRUB = ("CUDA_", "NCCL_", "PYTORCH_", "TORCH_", "SLURM_", "LD_PRELOAD", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_")
+SCRUB = (
+    "CUDA_",
+    "NCCL_",
+    "PYTORCH_",
+    "TORCH_",
+    "SLURM_",
+    "LD_PRELOAD",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "MASTER_",
+)
 
 # (variables, {check id: expected severity}) - judged on this machine's torch 2.13.
 LIVE = [
@@ -43,20 +55,39 @@ LIVE = [
     ({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, {"GD-ALLOC-001": PASS}),
     ({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudamallocasync"}, {"GD-ALLOC-001": FAIL}),
     ({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync,expandable_segments:True"}, {"GD-ALLOC-001": WARN}),
-    ({"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"}, {"GD-ALLOC-001": PASS}),
+    (
+        {"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"},
+        {"GD-ALLOC-001": PASS},
+    ),
     ({"PYTORCH_CUDA_ALLOC_CONF": "pinned_num_register_threads:6"}, {"GD-ALLOC-001": FAIL}),
     ({"PYTORCH_CUDA_ALLOC_CONF": "release_lock_on_cudamalloc:True"}, {"GD-ALLOC-001": PASS}),
     ({"PYTORCH_CUDA_ALLOC_CONF": "large_segment_size_mb:64"}, {"GD-ALLOC-001": PASS}),  # a 2.13 key
     # torch 2.13's own parser (torch._C._accelerator_setAllocatorSettings) on edge spellings
-    ({"PYTORCH_CUDA_ALLOC_CONF": " expandable_segments : True, "}, {"GD-ALLOC-001": PASS}),  # blanks vanish, one trailing ',' is fine
-    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:１２８"}, {"GD-ALLOC-001": FAIL}),  # full-width digits: stoull raises
-    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:99999999999999999999999"}, {"GD-ALLOC-001": FAIL}),  # stoull out_of_range
-    ({"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:nan"}, {"GD-ALLOC-001": FAIL}),  # stod reads nan; (0,1) check fails
+    (
+        {"PYTORCH_CUDA_ALLOC_CONF": " expandable_segments : True, "},
+        {"GD-ALLOC-001": PASS},
+    ),  # blanks vanish, one trailing ',' is fine
+    (
+        {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:１２８"},
+        {"GD-ALLOC-001": FAIL},
+    ),  # full-width digits: stoull raises
+    (
+        {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:99999999999999999999999"},
+        {"GD-ALLOC-001": FAIL},
+    ),  # stoull out_of_range
+    (
+        {"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:nan"},
+        {"GD-ALLOC-001": FAIL},
+    ),  # stod reads nan; (0,1) check fails
     # both set: torch 2.13 reads PYTORCH_CUDA_ALLOC_CONF and ignores PYTORCH_ALLOC_CONF (run and verified)
-    ({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"},
-     {"GD-ALLOC-001": PASS, "GD-ALLOC-002": WARN}),
-    ({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-     {"GD-ALLOC-002": PASS}),
+    (
+        {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"},
+        {"GD-ALLOC-001": PASS, "GD-ALLOC-002": WARN},
+    ),
+    (
+        {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        {"GD-ALLOC-002": PASS},
+    ),
     # PYTORCH_NO_CUDA_MEMORY_CACHING: torch >= 2.7 reads the value (pytorch#145905)
     ({"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, {"GD-ALLOC-003": WARN}),
     ({"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"}, {"GD-ALLOC-003": PASS}),
@@ -67,7 +98,10 @@ LIVE = [
     ({"TORCH_USE_CUDA_DSA": "1"}, {"GD-ALLOC-005": INFO}),  # a build flag: nothing reads it at run time
     ({"CUDA_MODULE_LOADING": "LAZY"}, {"GD-ALLOC-006": PASS}),
     ({"CUDA_MODULE_LOADING": "EAGER"}, {"GD-ALLOC-006": INFO}),
-    ({"CUDA_INJECTION64_PATH": "/opt/nvidia/nsight-systems/2024.1.1/target-linux-x64/libToolsInjection64.so"}, {"GD-ALLOC-006": WARN}),
+    (
+        {"CUDA_INJECTION64_PATH": "/opt/nvidia/nsight-systems/2024.1.1/target-linux-x64/libToolsInjection64.so"},
+        {"GD-ALLOC-006": WARN},
+    ),
     # TORCH_DISTRIBUTED_DEBUG: c10d/debug.cpp upper-cases the value and raises on anything else
     ({"TORCH_DISTRIBUTED_DEBUG": "OFF"}, {"GD-ALLOC-006": PASS}),
     ({"TORCH_DISTRIBUTED_DEBUG": "INFO"}, {"GD-ALLOC-006": PASS}),
@@ -125,7 +159,12 @@ def _live(env: dict, ids: list[str]) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB)}
     r = subprocess.run(
         [sys.executable, "-m", "gpudoctor", "check", "--select", ",".join(ids), "--json", "--expect-gpus", "0"],
-        capture_output=True, text=True, env={**clean, **env}, cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        cwd=ROOT,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert r.returncode in (0, 1), r.stderr
     return {f["id"]: f["severity"] for f in json.loads(r.stdout)["findings"]}
@@ -141,7 +180,13 @@ def test_live_environment(env, expected):
 # --- checks that need GPUs or interfaces: the healthy 8xH100 fixture ------------------------------
 
 UUID = "GPU-5b1c2f3e-0000-4000-8000-00000000000"  # the fixture's GPUs end in 0..7
-MULTI_NODE = {"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_NTASKS": "16", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}
+MULTI_NODE = {
+    "SLURM_JOB_ID": "1",
+    "SLURM_NNODES": "2",
+    "SLURM_NTASKS": "16",
+    "WORLD_SIZE": "16",
+    "LOCAL_WORLD_SIZE": "8",
+}
 
 ON_FIXTURE = [
     # CUDA_VISIBLE_DEVICES as the CUDA driver reads it (and torch.cuda._parse_visible_devices mirrors)
@@ -189,7 +234,9 @@ ON_FIXTURE = [
 ]
 
 
-@pytest.mark.parametrize("env, expected", ON_FIXTURE, ids=[" ".join(f"{k}={v}" for k, v in e.items()) for e, _ in ON_FIXTURE])
+@pytest.mark.parametrize(
+    "env, expected", ON_FIXTURE, ids=[" ".join(f"{k}={v}" for k, v in e.items()) for e, _ in ON_FIXTURE]
+)
 def test_on_the_healthy_fixture(env, expected):
     facts = make_facts(env={"PATH": "/usr/bin", **env})
     got = {cid: max(run(cid, facts), key=lambda f: f.severity.rank).severity.value for cid in expected}
@@ -210,7 +257,13 @@ def test_both_allocator_variables_on_torch_2_13_name_the_one_it_reads():
     # torch 2.13 itself: _accelerator_getAllocatorSettings() returns the PYTORCH_CUDA_ALLOC_CONF value
     env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}
     clean = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB)}
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--select", "GD-ALLOC-002", "--json"],
-                       capture_output=True, text=True, env={**clean, **env}, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--select", "GD-ALLOC-002", "--json"],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        cwd=ROOT,
+        timeout=120,
+    )
     (f,) = json.loads(r.stdout)["findings"]
     assert f["severity"] == WARN and "ignores PYTORCH_ALLOC_CONF" in f["message"]

@@ -26,8 +26,13 @@ def problems(data) -> list[str]:
 
 def snapshot(tmp_path, *args) -> dict:
     out = tmp_path / "facts.json"
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "snapshot", "-o", str(out), *args],
-                       capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "snapshot", "-o", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text())
 
@@ -96,9 +101,22 @@ def _healthy() -> dict:
         (lambda d: d["env"]["vars"].update(CUDA_VISIBLE_DEVICES=0), "env"),
         (lambda d: d["libraries"]["found"]["nccl"][0].update(source="pip"), "libraries"),
     ],
-    ids=["wrong-version", "no-version", "torch-not-object", "nvidia-not-object", "cudnn-string",
-         "capability-string", "gpu-without-pcie", "torch-bad-status", "failed-torch-without-error",
-         "nvidia-down-without-error", "memory-string", "credential-env", "env-not-string", "library-source"],
+    ids=[
+        "wrong-version",
+        "no-version",
+        "torch-not-object",
+        "nvidia-not-object",
+        "cudnn-string",
+        "capability-string",
+        "gpu-without-pcie",
+        "torch-bad-status",
+        "failed-torch-without-error",
+        "nvidia-down-without-error",
+        "memory-string",
+        "credential-env",
+        "env-not-string",
+        "library-source",
+    ],
 )
 def test_schema_rejects_drift(change, where):
     data = _healthy()
@@ -114,8 +132,17 @@ def test_schema_rejects_drift(change, where):
     [
         ("host", {"error": "probe timed out", "timed_out": True}),
         ("nvidia", {"available": False, "error": "NVML: NVML Shared Library Not Found", "gpus": []}),
-        ("torch", {"python": "/opt/py", "status": "crashed", "signal": "SIGSEGV", "stage": "cuda_init",
-                   "error": "the torch probe died with SIGSEGV", "stderr_tail": []}),
+        (
+            "torch",
+            {
+                "python": "/opt/py",
+                "status": "crashed",
+                "signal": "SIGSEGV",
+                "stage": "cuda_init",
+                "error": "the torch probe died with SIGSEGV",
+                "stderr_tail": [],
+            },
+        ),
         ("torch_meta", {"error": "cannot ask /opt/py for torch's version: timed out", "python": "/opt/py"}),
     ],
 )
@@ -135,7 +162,9 @@ def test_schema_accepts_growth_and_old_snapshots():
     assert problems(data) == []
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "NCCL_SOCKET_IFNAME", "aws_secret", "PYTORCH_CUDA_ALLOC_CONF"])
+@pytest.mark.parametrize(
+    "name", ["HF_TOKEN", "WANDB_API_KEY", "NCCL_SOCKET_IFNAME", "aws_secret", "PYTORCH_CUDA_ALLOC_CONF"]
+)
 def test_schema_credential_guard_agrees_with_the_collector(name):
     data = _healthy()
     data["env"]["vars"] = {name: "x"}

@@ -19,8 +19,14 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a device node 
 
 
 def gpudoctor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
 
 
 def _null_device(tmp_path: Path) -> Path:
@@ -179,16 +185,26 @@ def test_dev_stdout_appended_to_keeps_what_the_file_held(tmp_path):
     out = tmp_path / "all.md"
     out.write_text("kept line\n")
     with open(out, "ab") as fh:  # the shell's `>> all.md`
-        r = subprocess.run([sys.executable, "-m", "gpudoctor", "docs", "-o", "/dev/stdout"], stdout=fh,
-                           stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "docs", "-o", "/dev/stdout"],
+            stdout=fh,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert text.startswith("kept line\n# gpudoctor check reference")
 
 
 def test_dev_stdout_into_a_closed_pipe_ends_quietly():
-    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "docs", "-o", "/dev/stdout"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpudoctor", "docs", "-o", "/dev/stdout"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.read(10)
     proc.stdout.close()  # `| head -c 10`
     err = proc.stderr.read().decode()

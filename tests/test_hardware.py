@@ -14,7 +14,10 @@ MIXED = "synthetic-mixed-a100-h100-pcie"
 
 
 def test_volatile_uncorrected_ecc_fails():
-    (f,) = run("GD-HW-001", make_facts(patch={"nvidia.gpus.3.ecc.uncorrected_volatile": 2, "nvidia.gpus.3.ecc.uncorrected_aggregate": 2}))
+    (f,) = run(
+        "GD-HW-001",
+        make_facts(patch={"nvidia.gpus.3.ecc.uncorrected_volatile": 2, "nvidia.gpus.3.ecc.uncorrected_aggregate": 2}),
+    )
     assert f.severity is Severity.FAIL and "[3]" in f.message
     assert any("nvidia-smi -r -i 3" in a.target for a in f.fix.actions)
 
@@ -58,7 +61,9 @@ def test_no_repairs_pass():
 # --- GD-HW-003 gpu-clocks-throttled -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reason", ["hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown"])
+@pytest.mark.parametrize(
+    "reason", ["hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown"]
+)
 def test_thermal_and_hardware_slowdowns_warn(reason):
     f = make_facts(patch={"nvidia.gpus.4.throttle_reasons": {"raw": 0, "active": [reason]}})
     assert severity("GD-HW-003", f) is Severity.WARN
@@ -140,7 +145,12 @@ class FakeNVML(types.SimpleNamespace):
 def fake_nvml(links=18, unsupported=(), v2_memory=True):
     m = FakeNVML()
     for name in dir(pynvml):
-        if name.startswith("NVML_") or name in ("NVMLError", "nvmlMemory_v2", "c_nvmlGpuFabricInfoV_t", "c_nvmlGpuFabricInfo_t"):
+        if name.startswith("NVML_") or name in (
+            "NVMLError",
+            "nvmlMemory_v2",
+            "c_nvmlGpuFabricInfoV_t",
+            "c_nvmlGpuFabricInfo_t",
+        ):
             setattr(m, name, getattr(pynvml, name))
     ns = types.SimpleNamespace
 
@@ -190,7 +200,9 @@ def fake_nvml(links=18, unsupported=(), v2_memory=True):
         "nvmlDeviceGetCurrPcieLinkWidth": lambda h: 8,
         "nvmlDeviceGetMaxPcieLinkWidth": lambda h: 16,
         "nvmlDeviceGetNvLinkState": link_state,
-        "nvmlDeviceGetComputeRunningProcesses": lambda h: [ns(pid=99, usedGpuMemory=None, gpuInstanceId=0, computeInstanceId=0)],
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: [
+            ns(pid=99, usedGpuMemory=None, gpuInstanceId=0, computeInstanceId=0)
+        ],
         "nvmlDeviceGetGraphicsRunningProcesses": lambda h: [],
         "nvmlDeviceGetGpuFabricInfoV": fabric,
     }

@@ -76,7 +76,16 @@ def test_limited_memlock_without_infiniband_is_fine():
 
 
 def test_limited_memlock_with_only_inactive_ports_is_fine():
-    ports = [{"device": "mlx5_0", "port": 1, "state": "DOWN", "phys_state": "Disabled", "rate": None, "link_layer": "InfiniBand"}]
+    ports = [
+        {
+            "device": "mlx5_0",
+            "port": 1,
+            "state": "DOWN",
+            "phys_state": "Disabled",
+            "rate": None,
+            "link_layer": "InfiniBand",
+        }
+    ]
     f = make_facts(patch={"host.ulimits.memlock_soft": 65536, "network.infiniband": ports})
     assert severity("GD-HOST-003", f) is Severity.PASS
 

@@ -63,8 +63,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _gpudoctor(*args: str, env: dict | None = None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], stdout=stdout, stderr=subprocess.PIPE,
-                          text=True, timeout=120, cwd=ROOT, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _env_names_the_checks_read() -> list[str]:
@@ -76,7 +84,8 @@ def _env_names_the_checks_read() -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "value", ["9" * 5000, "-" + "9" * 5000, "0" * 5000 + "1", "0x" + "f" * 5000, "9" * 5000 + ".5"],
+    "value",
+    ["9" * 5000, "-" + "9" * 5000, "0" * 5000 + "1", "0x" + "f" * 5000, "9" * 5000 + ".5"],
     ids=["digits", "negative", "leading-zeros", "hex", "decimal"],
 )
 def test_huge_numbers_in_any_variable_the_checks_read_are_judged_not_crashed(value):
@@ -130,8 +139,15 @@ def test_json_report_render_never_writes_nan():
     from gpudoctor.model import Finding
     from gpudoctor.report import json_report
 
-    finding = Finding(id="GD-X-001", name="x", category="host", severity=Severity.PASS, title="t", message="m",
-                      evidence={"ratio": float("nan"), "peak": float("inf"), "low": float("-inf"), "ok": 1.5})
+    finding = Finding(
+        id="GD-X-001",
+        name="x",
+        category="host",
+        severity=Severity.PASS,
+        title="t",
+        message="m",
+        evidence={"ratio": float("nan"), "peak": float("inf"), "low": float("-inf"), "ok": 1.5},
+    )
     data = json.loads(json_report.render([finding]), parse_constant=lambda c: pytest.fail(c))
     assert data["findings"][0]["evidence"] == {"ratio": "NaN", "peak": "Infinity", "low": "-Infinity", "ok": 1.5}
 

@@ -39,8 +39,13 @@ def test_agreeing_snapshots_pass(tmp_path, capsys):
 
 def test_the_node_that_differs_is_named_with_the_fact(tmp_path, capsys):
     a = _write(tmp_path, "a.json", make_facts(env=ENV))
-    b = _write(tmp_path, "b.json", make_facts(env={**ENV, "OMP_NUM_THREADS": "1"},
-                                              patch={"host.hostname": "gpu-node-02", "torch.nccl": [2, 18, 1]}))
+    b = _write(
+        tmp_path,
+        "b.json",
+        make_facts(
+            env={**ENV, "OMP_NUM_THREADS": "1"}, patch={"host.hostname": "gpu-node-02", "torch.nccl": [2, 18, 1]}
+        ),
+    )
     c = _write(tmp_path, "c.json", make_facts(env=ENV, patch={"host.hostname": "gpu-node-03"}))
     code, out, _ = _compare(capsys, a, b, c)
     assert code == 1
@@ -80,8 +85,16 @@ def test_one_snapshot_is_a_usage_error(tmp_path, capsys):
 
 def _member(rank: int, node: str, facts: Facts, gpu: str | None = None, leader: bool = True) -> Member:
     parts = aspects(facts, [], ranks_here=None, leader=leader)
-    return Member(rank=rank, node=node, hostname=node, node_index=None, gpu=gpu, leader=leader,
-                  digests={a: digest(c) for a, c in parts.items()}, contents=parts)
+    return Member(
+        rank=rank,
+        node=node,
+        hostname=node,
+        node_index=None,
+        gpu=gpu,
+        leader=leader,
+        digests={a: digest(c) for a, c in parts.items()},
+        contents=parts,
+    )
 
 
 def _judge(job: dict, check_id: str):
@@ -91,17 +104,25 @@ def _judge(job: dict, check_id: str):
 
 def test_missing_ranks_are_named():
     f = make_facts(env=ENV)
-    job = view([_member(0, "n0", f), _member(1, "n0", f, leader=False)], source="live", world_size=4,
-               missing=[2, 3])
+    job = view([_member(0, "n0", f), _member(1, "n0", f, leader=False)], source="live", world_size=4, missing=[2, 3])
     job["timeout_s"] = 5
     (finding,) = _judge(job, "GD-JOB-001")
-    assert finding.severity is Severity.FAIL and "ranks 2–3 of a world of 4 never reported within 5 s" in finding.message
+    assert (
+        finding.severity is Severity.FAIL and "ranks 2–3 of a world of 4 never reported within 5 s" in finding.message
+    )
 
 
 def test_two_ranks_on_one_gpu_fail():
     f = make_facts(env=ENV)
-    job = view([_member(0, "n0", f, gpu="GPU-a"), _member(1, "n0", f, gpu="GPU-a", leader=False),
-                _member(2, "n0", f, gpu="GPU-b", leader=False)], source="live", world_size=3)
+    job = view(
+        [
+            _member(0, "n0", f, gpu="GPU-a"),
+            _member(1, "n0", f, gpu="GPU-a", leader=False),
+            _member(2, "n0", f, gpu="GPU-b", leader=False),
+        ],
+        source="live",
+        world_size=3,
+    )
     (finding,) = _judge(job, "GD-JOB-006")
     assert finding.severity is Severity.FAIL and "ranks 0–1 all use GPU GPU-a" in finding.message
 
@@ -123,8 +144,9 @@ def test_the_job_view_follows_the_facts_schema(tmp_path):
     from gpudoctor.factschema import first_problem
 
     f = make_facts(env=ENV)
-    job = view([_member(0, "n0", f, gpu="GPU-a"), _member(1, "n1", f, gpu="GPU-b")], source="live", world_size=3,
-               missing=[2])
+    job = view(
+        [_member(0, "n0", f, gpu="GPU-a"), _member(1, "n1", f, gpu="GPU-b")], source="live", world_size=3, missing=[2]
+    )
     job.update(timeout_s=5.0, missing_nodes=[2])
     assert first_problem({"schema": SCHEMA, "job": job}) is None
     job["members"][0]["digests"] = "not an object"

@@ -30,9 +30,12 @@ def _free_port() -> int:
 
 
 def _env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "NCCL_", "TORCHELASTIC_", "MASTER_", "PET_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "OMP_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "NCCL_", "TORCHELASTIC_", "MASTER_", "PET_"))
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "OMP_NUM_THREADS")
+    }
     env.update(extra or {})
     return env
 
@@ -49,17 +52,40 @@ def _package_dir(tmp_path: Path, name: str, version: str) -> Path:
 def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     port = _free_port()
-    drift = {"NCCL_SOCKET_IFNAME": "gd-no-such-if0", "OMP_NUM_THREADS": "3",
-             "PYTHONPATH": str(_package_dir(tmp_path, "accelerate", "0.99.0"))}
+    drift = {
+        "NCCL_SOCKET_IFNAME": "gd-no-such-if0",
+        "OMP_NUM_THREADS": "3",
+        "PYTHONPATH": str(_package_dir(tmp_path, "accelerate", "0.99.0")),
+    }
     agents = []
     started = time.monotonic()
     for node in (0, 1):
-        cmd = [torchrun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"gd-{port}",
-               "--max-restarts", "0", "-m", "gpudoctor", *GD[3:], "--timeout", "40"]
+        cmd = [
+            torchrun,
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(node),
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            f"gd-{port}",
+            "--max-restarts",
+            "0",
+            "-m",
+            "gpudoctor",
+            *GD[3:],
+            "--timeout",
+            "40",
+        ]
         env = _env({"OMP_NUM_THREADS": "1", **(drift if node == 1 else {})})
-        agents.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       cwd=tmp_path))
+        agents.append(
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        )
     outs = [a.communicate(timeout=120) for a in agents]
     elapsed = time.monotonic() - started
     # the c10d rendezvous, not --node-rank, decides which agent's workers get GROUP_RANK 0 and rank 0
@@ -68,8 +94,11 @@ def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     report = reports[0]
     assert "4 rank(s) on 2 node(s)" in report, outs
     # the node identity is torchrun's GROUP_RANK: one host name, two nodes
-    m = re.search(rf"on {re.escape(HOST)}#(\d) \(ranks (\d)–(\d)\): NCCL_SOCKET_IFNAME=gd-no-such-if0 where "
-                  rf"{re.escape(HOST)}#(\d) \(ranks (\d)–(\d)\) has unset", report)
+    m = re.search(
+        rf"on {re.escape(HOST)}#(\d) \(ranks (\d)–(\d)\): NCCL_SOCKET_IFNAME=gd-no-such-if0 where "
+        rf"{re.escape(HOST)}#(\d) \(ranks (\d)–(\d)\) has unset",
+        report,
+    )
     assert m, report
     drifting, other = int(m.group(1)), int(m.group(4))
     assert {drifting, other} == {0, 1}
@@ -81,14 +110,31 @@ def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     assert elapsed < 90
 
 
-def _env_ranks(tmp_path: Path, world: int, ranks: list[int], port: int, timeout: float,
-               port_of: dict | None = None) -> list[subprocess.Popen]:
+def _env_ranks(
+    tmp_path: Path, world: int, ranks: list[int], port: int, timeout: float, port_of: dict | None = None
+) -> list[subprocess.Popen]:
     procs = []
     for r in ranks:
-        env = _env({"RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(world),
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str((port_of or {}).get(r, port))})
-        procs.append(subprocess.Popen([*GD, "--timeout", str(timeout), "--select", "distributed"], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+        env = _env(
+            {
+                "RANK": str(r),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(r),
+                "LOCAL_WORLD_SIZE": str(world),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str((port_of or {}).get(r, port)),
+            }
+        )
+        procs.append(
+            subprocess.Popen(
+                [*GD, "--timeout", str(timeout), "--select", "distributed"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=tmp_path,
+            )
+        )
     return procs
 
 

@@ -17,10 +17,15 @@ def test_srun_four_tasks_one_report_and_the_drifting_rank_named(slurm_cluster, t
         port = s.getsockname()[1]
     gd = " ".join(shlex.quote(a) for a in slurm_cluster.python_command())
     # task 3 alone gets another NCCL setting, the way a node-specific profile would set it
-    script = (f'[ "$SLURM_PROCID" = 3 ] && export NCCL_IB_HCA=mlx5_9; '
-              f"exec {gd} check --job --strict --timeout 30 --expect-gpus 0 --select distributed")
-    r = slurm_cluster.srun(["--ntasks=4", f"--output={tmp_path}/task-%t.out", f"--error={tmp_path}/task-%t.err",
-                            "bash", "-c", script], env={"MASTER_PORT": str(port)}, timeout=150)
+    script = (
+        f'[ "$SLURM_PROCID" = 3 ] && export NCCL_IB_HCA=mlx5_9; '
+        f"exec {gd} check --job --strict --timeout 30 --expect-gpus 0 --select distributed"
+    )
+    r = slurm_cluster.srun(
+        ["--ntasks=4", f"--output={tmp_path}/task-%t.out", f"--error={tmp_path}/task-%t.err", "bash", "-c", script],
+        env={"MASTER_PORT": str(port)},
+        timeout=150,
+    )
     outs = {t: (tmp_path / f"task-{t}.out").read_text() for t in range(4)}
     errs = {t: (tmp_path / f"task-{t}.err").read_text() for t in range(4)}
     report = outs[0]
@@ -35,8 +40,21 @@ def test_srun_agreeing_tasks_all_exit_0(slurm_cluster, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = slurm_cluster.srun(["--ntasks=4", *slurm_cluster.python_command(), "check", "--job", "--timeout", "30",
-                            "--expect-gpus", "0", "--select", "distributed"], env={"MASTER_PORT": str(port)},
-                           timeout=150)
+    r = slurm_cluster.srun(
+        [
+            "--ntasks=4",
+            *slurm_cluster.python_command(),
+            "check",
+            "--job",
+            "--timeout",
+            "30",
+            "--expect-gpus",
+            "0",
+            "--select",
+            "distributed",
+        ],
+        env={"MASTER_PORT": str(port)},
+        timeout=150,
+    )
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert r.stdout.count("gpudoctor check --job") == 1 and "pass on 1 of 1 node(s)" in r.stdout

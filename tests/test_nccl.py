@@ -1,7 +1,7 @@
 import pytest
 
-from gpudoctor.readers.ncclenv import c_strtoll, p2p_disabled, parse_prefix_list, select_names
 from gpudoctor.model import Severity
+from gpudoctor.readers.ncclenv import c_strtoll, p2p_disabled, parse_prefix_list, select_names
 from gpudoctor.readers.sbatch import parse_sbatch
 from tests.factsutil import RECORDED_CPU, make_facts, run, severity
 
@@ -12,17 +12,22 @@ TWO_NODES = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "
 # --- parsing as NCCL does -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,n", [("1", 1), ("0x10", 16), ("010", 8), ("4MB", 4), (" 7", 7), ("-3", -3), ("true", None), ("", None)])
+@pytest.mark.parametrize(
+    "text,n", [("1", 1), ("0x10", 16), ("010", 8), ("4MB", 4), (" 7", 7), ("-3", -3), ("true", None), ("", None)]
+)
 def test_c_strtoll_reads_like_c(text, n):
     assert c_strtoll(text) == n
 
 
-@pytest.mark.parametrize("name, text, problem", [
-    ("NCCL_IB_DISABLE", "0x1", None),  # strtoll base 0 reads hex whole
-    ("NCCL_BUFFSIZE", "0x400000", None),
-    ("NCCL_IB_TIMEOUT", "022", "octal, i.e. 18"),
-    ("NCCL_IB_TIMEOUT", "08", "leading number, 0"),  # 8 is no octal digit: strtoll stops at it
-])
+@pytest.mark.parametrize(
+    "name, text, problem",
+    [
+        ("NCCL_IB_DISABLE", "0x1", None),  # strtoll base 0 reads hex whole
+        ("NCCL_BUFFSIZE", "0x400000", None),
+        ("NCCL_IB_TIMEOUT", "022", "octal, i.e. 18"),
+        ("NCCL_IB_TIMEOUT", "08", "leading number, 0"),  # 8 is no octal digit: strtoll stops at it
+    ],
+)
 def test_nccl_integers_in_c_notation(name, text, problem):
     from gpudoctor.readers.ncclenv import nccl_problems
 
@@ -63,7 +68,10 @@ def test_multi_gpu_job_without_nccl_fails():
 
 
 def test_expected_gpu_count_makes_it_multi_process():
-    assert severity("GD-NCCL-001", make_facts(env={}, patch={"torch.nccl_available": False}), expect_gpus=8) is Severity.FAIL
+    assert (
+        severity("GD-NCCL-001", make_facts(env={}, patch={"torch.nccl_available": False}), expect_gpus=8)
+        is Severity.FAIL
+    )
 
 
 def test_single_process_does_not_need_nccl():
@@ -120,7 +128,10 @@ def test_partly_wrong_list_is_info():
 
 def test_down_interface_does_not_count():
     # ifb0 exists on the recorded machine but is down with no address: NCCL cannot use it.
-    assert severity("GD-NCCL-002", make_facts(RECORDED_CPU, env={"NCCL_SOCKET_IFNAME": "ifb", **EIGHT_RANKS})) is Severity.FAIL
+    assert (
+        severity("GD-NCCL-002", make_facts(RECORDED_CPU, env={"NCCL_SOCKET_IFNAME": "ifb", **EIGHT_RANKS}))
+        is Severity.FAIL
+    )
 
 
 def test_socket_ifname_unset_is_skipped():
@@ -138,7 +149,10 @@ def test_ib_disabled_with_active_ib_on_multi_node_warns():
 
 
 def test_batch_script_disabling_ib_on_two_nodes_warns_inside_an_allocation():
-    sbatch = parse_sbatch("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:8\nexport NCCL_IB_DISABLE=1\nsrun torchrun train.py\n", "job.slurm")
+    sbatch = parse_sbatch(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:8\nexport NCCL_IB_DISABLE=1\nsrun torchrun train.py\n",
+        "job.slurm",
+    )
     # Inside an allocation (salloc): this node is one the job runs on.
     (f,) = run("GD-NCCL-003", make_facts(env={"SLURM_JOB_ID": "7", "SLURM_NNODES": "2"}), sbatch=sbatch)
     assert f.severity is Severity.WARN
@@ -170,7 +184,16 @@ def test_no_ib_hardware_on_multi_node_is_info():
 
 
 def test_ib_ports_all_down_on_multi_node_warns():
-    ports = [{"device": "mlx5_0", "port": 1, "state": "DOWN", "phys_state": "Polling", "rate": "10 Gb/sec", "link_layer": "InfiniBand"}]
+    ports = [
+        {
+            "device": "mlx5_0",
+            "port": 1,
+            "state": "DOWN",
+            "phys_state": "Polling",
+            "rate": "10 Gb/sec",
+            "link_layer": "InfiniBand",
+        }
+    ]
     (f,) = run("GD-NCCL-003", make_facts(env=TWO_NODES, patch={"network.infiniband": ports}))
     assert f.severity is Severity.WARN
     assert "mlx5_0:1 DOWN" in f.message
@@ -184,7 +207,12 @@ def test_ib_hca_naming_no_active_device_warns():
 def test_efa_devices_are_not_the_ib_transport():
     efa = [{"device": "rdmap16s27", "port": 1, "state": "ACTIVE", "link_layer": "Unspecified"}]
     efa[0]["device"] = "efa_0"
-    assert severity("GD-NCCL-003", make_facts(env={"NCCL_IB_DISABLE": "1", **TWO_NODES}, patch={"network.infiniband": efa})) is Severity.INFO
+    assert (
+        severity(
+            "GD-NCCL-003", make_facts(env={"NCCL_IB_DISABLE": "1", **TWO_NODES}, patch={"network.infiniband": efa})
+        )
+        is Severity.INFO
+    )
 
 
 # --- GD-NCCL-004 ---------------------------------------------------------------------------
@@ -212,7 +240,9 @@ def test_p2p_disabled_without_nvlink_is_a_known_workaround():
 
 
 def test_p2p_disabled_with_one_visible_gpu_is_not_a_loss():
-    assert severity("GD-NCCL-004", make_facts(env={"NCCL_P2P_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "3"})) is Severity.INFO
+    assert (
+        severity("GD-NCCL-004", make_facts(env={"NCCL_P2P_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "3"})) is Severity.INFO
+    )
 
 
 def test_p2p_check_skips_without_driver():
@@ -259,12 +289,22 @@ def test_lower_case_p2p_level_is_ignored_by_nccl():
     assert "case-sensitive: NVL" in f.message
 
 
-@pytest.mark.parametrize("env", [{"NCCL_DEBUG": "verbose"}, {"NCCL_NTHREADS": "100"}, {"NCCL_IB_TIMEOUT": "40"}, {"NCCL_SOCKET_FAMILY": "ipv4"}])
+@pytest.mark.parametrize(
+    "env",
+    [{"NCCL_DEBUG": "verbose"}, {"NCCL_NTHREADS": "100"}, {"NCCL_IB_TIMEOUT": "40"}, {"NCCL_SOCKET_FAMILY": "ipv4"}],
+)
 def test_other_values_nccl_ignores_warn(env):
     assert severity("GD-NCCL-006", make_facts(env=env)) is Severity.WARN
 
 
-@pytest.mark.parametrize("env", [{"TORCH_NCCL_BLOCKING_WAIT": "on"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "yes"}, {"NCCL_ASYNC_ERROR_HANDLING": "true"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"TORCH_NCCL_BLOCKING_WAIT": "on"},
+        {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "yes"},
+        {"NCCL_ASYNC_ERROR_HANDLING": "true"},
+    ],
+)
 def test_values_torch_cannot_parse_fail(env):
     (f,) = run("GD-NCCL-006", make_facts(env=env))
     assert f.severity is Severity.FAIL

@@ -59,7 +59,10 @@ def test_bf16_passes_on_h100():
 
 
 def test_torch_denying_bf16_on_ampere_warns():
-    assert severity("GD-PREC-001", make_facts(patch={"torch.bf16_supported": False, "torch.cuda": "10.2"})) is Severity.WARN
+    assert (
+        severity("GD-PREC-001", make_facts(patch={"torch.bf16_supported": False, "torch.cuda": "10.2"}))
+        is Severity.WARN
+    )
 
 
 # ---------------------------------------------------------------- GD-PREC-002 TF32

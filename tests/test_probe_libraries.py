@@ -27,7 +27,10 @@ def test_library_versions_come_from_file_names_and_dangling_links_are_left_out(t
     (tmp_path / "libcudart.so.12").symlink_to("/nonexistent/libcudart.so.12")  # a half-removed toolkit
     found = {fam: [] for fam in libraries.FAMILIES}
     libraries._scan_dir(str(tmp_path), "LD_LIBRARY_PATH", found)
-    assert sorted((os.path.basename(e["path"]), e["version"]) for e in found["cudnn"]) == [("libcudnn.so.8", "8"), ("libcudnn.so.8.9.7", "8.9.7")]
+    assert sorted((os.path.basename(e["path"]), e["version"]) for e in found["cudnn"]) == [
+        ("libcudnn.so.8", "8"),
+        ("libcudnn.so.8.9.7", "8.9.7"),
+    ]
     # the loader cannot open a dangling link, so it shadows nothing
     assert [os.path.basename(e["path"]) for e in found["cudart"]] == ["libcudart.so.11.0"]
     assert [e["version"] for e in found["cublas"]] == ["12"]

@@ -69,7 +69,7 @@ def test_a_hanging_srun_with_a_child_is_killed_whole(tmp_path, monkeypatch):
 
 def test_a_python_wrapper_whose_child_sleeps_answers_and_leaves_nothing(tmp_path):
     pidfile = tmp_path / "child.pid"
-    wrapper = _script(tmp_path / "python", f"sleep 300 &\necho $! > {pidfile}\nexec {sys.executable} \"$@\"\n")
+    wrapper = _script(tmp_path / "python", f'sleep 300 &\necho $! > {pidfile}\nexec {sys.executable} "$@"\n')
     t0 = time.monotonic()
     meta = torch_probe.torch_meta(str(wrapper))
     assert time.monotonic() - t0 < 8  # not held until the timeout by the sleeping child's copy of stdout
@@ -116,8 +116,13 @@ def test_a_python_answering_a_json_list_is_an_error_for_launcher_packages(tmp_pa
 
 def test_check_with_a_python_whose_every_answer_is_a_json_list_is_a_finding_not_exit_3(tmp_path):
     fake = _script(tmp_path / "python", "echo 'GPUDOCTOR-TORCH-FACTS [1, 2]'\necho '[1, 2]'\n")
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--python", str(fake), "--json"],
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "check", "--python", str(fake), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 1, r.stderr
     import json
 
@@ -128,11 +133,29 @@ def test_check_with_a_python_whose_every_answer_is_a_json_list_is_a_finding_not_
 def test_a_python_that_floods_its_output_does_not_fill_memory(tmp_path):
     flood = _script(tmp_path / "python", "cat /dev/zero\n")
     # a fresh parent, so that RUSAGE_CHILDREN's peak is this run's tree only
-    measure = ("import resource, subprocess, sys; "
-               "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
-               "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    r = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "gpudoctor", "check", "--python",
-                        str(flood), "--torch-timeout", "5"], capture_output=True, text=True, timeout=120)
+    measure = (
+        "import resource, subprocess, sys; "
+        "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            measure,
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "check",
+            "--python",
+            str(flood),
+            "--torch-timeout",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     code, peak_kib = map(int, r.stdout.split())
     assert code == 1, r.stderr
     assert peak_kib < 512 * 1024, f"{peak_kib / 1024:.0f} MiB"

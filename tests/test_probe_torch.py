@@ -37,12 +37,23 @@ def probe(monkeypatch, fake: Path | None, python: str | None = None, timeout: fl
 
 
 def gpudoctor(*args, pythonpath: Path | None = None, timeout: float = 120):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "PYTHONPATH" and not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))
+    }
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     started = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env,
-                       timeout=timeout, stdin=subprocess.DEVNULL, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     return r, time.monotonic() - started
 
 
@@ -107,7 +118,9 @@ def test_real_torch_of_this_machine(monkeypatch):
 
 
 def test_import_error_is_reported_with_its_message(monkeypatch, tmp_path):
-    fake = fake_torch(tmp_path, 'raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")')
+    fake = fake_torch(
+        tmp_path, 'raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")'
+    )
     r = probe(monkeypatch, fake)
     assert r["status"] == "import_error"
     assert r["error"] == "ImportError: libcudnn.so.9: cannot open shared object file: No such file or directory"
@@ -122,20 +135,26 @@ def test_torch_folder_without_init_is_an_incomplete_install(monkeypatch, tmp_pat
 
 
 def test_half_broken_torch_still_gives_a_result_despite_noise_on_stdout(monkeypatch, tmp_path):
-    fake = fake_torch(tmp_path, """
+    fake = fake_torch(
+        tmp_path,
+        """
     print("{ not json, printed by a chatty import")
     __version__ = "0.0.1"
-    """)
+    """,
+    )
     r = probe(monkeypatch, fake)
     assert r["status"] == "ok"
     assert r["version"] == "0.0.1"
     assert r["cuda_available"] is False and "cuda_error" in r
 
 
-@pytest.mark.parametrize("body", [
-    'import os, sys\nsys.stdout = open(os.devnull, "w")\n__version__ = "0.0.2"',  # a plugin that silences stdout
-    'import sys\nsys.stdout.write("loading... ")\n__version__ = "0.0.2"',  # a progress line with no newline
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        'import os, sys\nsys.stdout = open(os.devnull, "w")\n__version__ = "0.0.2"',  # a plugin that silences stdout
+        'import sys\nsys.stdout.write("loading... ")\n__version__ = "0.0.2"',  # a progress line with no newline
+    ],
+)
 def test_result_arrives_when_the_import_replaces_stdout_or_leaves_a_partial_line(monkeypatch, tmp_path, body):
     r = probe(monkeypatch, fake_torch(tmp_path, body))
     assert r["status"] == "ok" and r["version"] == "0.0.2"
@@ -171,7 +190,9 @@ def test_hang_times_out_within_the_limit_and_leaves_no_process(monkeypatch, tmp_
 
 
 def test_hang_in_cuda_init_is_told_apart_from_a_hang_in_import(monkeypatch, tmp_path):
-    fake = fake_torch(tmp_path, """
+    fake = fake_torch(
+        tmp_path,
+        """
     import time
     __version__ = "2.99.0"
     class version:
@@ -183,7 +204,8 @@ def test_hang_in_cuda_init_is_told_apart_from_a_hang_in_import(monkeypatch, tmp_
         @staticmethod
         def is_available():
             time.sleep(600)
-    """)
+    """,
+    )
     r = probe(monkeypatch, fake, timeout=2)
     assert r["status"] == "timeout"
     assert r["stage"] == "cuda_init"
@@ -209,8 +231,11 @@ class cuda:
 
 @pytest.mark.parametrize(
     "visible, expected",
-    [(None, "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"), ("0", "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"),
-     ("MIG-0b3c7f2e-aaaa-bbbb-cccc-0123456789ab", "MIG-8932f937-d72c-4106-c12f-20bd9faed9f6")],
+    [
+        (None, "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"),
+        ("0", "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"),
+        ("MIG-0b3c7f2e-aaaa-bbbb-cccc-0123456789ab", "MIG-8932f937-d72c-4106-c12f-20bd9faed9f6"),
+    ],
 )
 def test_device_uuid_is_written_as_nvml_and_cuda_visible_devices_write_it(monkeypatch, tmp_path, visible, expected):
     if visible is None:

@@ -20,8 +20,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "HF_", "NCCL_"))}
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], env={**base, **(env or {})}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        env={**base, **(env or {})},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,8 +95,9 @@ def test_an_invalid_master_addr_is_a_fact_not_a_thread_traceback():
 
 def test_a_config_reading_a_token_from_the_environment_never_prints_it(tmp_path):
     loader = {"num_workers": "${oc.env:HF_TOKEN}", "batch_size": "${oc.env:MY_VAR}"}
-    settings = find_settings({"train_dataloader": loader}, "train.yaml",
-                             {"HF_TOKEN": "hf_SECRET", "MY_VAR": "not_a_number_SECRET"})
+    settings = find_settings(
+        {"train_dataloader": loader}, "train.yaml", {"HF_TOKEN": "hf_SECRET", "MY_VAR": "not_a_number_SECRET"}
+    )
     problems = " ".join(f.problem or "" for f in settings.found.values())
     assert "SECRET" not in problems and "${oc.env:HF_TOKEN}" in problems and "${oc.env:MY_VAR}" in problems
     cfg = tmp_path / "train.yaml"
@@ -97,15 +105,30 @@ def test_a_config_reading_a_token_from_the_environment_never_prints_it(tmp_path)
     snap = tmp_path / "snap.json"  # a snapshot never holds HF_TOKEN; a setting can still hold what is no setting
     snap.write_text(json.dumps({"schema": "gpudoctor.facts/1", "env": {"vars": {"HF_HOME": "/x/hf_SECRET"}}}))
     for fmt in ([], ["--json"], ["-v"]):
-        r = _run("check", "--snapshot", str(snap), "--config", str(cfg), "--select", "dataloader", *fmt,
-                 env={"HF_TOKEN": "hf_SECRET"})
+        r = _run(
+            "check",
+            "--snapshot",
+            str(snap),
+            "--config",
+            str(cfg),
+            "--select",
+            "dataloader",
+            *fmt,
+            env={"HF_TOKEN": "hf_SECRET"},
+        )
         assert r.returncode in (0, 1), r.stderr
         assert "SECRET" not in r.stdout + r.stderr
 
 
 def test_smoke_under_a_launcher_never_shows_master_addr_credentials():
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "alice:SECRET@127.0.0.1", "MASTER_PORT": "29555"}
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "alice:SECRET@127.0.0.1",
+        "MASTER_PORT": "29555",
+    }
     r = _run("smoke", "--device", "cpu", "--json", env=env)
     assert r.returncode == 1, r.stderr
     assert "SECRET" not in r.stdout + r.stderr and "<redacted>@127.0.0.1" in r.stdout

@@ -134,7 +134,8 @@ def test_an_unmet_requirement_is_one_skip_with_one_wording(check_id, facts_kwarg
 
 def test_smoke_checks_are_listed_but_never_run_by_check():
     smoke = [s for s in SPECS.values() if s.source == "smoke"]
-    assert sorted(s.id for s in smoke) == [f"GD-SMOKE-{n:03d}" for n in range(1, 13)]
+    ids_in_order = sorted(s.id for s in smoke)
+    assert len(ids_in_order) >= 12 and ids_in_order == [f"GD-SMOKE-{n:03d}" for n in range(1, len(smoke) + 1)]
     ids = {f.id for f in run_checks(SPECS.values(), make_facts(), Context())}
     assert ids and not ids & {s.id for s in smoke}
     assert not {s.id for s in select(SPECS, ["distributed"], None)} & {s.id for s in smoke}

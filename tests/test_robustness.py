@@ -29,14 +29,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudoctor import factschema
-from gpudoctor.readers import allocconf, cudavis, dlconfig, slurmfmt
 from gpudoctor.facts import Facts, SnapshotError, collectable_env
 from gpudoctor.model import Context, Severity
+from gpudoctor.readers import allocconf, cudavis, dlconfig, slurmfmt
+from gpudoctor.readers.sbatch import SbatchError, load_sbatch, parse_sbatch
+from gpudoctor.readers.trainconfig import ConfigError, load_config
 from gpudoctor.registry import load_all
 from gpudoctor.report import json_report, junit
 from gpudoctor.runner import run_checks
-from gpudoctor.readers.sbatch import SbatchError, load_sbatch, parse_sbatch
-from gpudoctor.readers.trainconfig import ConfigError, load_config
 from tests.factsutil import FIXTURES, load_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,28 +68,130 @@ def _env_names_read() -> list[str]:
 ENV_NAMES = _env_names_read()
 
 MALFORMED = [
-    "", " ", "\t", "\n", "-1", "-0", "0", "1", "2", "8", "00", "+3", "007", "1e9", "1.5", "nan", "inf", "-inf",
-    "99999999999999999999999", "2147483648", "100000", "0x10", "1 2", "1,", ",1", ",", ",,", ":", "::", "=",
-    "é", "ü,ö", "０", "٣", "\u200b", "🙂", "(x3)", "2(x3),1", "2(x0)", "8(x100000)", "1(x99999999)", "(x)", "gpu[",
-    "gpu[01-", "gpu[3-1]", "a[1-99999]b[1-99999]", "n[0-99999999999]", "0,0", "0,,1", "0-3", "3-0", "0-99999999",
-    "GPU-", "MIG-", "GPU-abc,0", "MIG-GPU-x/1/2", "MIG-GPU-/0/0", " GPU-1", "all", "none", "void", "NoDevFiles",
-    "True", "false", "yes", "OFF", "INFO", "WARN", "TRACE", "^eth0", "=eth0", "^=eth,", "ib0:1", "mlx5_0:1,mlx5_1",
-    "^mlx5", "gpu:h100:8", "gpu:0", "h100:", "gpu:a100:2(IDX:0-1)", "gpu(IDX:", "gpu:99999999999", "$HOME", "${X}",
-    "$(hostname)", "a=b", "max_split_size_mb:", "max_split_size_mb:0", "expandable_segments:true,", "backend:x",
-    "roundup_power2_divisions:[", "roundup_power2_divisions:[256:x,>:0]", "[", "]", "[1:2", "%h.%p", "/nonexistent",
-    "LOC", "SYS", "NVL", "PIX", "AF_INET", "AF_INET6", "12.4", "2.0", "-", "--", "x" * 300,
+    "",
+    " ",
+    "\t",
+    "\n",
+    "-1",
+    "-0",
+    "0",
+    "1",
+    "2",
+    "8",
+    "00",
+    "+3",
+    "007",
+    "1e9",
+    "1.5",
+    "nan",
+    "inf",
+    "-inf",
+    "99999999999999999999999",
+    "2147483648",
+    "100000",
+    "0x10",
+    "1 2",
+    "1,",
+    ",1",
+    ",",
+    ",,",
+    ":",
+    "::",
+    "=",
+    "é",
+    "ü,ö",
+    "０",
+    "٣",
+    "\u200b",
+    "🙂",
+    "(x3)",
+    "2(x3),1",
+    "2(x0)",
+    "8(x100000)",
+    "1(x99999999)",
+    "(x)",
+    "gpu[",
+    "gpu[01-",
+    "gpu[3-1]",
+    "a[1-99999]b[1-99999]",
+    "n[0-99999999999]",
+    "0,0",
+    "0,,1",
+    "0-3",
+    "3-0",
+    "0-99999999",
+    "GPU-",
+    "MIG-",
+    "GPU-abc,0",
+    "MIG-GPU-x/1/2",
+    "MIG-GPU-/0/0",
+    " GPU-1",
+    "all",
+    "none",
+    "void",
+    "NoDevFiles",
+    "True",
+    "false",
+    "yes",
+    "OFF",
+    "INFO",
+    "WARN",
+    "TRACE",
+    "^eth0",
+    "=eth0",
+    "^=eth,",
+    "ib0:1",
+    "mlx5_0:1,mlx5_1",
+    "^mlx5",
+    "gpu:h100:8",
+    "gpu:0",
+    "h100:",
+    "gpu:a100:2(IDX:0-1)",
+    "gpu(IDX:",
+    "gpu:99999999999",
+    "$HOME",
+    "${X}",
+    "$(hostname)",
+    "a=b",
+    "max_split_size_mb:",
+    "max_split_size_mb:0",
+    "expandable_segments:true,",
+    "backend:x",
+    "roundup_power2_divisions:[",
+    "roundup_power2_divisions:[256:x,>:0]",
+    "[",
+    "]",
+    "[1:2",
+    "%h.%p",
+    "/nonexistent",
+    "LOC",
+    "SYS",
+    "NVL",
+    "PIX",
+    "AF_INET",
+    "AF_INET6",
+    "12.4",
+    "2.0",
+    "-",
+    "--",
+    "x" * 300,
 ]
 _SEPARATORS = st.sampled_from([",", ":", " ", "(x", "-", "[", "]"])
 malformed = st.one_of(
     st.sampled_from(MALFORMED),
     st.text(max_size=12),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
-    st.lists(st.sampled_from(MALFORMED), min_size=2, max_size=4).flatmap(lambda parts: _SEPARATORS.map(lambda sep: sep.join(parts))),
+    st.lists(st.sampled_from(MALFORMED), min_size=2, max_size=4).flatmap(
+        lambda parts: _SEPARATORS.map(lambda sep: sep.join(parts))
+    ),
 )
 # Also names no check spells out: the NCCL and launcher checks look at every NCCL_* / TORCH_NCCL_* / PL_* name.
 env_name = st.one_of(
     st.sampled_from(ENV_NAMES),
-    st.tuples(st.sampled_from(["NCCL_", "TORCH_NCCL_", "PL_", "CUDA_", "SLURM_"]), st.text(string.ascii_uppercase + "_", min_size=1, max_size=8)).map("".join),
+    st.tuples(
+        st.sampled_from(["NCCL_", "TORCH_NCCL_", "PL_", "CUDA_", "SLURM_"]),
+        st.text(string.ascii_uppercase + "_", min_size=1, max_size=8),
+    ).map("".join),
 )
 env_vars = st.dictionaries(env_name, malformed, max_size=12)
 fixture_name = st.sampled_from(FIXTURE_NAMES)
@@ -123,17 +225,88 @@ def test_no_check_crashes_on_malformed_environment_values(name, env, gpus, how):
 # ---------------------------------------------------------------- training configs of every shape
 
 CONFIG_KEYS = sorted(
-    {k for table in (dlconfig.INT_SETTINGS, dlconfig.BOOL_SETTINGS, dlconfig.TEXT_SETTINGS) for keys in table.values() for k in keys}
-    | {"train_batch_size", "zero_optimization", "precision", "mixed_precision", "bf16", "fp16", "dtype", "amp", "trainer",
-       "data", "dataloader", "train_dataloader", "val", "test", "params", "init_args", "loader", "ray", "scaling_config",
-       "devices", "num_nodes", "accelerator", "strategy", "_target_", "class_path"}
+    {
+        k
+        for table in (dlconfig.INT_SETTINGS, dlconfig.BOOL_SETTINGS, dlconfig.TEXT_SETTINGS)
+        for keys in table.values()
+        for k in keys
+    }
+    | {
+        "train_batch_size",
+        "zero_optimization",
+        "precision",
+        "mixed_precision",
+        "bf16",
+        "fp16",
+        "dtype",
+        "amp",
+        "trainer",
+        "data",
+        "dataloader",
+        "train_dataloader",
+        "val",
+        "test",
+        "params",
+        "init_args",
+        "loader",
+        "ray",
+        "scaling_config",
+        "devices",
+        "num_nodes",
+        "accelerator",
+        "strategy",
+        "_target_",
+        "class_path",
+    }
 )
 CONFIG_SCALARS = [
-    None, True, False, 0, 1, -1, 4, 2**70, -(2**70), 1.5, 4.0, float("nan"), float("inf"), "", "four", "8", " 8 ", "-3",
-    "true", "bf16", "16-mixed", "bf16-mixed", "32", "auto", "gpu", "${data.workers}", "${.num_workers}", "${..x}",
-    "${...}", "${}", "${oc.env:NUM_W,4}", "${oc.env:NUM_W}", "${env:X,}", "${num_workers}", "${batch_size}",
-    "${a.0.b}", "${oc.decode:1}", "${ x }", "${data.0}", "${data}", "${trainer.devices}", datetime.date(2024, 1, 1),
-    datetime.datetime(2024, 1, 1, 12), b"\x00\xff", frozenset({"a"}), "é", "torch.utils.data.DistributedSampler",
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    4,
+    2**70,
+    -(2**70),
+    1.5,
+    4.0,
+    float("nan"),
+    float("inf"),
+    "",
+    "four",
+    "8",
+    " 8 ",
+    "-3",
+    "true",
+    "bf16",
+    "16-mixed",
+    "bf16-mixed",
+    "32",
+    "auto",
+    "gpu",
+    "${data.workers}",
+    "${.num_workers}",
+    "${..x}",
+    "${...}",
+    "${}",
+    "${oc.env:NUM_W,4}",
+    "${oc.env:NUM_W}",
+    "${env:X,}",
+    "${num_workers}",
+    "${batch_size}",
+    "${a.0.b}",
+    "${oc.decode:1}",
+    "${ x }",
+    "${data.0}",
+    "${data}",
+    "${trainer.devices}",
+    datetime.date(2024, 1, 1),
+    datetime.datetime(2024, 1, 1, 12),
+    b"\x00\xff",
+    frozenset({"a"}),
+    "é",
+    "torch.utils.data.DistributedSampler",
 ]
 config_key = st.one_of(st.sampled_from(CONFIG_KEYS), st.sampled_from([1, None, True, 2.5, "x.y", "", "0"]))
 config_value = st.recursive(
@@ -161,33 +334,106 @@ def test_no_check_crashes_on_a_config_nested_as_deep_as_json_allows():
 
 # ---------------------------------------------------------------- batch scripts
 
-DIRECTIVES = ["--nodes=", "-N ", "--ntasks=", "-n ", "--ntasks-per-node=", "--tasks-per-node ", "--gres=", "--gpus=",
-              "-G ", "--gpus-per-node=", "--gpus-per-task=", "--cpus-per-task=", "-c ", "--job-name=", "-J ", "--mem=",
-              "--ntasks-per-gpu=", "--gpu-bind=", "--export=", "--exclusive", "--ntasks-per-n=", "--nonsense="]
-GOOD_VALUES = ["1", "2", "8", "16", "0", "00", "2-4", "gpu:8", "gpu:h100:4", "h100:2", "gpu", "none", "train", "bash",
-               "gpu:a100:2(IDX:0-1)", "99999999999", "100000", "closest", "ALL"]
-COMMANDS = [
-    "srun python train.py", "srun torchrun --nproc-per-node={v} train.py", "torchrun --nproc_per_node={v} --nnodes={v} t.py",
-    "python -m torch.distributed.launch --nproc_per_node={v} t.py", "python -m torch.distributed.run --standalone t.py",
-    "accelerate launch --num_processes {v} --num_machines {v} t.py", "deepspeed --num_gpus {v} t.py",
-    "python train.py trainer.devices={v} trainer.num_nodes={v}", "srun python t.py --trainer.devices {v}",
-    "export CUDA_VISIBLE_DEVICES={v}", "export WORLD_SIZE={v} LOCAL_WORLD_SIZE={v}", "unset CUDA_VISIBLE_DEVICES",
-    "X={v}", "srun -n {v} -c {v} --gpus-per-task={v} python t.py", "srun -N {v} --ntasks-per-node={v} --gres={v} torchrun t.py",
-    "lightning run model --devices={v} --num-nodes={v} t.py", "fabric run --devices={v} t.py", "srun gpudoctor check",
-    "export SRUN_CPUS_PER_TASK={v}", "export NCCL_DEBUG={v}", "export OMP_NUM_THREADS={v}",
-    "export PYTORCH_CUDA_ALLOC_CONF={v}", "echo hi", "cat <<EOF", "'unclosed", "srun", "srun --", "srun -n",
-    "exec srun python t.py", "env A=1 srun python t.py", "srun python -c 'x'", "#SBATCH --gres={v}", "$(hostname)",
-    "srun ${X} python t.py", "srun apptainer exec --nv img.sif torchrun --nproc-per-node={v} t.py", "uv run python t.py",
-    "conda run -n x python t.py", "python - <<'PY'", "srun --ntasks=1 torchrun --nnodes=$SLURM_NNODES t.py",
+DIRECTIVES = [
+    "--nodes=",
+    "-N ",
+    "--ntasks=",
+    "-n ",
+    "--ntasks-per-node=",
+    "--tasks-per-node ",
+    "--gres=",
+    "--gpus=",
+    "-G ",
+    "--gpus-per-node=",
+    "--gpus-per-task=",
+    "--cpus-per-task=",
+    "-c ",
+    "--job-name=",
+    "-J ",
+    "--mem=",
+    "--ntasks-per-gpu=",
+    "--gpu-bind=",
+    "--export=",
+    "--exclusive",
+    "--ntasks-per-n=",
+    "--nonsense=",
 ]
-script_value = st.one_of(st.sampled_from(GOOD_VALUES), malformed.map(lambda v: v.replace("\n", " ")),
-                         st.sampled_from(["$SLURM_NTASKS", "${SLURM_GPUS_ON_NODE}", "${X:-4}", "$((1+1))"]))
+GOOD_VALUES = [
+    "1",
+    "2",
+    "8",
+    "16",
+    "0",
+    "00",
+    "2-4",
+    "gpu:8",
+    "gpu:h100:4",
+    "h100:2",
+    "gpu",
+    "none",
+    "train",
+    "bash",
+    "gpu:a100:2(IDX:0-1)",
+    "99999999999",
+    "100000",
+    "closest",
+    "ALL",
+]
+COMMANDS = [
+    "srun python train.py",
+    "srun torchrun --nproc-per-node={v} train.py",
+    "torchrun --nproc_per_node={v} --nnodes={v} t.py",
+    "python -m torch.distributed.launch --nproc_per_node={v} t.py",
+    "python -m torch.distributed.run --standalone t.py",
+    "accelerate launch --num_processes {v} --num_machines {v} t.py",
+    "deepspeed --num_gpus {v} t.py",
+    "python train.py trainer.devices={v} trainer.num_nodes={v}",
+    "srun python t.py --trainer.devices {v}",
+    "export CUDA_VISIBLE_DEVICES={v}",
+    "export WORLD_SIZE={v} LOCAL_WORLD_SIZE={v}",
+    "unset CUDA_VISIBLE_DEVICES",
+    "X={v}",
+    "srun -n {v} -c {v} --gpus-per-task={v} python t.py",
+    "srun -N {v} --ntasks-per-node={v} --gres={v} torchrun t.py",
+    "lightning run model --devices={v} --num-nodes={v} t.py",
+    "fabric run --devices={v} t.py",
+    "srun gpudoctor check",
+    "export SRUN_CPUS_PER_TASK={v}",
+    "export NCCL_DEBUG={v}",
+    "export OMP_NUM_THREADS={v}",
+    "export PYTORCH_CUDA_ALLOC_CONF={v}",
+    "echo hi",
+    "cat <<EOF",
+    "'unclosed",
+    "srun",
+    "srun --",
+    "srun -n",
+    "exec srun python t.py",
+    "env A=1 srun python t.py",
+    "srun python -c 'x'",
+    "#SBATCH --gres={v}",
+    "$(hostname)",
+    "srun ${X} python t.py",
+    "srun apptainer exec --nv img.sif torchrun --nproc-per-node={v} t.py",
+    "uv run python t.py",
+    "conda run -n x python t.py",
+    "python - <<'PY'",
+    "srun --ntasks=1 torchrun --nnodes=$SLURM_NNODES t.py",
+]
+script_value = st.one_of(
+    st.sampled_from(GOOD_VALUES),
+    malformed.map(lambda v: v.replace("\n", " ")),
+    st.sampled_from(["$SLURM_NTASKS", "${SLURM_GPUS_ON_NODE}", "${X:-4}", "$((1+1))"]),
+)
 directive_line = st.tuples(st.sampled_from(DIRECTIVES), script_value).map(
     lambda t: "#SBATCH " + t[0] + ("" if t[0] == "--exclusive" else t[1])
 )
 command_line = st.tuples(st.sampled_from(COMMANDS), script_value).map(lambda t: t[0].replace("{v}", t[1]))
 scripts = st.tuples(
-    st.booleans(), st.lists(directive_line, max_size=8), st.lists(st.one_of(command_line, malformed), max_size=6), st.booleans()
+    st.booleans(),
+    st.lists(directive_line, max_size=8),
+    st.lists(st.one_of(command_line, malformed), max_size=6),
+    st.booleans(),
 ).map(lambda t: ("#!/bin/bash\n" if t[0] else "") + "\n".join(t[1] + t[2]) + ("\\" if t[3] else "\n"))
 
 
@@ -199,12 +445,24 @@ def parsed_or_none(text: str) -> dict | None:
 
 
 @fuzz(400)
-@given(fixture_name, scripts, st.dictionaries(st.sampled_from(ENV_NAMES), malformed, max_size=3), expect_gpus, launcher,
-       st.one_of(st.none(), configs))
+@given(
+    fixture_name,
+    scripts,
+    st.dictionaries(st.sampled_from(ENV_NAMES), malformed, max_size=3),
+    expect_gpus,
+    launcher,
+    st.one_of(st.none(), configs),
+)
 def test_no_check_crashes_on_any_batch_script(name, text, env, gpus, how, config):
     sb = parsed_or_none(text)
-    ctx = Context(expect_gpus=gpus, launcher=how, config=config, config_path="train.yaml", sbatch=sb,
-                  sbatch_path="job.slurm" if sb else None)
+    ctx = Context(
+        expect_gpus=gpus,
+        launcher=how,
+        config=config,
+        config_path="train.yaml",
+        sbatch=sb,
+        sbatch_path="job.slurm" if sb else None,
+    )
     assert_no_check_crashes(facts_with(name, env), ctx)
 
 
@@ -222,9 +480,41 @@ def _paths(node, path=()):
             yield from _paths(v, path + (i,))
 
 
-ODD_VALUES = [None, True, False, 0, 1, -1, 3, 8, 2**31, 2**64, -(2**40), 0.5, -2.5, 1e300, "", " ", "x", "0", "-1",
-              "12", "12.4", "2.13", "550.54.15", "N/A", "[Not Supported]", "é", [], [0], [12, 4], [2, 20, 5], ["a"], {},
-              {"error": "boom"}]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    3,
+    8,
+    2**31,
+    2**64,
+    -(2**40),
+    0.5,
+    -2.5,
+    1e300,
+    "",
+    " ",
+    "x",
+    "0",
+    "-1",
+    "12",
+    "12.4",
+    "2.13",
+    "550.54.15",
+    "N/A",
+    "[Not Supported]",
+    "é",
+    [],
+    [0],
+    [12, 4],
+    [2, 20, 5],
+    ["a"],
+    {},
+    {"error": "boom"},
+]
 
 
 @st.composite
@@ -271,7 +561,9 @@ def test_a_snapshot_the_contract_accepts_never_crashes_a_check(data, gpus, how):
 @given(mutated_snapshots())
 def test_the_snapshot_validator_agrees_with_jsonschema(data):
     problem = factschema.first_problem(data)
-    assert (problem is None) == VALIDATOR.is_valid(data), problem or [e.message for e in VALIDATOR.iter_errors(data)][:3]
+    assert (problem is None) == VALIDATOR.is_valid(data), (
+        problem or [e.message for e in VALIDATOR.iter_errors(data)][:3]
+    )
 
 
 def test_the_schema_uses_only_keywords_the_validator_reads():
@@ -388,9 +680,14 @@ def _fixture_gpu_lists() -> list:
 
 
 @fuzz(400)
-@given(st.one_of(st.none(), malformed, st.lists(st.sampled_from(["0", "1", "7", "GPU-", "MIG-", " 2", "-1", "", "1gpu"]),
-                                                 max_size=5).map(",".join)),
-       st.sampled_from(_fixture_gpu_lists()))
+@given(
+    st.one_of(
+        st.none(),
+        malformed,
+        st.lists(st.sampled_from(["0", "1", "7", "GPU-", "MIG-", " 2", "-1", "", "1gpu"]), max_size=5).map(",".join),
+    ),
+    st.sampled_from(_fixture_gpu_lists()),
+)
 def test_cuda_visible_devices_parses_anything(value, gpus):
     vis = cudavis.parse_visible_devices(value, gpus)
     assert vis.count is None or 0 <= vis.count <= max(len(vis.entries), len(gpus or []))
@@ -399,10 +696,17 @@ def test_cuda_visible_devices_parses_anything(value, gpus):
 
 
 @fuzz(400)
-@given(st.one_of(malformed, st.lists(st.sampled_from(sorted(allocconf.KEYS) + ["x", "backend", ""]), max_size=3).flatmap(
-    lambda keys: st.lists(malformed, min_size=len(keys), max_size=len(keys)).map(
-        lambda vals: ",".join(f"{k}:{v}" for k, v in zip(keys, vals))))),
-       st.one_of(st.none(), st.tuples(st.integers(0, 3), st.integers(0, 20))))
+@given(
+    st.one_of(
+        malformed,
+        st.lists(st.sampled_from(sorted(allocconf.KEYS) + ["x", "backend", ""]), max_size=3).flatmap(
+            lambda keys: st.lists(malformed, min_size=len(keys), max_size=len(keys)).map(
+                lambda vals: ",".join(f"{k}:{v}" for k, v in zip(keys, vals))
+            )
+        ),
+    ),
+    st.one_of(st.none(), st.tuples(st.integers(0, 3), st.integers(0, 20))),
+)
 def test_allocator_conf_parses_anything(text, version):
     conf = allocconf.parse_alloc_conf(text, version)
     assert conf.ok == (not conf.errors) and isinstance(conf.settings, dict)
@@ -442,8 +746,16 @@ file_bytes = st.one_of(
     st.binary(max_size=200),
     scripts.map(lambda s: s.encode()),
     st.tuples(scripts, st.binary(max_size=8)).map(lambda t: t[0].encode() + t[1]),
-    st.sampled_from([b"", b"  \n\t\n", b"#!/bin/bash\r\n#SBATCH -N 1\r\n", b"#!/bin/bash\n\xff\xfe#SBATCH -N 1\n",
-                     b"\xef\xbb\xbf#!/bin/bash\n", b"#SBATCH -N 1\nsrun x\n"]),
+    st.sampled_from(
+        [
+            b"",
+            b"  \n\t\n",
+            b"#!/bin/bash\r\n#SBATCH -N 1\r\n",
+            b"#!/bin/bash\n\xff\xfe#SBATCH -N 1\n",
+            b"\xef\xbb\xbf#!/bin/bash\n",
+            b"#SBATCH -N 1\nsrun x\n",
+        ]
+    ),
 )
 
 
@@ -506,10 +818,26 @@ def test_a_huge_node_count_is_a_finding_not_a_crash():
 config_text = st.one_of(
     st.text(max_size=200),
     configs.map(lambda c: json.dumps(c, default=str)),
-    st.sampled_from(["- a\n- b\n", "a: [1, 2\n", "a:\n\tb: 1\n", "? [a, b]\n: 1\n", "a: 1\n---\nb: 2\n", "a: &x [*x]\n",
-                     "a: !!python/object:os.system x\n", "a: !!set {x}\nb: !!binary aGk=\nc: 2024-01-01\n", "null", "42",
-                     "[" * 5000 + "]" * 5000, "num_workers: " + "1" * 5000, '{"num_workers": ' + "9" * 5000 + "}",
-                     '{"a": NaN}', "\ufeffnum_workers: 4\n", "%YAML 9.9\n---\na: 1\n"]),
+    st.sampled_from(
+        [
+            "- a\n- b\n",
+            "a: [1, 2\n",
+            "a:\n\tb: 1\n",
+            "? [a, b]\n: 1\n",
+            "a: 1\n---\nb: 2\n",
+            "a: &x [*x]\n",
+            "a: !!python/object:os.system x\n",
+            "a: !!set {x}\nb: !!binary aGk=\nc: 2024-01-01\n",
+            "null",
+            "42",
+            "[" * 5000 + "]" * 5000,
+            "num_workers: " + "1" * 5000,
+            '{"num_workers": ' + "9" * 5000 + "}",
+            '{"a": NaN}',
+            "\ufeffnum_workers: 4\n",
+            "%YAML 9.9\n---\na: 1\n",
+        ]
+    ),
 )
 
 
@@ -560,8 +888,14 @@ def test_an_anchor_used_twice_is_still_a_config(tmp_path):
 
 def gpudoctor(*args, timeout=120):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))}
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _write(tmp_path, name: str, content) -> str:
@@ -584,10 +918,22 @@ BAD_INPUTS = {
     "config-directory": lambda t: ["check", "--snapshot", SNAPSHOT, "--config", str(t)],
     "config-binary": lambda t: ["check", "--snapshot", SNAPSHOT, "--config", _write(t, "c.yaml", b"\x00\xff\xfe\x01")],
     "config-yaml-list": lambda t: ["check", "--snapshot", SNAPSHOT, "--config", _write(t, "c.yaml", "- a\n- b\n")],
-    "config-deeply-nested": lambda t: ["check", "--snapshot", SNAPSHOT, "--config", _write(t, "c.json", "[" * 50000 + "]" * 50000)],
+    "config-deeply-nested": lambda t: [
+        "check",
+        "--snapshot",
+        SNAPSHOT,
+        "--config",
+        _write(t, "c.json", "[" * 50000 + "]" * 50000),
+    ],
     "sbatch-directory": lambda t: ["check", "--snapshot", SNAPSHOT, "--sbatch", str(t)],
     "sbatch-empty": lambda t: ["check", "--snapshot", SNAPSHOT, "--sbatch", _write(t, "job.slurm", "")],
-    "sbatch-binary": lambda t: ["check", "--snapshot", SNAPSHOT, "--sbatch", _write(t, "job.slurm", b"\x7fELF\x00\x01\xff")],
+    "sbatch-binary": lambda t: [
+        "check",
+        "--snapshot",
+        SNAPSHOT,
+        "--sbatch",
+        _write(t, "job.slurm", b"\x7fELF\x00\x01\xff"),
+    ],
     "junit-missing-directory": lambda t: ["check", "--snapshot", SNAPSHOT, "--junit", str(t / "no" / "such" / "j.xml")],
     "snapshot-output-missing-directory": lambda t: ["snapshot", "-o", str(t / "no" / "such" / "f.json")],
     "docs-output-missing-directory": lambda t: ["docs", "-o", str(t / "no" / "such" / "checks.md")],
@@ -595,7 +941,13 @@ BAD_INPUTS = {
     "snapshot-directory": lambda t: ["check", "--snapshot", str(t)],
     "torch-timeout-nan": lambda t: ["snapshot", "--torch-timeout", "nan"],  # was a torch "timeout" after nan s
     "torch-timeout-inf": lambda t: ["check", "--select", "cuda", "--torch-timeout", "inf"],
-    "config-recursive-alias": lambda t: ["check", "--snapshot", SNAPSHOT, "--config", _write(t, "c.yaml", "a: &x [*x]\n")],
+    "config-recursive-alias": lambda t: [
+        "check",
+        "--snapshot",
+        SNAPSHOT,
+        "--config",
+        _write(t, "c.yaml", "a: &x [*x]\n"),
+    ],
 }
 
 
@@ -610,7 +962,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
 
 
 def test_odd_yaml_values_still_make_a_json_report(tmp_path):
-    config = _write(tmp_path, "c.yaml", "dataloader:\n  num_workers: 2024-01-01\n  pin_memory: !!binary aGk=\n  batch_size: !!set {a}\n")
+    config = _write(
+        tmp_path,
+        "c.yaml",
+        "dataloader:\n  num_workers: 2024-01-01\n  pin_memory: !!binary aGk=\n  batch_size: !!set {a}\n",
+    )
     r = gpudoctor("check", "--snapshot", SNAPSHOT, "--config", config, "--select", "dataloader", "--json")
     assert r.returncode in (0, 1), r.stderr  # was exit 3: "Object of type set is not JSON serializable"
     findings = json.loads(r.stdout)["findings"]

@@ -91,7 +91,12 @@ def test_002_seed_allocation_fails_with_evidence_and_fix():
     assert f.evidence["SLURM_STEP_TASKS_PER_NODE"] == "8" and f.evidence["CUDA_VISIBLE_DEVICES"] == "0"
     # inside the job the fix edits the batch script SLURM recorded (scontrol's Command)
     action = f.fix.actions[0]
-    assert (action.kind, action.target, action.key, action.value) == ("sbatch_set", "/home/user/navsim/train.slurm", "gres", "gpu:h100:8")
+    assert (action.kind, action.target, action.key, action.value) == (
+        "sbatch_set",
+        "/home/user/navsim/train.slurm",
+        "gres",
+        "gpu:h100:8",
+    )
 
 
 def test_002_one_gpu_per_task_passes():
@@ -106,8 +111,15 @@ def test_002_gpus_per_task_binding_passes():
 
 def test_002_uneven_placement_overloads_one_node():
     facts = env_facts(
-        GOOD_STEP, SLURM_STEP_NUM_NODES="2", SLURM_STEP_NUM_TASKS="8", SLURM_STEP_TASKS_PER_NODE="5,3", SLURM_NTASKS_PER_NODE=None,
-        SLURM_GPUS_ON_NODE="4", SLURM_STEP_GPUS="0,1,2,3", CUDA_VISIBLE_DEVICES="0,1,2,3", SLURM_NODEID="0",
+        GOOD_STEP,
+        SLURM_STEP_NUM_NODES="2",
+        SLURM_STEP_NUM_TASKS="8",
+        SLURM_STEP_TASKS_PER_NODE="5,3",
+        SLURM_NTASKS_PER_NODE=None,
+        SLURM_GPUS_ON_NODE="4",
+        SLURM_STEP_GPUS="0,1,2,3",
+        CUDA_VISIBLE_DEVICES="0,1,2,3",
+        SLURM_NODEID="0",
     )
     f = one(run("GD-SLURM-002", facts))
     assert f.severity is Severity.FAIL and "5 tasks per node" in f.message
@@ -122,7 +134,12 @@ def test_002_seed_script_fails_and_corrected_script_passes():
 
 
 def test_002_keeps_the_users_gpu_option():
-    f = one(sb_run("GD-SLURM-002", "#SBATCH -N 2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=a100:2\nsrun python t.py\n"))
+    f = one(
+        sb_run(
+            "GD-SLURM-002",
+            "#SBATCH -N 2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=a100:2\nsrun python t.py\n",
+        )
+    )
     assert f.severity is Severity.FAIL
     assert (f.fix.actions[0].key, f.fix.actions[0].value) == ("gpus-per-node", "a100:4")
 
@@ -131,7 +148,9 @@ def test_002_keeps_the_users_gpu_option():
 
 
 def test_003_two_tasks_on_eight_gpus_leave_six_idle():
-    facts = env_facts(GOOD_STEP, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2")
+    facts = env_facts(
+        GOOD_STEP, SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2"
+    )
     f = one(run("GD-SLURM-003", facts, launcher="srun"))
     assert f.severity is Severity.WARN and "6 GPU(s) stay idle" in f.message
 
@@ -175,17 +194,32 @@ def test_004_ntasks_without_nodes_may_spread():
 
 
 def test_004_uneven_placement_seen_in_the_job():
-    facts = env_facts(SEED_FIX_BATCH, SLURM_NTASKS="8", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_TASKS_PER_NODE="5,3",
-                      SLURM_JOB_NODELIST="gpu-node-[01-02]")
+    facts = env_facts(
+        SEED_FIX_BATCH,
+        SLURM_NTASKS="8",
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_NNODES="2",
+        SLURM_TASKS_PER_NODE="5,3",
+        SLURM_JOB_NODELIST="gpu-node-[01-02]",
+    )
     f = one(run("GD-SLURM-004", facts))
     assert f.severity is Severity.WARN and "[5, 3]" in f.message
 
 
 def test_004_single_node_and_per_node_are_fine():
-    assert one(sb_run("GD-SLURM-004", "#SBATCH -N1\n#SBATCH -n8\n#SBATCH --gres=gpu:8\nsrun python t.py\n")).severity is Severity.PASS
+    assert (
+        one(sb_run("GD-SLURM-004", "#SBATCH -N1\n#SBATCH -n8\n#SBATCH --gres=gpu:8\nsrun python t.py\n")).severity
+        is Severity.PASS
+    )
     assert severity("GD-SLURM-004", make_facts(GOOD_STEP)) is Severity.PASS
-    two_default = env_facts(GOOD_STEP, SLURM_STEP_NUM_NODES="2", SLURM_STEP_TASKS_PER_NODE="1(x2)", SLURM_STEP_NUM_TASKS="2",
-                            SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE=None)
+    two_default = env_facts(
+        GOOD_STEP,
+        SLURM_STEP_NUM_NODES="2",
+        SLURM_STEP_TASKS_PER_NODE="1(x2)",
+        SLURM_STEP_NUM_TASKS="2",
+        SLURM_NTASKS="2",
+        SLURM_NTASKS_PER_NODE=None,
+    )
     assert severity("GD-SLURM-004", two_default) is Severity.PASS
 
 
@@ -233,7 +267,9 @@ def test_005_ntasks_without_per_node_is_refused_by_lightning():
 
 
 def test_005_devices_mismatch_quotes_lightnings_error():
-    sb = script("#SBATCH -N1\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:8\nsrun python train.py fit --trainer.devices 8\n")
+    sb = script(
+        "#SBATCH -N1\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:8\nsrun python train.py fit --trainer.devices 8\n"
+    )
     f = one(sb_run("GD-SLURM-005", sb))
     assert f.severity is Severity.FAIL and "does not match. HINT: Set `devices=4`" in f.message
 
@@ -259,13 +295,18 @@ def test_006_interactive_name_with_many_tasks_fails():
 
 
 def test_006_bash_with_one_task_is_info_and_normal_names_pass():
-    assert severity("GD-SLURM-006", env_facts(SEED_FIX_BATCH, SLURM_JOB_NAME="bash"), launcher="lightning") is Severity.INFO
+    assert (
+        severity("GD-SLURM-006", env_facts(SEED_FIX_BATCH, SLURM_JOB_NAME="bash"), launcher="lightning")
+        is Severity.INFO
+    )
     assert severity("GD-SLURM-006", make_facts(GOOD_STEP), launcher="lightning") is Severity.PASS
     assert severity("GD-SLURM-006", env_facts(GOOD_STEP, SLURM_JOB_NAME="bash"), launcher="torchrun") is Severity.PASS
 
 
 def test_006_interactive_name_on_several_nodes_fails():
-    sb = script("#SBATCH -J interactive\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\nsrun python train.py trainer.devices=8 trainer.num_nodes=2\n")
+    sb = script(
+        "#SBATCH -J interactive\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\nsrun python train.py trainer.devices=8 trainer.num_nodes=2\n"
+    )
     f = one(sb_run("GD-SLURM-006", sb))
     assert f.severity is Severity.FAIL and "2 nodes" in f.message
 
@@ -347,14 +388,18 @@ def test_009_srun_torchrun_with_eight_tasks_fails():
 
 
 def test_009_ignored_srun_ntasks_per_node_fails_and_the_fix_drops_the_job_ntasks():
-    f = one(sb_run("GD-SLURM-009", load_sbatch(str(SCRIPTS / "realworld" / "srun-ntasks-per-node-1-2nodes-ntasks16.slurm"))))
+    f = one(
+        sb_run("GD-SLURM-009", load_sbatch(str(SCRIPTS / "realworld" / "srun-ntasks-per-node-1-2nodes-ntasks16.slurm")))
+    )
     assert f.severity is Severity.FAIL and "8 x 8 = 64" in f.message
     # --ntasks=16 kept beside --ntasks-per-node=1 on 2 nodes could not be placed
     assert {(a.key, a.value) for a in f.fix.actions} == {("ntasks-per-node", "1"), ("ntasks", None)}
 
 
 def test_009_names_the_launchers_own_process_count_flag():
-    f = one(sb_run("GD-SLURM-009", "#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\nsrun accelerate launch train.py\n"))
+    f = one(
+        sb_run("GD-SLURM-009", "#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\nsrun accelerate launch train.py\n")
+    )
     assert f.severity is Severity.FAIL and "8 x its --num_processes" in f.message, f.message
 
 
@@ -365,9 +410,20 @@ def test_009_inside_torchrun_inside_multi_task_step_fails():
 
 
 def test_009_one_torchrun_per_node_passes():
-    assert one(sb_run("GD-SLURM-009", load_sbatch(str(SCRIPTS / "correct-torchrun-2nodes.slurm")))).severity is Severity.PASS
-    facts = env_facts(GOOD_STEP, SLURM_STEP_TASKS_PER_NODE="1", SLURM_STEP_NUM_TASKS="1", SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="1",
-                      TORCHELASTIC_RUN_ID="abc", LOCAL_WORLD_SIZE="8", GROUP_RANK="0")
+    assert (
+        one(sb_run("GD-SLURM-009", load_sbatch(str(SCRIPTS / "correct-torchrun-2nodes.slurm")))).severity
+        is Severity.PASS
+    )
+    facts = env_facts(
+        GOOD_STEP,
+        SLURM_STEP_TASKS_PER_NODE="1",
+        SLURM_STEP_NUM_TASKS="1",
+        SLURM_NTASKS="1",
+        SLURM_NTASKS_PER_NODE="1",
+        TORCHELASTIC_RUN_ID="abc",
+        LOCAL_WORLD_SIZE="8",
+        GROUP_RANK="0",
+    )
     assert severity("GD-SLURM-009", facts) is Severity.PASS
 
 
@@ -395,17 +451,30 @@ def test_010_environment():
 def test_011_directives_below_a_command_are_ignored():
     f = one(sb_run("GD-SLURM-011", "#SBATCH -N1\nmodule load cuda\n#SBATCH --gres=gpu:8\nsrun python t.py\n"))
     assert f.severity is Severity.FAIL and "line 4: #SBATCH --gres=gpu:8" in f.message
-    assert one(sb_run("GD-SLURM-011", "#SBATCH -N1\nset -e\n#SBATCH --mail-type=END\nsrun python t.py\n")).severity is Severity.WARN
-    assert one(sb_run("GD-SLURM-011", load_sbatch(str(SCRIPTS / "correct-srun-ntasks8-gres8.slurm")))).severity is Severity.PASS
+    assert (
+        one(sb_run("GD-SLURM-011", "#SBATCH -N1\nset -e\n#SBATCH --mail-type=END\nsrun python t.py\n")).severity
+        is Severity.WARN
+    )
+    assert (
+        one(sb_run("GD-SLURM-011", load_sbatch(str(SCRIPTS / "correct-srun-ntasks8-gres8.slurm")))).severity
+        is Severity.PASS
+    )
 
 
 def test_012_multi_node_torchrun_without_srun_fails():
-    f = one(sb_run("GD-SLURM-012", "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\ntorchrun --nnodes=2 --nproc-per-node=8 t.py\n"))
+    f = one(
+        sb_run(
+            "GD-SLURM-012",
+            "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\ntorchrun --nnodes=2 --nproc-per-node=8 t.py\n",
+        )
+    )
     assert f.severity is Severity.FAIL and "first node only" in f.message
 
 
 def test_012_single_node_torchrun_without_srun_is_fine_and_plain_python_warns():
-    ok = one(sb_run("GD-SLURM-012", "#SBATCH -N1\n#SBATCH --gres=gpu:8\ntorchrun --standalone --nproc-per-node=8 t.py\n"))
+    ok = one(
+        sb_run("GD-SLURM-012", "#SBATCH -N1\n#SBATCH --gres=gpu:8\ntorchrun --standalone --nproc-per-node=8 t.py\n")
+    )
     assert ok.severity is Severity.PASS
     lone = one(sb_run("GD-SLURM-012", "#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\npython t.py\n"))
     assert lone.severity is Severity.WARN and "8 tasks" in lone.message
@@ -477,7 +546,11 @@ def test_common_correct_scripts_raise_no_fail_or_warn(text):
 def test_005_one_task_per_node_mismatch_depends_on_the_lightning_version():
     text = "#SBATCH -N1\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\nsrun python train.py trainer.devices=4\n"
     unknown = one(sb_run("GD-SLURM-005", text))  # issue 10: an unknown version is judged as the current 2.x
-    assert unknown.severity is Severity.FAIL and "Set `devices=1`" in unknown.message and "judged as Lightning 2.x" in unknown.message
+    assert (
+        unknown.severity is Severity.FAIL
+        and "Set `devices=1`" in unknown.message
+        and "judged as Lightning 2.x" in unknown.message
+    )
     new = one(sb_run("GD-SLURM-005", text, slurm=dict(SLURM_2205, packages={"lightning": "2.4.0"})))
     assert new.severity is Severity.FAIL and "Set `devices=1`" in new.message
     old = one(sb_run("GD-SLURM-005", text, slurm=dict(SLURM_2205, packages={"pytorch_lightning": "1.9.5"})))
@@ -498,9 +571,19 @@ def test_007_slurm_2311_reads_cpus_per_task_again_and_unknown_version_is_info():
 
 
 def test_004_as_many_tasks_as_nodes_is_one_per_node():
-    f = one(sb_run("GD-SLURM-004", "#SBATCH --nodes=4\n#SBATCH --ntasks=4\n#SBATCH --gpus-per-task=1\nsrun torchrun --nproc_per_node 1 t.py\n"))
+    f = one(
+        sb_run(
+            "GD-SLURM-004",
+            "#SBATCH --nodes=4\n#SBATCH --ntasks=4\n#SBATCH --gpus-per-task=1\nsrun torchrun --nproc_per_node 1 t.py\n",
+        )
+    )
     assert f.severity is Severity.PASS and "one task on each node" in f.message
-    assert one(sb_run("GD-SLURM-004", "#SBATCH --nodes=2\n#SBATCH --ntasks=8\n#SBATCH --gres=gpu:4\nsrun python t.py\n")).severity is Severity.WARN
+    assert (
+        one(
+            sb_run("GD-SLURM-004", "#SBATCH --nodes=2\n#SBATCH --ntasks=8\n#SBATCH --gres=gpu:4\nsrun python t.py\n")
+        ).severity
+        is Severity.WARN
+    )
 
 
 def test_009_single_worker_torchrun_per_task_on_shared_gpus_warns():
@@ -539,8 +622,10 @@ def test_step_bound_to_its_own_gpu_is_not_a_narrowed_cuda_visible_devices():
 
 
 def test_heterogeneous_job_judges_the_training_component():
-    text = ("#SBATCH --ntasks=1 --cpus-per-task=32\n#SBATCH hetjob\n#SBATCH -N1 --ntasks-per-node=4 --gres=gpu:4\n"
-            "srun --het-group=0 python prep.py &\nsrun --het-group=1 python train.py\nwait\n")
+    text = (
+        "#SBATCH --ntasks=1 --cpus-per-task=32\n#SBATCH hetjob\n#SBATCH -N1 --ntasks-per-node=4 --gres=gpu:4\n"
+        "srun --het-group=0 python prep.py &\nsrun --het-group=1 python train.py\nwait\n"
+    )
     f = one(sb_run("GD-SLURM-001", text))
     assert f.severity is Severity.INFO and "judged component 1" in f.message
     assert one(sb_run("GD-SLURM-002", text)).severity is Severity.PASS

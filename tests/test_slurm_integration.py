@@ -23,7 +23,10 @@ GD = [sys.executable, "-m", "gpudoctor"]
 def task_reports(cluster, tmp_path: Path, srun_args: list[str], check_args: list[str]) -> tuple[int, list[dict]]:
     """Run `gpudoctor check --json ...` in every task of an srun step; one report per task."""
     out = tmp_path / "task-%t.json"
-    r = cluster.srun([*srun_args, f"--output={out}", f"--error={tmp_path / 'task-%t.err'}", *GD, "check", "--json", *check_args], cwd=tmp_path)
+    r = cluster.srun(
+        [*srun_args, f"--output={out}", f"--error={tmp_path / 'task-%t.err'}", *GD, "check", "--json", *check_args],
+        cwd=tmp_path,
+    )
     files = sorted(tmp_path.glob("task-*.json"))
     assert files, f"no task output: {r.stderr}"
     reports = []
@@ -39,20 +42,28 @@ def by_id(report: dict) -> dict:
 
 
 def slurm_problems(report: dict) -> dict:
-    return {f["id"]: f["message"] for f in report["findings"] if f["category"] == "slurm" and f["severity"] in ("fail", "warn", "error")}
+    return {
+        f["id"]: f["message"]
+        for f in report["findings"]
+        if f["category"] == "slurm" and f["severity"] in ("fail", "warn", "error")
+    }
 
 
 def test_srun_sets_real_gpu_variables(slurm_cluster):
     r = slurm_cluster.srun(["--ntasks-per-node=2", "--gres=gpu:h200:2", "--label", "env"])
     assert r.returncode == 0, r.stderr
-    env = dict(line.split(": ", 1)[1].split("=", 1) for line in r.stdout.splitlines() if line.startswith("0: ") and "=" in line)
+    env = dict(
+        line.split(": ", 1)[1].split("=", 1) for line in r.stdout.splitlines() if line.startswith("0: ") and "=" in line
+    )
     assert env["SLURM_STEP_GPUS"] == "0,1" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert env["SLURM_GPUS_ON_NODE"] == "2" and env["SLURM_STEP_TASKS_PER_NODE"] == "2"
 
 
 def test_seed_broken_allocation_fails_in_every_task(slurm_cluster, tmp_path):
     """The seed's hang: --gres=gpu:h200:1 with --ntasks-per-node=8."""
-    rc, reports = task_reports(slurm_cluster, tmp_path, ["--nodes=1", "--ntasks-per-node=8", "--gres=gpu:h200:1"], ["--select", "slurm"])
+    rc, reports = task_reports(
+        slurm_cluster, tmp_path, ["--nodes=1", "--ntasks-per-node=8", "--gres=gpu:h200:1"], ["--select", "slurm"]
+    )
     assert rc != 0
     assert len(reports) == 8
     for report in reports:
@@ -67,7 +78,9 @@ def test_seed_broken_allocation_fails_in_every_task(slurm_cluster, tmp_path):
 def test_corrected_allocation_passes(slurm_cluster, tmp_path):
     # -c 2: this machine has 2 cores, and a task may really use them (no CPU binding here)
     rc, reports = task_reports(
-        slurm_cluster, tmp_path, ["--nodes=1", "--ntasks-per-node=8", "--gres=gpu:h200:8", "--cpus-per-task=2"],
+        slurm_cluster,
+        tmp_path,
+        ["--nodes=1", "--ntasks-per-node=8", "--gres=gpu:h200:8", "--cpus-per-task=2"],
         ["--select", "slurm", "--launcher", "srun"],
     )
     assert len(reports) == 8
@@ -84,8 +97,19 @@ def test_torchrun_inside_a_multi_task_step_is_a_double_launch(slurm_cluster, tmp
     # exit 0: torchrun stops the other ranks as soon as one exits non-zero (gpudoctor's exit 1 on a fail)
     command = f"{' '.join(GD)} check --select slurm --json > {tmp_path}/rank-$SLURM_PROCID-$LOCAL_RANK.json 2> {tmp_path}/rank-$SLURM_PROCID-$LOCAL_RANK.err; exit 0"
     slurm_cluster.srun(
-        ["--ntasks-per-node=2", "--gres=gpu:h200:2", torchrun, "--standalone", "--nproc-per-node=2", "--no-python", "bash", "-c", command],
-        cwd=tmp_path, timeout=180,
+        [
+            "--ntasks-per-node=2",
+            "--gres=gpu:h200:2",
+            torchrun,
+            "--standalone",
+            "--nproc-per-node=2",
+            "--no-python",
+            "bash",
+            "-c",
+            command,
+        ],
+        cwd=tmp_path,
+        timeout=180,
     )
     files = sorted(tmp_path.glob("rank-*.json"))
     assert len(files) == 4
@@ -108,8 +132,15 @@ def _job(tmp_path: Path, name: str, header: list[str], body: list[str]) -> Path:
 def test_sbatch_preflight_writes_its_report(slurm_cluster, tmp_path):
     report = tmp_path / "preflight.json"
     script = _job(
-        tmp_path, "preflight.slurm",
-        ["#SBATCH --job-name=train", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:h200:8", "#SBATCH --cpus-per-task=2"],
+        tmp_path,
+        "preflight.slurm",
+        [
+            "#SBATCH --job-name=train",
+            "#SBATCH --nodes=1",
+            "#SBATCH --ntasks-per-node=8",
+            "#SBATCH --gres=gpu:h200:8",
+            "#SBATCH --cpus-per-task=2",
+        ],
         [
             "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK",
             f"{' '.join(GD)} check --json --expect-gpus 0 --launcher srun > {report}",
@@ -119,7 +150,10 @@ def test_sbatch_preflight_writes_its_report(slurm_cluster, tmp_path):
     )
     r = slurm_cluster.sbatch_wait(script, real_wait=True)  # `sbatch --wait`, as a CI pipeline runs it
     assert r.returncode == 0, (r.stdout, r.stderr, (tmp_path / "preflight.slurm.out").read_text()[-2000:])
-    assert (tmp_path / "preflight.rc").read_text().strip() in ("0", "1")  # a verdict, not a usage (2) or internal (3) error
+    assert (tmp_path / "preflight.rc").read_text().strip() in (
+        "0",
+        "1",
+    )  # a verdict, not a usage (2) or internal (3) error
     data = json.loads(report.read_text())
     assert data["schema"] == "gpudoctor.report/1"
     found = by_id(data)
@@ -135,28 +169,45 @@ def test_seed_fix_depends_on_slurm_ntasks_being_set(slurm_cluster, tmp_path, nta
     batch shell only because of --ntasks=1, and that alone turns on Lightning's SLURM mode."""
     report = tmp_path / "lightning.json"
     header = ["#SBATCH --job-name=train_8gpu_ddp_fixed", "#SBATCH --gres=gpu:8"] + ([ntasks] if ntasks else [])
-    script = _job(tmp_path, "lightning.slurm", header, [f"{' '.join(GD)} check --json --select slurm --launcher lightning > {report} || true"])
+    script = _job(
+        tmp_path,
+        "lightning.slurm",
+        header,
+        [f"{' '.join(GD)} check --json --select slurm --launcher lightning > {report} || true"],
+    )
     r = slurm_cluster.sbatch_wait(script)
     assert r.returncode == 0, r.stderr
     lightning = by_id(json.loads(report.read_text()))["GD-SLURM-005"]
     assert lightning["severity"] == expected, lightning["message"]
 
 
-@pytest.mark.parametrize("name, bad_check", [("seed-broken-gres1-ntasks8.slurm", "GD-SLURM-002"), ("correct-srun-ntasks8-gres8.slurm", None)])
+@pytest.mark.parametrize(
+    "name, bad_check", [("seed-broken-gres1-ntasks8.slurm", "GD-SLURM-002"), ("correct-srun-ntasks8-gres8.slurm", None)]
+)
 def test_sbatch_verdict_matches_the_running_job(slurm_cluster, tmp_path, name, bad_check):
     """`gpudoctor check --sbatch` before submission and `srun gpudoctor check` inside the submitted job agree."""
     source = SCRIPTS / name
-    static = json.loads(slurm_cluster_run(GD + ["check", "--json", "--select", "slurm", "--launcher", "srun", "--sbatch", str(source)]))
+    static = json.loads(
+        slurm_cluster_run(GD + ["check", "--json", "--select", "slurm", "--launcher", "srun", "--sbatch", str(source)])
+    )
     static_fails = {f["id"] for f in static["findings"] if f["severity"] == "fail"}
     assert static_fails == ({bad_check} if bad_check else set())
 
     # The same directives, submitted for real; the training line is replaced by gpudoctor in every task.
-    header = [ln for ln in source.read_text().splitlines() if ln.startswith("#SBATCH") and "--output" not in ln and "--time" not in ln]
+    header = [
+        ln
+        for ln in source.read_text().splitlines()
+        if ln.startswith("#SBATCH") and "--output" not in ln and "--time" not in ln
+    ]
     header = [ln.replace("--cpus-per-task=16", "--cpus-per-task=2") for ln in header]  # this machine has 2 cores
     script = _job(
-        tmp_path, "real.slurm", header,
-        ["export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK",
-         f"srun --output={tmp_path}/task-%t.json {' '.join(GD)} check --json --select slurm --launcher srun || true"],
+        tmp_path,
+        "real.slurm",
+        header,
+        [
+            "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK",
+            f"srun --output={tmp_path}/task-%t.json {' '.join(GD)} check --json --select slurm --launcher srun || true",
+        ],
     )
     r = slurm_cluster.sbatch_wait(script)
     assert r.returncode == 0, r.stderr
@@ -164,7 +215,9 @@ def test_sbatch_verdict_matches_the_running_job(slurm_cluster, tmp_path, name, b
     assert len(reports) == 8
     for report in reports:
         fails = {f["id"] for f in report["findings"] if f["severity"] == "fail"}
-        assert fails == ({bad_check} if bad_check else set()), [f["message"] for f in report["findings"] if f["severity"] == "fail"]
+        assert fails == ({bad_check} if bad_check else set()), [
+            f["message"] for f in report["findings"] if f["severity"] == "fail"
+        ]
 
 
 def slurm_cluster_run(cmd: list[str]) -> str:

@@ -81,9 +81,17 @@ def test_no_launcher_means_spawn():
 
 
 def test_torchrun_world():
-    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "n1",
-           "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_USE_AGENT_STORE": "True",
-           "TORCHELASTIC_RESTART_COUNT": "1"}
+    env = {
+        "RANK": "3",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "n1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "abc",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": "1",
+    }
     w = world.detect(env)
     assert (w.launcher, w.rank, w.world_size, w.local_rank, w.local_world_size) == ("torchrun", 3, 8, 1, 2)
     assert w.agent_store and (w.master_addr, w.master_port) == ("n1", 29500)
@@ -91,9 +99,16 @@ def test_torchrun_world():
 
 
 def test_srun_world_takes_rank0_host_from_the_step_nodelist():
-    env = {"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
-           "SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURM_STEP_NODELIST": "gpu[07-09,12]", "SLURM_JOB_ID": "77",
-           "SLURM_STEP_ID": "3"}
+    env = {
+        "SLURM_PROCID": "5",
+        "SLURM_STEP_NUM_TASKS": "8",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x3),1",
+        "SLURM_STEP_NODELIST": "gpu[07-09,12]",
+        "SLURM_JOB_ID": "77",
+        "SLURM_STEP_ID": "3",
+    }
     w = world.detect(env)
     assert (w.launcher, w.rank, w.world_size, w.local_rank, w.local_world_size) == ("srun", 5, 8, 1, 2)
     assert w.master_addr == "gpu07" and not w.agent_store
@@ -114,8 +129,17 @@ def test_batch_script_is_not_an_srun_world():
         ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "1"}, "not within"),
         ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR is not"),
         ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "99999"}, "outside"),
-        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "a",
-          "MASTER_PORT": "1"}, "4 local ranks on this node do not fit a world of 2"),
+        (
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "4",
+                "MASTER_ADDR": "a",
+                "MASTER_PORT": "1",
+            },
+            "4 local ranks on this node do not fit a world of 2",
+        ),
         ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu[01-"}, "gpu\\[01-"),
     ],
 )
@@ -136,7 +160,9 @@ def test_config_settings_come_from_the_training_loader():
 
 
 def test_flags_win_over_config():
-    loader = merge_loader(LoaderSettings(num_workers=6, source={"num_workers": "config:x"}), {"num_workers": 2, "batch_size": None})
+    loader = merge_loader(
+        LoaderSettings(num_workers=6, source={"num_workers": "config:x"}), {"num_workers": 2, "batch_size": None}
+    )
     assert loader.num_workers == 2 and loader.source["num_workers"] == "--num-workers"
 
 
@@ -162,11 +188,15 @@ def test_a_flag_replaces_a_config_value_gpudoctor_cannot_read():
 
 def test_prefetch_without_workers_is_refused_like_torch_does():
     with pytest.raises(OptionsError, match="prefetch_factor=4 needs num_workers > 0"):
-        merge_loader(LoaderSettings(num_workers=0, prefetch_factor=4, source={"num_workers": "config:a.num_workers"}), {})
+        merge_loader(
+            LoaderSettings(num_workers=0, prefetch_factor=4, source={"num_workers": "config:a.num_workers"}), {}
+        )
 
 
 def test_options_travel_as_json():
-    opts = SmokeOptions(device="cpu", nprocs=2, loader=LoaderSettings(num_workers=1, source={"num_workers": "--num-workers"}))
+    opts = SmokeOptions(
+        device="cpu", nprocs=2, loader=LoaderSettings(num_workers=1, source={"num_workers": "--num-workers"})
+    )
     back = SmokeOptions.from_json(opts.to_json())
     assert back == opts
 
@@ -181,9 +211,18 @@ def test_fault_specs():
 
 # -- placement before any collective --------------------------------------------------------
 def gpu_rank(rank, uuid, host="n1", local_rank=None, **extra):
-    record = {"rank": rank, "local_rank": rank if local_rank is None else local_rank, "host": host,
-              "device_type": "cuda", "device_index": 0, "device": "cuda:0", "gpu_uuid": uuid,
-              "gpu_name": "NVIDIA H100 80GB HBM3", "visible_count": 1, "cuda_visible_devices": "0"}
+    record = {
+        "rank": rank,
+        "local_rank": rank if local_rank is None else local_rank,
+        "host": host,
+        "device_type": "cuda",
+        "device_index": 0,
+        "device": "cuda:0",
+        "gpu_uuid": uuid,
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "visible_count": 1,
+        "cuda_visible_devices": "0",
+    }
     record.update(extra)
     return record
 
@@ -208,16 +247,30 @@ def test_distinct_gpus_pass():
 
 
 def test_rank_without_a_gpu_fails():
-    joins = {0: gpu_rank(0, "GPU-0"), 1: gpu_rank(1, None, device_index=None, device="cuda?",
-                                                  device_error="local rank 1 has no GPU: only 1 are visible")}
+    joins = {
+        0: gpu_rank(0, "GPU-0"),
+        1: gpu_rank(
+            1, None, device_index=None, device="cuda?", device_error="local rank 1 has no GPU: only 1 are visible"
+        ),
+    }
     f = by_id(placement.check(joins))["GD-SMOKE-003"]
     assert f.severity is Severity.FAIL and "rank 1 (host n1, local rank 1): local rank 1 has no GPU" in f.message
 
 
 def test_rank_beyond_its_slurm_allocation_fails():
     # SLURM allocated 2 GPUs but CUDA_VISIBLE_DEVICES was exported by hand to all 8; rank 5 uses cuda:5.
-    joins = {r: gpu_rank(r, f"GPU-{r}", device_index=r, visible_count=8, cuda_visible_devices="0,1,2,3,4,5,6,7",
-                         slurm_gpus_var="SLURM_STEP_GPUS", slurm_gpus=["2", "3"]) for r in (0, 5)}
+    joins = {
+        r: gpu_rank(
+            r,
+            f"GPU-{r}",
+            device_index=r,
+            visible_count=8,
+            cuda_visible_devices="0,1,2,3,4,5,6,7",
+            slurm_gpus_var="SLURM_STEP_GPUS",
+            slurm_gpus=["2", "3"],
+        )
+        for r in (0, 5)
+    }
     f = by_id(placement.check(joins))["GD-SMOKE-003"]
     assert f.severity is Severity.FAIL
     assert "rank 5" in f.message and "beyond its allocation" in f.message and "SLURM_STEP_GPUS=2,3" in f.message
@@ -230,8 +283,19 @@ def test_seeing_more_gpus_than_allocated_warns_only():
 
 def test_cgroup_renumbered_gpus_are_not_a_false_alarm():
     # Under ConstrainDevices, CUDA numbers from 0 while SLURM_STEP_GPUS keeps global ids (6,7).
-    joins = {r: gpu_rank(r, f"GPU-{r}", local_rank=r, device_index=r, visible_count=2, cuda_visible_devices="0,1",
-                         slurm_gpus_var="SLURM_STEP_GPUS", slurm_gpus=["6", "7"]) for r in (0, 1)}
+    joins = {
+        r: gpu_rank(
+            r,
+            f"GPU-{r}",
+            local_rank=r,
+            device_index=r,
+            visible_count=2,
+            cuda_visible_devices="0,1",
+            slurm_gpus_var="SLURM_STEP_GPUS",
+            slurm_gpus=["6", "7"],
+        )
+        for r in (0, 1)
+    }
     assert by_id(placement.check(joins))["GD-SMOKE-003"].severity is Severity.PASS
 
 
@@ -286,11 +350,18 @@ def test_a_launcher_stop_is_reported_as_such_not_as_a_crash(monkeypatch):
     monkeypatch.setattr(coordinator_module, "SETTLE_S", 0.0)
     keys = Keys("ns")
     step = phase("training", 7, "backward + gradient all-reduce")
-    store = DictStore({keys.join(0): {"host": "h"}, keys.join(1): {"host": "h"},
-                       keys.state(0): {**step, "beat": 9}, keys.state(1): {**step, "beat": 9},
-                       keys.error(0): {"phase": step["label"], "error": "RuntimeError: Connection reset by peer"}})
-    c = Coordinator(store, keys, 2, time.monotonic() + 60, SmokeOptions(device="cpu", timeout=60),
-                    terminated=lambda: True)
+    store = DictStore(
+        {
+            keys.join(0): {"host": "h"},
+            keys.join(1): {"host": "h"},
+            keys.state(0): {**step, "beat": 9},
+            keys.state(1): {**step, "beat": 9},
+            keys.error(0): {"phase": step["label"], "error": "RuntimeError: Connection reset by peer"},
+        }
+    )
+    c = Coordinator(
+        store, keys, 2, time.monotonic() + 60, SmokeOptions(device="cpu", timeout=60), terminated=lambda: True
+    )
     c.joins = {0: {"host": "h"}, 1: {"host": "h"}}
     with pytest.raises(coordinator_module._Stop) as stop:
         c._watch("result")
@@ -299,22 +370,42 @@ def test_a_launcher_stop_is_reported_as_such_not_as_a_crash(monkeypatch):
 
 # -- judging a finished run -----------------------------------------------------------------
 def fake_result(rank, losses, checksum="c0ffee", step=0.1):
-    return {"rank": rank, "host": "h", "local_rank": rank, "backend": "gloo", "warmup": 1, "losses": losses,
-            "step_times": [step] * len(losses), "data_waits": [0.001] * len(losses), "local_compute_s": [0.05] * 3,
-            "matmul": {"n": 256, "dtype": "float32", "tflops": 0.1}, "first_allreduce_s": 0.01,
-            "allreduce": {"payload_bytes": 4 << 20, "dtype": "float32", "iterations": 5, "seconds": 0.004},
-            "peak_memory": {"bytes": 1 << 28, "kind": "rss"}, "param_checksum": checksum, "tokens_per_step": 512,
-            "samples_per_step": 8, "optimizer": "AdamW (fused)", "dataloader": {}}
+    return {
+        "rank": rank,
+        "host": "h",
+        "local_rank": rank,
+        "backend": "gloo",
+        "warmup": 1,
+        "losses": losses,
+        "step_times": [step] * len(losses),
+        "data_waits": [0.001] * len(losses),
+        "local_compute_s": [0.05] * 3,
+        "matmul": {"n": 256, "dtype": "float32", "tflops": 0.1},
+        "first_allreduce_s": 0.01,
+        "allreduce": {"payload_bytes": 4 << 20, "dtype": "float32", "iterations": 5, "seconds": 0.004},
+        "peak_memory": {"bytes": 1 << 28, "kind": "rss"},
+        "param_checksum": checksum,
+        "tokens_per_step": 512,
+        "samples_per_step": 8,
+        "optimizer": "AdamW (fused)",
+        "dataloader": {},
+    }
 
 
 def judged(results, **opt):
     opts = SmokeOptions(device="cpu", **opt)
-    joins = {r["rank"]: {"rank": r["rank"], "local_rank": r["rank"], "host": "h", "device_type": "cpu", "device": "cpu"}
-             for r in results}
+    joins = {
+        r["rank"]: {"rank": r["rank"], "local_rank": r["rank"], "host": "h", "device_type": "cpu", "device": "cpu"}
+        for r in results
+    }
     plan = plan_run(joins, opts)
     verdict = Verdict(True, [], joins, {r["rank"]: r for r in results}, {}, plan)
-    rep = report.build(verdict, opts, {"mode": "spawn", "world_size": len(results), "backend": "gloo",
-                                        "reporter": {"role": "spawner", "pid": 1}}, 1.0)
+    rep = report.build(
+        verdict,
+        opts,
+        {"mode": "spawn", "world_size": len(results), "backend": "gloo", "reporter": {"role": "spawner", "pid": 1}},
+        1.0,
+    )
     return rep, {f["id"]: f for f in rep["findings"]}
 
 

@@ -46,9 +46,21 @@ def test_pci_address_is_nvml_form():
 
 
 def gpu_join(rank, uuid=None, pci=None, host="n1"):
-    return {"rank": rank, "local_rank": rank, "host": host, "device_type": "cuda", "device_index": 0,
-            "device": "cuda:0", "gpu_uuid": uuid, "pci_bus_id": pci, "gpu_name": "NVIDIA H100 80GB HBM3",
-            "visible_count": 1, "cuda_visible_devices": "0", "gpu_memory_bytes": 85 * 10**9, "bf16_native": True}
+    return {
+        "rank": rank,
+        "local_rank": rank,
+        "host": host,
+        "device_type": "cuda",
+        "device_index": 0,
+        "device": "cuda:0",
+        "gpu_uuid": uuid,
+        "pci_bus_id": pci,
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "visible_count": 1,
+        "cuda_visible_devices": "0",
+        "gpu_memory_bytes": 85 * 10**9,
+        "bf16_native": True,
+    }
 
 
 def by_id(findings):
@@ -91,14 +103,17 @@ def test_dense_peaks(name, tflops):
     assert peaks.lookup(name).tflops == tflops
 
 
-@pytest.mark.parametrize("name", [
-    "NVIDIA GeForce RTX 4090 Laptop GPU",  # AD103 at laptop power: not a desktop 4090
-    "NVIDIA GeForce RTX 4090 D",  # fewer SMs than the 4090
-    "NVIDIA GeForce RTX 3090 Ti",  # more SMs and clock than the 3090
-    "Quadro RTX 5000 with Max-Q Design",
-    "NVIDIA GB200",  # not the HGX B200's 2250
-    "NVIDIA H20",  # not an H200
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA GeForce RTX 4090 Laptop GPU",  # AD103 at laptop power: not a desktop 4090
+        "NVIDIA GeForce RTX 4090 D",  # fewer SMs than the 4090
+        "NVIDIA GeForce RTX 3090 Ti",  # more SMs and clock than the 3090
+        "Quadro RTX 5000 with Max-Q Design",
+        "NVIDIA GB200",  # not the HGX B200's 2250
+        "NVIDIA H20",  # not an H200
+    ],
+)
 def test_other_skus_get_no_borrowed_peak(name):
     assert peaks.lookup(name) is None
 
@@ -106,13 +121,31 @@ def test_other_skus_get_no_borrowed_peak(name):
 # -- the arithmetic of a GPU run --------------------------------------------------------------
 def gpu_result(rank, step_s, matmul_tflops=700.0, allreduce_s=0.002):
     falling = [10.4, 10.2, 9.9, 9.0, 8.0, 7.0]
-    return {"rank": rank, "host": "n1", "local_rank": rank, "backend": "nccl", "warmup": 2, "losses": falling,
-            "step_times": [step_s] * len(falling), "data_waits": [0.0] * len(falling), "local_compute_s": [step_s] * 3,
-            "matmul": {"n": 8192, "dtype": "bfloat16", "tflops": matmul_tflops}, "first_allreduce_s": 0.5,
-            "allreduce": {"payload_bytes": 256 << 20, "dtype": "bfloat16", "iterations": 20, "seconds": allreduce_s},
-            "peak_memory": {"bytes": 50 << 30, "kind": "torch.cuda.max_memory_allocated", "reserved_bytes": 54 << 30,
-                            "device_total_bytes": 85 * 10**9}, "param_checksum": "same",
-            "tokens_per_step": 8 * 2048, "samples_per_step": 8, "optimizer": "AdamW (fused)", "dataloader": {}}
+    return {
+        "rank": rank,
+        "host": "n1",
+        "local_rank": rank,
+        "backend": "nccl",
+        "warmup": 2,
+        "losses": falling,
+        "step_times": [step_s] * len(falling),
+        "data_waits": [0.0] * len(falling),
+        "local_compute_s": [step_s] * 3,
+        "matmul": {"n": 8192, "dtype": "bfloat16", "tflops": matmul_tflops},
+        "first_allreduce_s": 0.5,
+        "allreduce": {"payload_bytes": 256 << 20, "dtype": "bfloat16", "iterations": 20, "seconds": allreduce_s},
+        "peak_memory": {
+            "bytes": 50 << 30,
+            "kind": "torch.cuda.max_memory_allocated",
+            "reserved_bytes": 54 << 30,
+            "device_total_bytes": 85 * 10**9,
+        },
+        "param_checksum": "same",
+        "tokens_per_step": 8 * 2048,
+        "samples_per_step": 8,
+        "optimizer": "AdamW (fused)",
+        "dataloader": {},
+    }
 
 
 def gpu_report(n_ranks, step_s, precision="auto", **result_kw):
@@ -121,8 +154,12 @@ def gpu_report(n_ranks, step_s, precision="auto", **result_kw):
     plan = plan_run(joins, opts)
     results = {r: gpu_result(r, step_s, **result_kw) for r in range(n_ranks)}
     verdict = Verdict(True, [], joins, results, {}, plan)
-    return report.build(verdict, opts, {"mode": "spawn", "world_size": n_ranks, "backend": "nccl",
-                                        "reporter": {"role": "spawner", "pid": 1}}, 30.0)
+    return report.build(
+        verdict,
+        opts,
+        {"mode": "spawn", "world_size": n_ranks, "backend": "nccl", "reporter": {"role": "spawner", "pid": 1}},
+        30.0,
+    )
 
 
 def test_mfu_against_the_h100_sxm_dense_peak():
@@ -177,4 +214,6 @@ def test_large_model_fits_an_80gb_gpu_and_feeds_its_tensor_cores():
     activations = 38 * cfg.d_model * tokens * cfg.n_layer
     logits = 10 * tokens * cfg.vocab  # at the loss: bf16 logits + their fp32 copy + the fp32 log-softmax
     assert states + activations + logits + 2 * params < 60 * 10**9  # 79 GiB usable on an H100 80GB
-    assert metrics.flops_per_token(cfg.n_layer, cfg.d_model, cfg.seq_len, cfg.vocab) * tokens < 200e12  # ~0.3 s at 500 TF/s
+    assert (
+        metrics.flops_per_token(cfg.n_layer, cfg.d_model, cfg.seq_len, cfg.vocab) * tokens < 200e12
+    )  # ~0.3 s at 500 TF/s

@@ -26,8 +26,15 @@ def _smoke_env(tmpdir: Path) -> dict:
 
 
 def _smoke(*args: str, tmpdir: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpudoctor", "smoke", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=_smoke_env(tmpdir), stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "smoke", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=_smoke_env(tmpdir),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_more_ranks_than_the_cpus_carry_is_refused_up_front(tmp_path):
@@ -69,9 +76,26 @@ def test_a_smoke_run_leaves_nothing_in_tmpdir(tmp_path):
 
 def test_ten_million_steps_keep_rank_memory_small(tmp_path):
     """DistributedSampler built a list of every index: 6 GB per rank at --steps 10000000."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--steps", "10000000",
-                             "--timeout", "25", "--json"], cwd=ROOT, env=_smoke_env(tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "smoke",
+            "--device",
+            "cpu",
+            "--steps",
+            "10000000",
+            "--timeout",
+            "25",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=_smoke_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     top = psutil.Process(proc.pid)
     peak = 0
     ranks: set[int] = set()

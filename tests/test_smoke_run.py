@@ -48,14 +48,18 @@ def leftovers(marker: str) -> list[str]:
     return found
 
 
-def run(cmd: list[str], env: dict | None = None, timeout: float = 120, cwd=None) -> tuple[subprocess.CompletedProcess, float, str]:
+def run(
+    cmd: list[str], env: dict | None = None, timeout: float = 120, cwd=None
+) -> tuple[subprocess.CompletedProcess, float, str]:
     marker = uuid.uuid4().hex
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUDOCTOR_SMOKE_FAULT"):
         full_env.pop(name, None)
     full_env.update(env or {}, **{MARK: marker})
     start = time.monotonic()
-    r = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
+    r = subprocess.run(
+        cmd, env=full_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd
+    )
     elapsed = time.monotonic() - start
     time.sleep(0.5)  # let killed processes be reaped
     return r, elapsed, marker
@@ -66,8 +70,21 @@ def smoke(*args: str, env: dict | None = None, timeout: float = 120):
 
 
 def torchrun(*args: str, env: dict | None = None, timeout: float = 120):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gpudoctor",
+        "smoke",
+        "--device",
+        "cpu",
+        "--json",
+        *args,
+    ]
     return run(cmd, env, timeout)
 
 
@@ -75,7 +92,9 @@ def report_of(r: subprocess.CompletedProcess) -> dict:
     try:
         return json.loads(r.stdout)  # exactly one JSON object: only the reporter prints
     except json.JSONDecodeError:
-        pytest.fail(f"stdout is not one JSON report (rc {r.returncode}):\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-3000:]}")
+        pytest.fail(
+            f"stdout is not one JSON report (rc {r.returncode}):\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-3000:]}"
+        )
 
 
 def findings(rep: dict) -> dict:
@@ -113,7 +132,9 @@ def test_torchrun_world_is_joined_and_rank0_reports():
 
 def test_spawned_rank_that_never_starts_is_named_within_the_timeout():
     # 15 s: rank 0 must have joined by then, and a CUDA build of torch can take 5 s to import.
-    r, elapsed, marker = smoke("--gpus", "2", "--timeout", "15", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=hang"})
+    r, elapsed, marker = smoke(
+        "--gpus", "2", "--timeout", "15", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=hang"}
+    )
     rep = report_of(r)
     validate(rep)
     f = findings(rep)["GD-SMOKE-001"]
@@ -145,7 +166,9 @@ def test_torchrun_stopping_the_job_still_gets_a_report_naming_the_rank():
 
 
 def test_hang_in_a_step_names_the_rank_and_the_step():
-    r, elapsed, marker = smoke("--gpus", "2", "--timeout", "20", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=step:2,do=hang"})
+    r, elapsed, marker = smoke(
+        "--gpus", "2", "--timeout", "20", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=step:2,do=hang"}
+    )
     rep = report_of(r)
     validate(rep)
     f = findings(rep)["GD-SMOKE-005"]
@@ -171,7 +194,9 @@ def test_a_gpudoctor_folder_in_the_working_directory_does_not_shadow_the_workers
 
 def test_a_single_rank_hung_in_its_own_work_is_not_blamed_on_a_collective():
     # As seen on a real H100 (NCCL, one rank): a hang in the forward pass is not a network problem.
-    r, elapsed, marker = smoke("--gpus", "1", "--timeout", "30", env={"GPUDOCTOR_SMOKE_FAULT": "rank=0,at=step:3,do=hang"})
+    r, elapsed, marker = smoke(
+        "--gpus", "1", "--timeout", "30", env={"GPUDOCTOR_SMOKE_FAULT": "rank=0,at=step:3,do=hang"}
+    )
     rep = report_of(r)
     f = findings(rep)["GD-SMOKE-005"]
     assert r.returncode == 1 and f["severity"] == "fail"
@@ -215,12 +240,31 @@ def test_throughput_floor_fails_and_config_dataloader_settings_are_used(tmp_path
         (["--steps", "12", "--warmup", "10"], {}, "fewer than 3"),
         (["--steps", "4"], {}, "expected 10 or more"),
         (["--num-workers", "0", "--prefetch-factor", "2"], {}, "prefetch_factor=2 needs num_workers > 0"),
-        ([], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": "29999"}, "do not fit a world of 2"),
+        (
+            [],
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "4",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29999",
+            },
+            "do not fit a world of 2",
+        ),
         ([], {"GPUDOCTOR_SMOKE_FAULT": "nonsense"}, "GPUDOCTOR_SMOKE_FAULT"),
         ([], {"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR is not"),
-        (["--gpus", "4"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
-                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}, "drop --gpus"),
+        (
+            ["--gpus", "4"],
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29999",
+            },
+            "drop --gpus",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, env, words):
@@ -240,8 +284,14 @@ def test_no_gpu_is_a_clear_failure():
 
 
 def test_unresolvable_master_addr_fails_at_once():
-    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29999"}
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "no-such-host.invalid",
+        "MASTER_PORT": "29999",
+    }
     r, elapsed, marker = smoke("--timeout", "60", env=env)
     rep = report_of(r)
     validate(rep)
@@ -255,8 +305,14 @@ def test_busy_master_port_is_named_by_the_rank_that_hosts_the_store():
     with socket.socket() as busy:
         busy.bind(("", 0))
         busy.listen()
-        env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(busy.getsockname()[1])}
+        env = {
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(busy.getsockname()[1]),
+        }
         r, _, _ = smoke("--timeout", "20", env=env)
     rep = report_of(r)
     f = findings(rep)["GD-SMOKE-001"]
@@ -268,8 +324,14 @@ def test_a_rank_whose_rank0_never_starts_gives_up_within_the_timeout():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     r, elapsed, marker = smoke("--timeout", "5", env=env)
     assert r.returncode == 1 and "rank 1 could not reach the rendezvous store" in r.stderr
     assert elapsed < 5 + 10
@@ -280,9 +342,22 @@ def test_sigterm_to_the_spawner_stops_every_rank_at_once():
     marker = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env[MARK] = marker
-    cmd = [sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--steps", "5000", "--timeout", "60"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "smoke",
+        "--device",
+        "cpu",
+        "--json",
+        "--steps",
+        "5000",
+        "--timeout",
+        "60",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
     until = time.monotonic() + 30
     while len(leftovers(marker)) < 3 and time.monotonic() < until:  # the spawner and its 2 ranks
         time.sleep(0.2)
@@ -301,7 +376,8 @@ def test_srun_tasks_join_the_step_world(slurm_cluster):
     marker = uuid.uuid4().hex
     r = slurm_cluster.srun(
         ["--ntasks=2", *slurm_cluster.python_command(), "smoke", "--device", "cpu", "--json"],
-        env={"MASTER_PORT": str(port), MARK: marker}, timeout=180,
+        env={"MASTER_PORT": str(port), MARK: marker},
+        timeout=180,
     )
     rep = report_of(r)
     validate(rep)

@@ -25,8 +25,15 @@ def test_snapshot_keeps_settings_and_drops_credentials(tmp_path):
         "HF_ENDPOINT": "https://alice:secret_5@hf-mirror.internal",  # a credential inside a setting
     }
     out = tmp_path / "node.json"
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "snapshot", "-o", str(out)], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "snapshot", "-o", str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "secret" not in text

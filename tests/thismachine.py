@@ -31,4 +31,6 @@ no_gpu_here = pytest.mark.skipif(torch_sees_gpu(), reason="judges a machine with
 
 def torch_release_here(major: int, minor: int):
     found = torch_release()
-    return pytest.mark.skipif(found != (major, minor), reason=f"verdicts recorded for torch {major}.{minor}; this is {found}")
+    return pytest.mark.skipif(
+        found != (major, minor), reason=f"verdicts recorded for torch {major}.{minor}; this is {found}"
+    )

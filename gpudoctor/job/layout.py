@@ -232,4 +232,3 @@ def before_submission(facts, ctx) -> bool:
     """--sbatch given outside any SLURM job: this host is the submit host, not where the job runs
     (unless the facts are a --node-snapshot recorded on the job's node)."""
     return bool(ctx.sbatch) and "SLURM_JOB_ID" not in facts.env and not getattr(ctx, "node_facts", None)
-

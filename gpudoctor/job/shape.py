@@ -48,7 +48,9 @@ class JobShape:
     task_gpus: int | None = None  # GPUs one task can see
     cpus_per_task: int | None = None  # --cpus-per-task of the job (SLURM_CPUS_PER_TASK)
     srun_cpus_per_task: int | None = None  # srun -c / SRUN_CPUS_PER_TASK
-    launcher: str | None = None  # what each task runs: torchrun, torch.distributed.launch, deepspeed, accelerate, python, lightning
+    launcher: str | None = (
+        None  # what each task runs: torchrun, torch.distributed.launch, deepspeed, accelerate, python, lightning
+    )
     launcher_source: str | None = None
     procs_per_task: int | None = None  # processes a task starts itself (torchrun --nproc-per-node); 1 for python
     lightning: dict = field(default_factory=dict)  # devices / num_nodes the job gives Lightning, with sources
@@ -114,7 +116,11 @@ def _lightning_from_config(config: dict | None) -> dict:
     trainer = config.get("trainer")
     if not isinstance(trainer, dict):
         return out
-    for section, path in ((trainer, "trainer"), (trainer.get("params"), "trainer.params"), (trainer.get("init_args"), "trainer.init_args")):
+    for section, path in (
+        (trainer, "trainer"),
+        (trainer.get("params"), "trainer.params"),
+        (trainer.get("init_args"), "trainer.init_args"),
+    ):
         if isinstance(section, dict):
             for key in ("devices", "num_nodes", "accelerator", "strategy"):
                 if key in section and key not in out:
@@ -162,12 +168,25 @@ def from_env(env: dict, ctx, facts=None) -> JobShape:
                 return env[n]
         return None
 
-    shape = JobShape(source="env", where="this srun step" if in_step else "this SLURM job's batch shell",
-                     srun_launch=True if in_step or ctx.launcher == "srun" else None, problems=p)
+    shape = JobShape(
+        source="env",
+        where="this srun step" if in_step else "this SLURM job's batch shell",
+        srun_launch=True if in_step or ctx.launcher == "srun" else None,
+        problems=p,
+    )
     shape.job_name = get("SLURM_JOB_NAME")
-    shape.nodes = _int(get("SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES") if in_step else get("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), "nodes", p, 1)
+    shape.nodes = _int(
+        get("SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+        if in_step
+        else get("SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
+        "nodes",
+        p,
+        1,
+    )
     shape.ntasks_in_env = "SLURM_NTASKS" in env or in_step
-    shape.ntasks = _int(get("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") if in_step else get("SLURM_NTASKS"), "SLURM_NTASKS", p, 1)
+    shape.ntasks = _int(
+        get("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") if in_step else get("SLURM_NTASKS"), "SLURM_NTASKS", p, 1
+    )
     shape.ntasks_option = shape.ntasks if "SLURM_NTASKS" in env else None
     shape.ntasks_per_node = _int(get("SLURM_NTASKS_PER_NODE"), "SLURM_NTASKS_PER_NODE", p, 1)
     tpn_name = "SLURM_STEP_TASKS_PER_NODE" if in_step and "SLURM_STEP_TASKS_PER_NODE" in env else "SLURM_TASKS_PER_NODE"
@@ -251,14 +270,20 @@ def _per_task_binding(shape: JobShape, env: dict, used: dict) -> None:
     from gpudoctor.readers.cudavis import parse_visible_devices
 
     try:
-        step = len(slurmfmt.parse_index_list(env.get("SLURM_STEP_GPUS", ""), "SLURM_STEP_GPUS")) if env.get("SLURM_STEP_GPUS") else None
+        step = (
+            len(slurmfmt.parse_index_list(env.get("SLURM_STEP_GPUS", ""), "SLURM_STEP_GPUS"))
+            if env.get("SLURM_STEP_GPUS")
+            else None
+        )
     except slurmfmt.SlurmFormatError:
         return
     seen = parse_visible_devices(env["CUDA_VISIBLE_DEVICES"]).count if "CUDA_VISIBLE_DEVICES" in env else None
     if step and seen == step and shape.gpus_per_node and step < shape.gpus_per_node:
         shape.gpus_per_task = step
         used["SLURM_STEP_GPUS"] = env["SLURM_STEP_GPUS"]
-        used["per-task GPU binding"] = f"SLURM_STEP_GPUS={env['SLURM_STEP_GPUS']} of SLURM_GPUS_ON_NODE={shape.gpus_per_node}"
+        used["per-task GPU binding"] = (
+            f"SLURM_STEP_GPUS={env['SLURM_STEP_GPUS']} of SLURM_GPUS_ON_NODE={shape.gpus_per_node}"
+        )
 
 
 def _launcher_from_env(shape: JobShape, env: dict, ctx, used: dict) -> None:
@@ -289,15 +314,24 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     srun = dict(launch.srun.options) if launch and launch.srun else None
     exports = sb.exports
     shape = JobShape(
-        source="sbatch", where=os.path.basename(sb.path or "the batch script"), script=sb.path,
-        srun_launch=(srun is not None) if launch else None, job_name=sb.job_name, problems=p, directives=d,
-        directive_lines=sb.directive_lines, srun_options=srun,
-        launch_line=launch.text if launch else None, launch_lineno=launch.line if launch else None,
+        source="sbatch",
+        where=os.path.basename(sb.path or "the batch script"),
+        script=sb.path,
+        srun_launch=(srun is not None) if launch else None,
+        job_name=sb.job_name,
+        problems=p,
+        directives=d,
+        directive_lines=sb.directive_lines,
+        srun_options=srun,
+        launch_line=launch.text if launch else None,
+        launch_lineno=launch.line if launch else None,
         cuda_visible_export=exports.get("CUDA_VISIBLE_DEVICES"),
     )
     if sb.het_components > 1:
-        shape.notes.append(f"heterogeneous job with {sb.het_components} components: judged component {sb.het_group}, "
-                           "where the training step runs")
+        shape.notes.append(
+            f"heterogeneous job with {sb.het_components} components: judged component {sb.het_group}, "
+            "where the training step runs"
+        )
     ev = {f"#SBATCH --{k}": v for k, v in d.items() if k in _SHAPE_OPTIONS}
     step = dict(d)
     if srun:  # srun's own options shape the step
@@ -312,7 +346,11 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     if "-" in nodes_text:
         nodes_text = nodes_text.split("-")[0]
         shape.notes.append(f"--nodes={step.get('nodes')} is a range; judged with the minimum, {nodes_text}")
-    shape.nodes = _int(nodes_text, "--nodes", p, 1, slurmfmt.MAX_EXPANSION) if "nodes" in step else (1 if "ntasks" not in step else None)
+    shape.nodes = (
+        _int(nodes_text, "--nodes", p, 1, slurmfmt.MAX_EXPANSION)
+        if "nodes" in step
+        else (1 if "ntasks" not in step else None)
+    )
     shape.ntasks_option = _int(step.get("ntasks"), "--ntasks", p, 1)
     shape.ntasks_per_node = _int(step.get("ntasks-per-node"), "--ntasks-per-node", p, 1)
     _tasks_from_options(shape)
@@ -361,12 +399,23 @@ def _srun_keeps_job_ntasks(shape: JobShape, job: dict, srun: dict, step: dict) -
         step.pop("ntasks-per-node", None)
     shape.notes.append(
         f"srun --ntasks-per-node={srun['ntasks-per-node']} is ignored: srun takes the job's SLURM_NTASKS={inherited} as its task "
-        f"count (\"can't honor --ntasks-per-node\"), so the step starts {inherited} task(s); give srun -n/--ntasks too"
+        f'count ("can\'t honor --ntasks-per-node"), so the step starts {inherited} task(s); give srun -n/--ntasks too'
     )
 
 
-_SHAPE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "gres", "gpus", "gpus-per-node", "gpus-per-task", "cpus-per-task",
-                  "job-name", "gpu-bind", "ntasks-per-gpu")
+_SHAPE_OPTIONS = (
+    "nodes",
+    "ntasks",
+    "ntasks-per-node",
+    "gres",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-task",
+    "cpus-per-task",
+    "job-name",
+    "gpu-bind",
+    "ntasks-per-gpu",
+)
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -402,7 +451,9 @@ def _gpus_from_options(shape: JobShape, step: dict, p: list[str]) -> None:
             per_task = slurmfmt.parse_gpus(step["gpus-per-task"])
             shape.gpus_per_task, shape.gpu_type = per_task.count, per_task.type
             if shape.tasks_here:
-                req = slurmfmt.GpuRequest(per_task.count * max(shape.tasks_per_node or [shape.tasks_here]), per_task.type)
+                req = slurmfmt.GpuRequest(
+                    per_task.count * max(shape.tasks_per_node or [shape.tasks_here]), per_task.type
+                )
         except slurmfmt.SlurmFormatError as e:
             p.append(str(e))
     elif step.get("gpus-per-task"):
@@ -414,10 +465,14 @@ def _gpus_from_options(shape: JobShape, step: dict, p: list[str]) -> None:
         for spec in slurmfmt.split_top_level(str(step["gres"])):
             name = spec.strip().split(":")[0]
             if name != "gpu" and name.lower().rstrip("s") == "gpu":  # gres names are exact: 'gpus'/'GPU' are not 'gpu'
-                p.append(f"--gres={step['gres']}: '{name}' is not the GPU gres (it is named 'gpu'): sbatch refuses the "
-                         f"script ('Invalid generic resource (gres) specification'); write --gres=gpu:...")
+                p.append(
+                    f"--gres={step['gres']}: '{name}' is not the GPU gres (it is named 'gpu'): sbatch refuses the "
+                    f"script ('Invalid generic resource (gres) specification'); write --gres=gpu:..."
+                )
     if req is None and step.get("gpus") and shape.nodes and shape.nodes > 1:
-        shape.notes.append(f"--gpus={step['gpus']} over {shape.nodes} nodes: SLURM may place them unevenly, GPUs per node unknown")
+        shape.notes.append(
+            f"--gpus={step['gpus']} over {shape.nodes} nodes: SLURM may place them unevenly, GPUs per node unknown"
+        )
     if req is not None:
         shape.gpus_per_node, shape.gpu_type = req.count, shape.gpu_type or req.type
     elif not any(k in step for k in ("gres", "gpus", "gpus-per-node", "gpus-per-task")):
@@ -449,7 +504,10 @@ def _launcher_from_script(shape: JobShape, launch: Launch | None, ctx) -> None:
         shape.launcher, shape.launcher_source = launcher, f"launch line {launch.line}"
     elif ctx.launcher == "srun":
         shape.launcher, shape.launcher_source = "python", "--launcher srun"
-    if shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed", "lightning") and launcher == shape.launcher:
+    if (
+        shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed", "lightning")
+        and launcher == shape.launcher
+    ):
         shape.procs_per_task = _count_arg(launch.nproc_per_node, shape.task_gpus)
         if launcher == "deepspeed" and launch.nproc_per_node is None:
             shape.procs_per_task = shape.task_gpus  # deepspeed defaults to every visible GPU
@@ -553,9 +611,15 @@ def lightning_plan(shape: JobShape, major: int | None) -> LightningPlan:
         # 1.x: _is_slurm_managing_tasks() -- SLURM manages only when its task count matches.
         plan.spawns = not (ntasks is not None and requested is not None and ntasks == requested)
         if plan.spawns:
-            plan.notes.append(f"Lightning {major}.x starts its own processes because SLURM_NTASKS={ntasks} differs from devices x num_nodes = {requested}")
+            plan.notes.append(
+                f"Lightning {major}.x starts its own processes because SLURM_NTASKS={ntasks} differs from devices x num_nodes = {requested}"
+            )
     else:
-        plan.spawns = False if major is not None else (None if ntasks is not None and requested is not None and ntasks != requested else False)
+        plan.spawns = (
+            False
+            if major is not None
+            else (None if ntasks is not None and requested is not None and ntasks != requested else False)
+        )
         # 1.x would start `devices` processes in every task: right with one task per node, duplicates with more
         plan.version_dependent = plan.spawns is None and (shape.tasks_here or 1) == 1
     if plan.spawns:

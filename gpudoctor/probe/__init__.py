@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from gpudoctor import __version__
 from gpudoctor.facts import SECTIONS, Facts, collectable_env
@@ -104,7 +104,7 @@ def collect(
             out[name] = pending[name](deadline)
     meta = {
         "tool": {"name": "gpudoctor", "version": __version__},
-        "collected_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "collected_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "probe_seconds": round(time.monotonic() - started, 3),
     }
     return Facts(sections=out, meta=meta)

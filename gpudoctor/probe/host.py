@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gpudoctor.fileio import read_text as _read
-
 import os
 import platform
 import resource
 import socket
 import sys
+
+from gpudoctor.fileio import read_text as _read
 
 
 def _limit(value: int) -> int:
@@ -59,7 +59,9 @@ def _cgroup_limits() -> dict:
         quota, _, period = (_read(f"{d}/cpu.max") or "").partition(" ")
         cpus.append(_ratio(_int(quota), _int(period)))
     if not any(mems):  # cgroup v1
-        mems = [_int(_read(f"{d}/memory.limit_in_bytes")) for d in _walk_up("/sys/fs/cgroup/memory", paths.get("memory"))]
+        mems = [
+            _int(_read(f"{d}/memory.limit_in_bytes")) for d in _walk_up("/sys/fs/cgroup/memory", paths.get("memory"))
+        ]
     if not any(cpus):
         for root in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
             for d in _walk_up(root, paths.get("cpu")):
@@ -146,7 +148,11 @@ def probe() -> dict:
             "nofile_soft": _limit(nofile[0]),
             "nofile_hard": _limit(nofile[1]),
         },
-        "python": {"version": platform.python_version(), "executable": sys.executable, "implementation": platform.python_implementation()},
+        "python": {
+            "version": platform.python_version(),
+            "executable": sys.executable,
+            "implementation": platform.python_implementation(),
+        },
     }
 
 

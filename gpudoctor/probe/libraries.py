@@ -55,7 +55,9 @@ def _ldconfig_dirs() -> list[str]:
         return []
     dirs = []
     for line in out.splitlines():
-        if "=>" in line and any(k in line for k in ("libcudnn", "libnccl", "libcudart", "libcublas", "libnvJitLink", "libcuda.so")):
+        if "=>" in line and any(
+            k in line for k in ("libcudnn", "libnccl", "libcudart", "libcublas", "libnvJitLink", "libcuda.so")
+        ):
             d = os.path.dirname(line.split("=>", 1)[1].strip())
             if d not in dirs:
                 dirs.append(d)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpudoctor.fileio import read_text as _read
-
 import os
+
+from gpudoctor.fileio import read_text as _read
 
 SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"

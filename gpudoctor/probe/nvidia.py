@@ -116,7 +116,10 @@ def _fabric(nvml, call, h) -> dict | None:
     means the fabric manager has set this GPU up. Older GPUs answer NotSupported."""
     # pynvml passes the struct straight to C: the caller must hand it over by reference.
     info = None
-    for fn, struct in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"), ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t")):
+    for fn, struct in (
+        ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+        ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+    ):
         if getattr(nvml, struct, None) is None:
             continue
         candidate = getattr(nvml, struct)()  # the V struct's constructor sets its version field
@@ -252,8 +255,15 @@ def _gpu(nvml, index: int) -> dict:
     return g
 
 
-P2P_STATUS = {0: "ok", 1: "chipset_not_supported", 2: "gpu_not_supported", 3: "topology_not_supported",
-              4: "disabled_by_regkey", 5: "not_supported", 6: "unknown"}
+P2P_STATUS = {
+    0: "ok",
+    1: "chipset_not_supported",
+    2: "gpu_not_supported",
+    3: "topology_not_supported",
+    4: "disabled_by_regkey",
+    5: "not_supported",
+    6: "unknown",
+}
 # nvmlGpuTopologyLevel_t, named as `nvidia-smi topo -m` names the path between two GPUs
 TOPOLOGY = {0: "internal", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 MAX_P2P_GPUS = 16  # 120 pairs: a few ms of NVML calls
@@ -333,8 +343,12 @@ def probe() -> dict:
         return {"available": False, "error": f"nvidia-ml-py is not installed ({e})", "gpus": []}
     except (Exception, SystemExit) as e:  # a pynvml shadow on sys.path that raises or calls sys.exit()
         where = getattr(sys.modules.get("pynvml"), "__file__", None)
-        return {"available": False, "error": f"importing pynvml failed ({type(e).__name__}: {str(e)[:200]})"
-                + (f" from {where}" if where else ""), "gpus": []}
+        return {
+            "available": False,
+            "error": f"importing pynvml failed ({type(e).__name__}: {str(e)[:200]})"
+            + (f" from {where}" if where else ""),
+            "gpus": [],
+        }
     try:
         nvml.nvmlInit()
     except (Exception, SystemExit) as e:

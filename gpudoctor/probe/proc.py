@@ -76,11 +76,11 @@ def run_bounded(
                     fd = key.fd
                     if fd == stdin_fd:
                         try:
-                            pending = pending[os.write(fd, pending[:65536]):]
+                            pending = pending[os.write(fd, pending[:65536]) :]
                         except (BrokenPipeError, BlockingIOError) as e:
                             if isinstance(e, BlockingIOError):
                                 continue
-                            pending = pending[len(pending):]
+                            pending = pending[len(pending) :]
                         if not pending:
                             sel.unregister(fd)
                             proc.stdin.close()

@@ -49,7 +49,12 @@ def _local_addresses() -> set[str]:
     try:
         import psutil
 
-        return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
+        return {
+            a.address.split("%")[0]
+            for addrs in psutil.net_if_addrs().values()
+            for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)
+        }
     except Exception:
         return set()
 

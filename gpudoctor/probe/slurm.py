@@ -17,9 +17,26 @@ from gpudoctor.probe.proc import run_bounded
 
 COMMAND_TIMEOUT = 5.0
 # scontrol fields worth keeping (the rest can hold paths, comments, user names).
-JOB_FIELDS = ("JobId", "JobName", "NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "ReqTRES", "AllocTRES",
-              "TresPerNode", "TresPerTask", "TresPerJob", "TresPerSocket", "BatchFlag", "Command", "Partition",
-              "NodeList", "OverSubscribe", "Contiguous")
+JOB_FIELDS = (
+    "JobId",
+    "JobName",
+    "NumNodes",
+    "NumCPUs",
+    "NumTasks",
+    "CPUs/Task",
+    "ReqTRES",
+    "AllocTRES",
+    "TresPerNode",
+    "TresPerTask",
+    "TresPerJob",
+    "TresPerSocket",
+    "BatchFlag",
+    "Command",
+    "Partition",
+    "NodeList",
+    "OverSubscribe",
+    "Contiguous",
+)
 # Python packages whose launch rules under SLURM the checks need to know.
 PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric", "accelerate", "deepspeed")
 

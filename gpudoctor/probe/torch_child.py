@@ -144,8 +144,15 @@ def _cuda_facts(torch, out):
     for i in range(out["device_count"]):
         try:
             p = torch.cuda.get_device_properties(i)
-            devices.append({"index": i, "name": p.name, "capability": [p.major, p.minor], "memory_total_bytes": p.total_memory,
-                            "uuid": nvml_style_uuid(getattr(p, "uuid", None), os.environ.get("CUDA_VISIBLE_DEVICES"))})
+            devices.append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "capability": [p.major, p.minor],
+                    "memory_total_bytes": p.total_memory,
+                    "uuid": nvml_style_uuid(getattr(p, "uuid", None), os.environ.get("CUDA_VISIBLE_DEVICES")),
+                }
+            )
         except Exception as e:
             devices.append({"index": i, "error": str(e)})
     out["devices"] = devices
@@ -234,7 +241,7 @@ def _write_result(text):
         pass
     data = text.encode("utf-8")
     while data:
-        data = data[os.write(1, data):]
+        data = data[os.write(1, data) :]
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def _drain(stream, sink: list[bytes]) -> None:
 
 
 def _last_stage(stderr: str | None) -> str | None:
-    stages = [ln[len(STAGE_MARKER):].strip() for ln in (stderr or "").splitlines() if ln.startswith(STAGE_MARKER)]
+    stages = [ln[len(STAGE_MARKER) :].strip() for ln in (stderr or "").splitlines() if ln.startswith(STAGE_MARKER)]
     return stages[-1] if stages else None
 
 
@@ -149,7 +149,7 @@ def _signal_name(number: int) -> str:
 
 
 def _parse(base: dict, rc: int, stdout: str, stderr: str) -> dict:
-    results = [ln[len(RESULT_MARKER):] for ln in (stdout or "").splitlines() if ln.startswith(RESULT_MARKER)]
+    results = [ln[len(RESULT_MARKER) :] for ln in (stdout or "").splitlines() if ln.startswith(RESULT_MARKER)]
     if rc == 0 and results:
         try:
             result = json.loads(results[-1])
@@ -162,19 +162,51 @@ def _parse(base: dict, rc: int, stdout: str, stderr: str) -> dict:
     where = f" while {STAGES[stage]}" if stage in STAGES else ""
     if rc < 0:
         sig = _signal_name(-rc)
-        return {**base, "status": "crashed", "signal": sig, "stage": stage, "error": f"the torch probe died with {sig}{where}", "stderr_tail": tail}
-    if rc > 128 and rc - 128 in signal.valid_signals():  # a wrapper script (shell, conda shim) passed the signal on as a status
+        return {
+            **base,
+            "status": "crashed",
+            "signal": sig,
+            "stage": stage,
+            "error": f"the torch probe died with {sig}{where}",
+            "stderr_tail": tail,
+        }
+    if (
+        rc > 128 and rc - 128 in signal.valid_signals()
+    ):  # a wrapper script (shell, conda shim) passed the signal on as a status
         sig = _signal_name(rc - 128)
-        return {**base, "status": "crashed", "signal": sig, "stage": stage, "error": f"the torch probe exited with status {rc} ({sig}){where}", "stderr_tail": tail}
+        return {
+            **base,
+            "status": "crashed",
+            "signal": sig,
+            "stage": stage,
+            "error": f"the torch probe exited with status {rc} ({sig}){where}",
+            "stderr_tail": tail,
+        }
     if stage is None:  # our script never started: not a (recent enough) Python
         why = "is it a Python 3 interpreter?"
         if any("SyntaxError" in ln for ln in tail):
             why = "it cannot run the probe script: not a Python 3 interpreter"
-        return {**base, "status": "python_error", "error": f"{base['python']} exited with status {rc} and no result ({why})", "stderr_tail": tail}
+        return {
+            **base,
+            "status": "python_error",
+            "error": f"{base['python']} exited with status {rc} and no result ({why})",
+            "stderr_tail": tail,
+        }
     if stage == "done" and rc >= 0:
-        return {**base, "status": "crashed", "stage": stage, "stderr_tail": tail,
-                "error": "the torch probe finished but its result never arrived"}
-    return {**base, "status": "crashed", "stage": stage, "error": f"the torch probe exited with status {rc}{where}", "stderr_tail": tail}
+        return {
+            **base,
+            "status": "crashed",
+            "stage": stage,
+            "stderr_tail": tail,
+            "error": "the torch probe finished but its result never arrived",
+        }
+    return {
+        **base,
+        "status": "crashed",
+        "stage": stage,
+        "error": f"the torch probe exited with status {rc}{where}",
+        "stderr_tail": tail,
+    }
 
 
 def torch_meta(python: str | None) -> dict:
@@ -198,6 +230,9 @@ def torch_meta(python: str | None) -> dict:
     except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
         return {"error": f"cannot ask {python} for torch's version: {e}", "python": python}
     if not isinstance(out, dict) or not isinstance(out.get("installed"), bool):
-        return {"error": f"cannot ask {python} for torch's version: its answer is not the expected object", "python": python}
+        return {
+            "error": f"cannot ask {python} for torch's version: its answer is not the expected object",
+            "python": python,
+        }
     out["python"] = python
     return out

@@ -81,7 +81,13 @@ KEYS = {
     "large_segment_size_mb": Key((2, 13), "large_segment"),
 }
 # Options cudaMallocAsync ignores (torch warns "backend:cudaMallocAsync ignores ...").
-NATIVE_ONLY = ("max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold", "max_non_split_rounding_mb", "expandable_segments")
+NATIVE_ONLY = (
+    "max_split_size_mb",
+    "roundup_power2_divisions",
+    "garbage_collection_threshold",
+    "max_non_split_rounding_mb",
+    "expandable_segments",
+)
 
 
 class AllocConfError(ValueError):
@@ -176,7 +182,9 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 
 def _leading_float(text: str) -> float | None:
     """C's stod: a leading decimal number, or nan/inf (which stod reads, and the range checks reject)."""
-    m = re.match(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text) or re.match(r"^[+-]?(nan|inf)", text, re.I)
+    m = re.match(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text) or re.match(
+        r"^[+-]?(nan|inf)", text, re.I
+    )
     return float(m.group(0)) if m else None
 
 
@@ -194,7 +202,9 @@ def _out_of_range(conf, key, value, n: int, torch_version) -> bool:
     if abs(n) <= limit:
         return False
     torch = f"torch {_fmt(torch_version)}" if torch_version else "torch"
-    conf.errors.append(f"{key}:{value} is too large for {torch}'s {parser} (at most {limit}): it raises std::out_of_range")
+    conf.errors.append(
+        f"{key}:{value} is too large for {torch}'s {parser} (at most {limit}): it raises std::out_of_range"
+    )
     return True
 
 
@@ -206,8 +216,10 @@ def parse_alloc_conf(text: str, torch_version: tuple[int, ...] | None = None, va
     """Check an allocator config string the way torch (of torch_version, when known) will."""
     conf = AllocConf(text=text)
     if len(text) > MAX_CONF_CHARS:
-        conf.warnings.append(f"{variable} is {len(text):,} characters long; real allocator configs are a few pairs, "
-                             f"so gpudoctor does not check one over {MAX_CONF_CHARS:,} (torch still parses it)")
+        conf.warnings.append(
+            f"{variable} is {len(text):,} characters long; real allocator configs are a few pairs, "
+            f"so gpudoctor does not check one over {MAX_CONF_CHARS:,} (torch still parses it)"
+        )
         return conf
     try:
         raw_pairs = _split_pairs(tokenize(text))
@@ -237,7 +249,9 @@ def _check_key(conf: AllocConf, key: str, value, torch_version) -> None:
         hint = f" (did you mean {close[0]}?)" if close else ""
         msg = f"unknown key {key!r}{hint}"
         if torch_version is not None and tuple(torch_version[:2]) > KNOWN_UP_TO:
-            conf.warnings.append(f"{msg}: not a key of torch up to {_fmt(KNOWN_UP_TO)}; if torch {_fmt(torch_version)} does not know it either, the first CUDA allocation raises")
+            conf.warnings.append(
+                f"{msg}: not a key of torch up to {_fmt(KNOWN_UP_TO)}; if torch {_fmt(torch_version)} does not know it either, the first CUDA allocation raises"
+            )
         else:
             conf.errors.append(f"{msg}: torch raises 'Unrecognized ... option' at the first CUDA allocation")
         return
@@ -245,12 +259,18 @@ def _check_key(conf: AllocConf, key: str, value, torch_version) -> None:
         v = tuple(torch_version[:2])
         if v < spec.since:
             if spec.certain:
-                conf.errors.append(f"{key} arrived in torch {_fmt(spec.since)}; torch {_fmt(v)} raises 'Unrecognized CachingAllocator option' at the first CUDA allocation")
+                conf.errors.append(
+                    f"{key} arrived in torch {_fmt(spec.since)}; torch {_fmt(v)} raises 'Unrecognized CachingAllocator option' at the first CUDA allocation"
+                )
             else:
-                conf.warnings.append(f"{key} arrived in about torch {_fmt(spec.since)}; torch {_fmt(v)} probably rejects it ('Unrecognized CachingAllocator option')")
+                conf.warnings.append(
+                    f"{key} arrived in about torch {_fmt(spec.since)}; torch {_fmt(v)} probably rejects it ('Unrecognized CachingAllocator option')"
+                )
             return
         if spec.removed and v >= spec.removed:
-            conf.warnings.append(f"{key} is an old option (torch {_fmt(spec.since)}..); newer torch versions no longer list it and may reject it")
+            conf.warnings.append(
+                f"{key} is an old option (torch {_fmt(spec.since)}..); newer torch versions no longer list it and may reject it"
+            )
             return
     _check_value(conf, key, spec.kind, value, torch_version)
 
@@ -283,10 +303,14 @@ def _check_split_mb(conf, key, value, torch_version) -> None:
     if n < 0:
         conf.warnings.append(f"{key}:{value} is negative; torch reads it as a huge number, i.e. no limit")
     elif n < SPLIT_MIN_MB:
-        conf.errors.append(f"{key}:{n} is too small: torch requires more than {SPLIT_MIN_MB} MiB ('CachingAllocator option {key} too small')")
+        conf.errors.append(
+            f"{key}:{n} is too small: torch requires more than {SPLIT_MIN_MB} MiB ('CachingAllocator option {key} too small')"
+        )
     elif n == SPLIT_MIN_MB:
         if torch_version is None or tuple(torch_version[:2]) < SPLIT_EQUAL_OK_SINCE:
-            conf.warnings.append(f"{key}:20 is the limit: torch before {_fmt(SPLIT_EQUAL_OK_SINCE)} requires more than 20 and raises; use 21 or more")
+            conf.warnings.append(
+                f"{key}:20 is the limit: torch before {_fmt(SPLIT_EQUAL_OK_SINCE)} requires more than 20 and raises; use 21 or more"
+            )
 
 
 def _check_large_segment(conf, key, value, torch_version) -> None:
@@ -302,7 +326,9 @@ def _check_open_fraction(conf, key, value, torch_version) -> None:
         return
     _note_trailing(conf, key, value, None)
     if not 0 < x < 1:
-        conf.errors.append(f"{key}:{value} must be strictly between 0 and 1 ('garbage_collect_threshold is invalid, set it in (0.0, 1.0)')")
+        conf.errors.append(
+            f"{key}:{value} must be strictly between 0 and 1 ('garbage_collect_threshold is invalid, set it in (0.0, 1.0)')"
+        )
 
 
 def _check_fraction(conf, key, value, torch_version) -> None:
@@ -321,10 +347,14 @@ def _check_roundup(conf, key, value, torch_version) -> None:
         elif _out_of_range(conf, key, value, n, torch_version):
             pass
         elif not _pow2(n):
-            conf.errors.append(f"{key}:{value} must be a power of 2 ('For roundups, the divisions has to be power of 2')")
+            conf.errors.append(
+                f"{key}:{value} must be a power of 2 ('For roundups, the divisions has to be power of 2')"
+            )
         return
     if torch_version is not None and tuple(torch_version[:2]) < (2, 1):
-        conf.warnings.append(f"{key} as a [list] needs a newer torch (about 2.1); torch {_fmt(torch_version)} expects a single number")
+        conf.warnings.append(
+            f"{key} as a [list] needs a newer torch (about 2.1); torch {_fmt(torch_version)} expects a single number"
+        )
     items = [t for t in value if t != ","]
     pairs = [items[j : j + 3] for j in range(0, len(items), 3)]
     for p in pairs:
@@ -342,7 +372,9 @@ def _check_backend(conf, key, value, torch_version) -> None:
     if value not in ("native", "cudaMallocAsync"):
         close = difflib.get_close_matches(value, ["native", "cudaMallocAsync"], n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        conf.errors.append(f"backend:{value} is not a backend: use native or cudaMallocAsync{hint} ('Unknown allocator backend')")
+        conf.errors.append(
+            f"backend:{value} is not a backend: use native or cudaMallocAsync{hint} ('Unknown allocator backend')"
+        )
 
 
 def _check_bool(conf, key, value, torch_version) -> None:
@@ -394,7 +426,9 @@ def _check_combinations(conf: AllocConf) -> None:
     if s.get("backend") == "cudaMallocAsync":
         ignored = [k for k in NATIVE_ONLY if k in s]
         if ignored:
-            conf.warnings.append(f"backend:cudaMallocAsync ignores {', '.join(ignored)} (those tune the native caching allocator)")
+            conf.warnings.append(
+                f"backend:cudaMallocAsync ignores {', '.join(ignored)} (those tune the native caching allocator)"
+            )
 
 
 def suggest_correction(text: str, torch_version: tuple[int, ...] | None = None) -> str | None:

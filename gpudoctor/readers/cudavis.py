@@ -150,7 +150,7 @@ def lost_indices(text: str) -> list[int] | None:
     """The indices an entry like '0-3', '0 1' or '0;1' was meant to list, when strtoul reads only its
     first number (CUDA takes neither ranges nor separators other than ','); None for an ordinary entry."""
     head = re.match(r"^\s*[+]?[0-9]+", text)
-    if not head or not re.search(r"[0-9]", text[head.end():]):
+    if not head or not re.search(r"[0-9]", text[head.end() :]):
         return None
     ends = re.fullmatch(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*", text)
     if ends and _ulong(ends.group(1)) < _ulong(ends.group(2)) <= _ulong(ends.group(1)) + 64:
@@ -165,7 +165,7 @@ def _gpu_uuid_matches(prefix: str, gpus: list[dict]) -> list[int]:
 def _mig_matches(text: str, gpus: list[dict]) -> list[tuple[int, str]]:
     out = []
     for g in gpus:
-        for d in ((g.get("mig") or {}).get("devices") or []):
+        for d in (g.get("mig") or {}).get("devices") or []:
             uuid = d.get("uuid")
             if isinstance(uuid, str) and uuid.startswith(text):
                 out.append((g["index"], uuid))
@@ -212,10 +212,14 @@ def _read_mig(text: str, gpus: list[dict] | None) -> Entry:
     if legacy:  # MIG-GPU-<uuid>/<gi>/<ci>: only the parent GPU can be checked from NVML facts
         parents = _gpu_uuid_matches(legacy.group(1), gpus)
         if len(parents) != 1:
-            return Entry(text, "mig", "not_found", mig_uuid=text, reason=f"no single GPU has the UUID {legacy.group(1)!r}")
+            return Entry(
+                text, "mig", "not_found", mig_uuid=text, reason=f"no single GPU has the UUID {legacy.group(1)!r}"
+            )
         parent = next(g for g in gpus if g["index"] == parents[0])
         if not (parent.get("mig") or {}).get("current"):
-            return Entry(text, "mig", "not_found", gpu=parents[0], mig_uuid=text, reason=f"GPU {parents[0]} is not in MIG mode")
+            return Entry(
+                text, "mig", "not_found", gpu=parents[0], mig_uuid=text, reason=f"GPU {parents[0]} is not in MIG mode"
+            )
         return Entry(text, "mig", "ok", gpu=parents[0], mig_uuid=text)
     found = _mig_matches(text, gpus)
     if not found:
@@ -232,7 +236,9 @@ def _read_entry(text: str, gpus: list[dict] | None) -> Entry:
         return _read_mig(text, gpus)
     if text[:1].isspace() and text.strip().startswith(("GPU-", "MIG-")):
         # The UUID forms are compared as written: PyTorch's parser (like CUDA's) does not strip blanks.
-        return Entry(text, "invalid", "invalid", reason=f"blank before {text.strip()!r}: UUID entries must not contain spaces")
+        return Entry(
+            text, "invalid", "invalid", reason=f"blank before {text.strip()!r}: UUID entries must not contain spaces"
+        )
     return _read_index(text, gpus)
 
 

@@ -29,8 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INT_SETTINGS = {
-    "num_workers": ("num_workers", "dataloader_num_workers", "workers", "n_workers", "num_data_workers", "loader_workers",
-                    "workers_per_gpu"),
+    "num_workers": (
+        "num_workers",
+        "dataloader_num_workers",
+        "workers",
+        "n_workers",
+        "num_data_workers",
+        "loader_workers",
+        "workers_per_gpu",
+    ),
     "prefetch_factor": ("prefetch_factor", "dataloader_prefetch_factor"),
     "batch_size": (
         "batch_size",
@@ -44,9 +51,20 @@ INT_SETTINGS = {
         "samples_per_gpu",
     ),
     # ims_per_batch: detectron2's SOLVER.IMS_PER_BATCH, images per step across all machines
-    "global_batch_size": ("global_batch_size", "effective_batch_size", "total_batch_size", "total_train_batch_size",
-                          "global_train_batch_size", "ims_per_batch"),
-    "gradient_accumulation_steps": ("gradient_accumulation_steps", "accumulate_grad_batches", "grad_accum_steps", "gradient_accumulation"),
+    "global_batch_size": (
+        "global_batch_size",
+        "effective_batch_size",
+        "total_batch_size",
+        "total_train_batch_size",
+        "global_train_batch_size",
+        "ims_per_batch",
+    ),
+    "gradient_accumulation_steps": (
+        "gradient_accumulation_steps",
+        "accumulate_grad_batches",
+        "grad_accum_steps",
+        "gradient_accumulation",
+    ),
     "tensor_parallel": ("tensor_model_parallel_size", "tensor_parallel_size"),
     "pipeline_parallel": ("pipeline_model_parallel_size", "pipeline_parallel_size"),
     "context_parallel": ("context_parallel_size",),
@@ -67,7 +85,9 @@ _OTHER_WORKERS = re.compile(r"scaling|(^|_)ray(_|$)|server|serving|deploy|uvicor
 # Aliases too generic to trust outside the top level or a data/loader/train section.
 _AMBIGUOUS = ("workers", "n_workers")
 
-_EVAL = re.compile(r"(^|[_\-.])(val|valid|validation|dev|test|testing|eval|evaluation|predict|prediction|inference|infer)([_\-.]|$)")
+_EVAL = re.compile(
+    r"(^|[_\-.])(val|valid|validation|dev|test|testing|eval|evaluation|predict|prediction|inference|infer)([_\-.]|$)"
+)
 _INTERP = re.compile(r"^\$\{\s*([^{}]+?)\s*\}$")
 # Values the framework fills in itself: DeepSpeed's "auto" (from the HF Trainer / accelerate).
 AUTO = "auto"
@@ -294,7 +314,9 @@ def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
     value, problem = _resolve(raw, path, config, env)
     if problem is None and isinstance(value, str) and "${" in value:
         shown = raw if value is not raw and isinstance(raw, str) else value  # not what an ${oc.env:...} gave
-        problem = f"{shown[:200]} is an interpolation gpudoctor does not evaluate (its value is known only when the job runs)"
+        problem = (
+            f"{shown[:200]} is an interpolation gpudoctor does not evaluate (its value is known only when the job runs)"
+        )
         value = None
     if problem is None and isinstance(value, str) and value.strip().lower() == AUTO:
         problem = "'auto': the framework chooses the value when the job starts"
@@ -317,8 +339,19 @@ def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
 
 
 # Hugging Face TrainingArguments' defaults for what the Trainer passes to DataLoader.
-HF_DEFAULTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory": ("dataloader_pin_memory", True), "persistent_workers": ("dataloader_persistent_workers", False)}
-_HF_KEYS = ("per_device_train_batch_size", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_drop_last")
+HF_DEFAULTS = {
+    "num_workers": ("dataloader_num_workers", 0),
+    "pin_memory": ("dataloader_pin_memory", True),
+    "persistent_workers": ("dataloader_persistent_workers", False),
+}
+_HF_KEYS = (
+    "per_device_train_batch_size",
+    "dataloader_num_workers",
+    "dataloader_pin_memory",
+    "dataloader_persistent_workers",
+    "dataloader_prefetch_factor",
+    "dataloader_drop_last",
+)
 _LIGHTNING_TRAINER_KEYS = ("devices", "strategy", "accelerator", "num_nodes", "max_epochs", "precision")
 
 

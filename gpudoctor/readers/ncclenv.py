@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 
-
 LLONG_MAX = 2**63 - 1
 
 

@@ -60,7 +60,9 @@ def _check_expanded_size(data, path: str) -> None:
             raise ConfigError(f"--config {path}: expands to more than {MAX_VALUES:,} values (YAML aliases of aliases?)")
         if isinstance(node, (dict, list)):
             if id(node) in inside:
-                raise ConfigError(f"--config {path}: a YAML alias refers to a value that contains it (the config never ends)")
+                raise ConfigError(
+                    f"--config {path}: a YAML alias refers to a value that contains it (the config never ends)"
+                )
             inside = inside | {id(node)}
             stack.extend((child, inside) for child in (node.values() if isinstance(node, dict) else node))
 

@@ -727,9 +727,5 @@ def bash_syntax(text: str) -> BashSyntax:
     err = proc.stderr
     if proc.returncode == 0:
         return BashSyntax(True)
-    lines = [
-        redact(re.sub(r"^\S*bash: ", "", ln.strip()))
-        for ln in err.splitlines()
-        if ln.strip()
-    ]
+    lines = [redact(re.sub(r"^\S*bash: ", "", ln.strip())) for ln in err.splitlines() if ln.strip()]
     return BashSyntax(False, "; ".join(lines[:3])[:500] or f"bash -n exited {proc.returncode}")
