@@ -41,6 +41,7 @@ def _inputs(args):
 
     from gpudoctor.cli import UsageError, _context, _probe_kwargs, _specs
     from gpudoctor.facts import Facts, SnapshotError
+    from gpudoctor.job import target as job_target
     from gpudoctor.runner import run_checks
 
     if args.snapshot and args.python:
@@ -55,13 +56,10 @@ def _inputs(args):
     else:
         from gpudoctor.probe import collect
 
-        kwargs = _probe_kwargs(args)
-        try:
-            from gpudoctor.report import preflight
+        from gpudoctor.report import preflight
 
-            kwargs["partition"] = preflight.partition_of(ctx)
-        except (ImportError, AttributeError):
-            pass
+        kwargs = _probe_kwargs(args)
+        kwargs["partition"] = preflight.partition_of(ctx)
         facts = collect({n for s in specs for n in s.needs}, **kwargs)
     node_snapshot = getattr(args, "node_snapshot", None)
     if node_snapshot:  # judge the job on the node it will get, as check does
@@ -73,7 +71,9 @@ def _inputs(args):
             raise UsageError(f"--node-snapshot {e}") from None
         ctx = replace(ctx, node_facts=node_snapshot)
     specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
-    return facts, ctx, lambda f, c: run_checks(specs, f, c)
+    # Fix what check's verdict is about: before submission, this login host's driver or torch is not the job's.
+    target = job_target.decide(facts, ctx, node_snapshot=node_snapshot)
+    return facts, ctx, lambda f, c: job_target.split(run_checks(specs, f, c), target)[0]
 
 
 def run(args, findings_runner=_inputs) -> int:

@@ -302,3 +302,13 @@ def test_fifo_input_is_refused_at_once(tmp_path, option):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2 and "not a regular file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert os.listdir(tmp_path) == ["job.fifo"]
+
+
+def test_before_submission_this_hosts_driver_is_not_the_jobs_to_fix(seed_fixed, capsys):
+    # The recorded machine has no NVIDIA driver: a login node. check keeps its driver out of the
+    # job's verdict, so fix must not plan a driver install for it either.
+    rc, out = report(capsys, "--sbatch", str(seed_fixed))
+    assert rc == 0
+    manual = {m["id"] for m in out["manual"]}
+    assert not manual & {"GD-DRV-001", "GD-CUDA-002"}
+    assert {f["id"] for f in out["unsafe_available"]} >= {"GD-SLURM-005"}
