@@ -27,6 +27,7 @@ def _version_text(v) -> str:
 
 @check(
     id="GD-ALLOC-001",
+    scope="job",
     name="alloc-conf-invalid",
     category="allocator",
     title="Allocator settings (PYTORCH_CUDA_ALLOC_CONF) are valid",
@@ -94,6 +95,7 @@ def _judge_conf(name: str, value: str, tv):
 
 @check(
     id="GD-ALLOC-002",
+    scope="job",
     name="alloc-conf-variable-ignored",
     category="allocator",
     title="Allocator settings are in the variable this torch reads",
@@ -179,6 +181,7 @@ def _both_set(chosen, tv, legacy: str, unified: str, evidence: dict):
 
 @check(
     id="GD-ALLOC-003",
+    scope="job",
     name="caching-allocator-disabled",
     category="allocator",
     title="CUDA caching allocator is on",
@@ -449,6 +452,7 @@ EXPANDABLE_IGNORES_SPLIT_SINCE = (2, 3)  # pytorch#120022: expandable segments i
 
 @check(
     id="GD-ALLOC-007",
+    scope="job",
     name="max-split-with-expandable-segments",
     category="allocator",
     title="max_split_size_mb is not combined with expandable_segments",

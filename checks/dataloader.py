@@ -197,6 +197,7 @@ def _slurm_reports_same_shortage(facts, ctx, cpus: Known) -> str | None:
 
 @check(
     id="GD-DL-002",
+    scope="job",
     name="dataloader-loads-in-main-process",
     category="dataloader",
     title="DataLoader uses worker processes on GPU training",
@@ -650,6 +651,7 @@ def _rejected_fix(settings):
 
 @check(
     id="GD-DL-008",
+    scope="job",
     name="dataloader-arguments-rejected",
     category="dataloader",
     title="DataLoader arguments are a combination torch accepts",

@@ -484,6 +484,7 @@ def _rename_fix(old: str, new: str, value: str):
 
 @check(
     id="GD-DIST-005",
+    scope="job",
     name="deprecated-nccl-env-names",
     category="distributed",
     title="PyTorch's NCCL variables use the names this torch reads",

@@ -798,6 +798,7 @@ def interactive_job_name_hides_slurm(facts, ctx):
 
 @check(
     id="GD-SLURM-007",
+    scope="job",
     name="srun-drops-cpus-per-task",
     category="slurm",
     title="srun tasks get the CPUs per task the job asked for",
@@ -1397,6 +1398,7 @@ def sbatch_script_bash_syntax(facts, ctx):
 
 @check(
     id="GD-SLURM-015",
+    scope="job",
     name="sbatch-line-runs-as-missing-command",
     category="slurm",
     title="No line of the batch script starts with an argument instead of a command",

@@ -21,6 +21,7 @@ def _judged_by_the_smoke_run(facts: Facts, ctx: Context) -> Outcome:
 
 @check(
     id="GD-SMOKE-001",
+    scope="job",
     name="rank-missing-at-rendezvous",
     category="distributed",
     title="Every rank joined the rendezvous",
@@ -76,6 +77,7 @@ def rank_outside_its_gpus(facts: Facts, ctx: Context) -> Outcome:
 
 @check(
     id="GD-SMOKE-004",
+    scope="job",
     name="rank-failed",
     category="distributed",
     title="No rank failed during the run",
@@ -94,6 +96,7 @@ def rank_failed(facts: Facts, ctx: Context) -> Outcome:
 
 @check(
     id="GD-SMOKE-005",
+    scope="job",
     name="run-hung",
     category="distributed",
     title="The run finished within its timeout",
@@ -130,6 +133,7 @@ def loss_did_not_fall(facts: Facts, ctx: Context) -> Outcome:
 
 @check(
     id="GD-SMOKE-007",
+    scope="job",
     name="ranks-diverged",
     category="distributed",
     title="All ranks hold identical parameters after training",

@@ -14,9 +14,7 @@ The patient is the job (DESIGN.md). Where gpudoctor runs decides what it can see
   (`--node-snapshot F`), whose facts then stand for the job's node and count in full;
 - otherwise (a plain `gpudoctor check`) this machine is the target.
 
-The scope of a check comes from its registry metadata (`@check(scope=...)`). Checks that leave the
-default ("machine") but judge only the job's settings are mapped here by category and id until
-they declare scope="job" themselves.
+The scope of a check comes from its registry metadata (`@check(scope=...)`), nowhere else.
 """
 
 from __future__ import annotations
@@ -26,12 +24,6 @@ from dataclasses import dataclass
 
 from gpudoctor.model import Finding, Severity
 
-# Categories whose checks judge the job's settings (script, config, environment, launcher), not a machine.
-JOB_CATEGORIES = frozenset({"slurm", "distributed", "allocator", "dataloader", "job"})
-# Checks in machine categories that only read the job's environment values.
-JOB_CHECKS = frozenset({"GD-NCCL-005", "GD-NCCL-006"})
-# Checks in job categories that measure this machine: name resolution and ports here, this host being WSL2.
-MACHINE_CHECKS = frozenset({"GD-DIST-003", "GD-DL-010"})
 # Evidence key a node-scope check sets when, before submission, it judged the job's requested resources
 # (e.g. the script's --cpus-per-task) instead of this host's: its verdict is about the job.
 JUDGED_FOR = "judged_for"
@@ -44,17 +36,12 @@ def in_job_environment(env: dict) -> bool:
     return "SLURM_JOB_ID" in env or "SLURM_JOBID" in env or any(name in env for name in RANK_VARIABLES)
 
 
-def scope_of(check_id: str, category: str) -> str:
-    """'job', 'node' or 'machine' (registry.SCOPES) for a finding's check."""
+def scope_of(check_id: str) -> str:
+    """'job', 'node' or 'machine' (registry.SCOPES) for a finding's check; an unregistered id is 'machine'."""
     from gpudoctor.registry import registered
 
     spec = registered(check_id)
-    scope = spec.scope if spec is not None else "machine"
-    if scope != "machine" or check_id in MACHINE_CHECKS:
-        return scope
-    if category in JOB_CATEGORIES or check_id in JOB_CHECKS:
-        return "job"
-    return "machine"
+    return spec.scope if spec is not None else "machine"
 
 
 @dataclass(frozen=True)
@@ -125,7 +112,7 @@ def about_this_machine(finding: Finding, target: Target) -> bool:
         return False
     if finding.evidence.get(JUDGED_FOR) == JOB_RESOURCES:
         return False
-    return scope_of(finding.id, finding.category) != "job"
+    return scope_of(finding.id) != "job"
 
 
 def split(findings: list[Finding], target: Target) -> tuple[list[Finding], list[Finding]]:
