@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,12 +177,12 @@ def _redact_query(m: re.Match) -> str:
     return m.group(0)
 
 
-def collectable_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+def collectable_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The allow-listed, non-credential part of an environment, with credentials in URLs blanked."""
-    environ = os.environ if environ is None else environ
+    source: Mapping[str, str] = os.environ if environ is None else environ
     return {
         k: redact_value(v)
-        for k, v in sorted(environ.items())
+        for k, v in sorted(source.items())
         if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not is_credential_name(k)
     }
 

@@ -81,7 +81,7 @@ class LazyDistributedSampler(Sampler[int]):
 
 
 def make_loader(
-    dataset: Dataset, *, rank: int, world_size: int, seed: int, batch_size: int, settings: dict
+    dataset: SyntheticTokens, *, rank: int, world_size: int, seed: int, batch_size: int, settings: dict
 ) -> DataLoader:
     """settings: num_workers, pin_memory, persistent_workers, prefetch_factor, drop_last (resolved)."""
     sampler = LazyDistributedSampler(len(dataset), world_size=world_size, rank=rank, seed=seed)
@@ -101,8 +101,10 @@ def make_loader(
 
 def batches(loader: DataLoader):
     """Endless batches; a new epoch reshuffles through the sampler."""
+    sampler = loader.sampler
+    assert isinstance(sampler, LazyDistributedSampler), "batches() reshuffles loaders made by make_loader()"
     epoch = 0
     while True:
-        loader.sampler.set_epoch(epoch)
+        sampler.set_epoch(epoch)
         yield from loader
         epoch += 1

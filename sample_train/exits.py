@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import threading
+from typing import NoReturn
 
 _REMOVE_ON_FINISH: list[str] = []
 
@@ -26,7 +27,7 @@ def kill_children() -> None:
         pass
 
 
-def finish(code: int) -> None:
+def finish(code: int) -> NoReturn:
     """Ends the process without interpreter teardown, which dataloader workers and NCCL
     threads can stall; the process's own children go first."""
     for stream in (sys.stdout, sys.stderr):

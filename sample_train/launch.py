@@ -113,9 +113,10 @@ def _run_spawn(opts: SmokeOptions) -> int:
             make(
                 "GD-SMOKE-012",
                 Severity.FAIL,
-                f"torch {torch.__version__} sees no CUDA GPU (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, "
-                f"built for CUDA {torch.version.cuda}); run `gpudoctor check` for the cause, or pass --device cpu to test "
-                "the CPU/gloo path",
+                f"torch {torch.__version__} sees no CUDA GPU "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, "
+                f"built for CUDA {torch.version.cuda}); run `gpudoctor check` for the cause, or pass --device cpu to "
+                "test the CPU/gloo path",
                 torch=torch.__version__,
                 torch_cuda=torch.version.cuda,
             ),
@@ -130,8 +131,8 @@ def _run_spawn(opts: SmokeOptions) -> int:
             make(
                 "GD-SMOKE-003",
                 Severity.FAIL,
-                f"--gpus {nprocs} asks for more ranks than the {visible} GPU(s) torch sees: ranks {visible}..{nprocs - 1} "
-                "would have no GPU of their own",
+                f"--gpus {nprocs} asks for more ranks than the {visible} GPU(s) torch sees: "
+                f"ranks {visible}..{nprocs - 1} would have no GPU of their own",
                 visible=visible,
                 cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
             ),
@@ -300,6 +301,8 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     elif code:
         print(f"gpudoctor smoke: rank {world.rank} stopped (rank 0 reports why)", file=sys.stderr)
     exits.finish(code)
+    # Not reached (finish is NoReturn); mypy sees `exits` as Any through the package-dir mapping.
+    raise AssertionError("exits.finish() returned")
 
 
 def _launch_info(world: World, opts: SmokeOptions) -> dict:
@@ -337,8 +340,9 @@ def _connect(world: World, opts: SmokeOptions, started: float):
         finding = make(
             "GD-SMOKE-001",
             Severity.FAIL,
-            f"rank {world.rank} could not {what} the rendezvous store at {redact_value(world.master_addr)}:{world.master_port} "
-            f"within {opts.timeout:.0f} s ({type(e).__name__}: {redact_value(str(e).splitlines()[0]) if str(e) else ''}). "
+            f"rank {world.rank} could not {what} the rendezvous store "
+            f"at {redact_value(world.master_addr)}:{world.master_port} within {opts.timeout:.0f} s "
+            f"({type(e).__name__}: {redact_value(str(e).splitlines()[0]) if str(e) else ''}). "
             + (
                 "MASTER_ADDR does not resolve (DNS, /etc/hosts): set MASTER_ADDR to rank 0's address."
                 if isinstance(e, socket.gaierror)

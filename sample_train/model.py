@@ -45,9 +45,10 @@ class GPT(nn.Module):
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
-        for block in self.blocks:  # residual projections scaled as in GPT-2
-            for w in (block.proj.weight, block.out.weight):
-                nn.init.normal_(w, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        for block in self.modules():  # residual projections scaled as in GPT-2
+            if isinstance(block, Block):
+                for w in (block.proj.weight, block.out.weight):
+                    nn.init.normal_(w, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(idx.shape[1], device=idx.device)

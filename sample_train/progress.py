@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported only when a bar is drawn
+    from rich.progress import Progress as Bar
+    from rich.progress import TaskID
 
 
 class Progress:
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
         self.tty = sys.stderr.isatty() and not quiet
-        self._bar = None
-        self._task = None
-        self._last_label = None
+        self._bar: Bar | None = None
+        self._task: TaskID | None = None
+        self._last_label: str | None = None
         self._last_print = 0.0
 
     def __call__(self, info: dict) -> None:
@@ -42,6 +47,7 @@ class Progress:
             )
             self._bar.start()
             self._task = self._bar.add_task(label, total=None)
+        assert self._task is not None  # added together with the bar
         steps = info.get("steps")
         self._bar.update(self._task, description=label, total=steps, completed=info.get("step") or 0)
 

@@ -398,7 +398,8 @@ def _srun_keeps_job_ntasks(shape: JobShape, job: dict, srun: dict, step: dict) -
     else:
         step.pop("ntasks-per-node", None)
     shape.notes.append(
-        f"srun --ntasks-per-node={srun['ntasks-per-node']} is ignored: srun takes the job's SLURM_NTASKS={inherited} as its task "
+        f"srun --ntasks-per-node={srun['ntasks-per-node']} is ignored: srun takes the job's SLURM_NTASKS={inherited} "
+        "as its task "
         f'count ("can\'t honor --ntasks-per-node"), so the step starts {inherited} task(s); give srun -n/--ntasks too'
     )
 
@@ -500,12 +501,13 @@ def _launcher_from_script(shape: JobShape, launch: Launch | None, ctx) -> None:
     launcher = launch.launcher if launch else None
     if ctx.launcher and ctx.launcher != "srun":
         shape.launcher, shape.launcher_source = ctx.launcher, f"--launcher {ctx.launcher}"
-    elif launcher:
+    elif launch is not None and launcher:
         shape.launcher, shape.launcher_source = launcher, f"launch line {launch.line}"
     elif ctx.launcher == "srun":
         shape.launcher, shape.launcher_source = "python", "--launcher srun"
     if (
-        shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed", "lightning")
+        launch is not None
+        and shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed", "lightning")
         and launcher == shape.launcher
     ):
         shape.procs_per_task = _count_arg(launch.nproc_per_node, shape.task_gpus)
@@ -513,7 +515,7 @@ def _launcher_from_script(shape: JobShape, launch: Launch | None, ctx) -> None:
             shape.procs_per_task = shape.task_gpus  # deepspeed defaults to every visible GPU
         if launcher == "torchrun" and launch.nproc_per_node is None:
             shape.procs_per_task = 1  # torchrun's default is one process
-    elif shape.launcher == "accelerate" and launcher == "accelerate":
+    elif launch is not None and shape.launcher == "accelerate" and launcher == "accelerate":
         total = _count_arg(launch.num_processes, None)
         machines = _count_arg(launch.nnodes, None) or 1
         shape.procs_per_task = total // machines if total else None
@@ -553,8 +555,8 @@ def lightning_major(facts) -> int | None:
     majors = set()
     for name in ("lightning", "pytorch_lightning"):
         v = pkgs.get(name)
-        if isinstance(v, str) and re.match(r"^\d+", v):
-            majors.add(int(re.match(r"^(\d+)", v).group(1)))
+        if isinstance(v, str) and (m := re.match(r"^(\d+)", v)):
+            majors.add(int(m.group(1)))
     return majors.pop() if len(majors) == 1 else None
 
 
@@ -612,7 +614,8 @@ def lightning_plan(shape: JobShape, major: int | None) -> LightningPlan:
         plan.spawns = not (ntasks is not None and requested is not None and ntasks == requested)
         if plan.spawns:
             plan.notes.append(
-                f"Lightning {major}.x starts its own processes because SLURM_NTASKS={ntasks} differs from devices x num_nodes = {requested}"
+                f"Lightning {major}.x starts its own processes because SLURM_NTASKS={ntasks} differs from devices x "
+                f"num_nodes = {requested}"
             )
     else:
         plan.spawns = (

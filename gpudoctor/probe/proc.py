@@ -50,6 +50,8 @@ def run_bounded(
         cwd=cwd,
     )
     deadline = time.monotonic() + timeout
+    # Popen with stdout/stderr=PIPE (and stdin=PIPE when there is input) always sets these streams.
+    assert proc.stdout is not None and proc.stderr is not None
     out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
     truncated = False
     reaped = False
@@ -59,8 +61,10 @@ def run_bounded(
                 os.set_blocking(stream.fileno(), False)
                 sel.register(stream.fileno(), selectors.EVENT_READ)
             pending = memoryview(input) if input is not None else None
-            stdin_fd = proc.stdin.fileno() if pending is not None else -1
+            stdin_fd = -1
             if pending is not None:
+                assert proc.stdin is not None  # stdin=PIPE whenever there is input
+                stdin_fd = proc.stdin.fileno()
                 os.set_blocking(stdin_fd, False)
                 sel.register(stdin_fd, selectors.EVENT_WRITE)
             exited_at = None
@@ -74,7 +78,7 @@ def run_bounded(
                     break  # the command is done; whatever still holds its pipes is killed below
                 for key, _ in sel.select(min(deadline - now, 0.1)):
                     fd = key.fd
-                    if fd == stdin_fd:
+                    if fd == stdin_fd and pending is not None and proc.stdin is not None:
                         try:
                             pending = pending[os.write(fd, pending[:65536]) :]
                         except (BrokenPipeError, BlockingIOError) as e:
@@ -107,10 +111,10 @@ def run_bounded(
         if not reaped:
             _kill_group(proc.pid)
             proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
                 try:
-                    stream.close()
+                    pipe.close()
                 except OSError:
                     pass
     stdout, stderr = (bytes(buf).decode("utf-8", "replace") for buf in out.values())  # insertion order

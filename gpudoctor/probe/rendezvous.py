@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 
 from gpudoctor.facts import redact_value
 
@@ -36,7 +37,7 @@ def _resolve(host: str, timeout: float = RESOLVE_TIMEOUT) -> dict:
     t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(timeout)
-    out = {"seconds": round(time.monotonic() - started, 3)}
+    out: dict = {"seconds": round(time.monotonic() - started, 3)}
     if t.is_alive():
         out["error"] = f"name resolution did not answer within {timeout:g} s"
         out["timed_out"] = True
@@ -74,7 +75,7 @@ def _names_this_host(addr: str, resolved: list[str], local: set[str]) -> bool | 
     return any(a in local or _is_loopback(a) for a in resolved)
 
 
-def _binder(env: dict, is_local: bool | None) -> tuple[bool, str]:
+def _binder(env: Mapping[str, str], is_local: bool | None) -> tuple[bool, str]:
     """Whether this process (or the job about to start here) binds MASTER_PORT, and why."""
     if "TORCHELASTIC_RUN_ID" in env:
         return False, "torchrun's agent already hosts the rendezvous store"
@@ -100,7 +101,8 @@ def _try_bind(port: int) -> dict:
         s.bind(("", port))
         return {"free": True}
     except OSError as e:
-        reason = {errno.EADDRINUSE: "in use", errno.EACCES: "permission denied"}.get(e.errno, "error")
+        reasons = {errno.EADDRINUSE: "in use", errno.EACCES: "permission denied"}
+        reason = reasons.get(e.errno, "error") if e.errno is not None else "error"
         return {"free": False, "reason": reason, "error": f"{type(e).__name__}: {e.strerror or e}"}
     finally:
         s.close()
@@ -114,8 +116,8 @@ def _port(text: str | None) -> int | None:
     return n if n is not None and 1 <= n <= 65535 else None
 
 
-def probe(environ: dict | None = None) -> dict:
-    env = os.environ if environ is None else environ
+def probe(environ: Mapping[str, str] | None = None) -> dict:
+    env: Mapping[str, str] = os.environ if environ is None else environ
     addr, port_text = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
     # user:password@host or a URL with a token: the facts keep the host, never the credential
     shown_addr = redact_value(addr) if addr is not None else None

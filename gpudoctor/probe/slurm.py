@@ -93,7 +93,7 @@ def launcher_packages(python: str | None) -> dict:
     if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
         from importlib.metadata import PackageNotFoundError, version
 
-        out = {}
+        out: dict[str, str | None] = {}
         for p in PACKAGES:
             try:
                 out[p] = version(p)

@@ -80,7 +80,7 @@ class TorchProbe:
         if not timed_out:
             return _parse(base, self.proc.returncode, stdout, stderr)
         stage = _last_stage(stderr)
-        doing = STAGES.get(stage, "importing torch")
+        doing = STAGES.get(stage or "import", STAGES["import"])  # no stage reported yet: still importing
         return {
             **base,
             "status": "timeout",
@@ -96,6 +96,8 @@ class TorchProbe:
 
     def _kill_group(self) -> None:
         atexit.unregister(self._kill_group)
+        if self.proc is None:
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -104,13 +106,15 @@ class TorchProbe:
     def _finish(self) -> tuple[str, str]:
         """Kill whatever is left of the child's process group, reap it, and collect its output."""
         self._kill_group()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         for t in self._readers:
             t.join(timeout=2)  # a grandchild that left our session may still hold a pipe: give up on it
-        return tuple(b"".join(self._out[n]).decode("utf-8", "replace") for n in ("stdout", "stderr"))
+        stdout, stderr = (b"".join(self._out[n]).decode("utf-8", "replace") for n in ("stdout", "stderr"))
+        return stdout, stderr
 
 
 MAX_CHILD_OUTPUT = 32 * 2**20  # the facts are well under 1 MiB; a --python that floods its pipe must not fill memory

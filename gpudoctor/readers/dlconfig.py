@@ -153,7 +153,7 @@ class LoaderSettings:
         return f"{key}={shown}" if key == f.path else f"{key}={shown} ({f.path})"
 
     def evidence(self) -> dict:
-        out = {"source": self.source}
+        out: dict[str, Any] = {"source": self.source}
         for name, f in sorted(self.found.items()):
             out[name] = {"value": f.value if f.problem is None else f.raw, "path": f.path}
             if f.problem:
@@ -289,11 +289,11 @@ _SPLIT_KEYS = ("split", "phase", "stage", "mode")
 
 
 def _candidates(config: dict):
-    aliases = {}
+    aliases: dict[str, str] = {}  # a config key -> the setting it spells
     for table in (INT_SETTINGS, BOOL_SETTINGS, TEXT_SETTINGS):
-        for name, keys in table.items():
+        for setting, keys in table.items():
             for key in keys:
-                aliases[key] = name
+                aliases[key] = setting
     for path, key, value, parent in _walk(config):
         if not isinstance(key, str):
             continue

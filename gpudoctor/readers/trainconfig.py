@@ -52,7 +52,8 @@ MAX_VALUES = 1_000_000
 
 def _check_expanded_size(data, path: str) -> None:
     count = 0
-    stack = [(data, frozenset())]  # a value and the ids of the containers it is inside
+    # a value and the ids of the containers it is inside
+    stack: list[tuple[object, frozenset[int]]] = [(data, frozenset())]
     while stack:
         node, inside = stack.pop()
         count += 1
