@@ -64,7 +64,8 @@ def main() -> int:
     import torch
 
     lines = [
-        f"machine: {platform.node()} · {os.cpu_count()} CPUs · {platform.platform()} · Python {platform.python_version()} · torch {torch.__version__}",
+        f"machine: {platform.node()} · {os.cpu_count()} CPUs · {platform.platform()} · "
+        f"Python {platform.python_version()} · torch {torch.__version__}",
         f"runs: {args.runs} each, interleaved; median wall time",
         "",
         "| command | median s | min s | max s | ratio to `import torch` |",

@@ -115,7 +115,7 @@ def _drive(ranks: list[int], port: int, ns: str, rpn: int, drift_node: int, part
             st.set(f"{ns}/c/{r}", blob)
             sent += len(blob)
             answered += 1
-    for r, st in stores.items():
+    for st in stores.values():
         st.wait([f"{ns}/verdict"], timedelta(seconds=600))
         json.loads(st.get(f"{ns}/verdict"))
         st.add(f"{ns}/done", 1)

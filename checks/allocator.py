@@ -125,7 +125,8 @@ def alloc_conf_variable_ignored(facts, ctx):
     evidence = {"torch": _version_text(tv), allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy}
     if chosen.ignored == (allocconf.UNIFIED_VAR,) and legacy is None:
         partly = (
-            " (torch 2.9 reads it for some keys, but its CUDA allocator ignores expandable_segments there, pytorch#183387)"
+            " (torch 2.9 reads it for some keys, but its CUDA allocator "
+            "ignores expandable_segments there, pytorch#183387)"
             if tuple(tv[:2]) == (2, 9)
             else ""
         )
@@ -150,12 +151,14 @@ def _both_set(chosen, tv, legacy: str, unified: str, evidence: dict):
     """Both allocator variables set: torch reads exactly one of them, never a merge."""
     if legacy == unified:
         return passed(
-            f"both variables are set to the same value, so it does not matter which one torch {_version_text(tv)} reads",
+            "both variables are set to the same value, so it does "
+            f"not matter which one torch {_version_text(tv)} reads",
             **evidence,
         )
     keep_unified = unset_env(
         allocconf.LEGACY_VAR,
-        f"unset {allocconf.LEGACY_VAR} so that {allocconf.UNIFIED_VAR} takes effect (merge what you need into it first)",
+        f"unset {allocconf.LEGACY_VAR} so that {allocconf.UNIFIED_VAR} "
+        "takes effect (merge what you need into it first)",
     )
     if chosen.ignored == (allocconf.UNIFIED_VAR,):
         why = (
@@ -164,14 +167,16 @@ def _both_set(chosen, tv, legacy: str, unified: str, evidence: dict):
             else "from 2.13 the older name is read first"
         )
         return warn(
-            f"torch {_version_text(tv)} reads {allocconf.LEGACY_VAR}={legacy!r} and ignores {allocconf.UNIFIED_VAR}={unified!r} "
+            f"torch {_version_text(tv)} reads {allocconf.LEGACY_VAR}={legacy!r} and "
+            f"ignores {allocconf.UNIFIED_VAR}={unified!r} "
             f"({why}): the settings in {allocconf.UNIFIED_VAR} do not take effect",
             keep_unified,
             **evidence,
         )
     return warn(
-        f"both {allocconf.UNIFIED_VAR}={unified!r} and {allocconf.LEGACY_VAR}={legacy!r} are set; torch reads only one of them "
-        f"and which one changed between releases (2.9 preferred {allocconf.UNIFIED_VAR}, 2.13 prefers {allocconf.LEGACY_VAR})"
+        f"both {allocconf.UNIFIED_VAR}={unified!r} and {allocconf.LEGACY_VAR}={legacy!r} are set; torch reads only "
+        f"one of them and which one changed between releases (2.9 preferred {allocconf.UNIFIED_VAR}, 2.13 "
+        f"prefers {allocconf.LEGACY_VAR})"
         + (f"; torch {_version_text(tv)}'s order is not verified" if tv else "; torch's version is unknown")
         + " - keep one variable",
         keep_unified,
@@ -219,8 +224,8 @@ def caching_allocator_disabled(facts, ctx):
         )
     if tv is None:
         return warn(
-            f"{NO_CACHING_VAR}={value!r}: torch before 2.7 disables the caching allocator whenever this variable exists, "
-            "even when it is 0 (torch's version is unknown)",
+            f"{NO_CACHING_VAR}={value!r}: torch before 2.7 disables the caching allocator whenever this variable "
+            "exists, even when it is 0 (torch's version is unknown)",
             fix,
             **evidence,
         )
@@ -256,13 +261,14 @@ def cuda_launch_blocking_on(facts, ctx):
         )
     if value.strip() == "1":
         return warn(
-            "CUDA_LAUNCH_BLOCKING=1 serialises every kernel launch: the CPU waits for each kernel, so input pipeline and "
-            "communication stop overlapping with compute - a debugging switch that slows training",
+            "CUDA_LAUNCH_BLOCKING=1 serialises every kernel launch: the CPU waits for each kernel, so input pipeline "
+            "and communication stop overlapping with compute - a debugging switch that slows training",
             unset_env("CUDA_LAUNCH_BLOCKING"),
             CUDA_LAUNCH_BLOCKING=value,
         )
     return info(
-        f"CUDA_LAUNCH_BLOCKING={value!r}: CUDA documents only 0 (asynchronous) and 1 (blocking); set it to 0 or unset it",
+        f"CUDA_LAUNCH_BLOCKING={value!r}: CUDA documents only 0 "
+        "(asynchronous) and 1 (blocking); set it to 0 or unset it",
         unset_env("CUDA_LAUNCH_BLOCKING"),
         CUDA_LAUNCH_BLOCKING=value,
     )
@@ -375,8 +381,9 @@ def _dist_debug_problem(env: dict) -> tuple[str, str] | None:
         )
     if level == "DETAIL":
         return "warn", (
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every process group in a checker that runs extra collectives to compare "
-            "each collective's shapes across ranks, and turns on desync debugging and per-iteration DDP statistics"
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every process group in a checker "
+            "that runs extra collectives to compare each collective's shapes across "
+            "ranks, and turns on desync debugging and per-iteration DDP statistics"
         )
     return None  # OFF; INFO only logs once at DDP construction
 
@@ -390,8 +397,8 @@ def _startup_switches(env: dict) -> list[tuple[str, str, str]]:
             (
                 "CUDA_MODULE_LOADING",
                 loading,
-                "CUDA loads every kernel of torch's libraries when the context is created (torch sets LAZY when unset): "
-                "slower start-up and more GPU memory per process",
+                "CUDA loads every kernel of torch's libraries when the context is created (torch sets LAZY when "
+                "unset): slower start-up and more GPU memory per process",
             )
         )
     return found

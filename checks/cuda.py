@@ -118,9 +118,15 @@ def _base_version(version: str | None) -> str | None:
 def _import_error_hint(error: str) -> str:
     e = error.lower()
     if "cannot open shared object file" in e:
-        return "a shared library torch needs is missing (an incomplete install, or a CUDA wheel without its nvidia-* dependencies)"
+        return (
+            "a shared library torch needs is missing (an incomplete "
+            "install, or a CUDA wheel without its nvidia-* dependencies)"
+        )
     if "undefined symbol" in e:
-        return "a different build of a library torch links was loaded first: look for CUDA/cuDNN/NCCL folders on LD_LIBRARY_PATH or LD_PRELOAD"
+        return (
+            "a different build of a library torch links was loaded first: look for CUDA/cuDNN/NCCL folders on "
+            "LD_LIBRARY_PATH or LD_PRELOAD"
+        )
     if "numpy" in e:
         return "numpy and torch disagree (a numpy 2 / torch built for numpy 1 mix)"
     if "not a complete installation" in e:
@@ -132,7 +138,10 @@ def _crash_hint(signal_name: str | None) -> str:
     if signal_name == "SIGILL":
         return "this CPU lacks an instruction set the torch (or numpy) build uses"
     if signal_name in ("SIGSEGV", "SIGBUS", "SIGABRT"):
-        return "a native library conflict is likely: check LD_LIBRARY_PATH and LD_PRELOAD for foreign CUDA/cuDNN/NCCL/MPI libraries"
+        return (
+            "a native library conflict is likely: check LD_LIBRARY_PATH and LD_PRELOAD for foreign "
+            "CUDA/cuDNN/NCCL/MPI libraries"
+        )
     return "a native library failed while torch was loading"
 
 
@@ -281,7 +290,8 @@ def torch_cpu_only_build(facts, ctx):
     kind = f"a ROCm build (HIP {t['hip']})" if t.get("hip") else "a CPU-only build"
     if gpus and ctx.gpus_expected:
         return fail(
-            f"torch {t.get('version')} is {kind}, but this machine has {len(gpus)} NVIDIA GPU(s): the job would run on the CPU",
+            f"torch {t.get('version')} is {kind}, but this machine has "
+            f"{len(gpus)} NVIDIA GPU(s): the job would run on the CPU",
             fix,
             **evidence,
         )
@@ -309,7 +319,10 @@ def _cuda_init_hint(error: str) -> str:
     if "802" in e or "system not yet initialized" in e:
         return "on NVSwitch systems (HGX/DGX) this means nvidia-fabricmanager is not running or not yet done"
     if "804" in e or "forward compatibility" in e:
-        return "a CUDA forward-compatibility libcuda (cuda-compat) is on the library path of a GPU that does not support it"
+        return (
+            "a CUDA forward-compatibility libcuda (cuda-compat) is "
+            "on the library path of a GPU that does not support it"
+        )
     if "too old" in e:
         return "the driver is too old for this torch's CUDA (see GD-DRV-002)"
     if "no cuda-capable device" in e or "error 100" in e:
@@ -474,10 +487,10 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
         )
     if "ptx" in by_cov:
         return warn(
-            f"{describe_groups(by_cov['ptx'])}: torch {t.get('version')} has only PTX for this architecture (arch list: "
-            f"{' '.join(arch_list)}); the driver JIT-compiles every kernel on first use, which can take many minutes "
-            "per process (cached in ~/.nv/ComputeCache, CUDA_CACHE_MAXSIZE), and JIT needs a driver at least as new as torch's "
-            "CUDA (see GD-DRV-002)",
+            f"{describe_groups(by_cov['ptx'])}: torch {t.get('version')} has only PTX for this "
+            f"architecture (arch list: {' '.join(arch_list)}); the driver JIT-compiles every kernel "
+            "on first use, which can take many minutes per process (cached in ~/.nv/ComputeCache, "
+            "CUDA_CACHE_MAXSIZE), and JIT needs a driver at least as new as torch's CUDA (see GD-DRV-002)",
             manual(
                 "Prefer a torch build with machine code (sm_XY) for these GPUs",
                 "python -c 'import torch; print(torch.cuda.get_arch_list())'",
@@ -529,7 +542,8 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
     evidence = {"loaded": loaded, "ld_library_path": facts.env.get("LD_LIBRARY_PATH")}
     if len(loaded_majors) > 1:
         return warn(
-            f"torch's process has {label} of several major versions loaded ({', '.join(loaded)}): two copies in one process",
+            f"torch's process has {label} of several major versions "
+            f"loaded ({', '.join(loaded)}): two copies in one process",
             **evidence,
         )
     bundled = _bundled_dirs(facts)
@@ -543,15 +557,16 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
         ]
         fix = _ld_path_without(facts, _ld_dirs_of(ld_entries)) if ld_entries else None
         return warn(
-            f"torch loaded {label} from {', '.join(foreign)} instead of the copy its wheels installed ({', '.join(wheel)}): "
-            "a different build than torch was tested with, found first on the library path",
+            f"torch loaded {label} from {', '.join(foreign)} instead of the copy its wheels installed "
+            f"({', '.join(wheel)}): a different build than torch was tested with, found first on the library path",
             fix,
             wheel_copies=wheel,
             **evidence,
         )
     if len(loaded_dirs) > 1:
         return warn(
-            f"{label} files were loaded from several folders ({', '.join(sorted(loaded_dirs))}): parts of two installations mixed in one process",
+            f"{label} files were loaded from several folders ({', '.join(sorted(loaded_dirs))}): parts of two "
+            "installations mixed in one process",
             **evidence,
         )
     return None
@@ -611,9 +626,9 @@ def cudnn_shadowed(facts, ctx):
     if same_ld:
         paths = [e["path"] for e in same_ld]
         return warn(
-            f"{using}, but LD_LIBRARY_PATH also holds cuDNN {major} ({', '.join(paths)}): it is searched first for the cuDNN "
-            "sub-libraries loaded on first use, so the two installations can mix (CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH "
-            "or a version-incompatibility error at the first convolution)",
+            f"{using}, but LD_LIBRARY_PATH also holds cuDNN {major} ({', '.join(paths)}): it is searched first for "
+            "the cuDNN sub-libraries loaded on first use, so the two installations can mix "
+            "(CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH or a version-incompatibility error at the first convolution)",
             _ld_path_without(facts, _ld_dirs_of(same_ld)),
             other_copies=paths,
             **evidence,
@@ -630,8 +645,9 @@ def cudnn_shadowed(facts, ctx):
     if other_ld:
         paths = [e["path"] for e in other_ld]
         return info(
-            f"{using}; LD_LIBRARY_PATH also holds another cuDNN major version ({', '.join(paths)}), which cannot replace "
-            "torch's (the file name carries the major version) but will be what other libraries in the process load",
+            f"{using}; LD_LIBRARY_PATH also holds another cuDNN major version "
+            f"({', '.join(paths)}), which cannot replace torch's (the file name carries "
+            "the major version) but will be what other libraries in the process load",
             other_copies=paths,
             **evidence,
         )
@@ -680,7 +696,8 @@ def cuda_runtime_libraries_shadowed(facts, ctx):
             )
         if other:
             notes.append(
-                f"{label} of another major version on LD_LIBRARY_PATH ({', '.join(e['path'] for e in other)}) cannot replace torch's"
+                f"{label} of another major version on LD_LIBRARY_PATH "
+                f"({', '.join(e['path'] for e in other)}) cannot replace torch's"
             )
         evidence[family] = loaded
     if notes:
@@ -730,8 +747,8 @@ def nvcc_torch_cuda_mismatch(facts, ctx):
         )
     if not tk.get("nvcc"):
         return info(
-            "no CUDA toolkit (nvcc): fine unless the job compiles CUDA extensions (DeepSpeed ops JIT, flash-attn or apex "
-            f"from source); those would need a CUDA {torch_cuda[0]}.x toolkit",
+            "no CUDA toolkit (nvcc): fine unless the job compiles CUDA extensions (DeepSpeed ops JIT, flash-attn or "
+            f"apex from source); those would need a CUDA {torch_cuda[0]}.x toolkit",
             **evidence,
         )
     nvcc_cuda = versions.parse(tk.get("version"))
@@ -740,9 +757,10 @@ def nvcc_torch_cuda_mismatch(facts, ctx):
     nvcc_cuda = nvcc_cuda[:2]
     if nvcc_cuda[0] != torch_cuda[0]:
         return warn(
-            f"nvcc at {tk['nvcc']} is CUDA {versions.fmt(nvcc_cuda)} but torch is built for CUDA {versions.fmt(torch_cuda)}: "
-            "building CUDA extensions fails (cpp_extension raises 'The detected CUDA version mismatches the version that "
-            "was used to compile PyTorch')",
+            f"nvcc at {tk['nvcc']} is CUDA {versions.fmt(nvcc_cuda)} but torch is built for "
+            f"CUDA {versions.fmt(torch_cuda)}: "
+            "building CUDA extensions fails (cpp_extension raises 'The detected CUDA version mismatches the version "
+            "that was used to compile PyTorch')",
             manual(
                 f"Point CUDA_HOME at a CUDA {torch_cuda[0]}.x toolkit for extension builds",
                 f"export CUDA_HOME=/usr/local/cuda-{versions.fmt(torch_cuda)}",
@@ -751,8 +769,8 @@ def nvcc_torch_cuda_mismatch(facts, ctx):
         )
     if nvcc_cuda != torch_cuda:
         return info(
-            f"nvcc is CUDA {versions.fmt(nvcc_cuda)}, torch is built for {versions.fmt(torch_cuda)}: same major version, so "
-            "extensions build (cpp_extension only warns about the minor difference)",
+            f"nvcc is CUDA {versions.fmt(nvcc_cuda)}, torch is built for {versions.fmt(torch_cuda)}: same major "
+            "version, so extensions build (cpp_extension only warns about the minor difference)",
             **evidence,
         )
     return passed(f"nvcc at {tk['nvcc']} is CUDA {versions.fmt(nvcc_cuda)}, as torch", **evidence)

@@ -227,8 +227,8 @@ def dataloader_loads_in_main_process(facts, ctx):
         )
     suggested = _suggested_workers(facts, ctx)
     return warn(
-        f"{settings.describe('num_workers')}: batches are loaded in the training process, so the GPU waits while each one "
-        "is read and augmented (fine only for in-memory tensor data)",
+        f"{settings.describe('num_workers')}: batches are loaded in the training process, so the GPU waits while each "
+        "one is read and augmented (fine only for in-memory tensor data)",
         _change_setting(settings, "num_workers", suggested, f"Set num_workers to {suggested}"),
         **settings.evidence(),
     )
@@ -392,7 +392,8 @@ def shm_too_small_for_workers(facts, ctx):
     batch = settings.value("batch_size")
     per_sample = f", {per_batch / batch / 1024:,.0f} KiB per sample at batch_size {batch}" if batch else ""
     return warn(
-        f"/dev/shm has only {free / MIB:,.0f} MiB free ({shm.get('total_bytes', 0) / MIB:,.0f} MiB total) for {sum_text}: "
+        f"/dev/shm has only {free / MIB:,.0f} MiB free ({shm.get('total_bytes', 0) / MIB:,.0f} MiB total) "
+        f"for {sum_text}: "
         f"{per_batch / MIB:,.1f} MiB per batch{per_sample}; larger batches kill the workers with 'Bus error'",
         _shm_fix(facts),
         **evidence,
@@ -465,7 +466,8 @@ def omp_threads_oversubscribe_cpus(facts, ctx):
     total = threads * sharing.value
     if total > cpus.value:
         return warn(
-            f"OMP_NUM_THREADS={threads} x {sharing.value} rank(s) = {total} threads on {cpus.value} CPUs ({cpus.source})",
+            f"OMP_NUM_THREADS={threads} x {sharing.value} rank(s) = "
+            f"{total} threads on {cpus.value} CPUs ({cpus.source})",
             set_env("OMP_NUM_THREADS", str(share)),
             **evidence,
         )
@@ -565,8 +567,8 @@ def global_batch_not_divisible(facts, ctx):
         return _no_settings()
     if settings.is_auto("global_batch_size"):
         return passed(
-            f"{settings.describe('global_batch_size')}: the HF Trainer / accelerate fills it in as world size x per-device "
-            "batch x accumulation, consistent by construction",
+            f"{settings.describe('global_batch_size')}: the HF Trainer / accelerate fills it in as world size x "
+            "per-device batch x accumulation, consistent by construction",
             **settings.evidence(),
         )
     global_batch = settings.value("global_batch_size")
@@ -641,7 +643,8 @@ def _rejected_fix(settings):
     workers = settings.value("num_workers")
     if workers is not None and workers < 0:
         return manual(
-            f"Set {settings.describe('num_workers').split('=')[0]} to 0 or a positive count (or resolve -1 in your code before DataLoader)"
+            f"Set {settings.describe('num_workers').split('=')[0]} to 0 or a positive count (or resolve -1 in your "
+            "code before DataLoader)"
         )
     keys = [settings.describe(n).split("=")[0] for n in ("prefetch_factor", "persistent_workers") if settings.value(n)]
     return manual(
@@ -733,11 +736,12 @@ def dataloader_not_sharded_across_ranks(facts, ctx):
         return skip(f"a single rank (world size {lay.world_size.value or 'unknown'}): nothing to shard", **evidence)
     if name == "_InfiniteConstantSampler":
         return info(
-            f"an IterableDataset on {lay.world_size.value} ranks: torch cannot shard it, so its __iter__ must split the stream "
-            "by rank (and by worker) itself, or every rank trains on the same samples",
+            f"an IterableDataset on {lay.world_size.value} ranks: torch cannot shard it, so its __iter__ must split "
+            "the stream by rank (and by worker) itself, or every rank trains on the same samples",
             manual(
                 "Split the stream by rank",
-                "datasets.distributed.split_dataset_by_node(ds, rank, world_size)  # or torch.utils.data.get_worker_info() + the rank in __iter__",
+                "datasets.distributed.split_dataset_by_node(ds, rank, world_size)  # or "
+                "torch.utils.data.get_worker_info() + the rank in __iter__",
             ),
             **evidence,
         )

@@ -88,7 +88,8 @@ def _fix_visibility(vis: cudavis.Visibility, facts):
 
 
 _COUNT_FIX = manual(
-    "Give the job the GPUs it needs: check CUDA_VISIBLE_DEVICES and the scheduler request (or pass the right --expect-gpus)",
+    "Give the job the GPUs it needs: check CUDA_VISIBLE_DEVICES "
+    "and the scheduler request (or pass the right --expect-gpus)",
     "nvidia-smi -L",
     "echo $CUDA_VISIBLE_DEVICES",
 )
@@ -229,8 +230,8 @@ def mig_multiple_devices(facts, ctx):
     wanted = ctx.expect_gpus
     if wanted is not None and wanted > 1:
         return fail(
-            f"the job expects {wanted} GPUs but GPUs {evidence['mig_gpus']} are in MIG mode: a CUDA process can use only one "
-            f"MIG device ({len(devices)} visible), so torch.cuda.device_count() will be 1",
+            f"the job expects {wanted} GPUs but GPUs {evidence['mig_gpus']} are in MIG mode: a CUDA process can use "
+            f"only one MIG device ({len(devices)} visible), so torch.cuda.device_count() will be 1",
             manual(
                 "Run one process per MIG device, each with its own CUDA_VISIBLE_DEVICES=MIG-<uuid>, or disable MIG",
                 "nvidia-smi -L",
@@ -248,8 +249,8 @@ def mig_multiple_devices(facts, ctx):
         )
     if len(devices) > 1:
         return info(
-            f"{len(devices)} MIG devices are visible, but a CUDA process uses only the first; give each process its own "
-            "CUDA_VISIBLE_DEVICES=MIG-<uuid>",
+            f"{len(devices)} MIG devices are visible, but a CUDA process uses only the first; give each process its "
+            "own CUDA_VISIBLE_DEVICES=MIG-<uuid>",
             None,
             **evidence,
         )
@@ -307,7 +308,8 @@ def compute_mode_restricted(facts, ctx):
     taken = [g["index"] for g in exclusive if any(p.get("type") == "compute" for p in g.get("processes") or [])]
     if taken:
         return fail(
-            f"GPU(s) {taken} are in Exclusive_Process mode and another process already holds them: this job cannot open them",
+            f"GPU(s) {taken} are in Exclusive_Process mode and another "
+            "process already holds them: this job cannot open them",
             manual("Find and stop the other process", "nvidia-smi"),
             **evidence,
         )
@@ -319,8 +321,9 @@ def compute_mode_restricted(facts, ctx):
         )
         if ctx.launcher in MULTI_PROCESS_LAUNCHERS:
             return warn(
-                text + f" - with {ctx.launcher}, a rank that touches cuda:0 before torch.cuda.set_device(local_rank) "
-                "(an early .cuda(), empty_cache(), a barrier without device_ids) takes another rank's GPU and the job dies",
+                text + f" - with {ctx.launcher}, a rank that touches cuda:0 before "
+                "torch.cuda.set_device(local_rank) (an early .cuda(), empty_cache(), a "
+                "barrier without device_ids) takes another rank's GPU and the job dies",
                 None,
                 launcher=ctx.launcher,
                 **evidence,

@@ -141,11 +141,12 @@ def _node_rank_same_on_every_node(facts, ctx):
         else ""
     )
     return fail(
-        f"line {shape.launch_lineno} starts {launcher} on each of {shape.nodes} nodes with {given}: every node claims node rank "
-        f"{rank or 0} and the static rendezvous never completes{why}",
+        f"line {shape.launch_lineno} starts {launcher} on each of {shape.nodes} nodes with {given}: every node claims "
+        f"node rank {rank or 0} and the static rendezvous never completes{why}",
         manual(
             "Let each task expand its own node rank, or let the rendezvous assign it",
-            f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} ... {option}=$SLURM_NODEID ...'   (single quotes)",
+            f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} "
+            f"... {option}=$SLURM_NODEID ...'   (single quotes)",
             "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)",
         ),
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
@@ -203,8 +204,9 @@ def rank_variables_inconsistent(facts, ctx):
     missing = _missing(env, set(_script_exports(ctx)))
     if missing and (_per_task_srun_launch(ctx) and missing == ["RANK"]):
         return info(
-            f"WORLD_SIZE={env.get('WORLD_SIZE')} is exported but RANK is not: srun starts one task per rank, so the script "
-            "must take its rank from SLURM_PROCID (as Lightning and most cluster examples do) or set RANK inside each task",
+            f"WORLD_SIZE={env.get('WORLD_SIZE')} is exported but RANK is not: srun "
+            "starts one task per rank, so the script must take its rank from SLURM_PROCID "
+            "(as Lightning and most cluster examples do) or set RANK inside each task",
             manual(
                 "Map the rank per task if the script expects RANK",
                 "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID python train.py'",
@@ -228,7 +230,8 @@ def rank_variables_inconsistent(facts, ctx):
                 "SLURM's variables itself, but init_process_group('env://') needs them set inside each task",
                 manual(
                     "Map them per task",
-                    "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'",
+                    "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
+                    "WORLD_SIZE=$SLURM_NTASKS python train.py'",
                 ),
                 **evidence,
             )
@@ -286,7 +289,8 @@ def master_port_invalid(facts, ctx):
         )
     if port < 1024:
         return warn(
-            f"MASTER_PORT={port} is a privileged port: only root may bind it, so rank 0 fails with 'Permission denied' as a normal user",
+            f"MASTER_PORT={port} is a privileged port: only root may bind it, so rank 0 fails with 'Permission "
+            "denied' as a normal user",
             fix,
             MASTER_PORT=text,
         )
@@ -314,8 +318,8 @@ def _endpoint_problem(rdv: dict, lay, env: dict):
     res = rdv.get("resolve") or {}
     if res.get("error") or not rdv.get("resolved"):
         return fail(
-            f"MASTER_ADDR={addr!r} does not resolve ({res.get('error', 'no addresses')}): every rank will fail to reach the rendezvous store"
-            + _address_form_hint(str(addr)),
+            f"MASTER_ADDR={addr!r} does not resolve ({res.get('error', 'no addresses')}): every rank will fail to "
+            "reach the rendezvous store" + _address_form_hint(str(addr)),
             manual(
                 "Use a host name or address every node can resolve, e.g. the first node of the job",
                 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -323,7 +327,8 @@ def _endpoint_problem(rdv: dict, lay, env: dict):
         )
     if rdv.get("loopback") and lay.multi_node:
         return fail(
-            f"MASTER_ADDR={addr!r} is a loopback address but the job spans {lay.nodes.value} nodes ({lay.nodes.source}): ranks on other nodes connect to themselves and time out",
+            f"MASTER_ADDR={addr!r} is a loopback address but the job spans {lay.nodes.value} nodes "
+            f"({lay.nodes.source}): ranks on other nodes connect to themselves and time out",
             manual(
                 "Set MASTER_ADDR to the first node's host name",
                 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -333,14 +338,15 @@ def _endpoint_problem(rdv: dict, lay, env: dict):
     if port and not port.get("free"):
         why = "another process already holds it" if port.get("reason") == "in use" else port.get("error")
         return fail(
-            f"MASTER_PORT={port.get('port')} cannot be bound on this host ({why}): rank 0's store will fail "
-            "with 'address already in use' (if gpudoctor runs inside the already-started job, that process is the job itself)",
+            f"MASTER_PORT={port.get('port')} cannot be bound on this host ({why}): "
+            "rank 0's store will fail with 'address already in use' (if gpudoctor "
+            "runs inside the already-started job, that process is the job itself)",
             manual("Choose another port", "export MASTER_PORT=$((10000 + RANDOM % 50000))"),
         )
     if env_int(env, "RANK") == 0 and rdv.get("is_this_host") is False and not lay.under_torchrun:
         return warn(
-            f"this is rank 0 but MASTER_ADDR={addr!r} ({', '.join(rdv['resolved'])}) is not one of this host's addresses: "
-            "rank 0 hosts the store, so the other ranks will wait at an address where nobody listens",
+            f"this is rank 0 but MASTER_ADDR={addr!r} ({', '.join(rdv['resolved'])}) is not one of this host's "
+            "addresses: rank 0 hosts the store, so the other ranks will wait at an address where nobody listens",
             manual("Set MASTER_ADDR to the host that runs rank 0"),
         )
     return None
@@ -418,7 +424,8 @@ def deprecated_torch_distributed_launch(facts, ctx):
     fix = manual("Launch with torchrun instead", "torchrun --nproc-per-node=$SLURM_GPUS_ON_NODE train.py")
     if all(re.search(r"--use[-_]env\b", ln.text or "") for ln in legacy):
         return info(
-            "the batch script uses the deprecated torch.distributed.launch (with --use-env, so ranks come from LOCAL_RANK): use torchrun",
+            "the batch script uses the deprecated torch.distributed.launch (with --use-env, so ranks come from "
+            "LOCAL_RANK): use torchrun",
             fix,
             **evidence,
         )

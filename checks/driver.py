@@ -106,7 +106,8 @@ def nvidia_driver_unusable(facts, ctx):
             driver_version=nv.get("driver_version"),
         )
     return passed(
-        f"driver {nv.get('driver_version')} (CUDA {versions.fmt(versions.cuda_from_int(nv.get('cuda_driver_version')))}) sees {len(gpus)} GPU(s)",
+        f"driver {nv.get('driver_version')} "
+        f"(CUDA {versions.fmt(versions.cuda_from_int(nv.get('cuda_driver_version')))}) sees {len(gpus)} GPU(s)",
         driver_version=nv.get("driver_version"),
         cuda_driver_version=nv.get("cuda_driver_version"),
         gpu_count=len(gpus),
@@ -187,7 +188,8 @@ def driver_too_old_for_torch_cuda(facts, ctx):
         have_eff = min(have_eff, versions.cuda_from_int(int(found.group(1))))
         evidence["libcuda_cuda"] = versions.fmt(have_eff)
     upgrade = manual(
-        f"Upgrade the NVIDIA driver to one for CUDA {versions.fmt(need)}, or install a torch built for CUDA {versions.fmt(have)} or older",
+        f"Upgrade the NVIDIA driver to one for CUDA {versions.fmt(need)}, or install a torch built for "
+        f"CUDA {versions.fmt(have)} or older",
         f"pip install torch --index-url https://download.pytorch.org/whl/cu{have[0]}{have[1]}",
     )
     if have_eff >= need:
@@ -211,14 +213,15 @@ def driver_too_old_for_torch_cuda(facts, ctx):
                 **evidence,
             )
         return fail(
-            f"torch {t.get('version')} needs CUDA {versions.fmt(need)} but the driver supports only CUDA {versions.fmt(have_eff)}: "
+            f"torch {t.get('version')} needs CUDA {versions.fmt(need)} but the driver supports only "
+            f"CUDA {versions.fmt(have_eff)}: "
             f"CUDA calls will fail with 'driver too old (found version {have_eff[0] * 1000 + have_eff[1] * 10})'",
             upgrade,
             **evidence,
         )
     return warn(
-        f"torch needs CUDA {versions.fmt(need)}, the driver supports {versions.fmt(have_eff)}: eager kernels run through "
-        "minor-version compatibility, but PTX JIT and torch.compile/Triton kernels may fail",
+        f"torch needs CUDA {versions.fmt(need)}, the driver supports {versions.fmt(have_eff)}: eager kernels run "
+        "through minor-version compatibility, but PTX JIT and torch.compile/Triton kernels may fail",
         upgrade,
         **evidence,
     )

@@ -42,8 +42,8 @@ def ecc_uncorrected_errors(facts, ctx):
     evidence = {"uncorrected_volatile": volatile, "uncorrected_aggregate": aggregate}
     if volatile:
         return fail(
-            f"uncorrected ECC errors since the last reboot on GPU(s) {sorted(volatile)} ({volatile}): the GPU lost memory "
-            "contents and needs a reset before it can be trusted",
+            f"uncorrected ECC errors since the last reboot on GPU(s) {sorted(volatile)} ({volatile}): the GPU lost "
+            "memory contents and needs a reset before it can be trusted",
             manual(
                 "Drain the node, reset the GPU(s), run diagnostics",
                 *[f"sudo nvidia-smi -r -i {i}" for i in sorted(volatile)],
@@ -53,8 +53,8 @@ def ecc_uncorrected_errors(facts, ctx):
         )
     if aggregate:
         return warn(
-            f"GPU(s) {sorted(aggregate)} have had uncorrected ECC errors in their lifetime ({aggregate}), none since the "
-            "last reboot: watch them",
+            f"GPU(s) {sorted(aggregate)} have had uncorrected ECC errors in their lifetime ({aggregate}), none since "
+            "the last reboot: watch them",
             manual(
                 "Check the memory repair state and diagnostics",
                 "nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT",
@@ -102,7 +102,8 @@ def memory_repair_pending(facts, ctx):
         )
     if pending:
         return fail(
-            f"a memory repair (row remap / page retirement) is pending on GPU(s) {pending}: it takes effect only after a GPU reset",
+            f"a memory repair (row remap / page retirement) is pending on GPU(s) {pending}: it takes effect only "
+            "after a GPU reset",
             manual("Drain the node and reset the GPU(s)", *[f"sudo nvidia-smi -r -i {i}" for i in pending]),
             **evidence,
         )
@@ -120,8 +121,8 @@ def memory_repair_pending(facts, ctx):
     "mean trouble; the software power cap is normal under full load; gpu_idle only means the GPU has no work.",
     why="A GPU slowed by heat or a power-brake signal runs far below its rated speed, and in data-parallel "
     "training every other GPU waits for it.",
-    fix="Check cooling (fans, airflow, inlet temperature) and power delivery; `nvidia-smi -q -d PERFORMANCE,TEMPERATURE` "
-    "shows the active reasons; persistent hardware slowdowns need the vendor.",
+    fix="Check cooling (fans, airflow, inlet temperature) and power delivery; `nvidia-smi -q -d "
+    "PERFORMANCE,TEMPERATURE` shows the active reasons; persistent hardware slowdowns need the vendor.",
 )
 def gpu_clocks_throttled(facts, ctx):
     gpus = cudavis.job_gpus(facts)
@@ -260,7 +261,8 @@ def fabric_manager_not_running(facts, ctx):
             for i, f in unready.items()
         )
         return fail(
-            f"NVSwitch fabric not ready ({detail}): CUDA initialisation fails with error 802 'system not yet initialized'",
+            f"NVSwitch fabric not ready ({detail}): CUDA initialisation "
+            "fails with error 802 'system not yet initialized'",
             fix,
             **evidence,
         )

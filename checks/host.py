@@ -66,7 +66,8 @@ def host_ram_too_small(facts, ctx):
     summary = f"{_gib(ram)} of {source} for {len(gpus)} GPU(s) with {_gib(gpu_mem)} in total ({ratio:.1f}x)"
     if ratio < RAM_MIN_RATIO:
         return warn(
-            f"{summary}: less host memory than GPU memory - ranks risk the OOM killer while loading checkpoints or data",
+            f"{summary}: less host memory than GPU memory - ranks "
+            "risk the OOM killer while loading checkpoints or data",
             manual(
                 "Request more host memory for the job",
                 "#SBATCH --mem=0   (the whole node's memory)",
@@ -117,7 +118,8 @@ def shm_too_small(facts, ctx):
     free = shm.get("free_bytes")
     if free is not None and free < SHM_MIN_BYTES:
         return warn(
-            f"/dev/shm has {_gib(total)} but only {free / MIB:.0f} MiB free: something else fills it (stale /dev/shm/torch_* files?)",
+            f"/dev/shm has {_gib(total)} but only {free / MIB:.0f} MiB free: something else fills it (stale "
+            "/dev/shm/torch_* files?)",
             manual("Look at what fills /dev/shm", "ls -la /dev/shm", "df -h /dev/shm"),
             **evidence,
         )

@@ -80,7 +80,8 @@ def nccl_missing_in_torch(facts, ctx):
         )
     if not t.get("nccl_available"):
         return fail(
-            f"torch {t.get('version')} has no NCCL: init_process_group('nccl') raises \"Distributed package doesn't have NCCL built in\"",
+            f"torch {t.get('version')} has no NCCL: init_process_group('nccl') raises \"Distributed package doesn't "
+            'have NCCL built in"',
             fix,
             **evidence,
         )
@@ -147,7 +148,8 @@ def nccl_socket_ifname_matches_nothing(facts, ctx):
     unmatched = [] if exclude else [e for e in entries if not _matches_any(e, usable, exact)]
     if unmatched:
         return info(
-            f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen)}; {', '.join(unmatched)} matches no interface here",
+            f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen)}; "
+            f"{', '.join(unmatched)} matches no interface here",
             **evidence,
         )
     return passed(f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen)}", **evidence)
@@ -174,7 +176,8 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     net = (env.get("NCCL_NET") or "").strip().lower()
     if active and ib_disable is not None and nccl_flag(env, "NCCL_IB_DISABLE") != 0:
         return warn(
-            f"NCCL_IB_DISABLE={ib_disable} but {len(active)} InfiniBand/RoCE port(s) are active ({', '.join(map(_port_name, active))}): "
+            f"NCCL_IB_DISABLE={ib_disable} but {len(active)} InfiniBand/RoCE port(s) are active "
+            f"({', '.join(map(_port_name, active))}): "
             "inter-node all-reduce goes over TCP sockets instead, typically several times slower",
             unset_env("NCCL_IB_DISABLE"),
         )
@@ -186,13 +189,15 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     hca = env.get("NCCL_IB_HCA")
     if active and hca and not select_names(hca, sorted({p["device"] for p in active})):
         return warn(
-            f"NCCL_IB_HCA={hca!r} selects none of the active devices ({', '.join(sorted({p['device'] for p in active}))}): NCCL falls back to TCP sockets",
+            f"NCCL_IB_HCA={hca!r} selects none of the active devices "
+            f"({', '.join(sorted({p['device'] for p in active}))}): NCCL falls back to TCP sockets",
             unset_env("NCCL_IB_HCA"),
         )
     if ports and not active:
         states = ", ".join(f"{_port_name(p)} {p.get('state')}" for p in ports)
         return warn(
-            f"this host has InfiniBand/RoCE ports but none is ACTIVE ({states}): NCCL will send inter-node traffic over TCP sockets",
+            f"this host has InfiniBand/RoCE ports but none is ACTIVE ({states}): NCCL will send inter-node traffic "
+            "over TCP sockets",
             manual("Check the fabric: port state, cable, subnet manager", "ibstat"),
         )
     if not ports:
@@ -286,8 +291,8 @@ def nccl_p2p_disabled_on_nvlink(facts, ctx):
     name = setting.split("=", 1)[0]
     if len(linked) >= 2:
         return warn(
-            f"{setting} turns off NCCL's P2P transport, but GPUs {', '.join(map(str, linked))} are connected by NVLink: "
-            "intra-node all-reduce falls back to host shared memory, many times slower",
+            f"{setting} turns off NCCL's P2P transport, but GPUs {', '.join(map(str, linked))} are connected by "
+            "NVLink: intra-node all-reduce falls back to host shared memory, many times slower",
             unset_env(name),
             **evidence,
         )
@@ -337,12 +342,14 @@ def nccl_debug_logging_left_on(facts, ctx):
     where = f" to {env['NCCL_DEBUG_FILE']}" if env.get("NCCL_DEBUG_FILE") else ""
     if per_collective:
         return warn(
-            f"NCCL_DEBUG={value} with NCCL_DEBUG_SUBSYS={subsys} logs every collective{where}: huge logs and a slower run",
+            f"NCCL_DEBUG={value} with NCCL_DEBUG_SUBSYS={subsys} logs "
+            f"every collective{where}: huge logs and a slower run",
             set_env("NCCL_DEBUG", "WARN"),
             **evidence,
         )
     return info(
-        f"NCCL_DEBUG={value} is on{where}: verbose set-up logs from every rank; fine while debugging, use WARN in production",
+        f"NCCL_DEBUG={value} is on{where}: verbose set-up logs from "
+        "every rank; fine while debugging, use WARN in production",
         set_env("NCCL_DEBUG", "WARN"),
         **evidence,
     )

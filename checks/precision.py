@@ -95,7 +95,8 @@ def bf16_not_native(facts, ctx):
         )
     if configured and configured[0] != "bf16":
         return info(
-            f"{_describe(old)}: no native bf16, and the config uses {configured[0]} ({configured[1]}), which suits them",
+            f"{_describe(old)}: no native bf16, and the config uses "
+            f"{configured[0]} ({configured[1]}), which suits them",
             **evidence,
         )
     no_tensor_cores = any(cc < VOLTA for _, cc in old.values())
@@ -104,10 +105,12 @@ def bf16_not_native(facts, ctx):
     )
     asked = f" the config asks for bf16 ({configured[1]});" if configured else ""
     return warn(
-        f"{_describe(old)}: no native bf16 (needs compute capability 8.0);{asked} torch emulates it, so a bf16 job runs "
-        f"without error but slower than fp16, and torch.compile cannot build bf16 kernels for them; use {alternative}",
+        f"{_describe(old)}: no native bf16 (needs compute capability 8.0);{asked} "
+        "torch emulates it, so a bf16 job runs without error but slower than fp16, "
+        f"and torch.compile cannot build bf16 kernels for them; use {alternative}",
         manual(
-            "Train in fp16 with a gradient scaler on these GPUs (Lightning: precision='16-mixed'; HF Trainer: fp16=True)",
+            "Train in fp16 with a gradient scaler on these GPUs "
+            "(Lightning: precision='16-mixed'; HF Trainer: fp16=True)",
             "torch.autocast('cuda', dtype=torch.float16)  +  scaler = torch.amp.GradScaler('cuda')",
         ),
         **evidence,
@@ -144,8 +147,8 @@ def tf32_unavailable_or_off(facts, ctx):
     }
     if old:
         return info(
-            f"{_describe(old)}: no TF32 (needs compute capability 8.0), so fp32 matmuls and convolutions run at plain fp32 "
-            "speed there; fp16 autocast is what uses their tensor cores",
+            f"{_describe(old)}: no TF32 (needs compute capability 8.0), so fp32 matmuls and convolutions run at plain "
+            "fp32 speed there; fp16 autocast is what uses their tensor cores",
             **evidence,
         )
     if facts.env.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
@@ -157,13 +160,14 @@ def tf32_unavailable_or_off(facts, ctx):
         )
     if precision in ("high", "medium"):
         return passed(
-            f"TF32 available on the {len(gpus)} GPU(s) and enabled for fp32 matmuls (float32 matmul precision '{precision}')",
+            f"TF32 available on the {len(gpus)} GPU(s) and enabled for "
+            f"fp32 matmuls (float32 matmul precision '{precision}')",
             **evidence,
         )
     shown = f"'{precision}'" if precision else "'highest', the default since torch 1.12"
     return info(
-        f"the {len(gpus)} GPU(s) have TF32, but fp32 matmuls do not use it unless the script enables it (float32 matmul "
-        f"precision {shown}; convolutions do use it). bf16/fp16 autocast work is unaffected; for fp32 work, "
+        f"the {len(gpus)} GPU(s) have TF32, but fp32 matmuls do not use it unless the script enables it (float32 "
+        f"matmul precision {shown}; convolutions do use it). bf16/fp16 autocast work is unaffected; for fp32 work, "
         "torch.set_float32_matmul_precision('high') is several times faster",
         Fix(
             "Enable TF32 for fp32 matmuls (changes numerics: 10-bit mantissa)",

@@ -136,8 +136,9 @@ def _lightning_major(facts) -> tuple[int, str | None]:
     if major is not None:
         return major, None
     return CURRENT_LIGHTNING_MAJOR, (
-        f"judged as Lightning {CURRENT_LIGHTNING_MAJOR}.x, the current major release (1.x is end-of-life): the installed "
-        "version is not known here; run with --python <the training env's python> to judge the one the job uses"
+        f"judged as Lightning {CURRENT_LIGHTNING_MAJOR}.x, the current major "
+        "release (1.x is end-of-life): the installed version is not known here; "
+        "run with --python <the training env's python> to judge the one the job uses"
     )
 
 
@@ -324,7 +325,8 @@ def several_tasks_share_one_gpu(facts, ctx):
     gpus, tasks = shape.gpus_per_node, shape.tasks_here
     if gpus is None:
         return skip(
-            "the number of GPUs allocated per node is not known (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or GPU directive)",
+            "the number of GPUs allocated per node is not known (no "
+            "SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or GPU directive)",
             **_ev(shape),
         )
     if gpus == 0:
@@ -366,8 +368,9 @@ def several_tasks_share_one_gpu(facts, ctx):
     if shape.from_script and shape.srun_launch is False and asked > tasks and one_process:
         # The directives ask for more tasks per node, but no srun starts them: only the batch shell runs the command.
         return info(
-            f"--ntasks-per-node/--ntasks ask for {asked} task(s) per node, but the launch line has no srun: only the batch "
-            f"shell's one process runs the training on the node's {gpus} GPU(s) (see GD-SLURM-012 and GD-SLURM-005)",
+            f"--ntasks-per-node/--ntasks ask for {asked} task(s) per node, but the "
+            "launch line has no srun: only the batch shell's one process runs the "
+            f"training on the node's {gpus} GPU(s) (see GD-SLURM-012 and GD-SLURM-005)",
             **ev,
         )
     return passed(f"{tasks} task(s) per node for {gpus} GPU(s) per node{see}", **ev)
@@ -422,8 +425,8 @@ def allocated_gpus_left_idle(facts, ctx):
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
         msg = (
-            f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or --gpus-per-task): the job will run without one"
-            + _unread_gpu_directives(ctx.sbatch)
+            f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or "
+            "--gpus-per-task): the job will run without one" + _unread_gpu_directives(ctx.sbatch)
             if shape.from_script
             else "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)"
         )
@@ -439,7 +442,8 @@ def allocated_gpus_left_idle(facts, ctx):
     if tasks is None or per_task is None:
         if tasks is not None and tasks < gpus:
             return info(
-                f"{tasks} task(s) per node for {gpus} GPU(s): each task must use {gpus // max(tasks, 1)} GPU(s) itself; {why}",
+                f"{tasks} task(s) per node for {gpus} GPU(s): each task "
+                f"must use {gpus // max(tasks, 1)} GPU(s) itself; {why}",
                 **ev,
             )
         return skip(f"cannot count the processes per node: {why}", **ev)
@@ -548,13 +552,15 @@ def ntasks_without_ntasks_per_node(facts, ctx):
     )
     if shape.tasks_per_node and len(set(shape.tasks_per_node)) > 1:
         return warn(
-            f"--ntasks={nt} without --ntasks-per-node: SLURM placed the tasks unevenly ({shape.tasks_per_node} per node)",
+            f"--ntasks={nt} without --ntasks-per-node: SLURM placed "
+            f"the tasks unevenly ({shape.tasks_per_node} per node)",
             fix,
             **ev,
         )
     if shape.tasks_per_node:
         return info(
-            f"--ntasks={nt} without --ntasks-per-node: placed evenly this time ({shape.tasks_per_node}), which SLURM does not promise",
+            f"--ntasks={nt} without --ntasks-per-node: placed evenly this time ({shape.tasks_per_node}), which SLURM "
+            "does not promise",
             fix,
             **ev,
         )
@@ -614,7 +620,10 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
         if plan.version_dependent:  # 1.x starts its own processes instead; which one is installed is not known
             return warn(
                 msg
-                + f" (Lightning 1.x would start its own {plan.devices} process(es) per task instead; installed version unknown)",
+                + (
+                    f" (Lightning 1.x would start its own {plan.devices} process(es) per task instead; installed "
+                    "version unknown)"
+                ),
                 per_node_fix,
                 **ev,
             )
@@ -646,24 +655,28 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
             f"{plan.devices_source}"
         )
         if shape.srun_launch is not True and shape.ntasks_option is not None and (shape.nodes or 1) == 1:
-            alt = f"; on one node, dropping --ntasks={shape.ntasks_option} (SLURM_NTASKS then stays unset) also lets Lightning start them"
+            alt = (
+                f"; on one node, dropping --ntasks={shape.ntasks_option} (SLURM_NTASKS then stays unset) also lets "
+                "Lightning start them"
+            )
         else:
             alt = ""
         if plan.spawns is None:
             return warn(
-                f"{detail}: Lightning 1.x would start the {wanted} processes itself, Lightning 2.x trains on {ranks} GPU(s) per node "
-                f"and leaves the rest idle (installed version unknown){alt}",
+                f"{detail}: Lightning 1.x would start the {wanted} processes itself, Lightning 2.x trains on {ranks} "
+                f"GPU(s) per node and leaves the rest idle (installed version unknown){alt}",
                 per_node_fix,
                 **ev,
             )
         return fail(
-            f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} GPU(s) per node, "
-            f"silently{alt}{note}",
+            f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} "
+            f"GPU(s) per node, silently{alt}{note}",
             per_node_fix,
             **ev,
         )
     return passed(
-        f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) for {plan.num_nodes_source}",
+        f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) "
+        f"for {plan.num_nodes_source}",
         **ev,
     )
 
@@ -767,7 +780,8 @@ def interactive_job_name_hides_slurm(facts, ctx):
     tasks = shape.tasks_here or 1
     if shape.launcher is None:
         return info(
-            f"job name '{name}': if this job runs Lightning, Lightning will ignore SLURM and start its own processes in every task",
+            f"job name '{name}': if this job runs Lightning, Lightning "
+            "will ignore SLURM and start its own processes in every task",
             fix,
             **ev,
         )
@@ -806,8 +820,8 @@ def interactive_job_name_hides_slurm(facts, ctx):
     what="For a job with --cpus-per-task above 1 whose training starts with srun: is SRUN_CPUS_PER_TASK "
     "exported or `srun --cpus-per-task` given; which SLURM version runs (`srun --version`); and, inside a "
     "task, how many CPUs the task may really use (sched_getaffinity).",
-    why="SLURM 22.05 to 23.02 srun no longer reads SLURM_CPUS_PER_TASK (release notes 22.05; 23.11 reads it again): a step started "
-    "with plain `srun` gets the default of one CPU per task, and with CPU binding every rank and all its "
+    why="SLURM 22.05 to 23.02 srun no longer reads SLURM_CPUS_PER_TASK (release notes 22.05; 23.11 reads it again): a "
+    "step started with plain `srun` gets the default of one CPU per task, and with CPU binding every rank and all its "
     "DataLoader workers run on one core. The job runs, many times slower.",
     fix="In the batch script, before srun: `export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK` (harmless on "
     "older SLURM), or `srun --cpus-per-task=$SLURM_CPUS_PER_TASK ...`.",
@@ -838,10 +852,15 @@ def srun_drops_cpus_per_task(facts, ctx):
                 cause = (
                     f"SLURM {raw_version} srun does not inherit --cpus-per-task unless SRUN_CPUS_PER_TASK is exported"
                 )
-            else:  # srun was told, or inherits it: the node gave fewer (binding, or fewer CPUs than slurm.conf declares)
-                cause = "the step was given fewer CPUs than asked (srun's --cpus-per-task, CPU binding, or the node's real CPUs)"
+            else:
+                # srun was told, or inherits it: the node gave fewer (binding, or fewer CPUs than slurm.conf declares)
+                cause = (
+                    "the step was given fewer CPUs than asked (srun's "
+                    "--cpus-per-task, CPU binding, or the node's real CPUs)"
+                )
             return fail(
-                f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked --cpus-per-task={cpt}: {cause}",
+                f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked "
+                f"--cpus-per-task={cpt}: {cause}",
                 fix,
                 **ev,
             )
@@ -872,8 +891,8 @@ def srun_drops_cpus_per_task(facts, ctx):
     which = f"SLURM {raw_version}"
     if not shape.from_script and not shape.srun_launch and (shape.tasks_here or 1) <= 1 and (shape.nodes or 1) <= 1:
         return info(
-            f"{which}: if the training is started with srun from this shell, srun will not inherit --cpus-per-task={cpt}; "
-            "export SRUN_CPUS_PER_TASK",
+            f"{which}: if the training is started with srun from this shell, srun will not inherit "
+            f"--cpus-per-task={cpt}; export SRUN_CPUS_PER_TASK",
             fix,
             **ev,
         )
@@ -1022,9 +1041,10 @@ def launcher_inside_multi_task_srun(facts, ctx):
                     extra += (Action(ActionKind.OVERRIDE_SET, shape.script, value=nnodes, key="nnodes"),)
                 fix = Fix(fix.title, fix.safety, fix.actions + extra)
             return warn(
-                f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and every task sees all {shared} GPUs: "
-                f"each {launcher} sets LOCAL_RANK=0, so ranks that select cuda:LOCAL_RANK all land on GPU 0 "
-                "(NCCL 'Duplicate GPU detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
+                f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and "
+                f"every task sees all {shared} GPUs: each {launcher} sets LOCAL_RANK=0, so "
+                "ranks that select cuda:LOCAL_RANK all land on GPU 0 (NCCL 'Duplicate GPU "
+                "detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
                 fix,
                 **ev,
             )
@@ -1043,8 +1063,8 @@ def launcher_inside_multi_task_srun(facts, ctx):
         # srun takes the job's SLURM_NTASKS as its task count and ignores a lone --ntasks-per-node against it.
         nodes = shape.nodes or 1
         return warn(
-            f"{tasks} tasks per node and the launcher is {launcher}: started with plain srun, that is {total} processes{gpus}; "
-            f"start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`",
+            f"{tasks} tasks per node and the launcher is {launcher}: started with plain srun, that is {total} "
+            f"processes{gpus}; start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`",
             fix,
             **ev,
         )
@@ -1130,14 +1150,14 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
         ev = _ev(shape, gpus_named=named, gpus_per_node=gpus)
         if gpus is not None and named is not None and named > gpus:
             return fail(
-                f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value} ({named} GPUs) but the job gets {gpus} per node: "
-                "it points at GPUs not given to it",
+                f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value} ({named} GPUs) but the job gets {gpus} per "
+                "node: it points at GPUs not given to it",
                 fix,
                 **ev,
             )
         return warn(
-            f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value}, replacing the GPUs SLURM assigns: on a shared node "
-            "those indices can be another job's GPUs",
+            f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value}, replacing the GPUs SLURM assigns: on a shared "
+            "node those indices can be another job's GPUs",
             fix,
             **ev,
         )
@@ -1157,8 +1177,8 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
     ev = _ev(shape, gpus_visible=seen, gpus_expected_per_task=expected)
     if seen is not None and seen > expected:
         return fail(
-            f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} names {seen} GPU(s) but SLURM allocated {expected}: it was "
-            "overwritten and points at GPUs the job was not given",
+            f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} names {seen} GPU(s) but SLURM allocated {expected}: "
+            "it was overwritten and points at GPUs the job was not given",
             manual("Do not set CUDA_VISIBLE_DEVICES in the job; SLURM sets it"),
             **ev,
         )
@@ -1169,8 +1189,8 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
         and "--gpu-bind" not in str(env.get("SLURM_GPU_BIND", ""))
     ):
         return warn(
-            f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} shows {seen} of the {expected} GPU(s) SLURM allocated: "
-            "the rest stay idle",
+            f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} shows {seen} of the {expected} GPU(s) SLURM "
+            "allocated: the rest stay idle",
             manual("Do not narrow CUDA_VISIBLE_DEVICES in the job; request fewer GPUs instead"),
             **ev,
         )
@@ -1270,7 +1290,8 @@ def multi_task_job_without_srun(facts, ctx):
     options = f"--nodes={nodes} --ntasks={nodes} --ntasks-per-node=1" if shape.launcher in SPAWNING_LAUNCHERS else ""
     fix = (
         Fix(
-            f"Start line {shape.launch_lineno} with srun: `srun {(options + ' ') if options else ''}{_first_words(shape.launch_line)} ...`",
+            f"Start line {shape.launch_lineno} with srun: "
+            f"`srun {(options + ' ') if options else ''}{_first_words(shape.launch_line)} ...`",
             Safety.UNSAFE,
             (Action(ActionKind.SRUN_PREFIX, shape.script, value=options),),
         )
@@ -1292,7 +1313,8 @@ def multi_task_job_without_srun(facts, ctx):
     tasks = shape.ntasks or 1
     if tasks > 1 and shape.launcher == "python":
         return warn(
-            f"{tasks} tasks allocated but line {shape.launch_lineno} runs plain `{line}` without srun: one process starts",
+            f"{tasks} tasks allocated but line {shape.launch_lineno} "
+            f"runs plain `{line}` without srun: one process starts",
             fix,
             **ev,
         )

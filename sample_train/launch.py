@@ -295,14 +295,44 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
         )
     except NoCoordinator:
         code = _fallback_report(world, opts, store, keys, launch, started)
+        exits.finish(code)  # no rank 0 to give a verdict
     if coordinator is not None:
         coordinator.join()
         code = coordinator.exit_code
+        _publish_verdict(store, keys, code, world.world_size)
+    elif code == 0:
+        code = _await_verdict(store, keys, deadline + LAST_RESORT_S / 2)
     elif code:
         print(f"gpudoctor smoke: rank {world.rank} stopped (rank 0 reports why)", file=sys.stderr)
     exits.finish(code)
     # Not reached (finish is NoReturn); mypy sees `exits` as Any through the package-dir mapping.
     raise AssertionError("exits.finish() returned")
+
+
+VERDICT_READ_S = 5.0
+
+
+def _publish_verdict(store, keys: Keys, code: int, world_size: int) -> None:
+    """Every rank exits with the run's verdict: under torchrun a node whose ranks exit 0 while another
+    node's fail waits in the agents' exit barrier (300 s) instead of ending with the job."""
+    try:
+        store.set(keys.verdict, str(int(code)))
+        until = time.monotonic() + VERDICT_READ_S  # rank 0 may host the store: stay until the others read it
+        while store.add(keys.verdict_read, 0) < world_size - 1 and time.monotonic() < until:
+            time.sleep(0.05)
+    except Exception:
+        pass
+
+
+def _await_verdict(store, keys: Keys, until: float) -> int:
+    try:
+        store.wait([keys.verdict], timedelta(seconds=max(0.1, until - time.monotonic())))
+        code = int(store.get(keys.verdict))
+        store.add(keys.verdict_read, 1)
+        return code
+    except Exception as e:  # no verdict (rank 0 gone): this rank's own part went well
+        print(f"DEBUG await verdict: {type(e).__name__}: {e}", file=sys.stderr)
+        return 0
 
 
 def _launch_info(world: World, opts: SmokeOptions) -> dict:

@@ -67,8 +67,9 @@ def check(joins: dict[int, dict]) -> list:
             make(
                 "GD-SMOKE-012",
                 Severity.FAIL,
-                f"{ranks_text(r['rank'] for r in blind)} on {', '.join(sorted({r['host'] for r in blind}))}: torch sees no "
-                f"CUDA GPU (CUDA_VISIBLE_DEVICES={blind[0].get('cuda_visible_devices')!r}, torch {blind[0].get('torch')}). "
+                f"{ranks_text(r['rank'] for r in blind)} on {', '.join(sorted({r['host'] for r in blind}))}: torch "
+                f"sees no CUDA GPU (CUDA_VISIBLE_DEVICES={blind[0].get('cuda_visible_devices')!r}, "
+                f"torch {blind[0].get('torch')}). "
                 "Run `gpudoctor check` there for the cause, or pass --device cpu to test the CPU/gloo path.",
                 ranks=[r["rank"] for r in blind],
             ),

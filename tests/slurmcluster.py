@@ -144,6 +144,10 @@ class SlurmCluster:
         self._make_gpu_devices()
         ctl_port, d_port = _free_port(), _free_port()
         r = self.root
+        node = (
+            f"NodeName={self.node} NodeHostname={self.hostname} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 "
+            f"Gres=gpu:{self.gpu_type}:{self.gpus} State=UNKNOWN"
+        )
         conf = f"""\
 # Written by tests/slurmcluster.py: a throw-away single-node cluster.
 ClusterName=gdtest{os.getpid()}
@@ -183,7 +187,7 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=2
 MinJobAge=30
-NodeName={self.node} NodeHostname={self.hostname} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 Gres=gpu:{self.gpu_type}:{self.gpus} State=UNKNOWN
+{node}
 PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
         (etc / "slurm.conf").write_text(conf)

@@ -121,7 +121,10 @@ def test_not_a_dataloader_is_refused():
 
 
 def test_importing_gpudoctor_does_not_import_torch():
-    code = "import sys, gpudoctor; gpudoctor.audit_dataloader; import gpudoctor.checks; assert 'torch' not in sys.modules, 'torch imported'"
+    code = (
+        "import sys, gpudoctor; gpudoctor.audit_dataloader; import gpudoctor.checks; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 

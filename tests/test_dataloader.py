@@ -417,7 +417,8 @@ def test_batch_script_torchrun_line_gives_the_ranks_per_node():
     from gpudoctor.readers.sbatch import parse_sbatch
 
     sb = parse_sbatch(
-        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:8\nexport OMP_NUM_THREADS=64\nsrun torchrun --nproc-per-node=8 train.py\n",
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:8\nexport OMP_NUM_THREADS=64\n"
+        "srun torchrun --nproc-per-node=8 train.py\n",
         "job.slurm",
     )
     (f,) = run("GD-DL-006", make_facts(env={"SLURM_JOB_ID": "3"}), sbatch=sb)

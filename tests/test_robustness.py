@@ -701,7 +701,7 @@ def test_cuda_visible_devices_parses_anything(value, gpus):
         malformed,
         st.lists(st.sampled_from(sorted(allocconf.KEYS) + ["x", "backend", ""]), max_size=3).flatmap(
             lambda keys: st.lists(malformed, min_size=len(keys), max_size=len(keys)).map(
-                lambda vals: ",".join(f"{k}:{v}" for k, v in zip(keys, vals))
+                lambda vals: ",".join(f"{k}:{v}" for k, v in zip(keys, vals, strict=True))
             )
         ),
     ),
@@ -765,7 +765,7 @@ def test_batch_script_files_load_or_raise_sbatch_error(tmp_path_factory, content
     path = tmp_path_factory.mktemp("sb") / "job.slurm"
     path.write_bytes(content)
     try:
-        sb = load_sbatch(str(path))
+        load_sbatch(str(path))
     except SbatchError as e:
         assert "\n" not in str(e)
         return
@@ -855,7 +855,7 @@ def test_training_config_files_load_or_raise_config_error(tmp_path_factory, text
 
 
 _LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh")
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh", strict=True)
 )
 
 

@@ -305,7 +305,8 @@ def test_006_bash_with_one_task_is_info_and_normal_names_pass():
 
 def test_006_interactive_name_on_several_nodes_fails():
     sb = script(
-        "#SBATCH -J interactive\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\nsrun python train.py trainer.devices=8 trainer.num_nodes=2\n"
+        "#SBATCH -J interactive\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\n"
+        "srun python train.py trainer.devices=8 trainer.num_nodes=2\n"
     )
     f = one(sb_run("GD-SLURM-006", sb))
     assert f.severity is Severity.FAIL and "2 nodes" in f.message
@@ -465,7 +466,8 @@ def test_012_multi_node_torchrun_without_srun_fails():
     f = one(
         sb_run(
             "GD-SLURM-012",
-            "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\ntorchrun --nnodes=2 --nproc-per-node=8 t.py\n",
+            "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\n"
+            "torchrun --nnodes=2 --nproc-per-node=8 t.py\n",
         )
     )
     assert f.severity is Severity.FAIL and "first node only" in f.message
@@ -529,10 +531,13 @@ def test_007_single_task_batch_shell_is_only_info():
     [
         "#SBATCH --gres=gpu:1\npython train.py\n",
         "#SBATCH --gres=gpu:8\n#SBATCH -c 64\ntorchrun --standalone --nproc_per_node=8 train.py\n",
-        "#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-task=1\n#SBATCH -c 8\nexport SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\nsrun python train.py\n",
-        "#SBATCH -N2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:8\nsrun accelerate launch --num_processes 16 --num_machines 2 train.py\n",
+        "#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-task=1\n#SBATCH -c 8\n"
+        "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\nsrun python train.py\n",
+        "#SBATCH -N2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:8\n"
+        "srun accelerate launch --num_processes 16 --num_machines 2 train.py\n",
         "#SBATCH --gres=gpu:8\ndeepspeed --num_gpus 8 train.py --deepspeed ds.json\n",
-        "#SBATCH -N2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=4\nsrun python train.py trainer.devices=4 trainer.num_nodes=2\n",
+        "#SBATCH -N2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=4\n"
+        "srun python train.py trainer.devices=4 trainer.num_nodes=2\n",
     ],
 )
 def test_common_correct_scripts_raise_no_fail_or_warn(text):

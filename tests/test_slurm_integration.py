@@ -95,7 +95,10 @@ def test_torchrun_inside_a_multi_task_step_is_a_double_launch(slurm_cluster, tmp
     """`srun torchrun` with 2 tasks per node: 2 x 2 processes on 2 GPUs, seen from inside the ranks."""
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not installed")
     # exit 0: torchrun stops the other ranks as soon as one exits non-zero (gpudoctor's exit 1 on a fail)
-    command = f"{' '.join(GD)} check --select slurm --json > {tmp_path}/rank-$SLURM_PROCID-$LOCAL_RANK.json 2> {tmp_path}/rank-$SLURM_PROCID-$LOCAL_RANK.err; exit 0"
+    command = (
+        f"{' '.join(GD)} check --select slurm --json > {tmp_path}/rank-$SLURM_PROCID-$LOCAL_RANK.json "
+        f"2> {tmp_path}/rank-$SLURM_PROCID-$LOCAL_RANK.err; exit 0"
+    )
     slurm_cluster.srun(
         [
             "--ntasks-per-node=2",

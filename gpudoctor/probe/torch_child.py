@@ -70,7 +70,7 @@ def _wheel_lib_dirs():
 
 
 def _error(e):
-    return "%s: %s" % (type(e).__name__, e)
+    return type(e).__name__ + ": " + str(e)  # no f-string: this runs under the target's Python 3, whatever its version
 
 
 def _import_torch(out):
@@ -224,7 +224,7 @@ def main():
             try:
                 step(torch, out)
             except Exception as e:  # a half-broken torch: record it, keep going
-                out.setdefault("probe_errors", []).append("%s: %s" % (step.__name__.strip("_"), _error(e)))
+                out.setdefault("probe_errors", []).append(step.__name__.strip("_") + ": " + _error(e))
     _stage("libraries")
     out["loaded_libraries"] = _loaded_libraries()
     out["wheel_lib_dirs"] = _wheel_lib_dirs()

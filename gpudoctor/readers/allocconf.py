@@ -250,7 +250,8 @@ def _check_key(conf: AllocConf, key: str, value, torch_version) -> None:
         msg = f"unknown key {key!r}{hint}"
         if torch_version is not None and tuple(torch_version[:2]) > KNOWN_UP_TO:
             conf.warnings.append(
-                f"{msg}: not a key of torch up to {_fmt(KNOWN_UP_TO)}; if torch {_fmt(torch_version)} does not know it either, the first CUDA allocation raises"
+                f"{msg}: not a key of torch up to {_fmt(KNOWN_UP_TO)}; if torch {_fmt(torch_version)} does not know "
+                "it either, the first CUDA allocation raises"
             )
         else:
             conf.errors.append(f"{msg}: torch raises 'Unrecognized ... option' at the first CUDA allocation")
@@ -260,16 +261,19 @@ def _check_key(conf: AllocConf, key: str, value, torch_version) -> None:
         if v < spec.since:
             if spec.certain:
                 conf.errors.append(
-                    f"{key} arrived in torch {_fmt(spec.since)}; torch {_fmt(v)} raises 'Unrecognized CachingAllocator option' at the first CUDA allocation"
+                    f"{key} arrived in torch {_fmt(spec.since)}; torch {_fmt(v)} raises 'Unrecognized "
+                    "CachingAllocator option' at the first CUDA allocation"
                 )
             else:
                 conf.warnings.append(
-                    f"{key} arrived in about torch {_fmt(spec.since)}; torch {_fmt(v)} probably rejects it ('Unrecognized CachingAllocator option')"
+                    f"{key} arrived in about torch {_fmt(spec.since)}; torch {_fmt(v)} probably rejects it "
+                    "('Unrecognized CachingAllocator option')"
                 )
             return
         if spec.removed and v >= spec.removed:
             conf.warnings.append(
-                f"{key} is an old option (torch {_fmt(spec.since)}..); newer torch versions no longer list it and may reject it"
+                f"{key} is an old option (torch {_fmt(spec.since)}..); "
+                "newer torch versions no longer list it and may reject it"
             )
             return
     _check_value(conf, key, spec.kind, value, torch_version)
@@ -304,12 +308,14 @@ def _check_split_mb(conf, key, value, torch_version) -> None:
         conf.warnings.append(f"{key}:{value} is negative; torch reads it as a huge number, i.e. no limit")
     elif n < SPLIT_MIN_MB:
         conf.errors.append(
-            f"{key}:{n} is too small: torch requires more than {SPLIT_MIN_MB} MiB ('CachingAllocator option {key} too small')"
+            f"{key}:{n} is too small: torch requires more than "
+            f"{SPLIT_MIN_MB} MiB ('CachingAllocator option {key} too small')"
         )
     elif n == SPLIT_MIN_MB:
         if torch_version is None or tuple(torch_version[:2]) < SPLIT_EQUAL_OK_SINCE:
             conf.warnings.append(
-                f"{key}:20 is the limit: torch before {_fmt(SPLIT_EQUAL_OK_SINCE)} requires more than 20 and raises; use 21 or more"
+                f"{key}:20 is the limit: torch before {_fmt(SPLIT_EQUAL_OK_SINCE)} "
+                "requires more than 20 and raises; use 21 or more"
             )
 
 
@@ -327,7 +333,8 @@ def _check_open_fraction(conf, key, value, torch_version) -> None:
     _note_trailing(conf, key, value, None)
     if not 0 < x < 1:
         conf.errors.append(
-            f"{key}:{value} must be strictly between 0 and 1 ('garbage_collect_threshold is invalid, set it in (0.0, 1.0)')"
+            f"{key}:{value} must be strictly between 0 and 1 "
+            "('garbage_collect_threshold is invalid, set it in (0.0, 1.0)')"
         )
 
 

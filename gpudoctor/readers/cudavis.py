@@ -40,8 +40,12 @@ VARIABLE = "CUDA_VISIBLE_DEVICES"
 _KNOWN_WORDS = {
     "nodevfiles": "SLURM writes 'NoDevFiles' when the job's GPUs have no device File= in gres.conf",
     "all": "'all' is an NVIDIA_VISIBLE_DEVICES value (container runtime); CUDA_VISIBLE_DEVICES takes indices or UUIDs",
-    "none": "'none' is an NVIDIA_VISIBLE_DEVICES value (container runtime); CUDA_VISIBLE_DEVICES takes indices or UUIDs",
-    "void": "'void' is an NVIDIA_VISIBLE_DEVICES value (container runtime); CUDA_VISIBLE_DEVICES takes indices or UUIDs",
+    "none": (
+        "'none' is an NVIDIA_VISIBLE_DEVICES value (container runtime); CUDA_VISIBLE_DEVICES takes indices or UUIDs"
+    ),
+    "void": (
+        "'void' is an NVIDIA_VISIBLE_DEVICES value (container runtime); CUDA_VISIBLE_DEVICES takes indices or UUIDs"
+    ),
 }
 _LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9A-Za-z-]+)/(\d+)/(\d+)$")
 
@@ -310,8 +314,9 @@ def _problems(vis: Visibility, because: str | None) -> list[str]:
         meant = lost_indices(e.text) if e.kind == "index" else None
         if meant:
             out.append(
-                f"{VARIABLE}={value!r}: entry {e.text!r} reads as GPU {strtoul_prefix(e.text)} only - CUDA reads the leading "
-                f"number and takes neither ranges nor separators other than ',' (list them: {','.join(map(str, meant))})"
+                f"{VARIABLE}={value!r}: entry {e.text!r} reads as GPU {strtoul_prefix(e.text)} only - CUDA reads the "
+                "leading number and takes neither ranges nor separators other than ',' "
+                f"(list them: {','.join(map(str, meant))})"
             )
     stop = vis.stopped_at
     if stop is not None:
