@@ -399,8 +399,8 @@ def _srun_keeps_job_ntasks(shape: JobShape, job: dict, srun: dict, step: dict) -
         step.pop("ntasks-per-node", None)
     shape.notes.append(
         f"srun --ntasks-per-node={srun['ntasks-per-node']} is ignored: srun takes the job's SLURM_NTASKS={inherited} "
-        "as its task "
-        f'count ("can\'t honor --ntasks-per-node"), so the step starts {inherited} task(s); give srun -n/--ntasks too'
+        'as its task count ("can\'t honor --ntasks-per-node"), '
+        f"so the step starts {inherited} task(s); give srun -n/--ntasks too"
     )
 
 
