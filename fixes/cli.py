@@ -55,7 +55,6 @@ def _inputs(args):
             raise UsageError(str(e)) from None
     else:
         from gpudoctor.probe import collect
-
         from gpudoctor.report import preflight
 
         kwargs = _probe_kwargs(args)
