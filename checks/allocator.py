@@ -7,6 +7,7 @@ import, so `gpudoctor check --select allocator` stays fast even where torch is s
 from __future__ import annotations
 
 from gpudoctor import versions
+from gpudoctor.job.env import job_env
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, unset_env, warn
 from gpudoctor.readers import allocconf
 from gpudoctor.readers.ints import python_int
@@ -47,7 +48,7 @@ def _version_text(v) -> str:
     "memory management for every option.",
 )
 def alloc_conf_invalid(facts, ctx):
-    env = facts.env
+    env = job_env(facts, ctx)
     tv = _torch_version(facts)
     names = [n for n in (allocconf.UNIFIED_VAR, allocconf.LEGACY_VAR) if n in env]
     if not names:
@@ -59,7 +60,7 @@ def alloc_conf_invalid(facts, ctx):
             return passed(
                 f"only {', '.join(chosen.ignored)} is set, which torch {_version_text(tv)} ignores (see GD-ALLOC-002)"
             )
-    outcomes = [_judge_conf(name, env[name], tv) for name in names]
+    outcomes = [_judge_conf(name, env[name], tv, env.source(name)) for name in names]
     return max(outcomes, key=lambda o: o.severity.rank) if len(outcomes) > 1 else outcomes[0]
 
 
@@ -68,9 +69,9 @@ def _quoted(value: str, limit: int = 200) -> str:
     return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value):,} characters)"
 
 
-def _judge_conf(name: str, value: str, tv):
+def _judge_conf(name: str, value: str, tv, source: str | None = None):
     conf = allocconf.parse_alloc_conf(value, tv, variable=name)
-    evidence = {"variable": name, "value": value, "torch": _version_text(tv), "settings": conf.settings}
+    evidence = {"variable": name, "value": value, "set_in": source, "torch": _version_text(tv), "settings": conf.settings}
     if conf.errors:
         corrected = allocconf.suggest_correction(value, tv)
         fix = (
@@ -111,7 +112,7 @@ def _judge_conf(name: str, value: str, tv):
     fix="Set only one of the two: PYTORCH_CUDA_ALLOC_CONF for torch < 2.10, either name for 2.10 and newer.",
 )
 def alloc_conf_variable_ignored(facts, ctx):
-    env = facts.env
+    env = job_env(facts, ctx)
     tv = _torch_version(facts)
     legacy, unified = env.get(allocconf.LEGACY_VAR), env.get(allocconf.UNIFIED_VAR)
     if legacy is None and unified is None:
@@ -119,7 +120,7 @@ def alloc_conf_variable_ignored(facts, ctx):
     if tv is None:
         if legacy is not None and unified is not None:
             evidence = {allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy, "torch": "unknown"}
-            return _both_set(allocconf.effective_variable(facts.env, None), None, legacy, unified, evidence)
+            return _both_set(allocconf.effective_variable(job_env(facts, ctx), None), None, legacy, unified, evidence)
         return passed("torch's version is unknown; cannot tell which allocator variable it reads")
     chosen = allocconf.effective_variable(env, tv)
     evidence = {"torch": _version_text(tv), allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy}
@@ -200,7 +201,7 @@ def _both_set(chosen, tv, legacy: str, unified: str, evidence: dict):
     fix="`unset PYTORCH_NO_CUDA_MEMORY_CACHING` (setting it to 0 is not enough on torch < 2.7).",
 )
 def caching_allocator_disabled(facts, ctx):
-    value = facts.env.get(NO_CACHING_VAR)
+    value = job_env(facts, ctx).get(NO_CACHING_VAR)
     tv = _torch_version(facts)
     evidence = {NO_CACHING_VAR: value, "torch": _version_text(tv)}
     if value is None:
@@ -252,7 +253,7 @@ def caching_allocator_disabled(facts, ctx):
     fix="`unset CUDA_LAUNCH_BLOCKING` (or set it to 0) for training runs.",
 )
 def cuda_launch_blocking_on(facts, ctx):
-    value = facts.env.get("CUDA_LAUNCH_BLOCKING")
+    value = job_env(facts, ctx).get("CUDA_LAUNCH_BLOCKING")
     if value is None or value.strip() in ("", "0"):
         return passed(
             "kernel launches are asynchronous"
@@ -291,7 +292,7 @@ def cuda_launch_blocking_on(facts, ctx):
     "(and, in a DSA build, PYTORCH_USE_CUDA_DSA=1).",
 )
 def cuda_dsa_flag_at_runtime(facts, ctx):
-    env = facts.env
+    env = job_env(facts, ctx)
     build_flag, runtime_flag = env.get("TORCH_USE_CUDA_DSA"), env.get("PYTORCH_USE_CUDA_DSA")
     evidence = {"TORCH_USE_CUDA_DSA": build_flag, "PYTORCH_USE_CUDA_DSA": runtime_flag}
     if build_flag is not None:
@@ -423,7 +424,7 @@ def _startup_switches(env: dict) -> list[tuple[str, str, str]]:
     fix="Unset the variables for production runs; profile a short run separately (`nsys profile -d 60 ...`).",
 )
 def cuda_debug_tool_attached(facts, ctx):
-    env = facts.env
+    env = job_env(facts, ctx)
     found = _debug_switches(env)
     dist = _dist_debug_problem(env)
     startup = _startup_switches(env)
@@ -473,7 +474,7 @@ EXPANDABLE_IGNORES_SPLIT_SINCE = (2, 3)  # pytorch#120022: expandable segments i
     fix="Keep one: expandable_segments:True alone (usually the better choice), or max_split_size_mb alone.",
 )
 def max_split_with_expandable_segments(facts, ctx):
-    env = facts.env
+    env = job_env(facts, ctx)
     tv = _torch_version(facts)
     chosen = allocconf.effective_variable(env, tv)
     names = (

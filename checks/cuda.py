@@ -7,6 +7,7 @@ import os
 import re
 
 from gpudoctor import versions
+from gpudoctor.job.env import probe_env
 from gpudoctor.job.gpus import describe_groups, gpu_capabilities, nvml_gpus
 from gpudoctor.model import Outcome, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.readers import cudavis
@@ -93,7 +94,7 @@ def _wheel_copies(facts, family: str) -> list[str]:
 
 def _ld_path_without(facts, dirs: set[str]):
     """A fix that drops `dirs` from LD_LIBRARY_PATH (keeping the other entries and their order)."""
-    current = [d for d in facts.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    current = [d for d in probe_env(facts).get("LD_LIBRARY_PATH", "").split(":") if d]
     keep = [d for d in current if os.path.normpath(d) not in dirs]
     title = f"Remove {', '.join(sorted(dirs))} from LD_LIBRARY_PATH"
     if not keep:
@@ -215,8 +216,8 @@ def torch_not_importable(facts, ctx):
                 f"{python} -c 'import torch'",
                 f"{python} -m pip install --force-reinstall torch",
             ),
-            ld_library_path=facts.env.get("LD_LIBRARY_PATH"),
-            ld_preload=facts.env.get("LD_PRELOAD"),
+            ld_library_path=probe_env(facts).get("LD_LIBRARY_PATH"),
+            ld_preload=probe_env(facts).get("LD_PRELOAD"),
             **evidence,
         )
     if status == "timeout":
@@ -237,8 +238,8 @@ def torch_not_importable(facts, ctx):
             signal=t.get("signal"),
             stage=t.get("stage"),
             stderr_tail=t.get("stderr_tail"),
-            ld_library_path=facts.env.get("LD_LIBRARY_PATH"),
-            ld_preload=facts.env.get("LD_PRELOAD"),
+            ld_library_path=probe_env(facts).get("LD_LIBRARY_PATH"),
+            ld_preload=probe_env(facts).get("LD_PRELOAD"),
             **evidence,
         )
     if status == "python_error":
@@ -367,7 +368,7 @@ def torch_cuda_init_failed(facts, ctx):
         "nvidia_gpus": len(gpus),
         "cuda_available": t.get("cuda_available"),
         "device_count": t.get("device_count"),
-        "CUDA_VISIBLE_DEVICES": facts.env.get("CUDA_VISIBLE_DEVICES"),
+        "CUDA_VISIBLE_DEVICES": probe_env(facts).get("CUDA_VISIBLE_DEVICES"),
     }
     if t.get("cuda_available"):
         return passed(
@@ -539,7 +540,7 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
     """The finding shared by the cuDNN and CUDA-library checks, or None when nothing is off."""
     loaded_dirs = {os.path.dirname(os.path.normpath(p)) for p in loaded}
     loaded_majors = {m for m in map(_so_major, loaded) if m is not None}
-    evidence = {"loaded": loaded, "ld_library_path": facts.env.get("LD_LIBRARY_PATH")}
+    evidence = {"loaded": loaded, "ld_library_path": probe_env(facts).get("LD_LIBRARY_PATH")}
     if len(loaded_majors) > 1:
         return warn(
             f"torch's process has {label} of several major versions "
@@ -608,7 +609,7 @@ def cudnn_shadowed(facts, ctx):
         "torch_cudnn": versions.fmt(versions.cudnn_from_int(t.get("cudnn"))),
         "cudnn_compile": t.get("cudnn_compile"),
         "loaded": loaded,
-        "ld_library_path": facts.env.get("LD_LIBRARY_PATH"),
+        "ld_library_path": probe_env(facts).get("LD_LIBRARY_PATH"),
     }
     error = t.get("cudnn_error")
     if error:
@@ -682,7 +683,7 @@ def cuda_runtime_libraries_shadowed(facts, ctx):
     t = facts.torch
     major = versions.parse(t["cuda"])[0]
     loaded_all = t.get("loaded_libraries") or {}
-    notes, evidence = [], {"torch_cuda": t["cuda"], "ld_library_path": facts.env.get("LD_LIBRARY_PATH")}
+    notes, evidence = [], {"torch_cuda": t["cuda"], "ld_library_path": probe_env(facts).get("LD_LIBRARY_PATH")}
     for family, label in CUDA_FAMILIES.items():
         loaded = loaded_all.get(family) or []
         problem = _library_shadowing(facts, family, label, major, loaded)
@@ -830,7 +831,7 @@ def nccl_library_shadowed(facts, ctx):
     evidence = {
         "torch_nccl": versions.fmt(built),
         "loaded": loaded,
-        "ld_library_path": facts.env.get("LD_LIBRARY_PATH"),
+        "ld_library_path": probe_env(facts).get("LD_LIBRARY_PATH"),
         "ld_library_path_copies": [e["path"] for e in ld_copies],
         "wheel_copies": wheel,
     }

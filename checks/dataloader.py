@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.job.layout import Known, env_int, in_srun_step, intended_launcher, job_env, layout
+from gpudoctor.job.env import job_env, probe_env
+from gpudoctor.job.layout import Known, env_int, in_srun_step, intended_launcher, layout
 from gpudoctor.model import Action, ActionKind, Fix, Safety, Severity, fail, info, manual, passed, set_env, skip, warn
-from gpudoctor.readers.dlconfig import from_context
+from gpudoctor.readers.dlconfig import LoaderSettings, from_context
 from gpudoctor.registry import check
 
 MIB = 1024 * 1024
@@ -21,12 +22,12 @@ SHM_PER_BATCH_MIN = 32 * MIB
 DEFAULT_PREFETCH = 2  # torch's default prefetch_factor when num_workers > 0
 
 
-def _settings(facts, ctx):
-    return from_context(ctx, job_env(facts, ctx))
-
-
-def _no_settings():
-    return skip("no training config (--config) or DataLoader (gpudoctor.audit_dataloader) to read settings from")
+def _settings(facts, ctx) -> LoaderSettings:
+    """The DataLoader settings of a check declared with requires=["loader-settings"] (the runner skips it
+    when there are none)."""
+    settings = from_context(ctx, job_env(facts, ctx))
+    assert settings is not None, 'a check that reads the settings declares requires=["loader-settings"]'
+    return settings
 
 
 def _worker_count(settings):
@@ -66,7 +67,9 @@ def script_cpu_budget(facts, ctx, lay) -> tuple[Known, Known] | None:
     --cpus-per-task CPUs for its own ranks; without srun the one batch-shell task holds every rank."""
     from gpudoctor.job.shape import job_shape
 
-    if ctx.sbatch is None or "SLURM_JOB_ID" in facts.env:  # inside the job, SLURM's grant is this process's CPU set
+    if ctx.sbatch is None or "SLURM_JOB_ID" in probe_env(
+        facts
+    ):  # inside the job, SLURM's grant is this process's CPU set
         return None
     shape = job_shape(facts, ctx)
     if shape is None:
@@ -97,7 +100,7 @@ def ranks_sharing_cpus(facts, ctx, lay) -> Known:
     one task per rank; each task has a CPU set of its own only when SLURM binds tasks to CPUs,
     which shows as an affinity smaller than the job's CPUs on the node (SLURM_CPUS_ON_NODE).
     """
-    env = facts.env
+    env = probe_env(facts)  # the CPU set this probe ran in
     allowed = facts.host.get("cpus_allowed_count")
     if lay.srun_per_rank and in_srun_step(env) and allowed:
         on_node = env_int(env, "SLURM_CPUS_ON_NODE") or facts.host.get("cpu_count_logical")
@@ -117,6 +120,7 @@ def ranks_sharing_cpus(facts, ctx, lay) -> Known:
     category="dataloader",
     title="DataLoader workers fit the CPUs this task may use",
     needs=["host", "env"],
+    requires=["loader-settings"],
     scope="node",
     defers_to=["GD-SLURM-008"],
     what="Counts ranks sharing this CPU set x (num_workers + 1 main process) and compares it with the CPUs "
@@ -132,8 +136,6 @@ def ranks_sharing_cpus(facts, ctx, lay) -> Known:
 )
 def dataloader_workers_oversubscribe_cpus(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     workers, unknown = _worker_count(settings)
     if unknown:
         return unknown
@@ -202,7 +204,7 @@ def _slurm_reports_same_shortage(facts, ctx, cpus: Known) -> str | None:
     category="dataloader",
     title="DataLoader uses worker processes on GPU training",
     needs=["host", "env"],
-    requires=["gpus-expected"],
+    requires=["gpus-expected", "loader-settings"],
     what="On GPU training, looks for num_workers=0. A Hugging Face TrainingArguments config that leaves "
     "dataloader_num_workers out gets the Trainer's default of 0: reported as info.",
     why="With num_workers=0 every batch is read, decoded and augmented in the training process itself, "
@@ -213,8 +215,6 @@ def _slurm_reports_same_shortage(facts, ctx, cpus: Known) -> str | None:
 )
 def dataloader_loads_in_main_process(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     default = settings.defaults.get("num_workers")
     if settings.found.get("num_workers") is None and default is not None:
         return _main_process_by_default(facts, ctx, settings, default)
@@ -266,7 +266,7 @@ def _main_process_by_default(facts, ctx, settings, default):
     title="DataLoader pins host memory for GPU copies",
     needs=[],
     scope="job",
-    requires=["gpus-expected"],
+    requires=["gpus-expected", "loader-settings"],
     what="On GPU training, looks for pin_memory=False (the DataLoader default).",
     why="Pinned (page-locked) batches are copied to the GPU by DMA straight from their buffer, and "
     "`.to('cuda', non_blocking=True)` can then overlap the copy with compute. From pageable memory the "
@@ -276,8 +276,6 @@ def _main_process_by_default(facts, ctx, settings, default):
 )
 def dataloader_memory_not_pinned(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     pin = settings.value("pin_memory")
     if pin is None:
         return skip(settings.unknown("pin_memory"), **settings.evidence())
@@ -302,6 +300,7 @@ def dataloader_memory_not_pinned(facts, ctx):
     category="dataloader",
     title="DataLoader keeps its workers between epochs",
     needs=[],
+    requires=["loader-settings"],
     scope="job",
     what="With num_workers > 0, looks for persistent_workers=False (the DataLoader default).",
     why="Without persistent workers every epoch (and every validation loop) shuts the workers down and "
@@ -312,8 +311,6 @@ def dataloader_memory_not_pinned(facts, ctx):
 )
 def dataloader_workers_not_persistent(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     workers, unknown = _worker_count(settings)
     if unknown:
         return unknown
@@ -346,6 +343,7 @@ def _shm_fix(facts) -> Fix:
     category="dataloader",
     title="/dev/shm has room for the batches DataLoader workers hand over",
     needs=["host", "env"],
+    requires=["loader-settings"],
     scope="node",
     what="DataLoader workers pass every batch to the training process through shared memory (/dev/shm). "
     "Compares the free /dev/shm with ranks on this node x num_workers x prefetch_factor batches in flight.",
@@ -357,8 +355,6 @@ def _shm_fix(facts) -> Fix:
 )
 def shm_too_small_for_workers(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     workers, unknown = _worker_count(settings)
     if unknown:
         return unknown
@@ -544,6 +540,7 @@ def _batch_rule(settings, framework: str | None, dp: int) -> BatchRule:
     category="dataloader",
     title="The global batch size divides evenly across the data-parallel ranks",
     needs=["env"],
+    requires=["loader-settings"],
     scope="job",
     what="When the config states a global batch (DeepSpeed train_batch_size, Megatron/NeMo global_batch_size, "
     "detectron2 SOLVER.IMS_PER_BATCH, effective_batch_size...), checks it against the data-parallel size "
@@ -563,8 +560,6 @@ def _batch_rule(settings, framework: str | None, dp: int) -> BatchRule:
 )
 def global_batch_not_divisible(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     if settings.is_auto("global_batch_size"):
         return passed(
             f"{settings.describe('global_batch_size')}: the HF Trainer / accelerate fills it in as world size x "
@@ -659,6 +654,7 @@ def _rejected_fix(settings):
     category="dataloader",
     title="DataLoader arguments are a combination torch accepts",
     needs=["torch_meta"],
+    requires=["loader-settings"],
     what="Looks for DataLoader argument combinations torch rejects: persistent_workers=True or a "
     "prefetch_factor with num_workers=0 (torch >= 2.0), prefetch_factor < 1, negative num_workers, a "
     "batch size below 1.",
@@ -669,8 +665,6 @@ def _rejected_fix(settings):
 )
 def dataloader_arguments_rejected(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     from gpudoctor import versions
 
     problems = rejected_arguments(settings, versions.parse(facts.torch_version()))
@@ -712,6 +706,7 @@ RANK_AWARE_SAMPLERS = {
     category="dataloader",
     title="Each rank reads its own share of the data",
     needs=["env"],
+    requires=["loader-settings"],
     scope="job",
     what="With more than one rank, the DataLoader's sampler should be a DistributedSampler (or another "
     "sampler that splits the dataset by rank: mmengine's DefaultSampler/InfiniteSampler, detectron2's "
@@ -724,8 +719,6 @@ RANK_AWARE_SAMPLERS = {
 )
 def dataloader_not_sharded_across_ranks(facts, ctx):
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     sampler = settings.value("sampler")
     if sampler is None:
         return skip(f"the sampler is not stated in {settings.source}", **settings.evidence())
@@ -773,7 +766,7 @@ def is_wsl(facts) -> bool:
     category="dataloader",
     title="DataLoader does not pin memory under WSL2",
     needs=["host"],
-    requires=["gpus-expected"],
+    requires=["gpus-expected", "loader-settings"],
     what="Under WSL2 (a kernel release naming Microsoft), looks for pin_memory=True, stated or by the framework's "
     "default (Hugging Face's dataloader_pin_memory is True).",
     why="NVIDIA's CUDA on WSL user guide lists pinned system memory as limited for Linux CUDA applications under "
@@ -785,8 +778,6 @@ def pin_memory_under_wsl2(facts, ctx):
     if not is_wsl(facts):
         return passed("not WSL: pinned memory is not restricted", kernel=facts.host.get("kernel"))
     settings = _settings(facts, ctx)
-    if settings is None:
-        return _no_settings()
     found = settings.effective("pin_memory")
     evidence = {"kernel": facts.host.get("kernel"), **settings.evidence()}
     if found is None or found.value is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpudoctor.job.env import probe_env
 from gpudoctor.model import MULTI_PROCESS_LAUNCHERS, fail, info, manual, passed, set_env, skip, warn
 from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
@@ -155,11 +156,11 @@ def device_order_ambiguous(facts, ctx):
         return skip("no NVIDIA driver (see GD-DRV-001)")
     gpus = [g for g in facts.gpus if not g.get("error")]
     names = _names(gpus)
-    order = facts.env.get("CUDA_DEVICE_ORDER")
+    order = probe_env(facts).get("CUDA_DEVICE_ORDER")
     evidence = {
         "models": names,
         "CUDA_DEVICE_ORDER": order,
-        "CUDA_VISIBLE_DEVICES": facts.env.get("CUDA_VISIBLE_DEVICES"),
+        "CUDA_VISIBLE_DEVICES": probe_env(facts).get("CUDA_VISIBLE_DEVICES"),
     }
     if len(names) <= 1:
         return passed("all GPUs are the same model: CUDA's order matches nvidia-smi's", **evidence)

@@ -6,7 +6,8 @@ import re
 from dataclasses import replace
 
 from gpudoctor import versions
-from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, job_env, layout
+from gpudoctor.job.env import job_env, probe_env
+from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
@@ -384,7 +385,7 @@ def rendezvous_endpoint_unreachable(facts, ctx):
         "port_check": rdv.get("port_check"),
         **lay.evidence(),
     }
-    problem = _endpoint_problem(rdv, lay, facts.env)
+    problem = _endpoint_problem(rdv, lay, probe_env(facts))
     if problem is not None:
         return replace(problem, evidence=evidence)
     port = rdv.get("port_check")

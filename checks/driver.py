@@ -6,6 +6,7 @@ import os
 import re
 
 from gpudoctor import versions
+from gpudoctor.job.env import probe_env
 from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
@@ -247,7 +248,7 @@ def forward_compat_unsupported(facts) -> str | None:
 
 def _without_compat(facts, compat: list[dict]):
     dirs = {os.path.dirname(os.path.normpath(c["path"])) for c in compat}
-    keep = [d for d in facts.env.get("LD_LIBRARY_PATH", "").split(":") if d and os.path.normpath(d) not in dirs]
+    keep = [d for d in probe_env(facts).get("LD_LIBRARY_PATH", "").split(":") if d and os.path.normpath(d) not in dirs]
     title = f"Remove {', '.join(sorted(dirs))} (cuda-compat) from LD_LIBRARY_PATH"
     if keep:
         return set_env("LD_LIBRARY_PATH", ":".join(keep), title=title)

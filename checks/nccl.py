@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudoctor.job.layout import job_env, layout
+from gpudoctor.job.env import job_env
+from gpudoctor.job.layout import layout
 from gpudoctor.job.target import in_job_environment
 from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.readers.cudavis import from_facts as visible_devices

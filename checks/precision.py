@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor import versions
+from gpudoctor.job.env import job_env
 from gpudoctor.job.gpus import describe_groups, gpu_capabilities
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, skip, unset_env, warn
 from gpudoctor.registry import check
@@ -143,7 +144,7 @@ def tf32_unavailable_or_off(facts, ctx):
     evidence = {
         "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()},
         "float32_matmul_precision": precision,
-        "NVIDIA_TF32_OVERRIDE": facts.env.get("NVIDIA_TF32_OVERRIDE"),
+        "NVIDIA_TF32_OVERRIDE": job_env(facts, ctx).get("NVIDIA_TF32_OVERRIDE"),
     }
     if old:
         return info(
@@ -151,7 +152,7 @@ def tf32_unavailable_or_off(facts, ctx):
             "fp32 speed there; fp16 autocast is what uses their tensor cores",
             **evidence,
         )
-    if facts.env.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
+    if job_env(facts, ctx).get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
         return warn(
             "NVIDIA_TF32_OVERRIDE=0 disables TF32 in cuBLAS and cuDNN for the whole process, whatever torch is told: "
             "fp32 matmuls and convolutions run at plain fp32 speed",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor import versions
+from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
 from gpudoctor.model import (
     LAUNCHER_TABLE,
@@ -189,7 +190,7 @@ def slurm_job_values_unreadable(facts, ctx):
         problems_, site_options = _unknown_directives(ctx.sbatch)
         problems += problems_
     else:
-        problems += _env_inconsistencies(facts.env)
+        problems += _env_inconsistencies(probe_env(facts))
     summary = _summary(shape)
     if problems:
         fix = manual("Let sbatch/srun set SLURM_* variables (do not export them), and correct the directives named")
@@ -418,7 +419,7 @@ def allocated_gpus_left_idle(facts, ctx):
     gpus = shape.gpus_per_node
     if not ctx.gpus_expected and not gpus:
         return skip("no GPUs expected (--expect-gpus 0)", **_ev(shape))
-    if gpus == 0 or (gpus is None and not shape.from_script and "CUDA_VISIBLE_DEVICES" not in facts.env):
+    if gpus == 0 or (gpus is None and not shape.from_script and "CUDA_VISIBLE_DEVICES" not in probe_env(facts)):
         # One GPU per training process of a node (4 tasks need 4 GPUs, not 1), unless the user said how many.
         per_task = _ranks_per_task(shape, facts)[0] if shape.tasks_here else None
         want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
@@ -844,7 +845,7 @@ def srun_drops_cpus_per_task(facts, ctx):
         title="export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (or srun --cpus-per-task)",
     )
     allowed = facts.host.get("cpus_allowed_count")
-    in_task = not shape.from_script and ("SLURM_STEP_ID" in facts.env or "SLURM_STEPID" in facts.env)
+    in_task = not shape.from_script and ("SLURM_STEP_ID" in (here := probe_env(facts)) or "SLURM_STEPID" in here)
     if in_task and isinstance(allowed, int):
         ev["cpus_this_task_may_use"] = allowed
         if allowed < cpt:
@@ -925,13 +926,13 @@ def cpus_per_task_too_few_for_workers(facts, ctx):
     shape, out = _shape(facts, ctx)
     if out:
         return out
-    workers = _num_workers(ctx, facts.env)
+    workers = _num_workers(ctx, job_env(facts, ctx))
     if workers is None:
         return skip("num_workers is not known (give the training config with --config)", **_ev(shape))
     per_task, why = _ranks_per_task(shape, facts)
     per_task = per_task or 1
     need = per_task * (workers + 1)
-    cpus, source = _task_cpus(shape, facts.env)
+    cpus, source = _task_cpus(shape, probe_env(facts))
     ev = _ev(
         shape,
         num_workers=workers,
@@ -964,10 +965,8 @@ def cpus_per_task_too_few_for_workers(facts, ctx):
 
 
 def _num_workers(ctx, env: dict) -> int | None:
-    try:
-        from gpudoctor.readers import dlconfig
-    except ImportError:
-        return None
+    from gpudoctor.readers import dlconfig
+
     settings = dlconfig.from_context(ctx, env)
     value = settings.value("num_workers") if settings else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
@@ -1161,7 +1160,7 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
             fix,
             **ev,
         )
-    env = facts.env
+    env = probe_env(facts)  # the GPUs SLURM gave this task
     if "CUDA_VISIBLE_DEVICES" not in env:
         return passed(
             "CUDA_VISIBLE_DEVICES is not set"

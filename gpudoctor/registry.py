@@ -65,6 +65,7 @@ REQUIREMENTS = {
     "nvidia-driver": "NVML answered: an NVIDIA driver is loaded on this machine",
     "job-gpus": "the driver sees at least one of the job's GPUs (those CUDA_VISIBLE_DEVICES names)",
     "torch": "the probe imported torch",
+    "loader-settings": "a training config (--config) or a live DataLoader gives the DataLoader's settings",
 }
 SCOPES = ("job", "machine", "node")  # see the module docstring
 SOURCES = ("facts", "smoke")

@@ -38,12 +38,22 @@ def _torch(facts: Facts, ctx: Context) -> str | None:
     return f"torch could not be imported ({status or facts.torch.get('error') or 'not probed'}; see GD-CUDA-001)"
 
 
+def _loader_settings(facts: Facts, ctx: Context) -> str | None:
+    from gpudoctor.job.env import job_env
+    from gpudoctor.readers.dlconfig import from_context
+
+    if from_context(ctx, job_env(facts, ctx)) is not None:
+        return None
+    return "no training config (--config) or DataLoader (gpudoctor.audit_dataloader) to read settings from"
+
+
 # requires= name -> why the check is skipped (None: the requirement holds). One wording per requirement.
 UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "gpus-expected": _gpus_expected,
     "nvidia-driver": _nvidia_driver,
     "job-gpus": _job_gpus,
     "torch": _torch,
+    "loader-settings": _loader_settings,
 }
 assert UNMET.keys() == REQUIREMENTS.keys()
 

@@ -1,7 +1,7 @@
 """Where a job's ranks are: world size, ranks on this node, nodes, read from the launcher's variables.
 
-Pure: reads facts.env (plus what a --sbatch script exports, see job_env) and the user's
-intent (Context), never the machine. Shared by the distributed, nccl and dataloader checks,
+Pure: reads the job's environment (gpudoctor.job.env: this process's plus what a --sbatch script
+exports) and the user's intent (Context), never the machine. Shared by the distributed, nccl and dataloader checks,
 which all need "how many processes, on how many nodes" and must say where each number came from.
 
 Sources, first that answers:
@@ -18,9 +18,9 @@ Sources, first that answers:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from gpudoctor.job.env import job_env
 from gpudoctor.model import PER_GPU_LAUNCHERS
 from gpudoctor.readers.ints import python_int
 
@@ -41,33 +41,6 @@ def tasks_on_node(value: str | None, node_index: int = 0) -> int | None:
     except SlurmFormatError:
         return None
     return counts[node_index] if 0 <= node_index < len(counts) else None
-
-
-_UNKNOWN_VALUE = re.compile(r"[$`]")
-
-
-def job_env(facts, ctx) -> dict:
-    """The environment the job will run with: this process's, plus what --sbatch's script sets.
-
-    Before submission (no SLURM_JOB_ID here) the script's directives imply SLURM_NNODES,
-    SLURM_NTASKS, ...; its `export`/`unset` lines apply on top. Values the script computes at
-    run time ($(...), $VAR left unexpanded) are unknown and dropped rather than guessed.
-    """
-    env = dict(facts.env)
-    sb = ctx.sbatch
-    if not sb:
-        return env
-    if "SLURM_JOB_ID" not in env:
-        from gpudoctor.readers.sbatch import implied_slurm_env
-
-        env.update(implied_slurm_env(sb.options, sb.job_name or ""))
-    for name, entry in sb.exports.items():
-        value = entry.value
-        if value is None or entry.redacted or _UNKNOWN_VALUE.search(str(value)):
-            env.pop(name, None)
-        else:
-            env[name] = str(value)
-    return env
 
 
 @dataclass(frozen=True)

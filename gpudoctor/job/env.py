@@ -1,0 +1,71 @@
+"""The one environment accessor of the checks: the job's variables, each with where it came from.
+
+The job runs with this process's environment (the probe's, `facts.env`) plus what its --sbatch
+script sets: before submission (no SLURM_JOB_ID here) the script's #SBATCH directives imply
+SLURM_NNODES, SLURM_NTASKS, ... (as sbatch sets them in the batch shell), and its `export`/`unset`
+lines apply on top, in script order. Values the script computes at run time ($(...), $VAR left
+unexpanded) and credential-named exports are unknown: dropped rather than guessed.
+
+    env = job_env(facts, ctx)
+    env.get("PYTORCH_CUDA_ALLOC_CONF")    -> the value the job gets
+    env.source("PYTORCH_CUDA_ALLOC_CONF") -> 'job.slurm line 7' | 'environment' | '#SBATCH directives'
+    probe_env(facts)                       -> this process's own environment, what the probes ran under
+                                              (the libraries they loaded, the GPUs they saw, the CPU set)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+ENVIRONMENT = "environment"
+DIRECTIVES = "#SBATCH directives"
+_UNKNOWN_VALUE = re.compile(r"[$`]")
+
+
+class JobEnv(dict[str, str]):
+    """The job's environment (a plain dict of name -> value) with the source of each value."""
+
+    def __init__(self, here: Mapping[str, str]) -> None:
+        super().__init__(here)
+        self.here: Mapping[str, str] = here
+        self._sources: dict[str, str] = dict.fromkeys(here, ENVIRONMENT)
+
+    def source(self, name: str) -> str | None:
+        """Where the job's value of name comes from; None when the job does not get the variable."""
+        return self._sources.get(name) if name in self else None
+
+    def put(self, name: str, value: str, source: str) -> None:
+        self[name] = value
+        self._sources[name] = source
+
+    def drop(self, name: str) -> None:
+        self.pop(name, None)
+        self._sources.pop(name, None)
+
+
+def probe_env(facts) -> Mapping[str, str]:
+    """The environment gpudoctor's probes ran under: judge what they saw (loaded libraries, visible GPUs,
+    this process's CPU set, whether it runs inside a SLURM step) by it, and the job's settings by job_env."""
+    return facts.env
+
+
+def job_env(facts, ctx) -> JobEnv:
+    """The environment the job will run with (module docstring)."""
+    env = JobEnv(facts.env)
+    sb = ctx.sbatch
+    if not sb:
+        return env
+    if "SLURM_JOB_ID" not in facts.env:
+        from gpudoctor.readers.sbatch import implied_slurm_env
+
+        for name, value in implied_slurm_env(sb.options, sb.job_name or "").items():
+            env.put(name, value, DIRECTIVES)
+    script = (sb.path or "the script").rsplit("/", 1)[-1]
+    for name, entry in sb.exports.items():
+        value = entry.value
+        if value is None or entry.redacted or _UNKNOWN_VALUE.search(str(value)):
+            env.drop(name)
+        else:
+            env.put(name, str(value), f"{script} line {entry.line}")
+    return env

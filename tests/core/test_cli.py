@@ -1,0 +1,163 @@
+"""The CLI as users and CI run it: real processes, real environment variables, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.thismachine import no_gpu_here
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT_SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+
+
+def gpudoctor(*args, env=None, timeout=180):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="module")
+def live_snapshot(tmp_path_factory):
+    path = tmp_path_factory.mktemp("snap") / "facts.json"
+    r = gpudoctor(
+        "snapshot", "-o", str(path), env={"HF_TOKEN": "hf_secret_value", "MY_API_KEY": "k", "NCCL_DEBUG": "WARN"}
+    )
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+@no_gpu_here
+def test_check_on_this_gpu_less_machine_fails_on_the_driver():
+    r = gpudoctor("check")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "GD-DRV-001" in r.stdout
+    assert "no usable NVIDIA driver" in r.stdout
+    assert "\x1b[" not in r.stdout  # not a terminal: no colour codes
+
+
+def test_expect_gpus_0_exits_0():
+    r = gpudoctor("check", "--expect-gpus", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_json_report_validates_against_the_documented_schema():
+    r = gpudoctor("check", "--json", "--expect-gpus", "64")  # a failure on any machine
+    assert r.returncode == 1
+    report = json.loads(r.stdout)
+    jsonschema.validate(report, REPORT_SCHEMA)
+    assert report["summary"]["fail"] >= 1
+    ids = {f["id"] for f in report["findings"]}
+    assert "GD-DRV-001" in ids
+
+
+def test_snapshot_replay_gives_the_same_findings(live_snapshot):
+    live = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0").stdout)["findings"]
+    replay = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0", "--snapshot", str(live_snapshot)).stdout)[
+        "findings"
+    ]
+
+    def key(findings):
+        # facts that change between two probes of the same machine (free memory, ports) aside,
+        # every check must reach the same verdict
+        return sorted((f["id"], f["severity"]) for f in findings)
+
+    assert key(live) == key(replay)
+
+
+def test_snapshot_excludes_credentials(live_snapshot):
+    text = live_snapshot.read_text()
+    assert "hf_secret_value" not in text and "MY_API_KEY" not in text and "HF_TOKEN" not in text
+    assert json.loads(text)["env"]["vars"]["NCCL_DEBUG"] == "WARN"
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "no such snapshot"),
+        ("{not json", "corrupt snapshot"),
+        ('{"schema": "other/9"}', "schema"),
+        ('["a list"]', "not a gpudoctor facts object"),
+    ],
+)
+def test_bad_snapshot_is_one_line_and_exit_2(tmp_path, content, words):
+    path = tmp_path / "snap.json"
+    if content is not None:
+        path.write_text(content)
+    r = gpudoctor("check", "--snapshot", str(path))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--expect-gpus", "many"],
+        ["check", "--expect-gpus", "-1"],
+        ["check", "--select", "nosuchcategory"],
+        ["check", "--python", "/nonexistent/python"],
+        ["explain", "GD-NOPE-999"],
+        ["frobnicate"],
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args):
+    r = gpudoctor(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_junit_report_is_written(tmp_path):
+    out = tmp_path / "junit.xml"
+    r = gpudoctor("check", "--junit", str(out), "--expect-gpus", "64")  # a failure on any machine
+    assert r.returncode == 1
+    root = ET.parse(out).getroot()
+    assert root.tag == "testsuites"
+    assert int(root.get("failures")) >= 1
+    names = [c.get("name") for c in root.iter("testcase")]
+    assert any(n.startswith("GD-DRV-001") for n in names)
+
+
+def test_strict_turns_warnings_into_exit_1(tmp_path):
+    # a facts file with one warning and no fail: a driver one CUDA minor version behind torch
+    fixture = json.loads((ROOT / "tests/fixtures/facts/synthetic-h100x8-healthy.json").read_text())
+    fixture["nvidia"]["cuda_driver_version"] = 12000
+    fixture["torch"]["cuda"] = "12.4"
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(fixture))
+    lenient = gpudoctor("check", "--snapshot", str(path), "--select", "GD-DRV-002")
+    strict = gpudoctor("check", "--snapshot", str(path), "--select", "GD-DRV-002", "--strict")
+    assert lenient.returncode == 0 and strict.returncode == 1
+
+
+def test_list_and_explain():
+    r = gpudoctor("list")
+    assert r.returncode == 0 and "GD-DRV-001" in r.stdout
+    r = gpudoctor("explain", "GD-DRV-002")
+    assert r.returncode == 0
+    for section in ("What it checks:", "Why it matters:", "How to fix:"):
+        assert section in r.stdout
+    assert gpudoctor("explain", "driver-too-old-for-torch-cuda").returncode == 0
+
+
+def test_checks_doc_is_generated_from_the_registry_and_up_to_date():
+    r = gpudoctor("docs")
+    assert r.returncode == 0
+    committed = (ROOT / "docs" / "checks.md").read_text()
+    assert r.stdout == committed, "docs/checks.md is stale: run `gpudoctor docs -o docs/checks.md`"

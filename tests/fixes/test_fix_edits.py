@@ -1,0 +1,184 @@
+"""Batch-script edits anchored on the reader's spans, and the planner's rules (verify, conflicts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.fixes import sbatch_edit as edit
+from gpudoctor.fixes.envfile import lines as env_lines
+from gpudoctor.fixes.plan import make_plan
+from gpudoctor.fixes.sbatch_edit import EditError
+from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
+from gpudoctor.readers.sbatch import parse_sbatch
+from tests.factsutil import make_facts
+
+SCRIPTS = Path(__file__).parents[1] / "fixtures" / "sbatch"
+
+
+def options(text: str) -> dict:
+    return parse_sbatch(text).options
+
+
+def test_set_keeps_spelling_and_comment_and_edits_the_directive_sbatch_uses():
+    text = "#!/bin/bash\n#SBATCH -n 4\n#SBATCH --ntasks 2   # two\nsrun python t.py\n"
+    new = edit.set_directive(text, "ntasks", 8)
+    assert new == "#!/bin/bash\n#SBATCH -n 4\n#SBATCH --ntasks 8   # two\nsrun python t.py\n"
+    assert options(new)["ntasks"] == "8"
+
+
+def test_an_alias_names_the_same_option():
+    text = "#!/bin/bash\n#SBATCH --tasks-per-node=8\nsrun python t.py\n"
+    assert (
+        edit.set_directive(text, "ntasks-per-node", 1) == "#!/bin/bash\n#SBATCH --tasks-per-node=1\nsrun python t.py\n"
+    )
+    assert "ntasks-per-node" not in options(edit.remove_directive(text, "tasks-per-node"))
+
+
+def test_set_adds_a_missing_option_under_the_last_directive():
+    text = "#!/bin/bash\n# comment\n#SBATCH --nodes=1\n\nmodule load x\nsrun python t.py\n"
+    new = edit.set_directive(text, "gres", "gpu:h200:8")
+    assert new.splitlines()[3] == "#SBATCH --gres=gpu:h200:8"
+    assert options(new)["gres"] == "gpu:h200:8"
+
+
+def test_remove_one_option_of_a_multi_option_line():
+    text = "#!/bin/bash\n#SBATCH -N 2 -n8 --gres gpu:4 # c\nsrun python t.py\n"
+    new = edit.remove_directive(text, "ntasks")
+    assert new == "#!/bin/bash\n#SBATCH -N 2 --gres gpu:4 # c\nsrun python t.py\n"
+    assert options(new) == {"nodes": "2", "gres": "gpu:4"}
+
+
+def test_remove_every_occurrence_and_keep_the_users_comment():
+    text = "#!/bin/bash\n#SBATCH --ntasks=1  # one process\n#SBATCH --ntasks=2\nsrun python t.py\n"
+    new = edit.remove_directive(text, "ntasks")
+    assert "ntasks" not in options(new)
+    assert "# removed by gpudoctor fix: #SBATCH --ntasks=1  # one process\n" in new
+    assert "#SBATCH --ntasks=2" not in new
+
+
+def test_hoist_moves_a_late_directive_into_the_header():
+    text = (SCRIPTS / "realworld" / "late-sbatch-gres-after-module-load.slurm").read_text()
+    new = edit.hoist_directive(text, "#SBATCH --gres=gpu:4")
+    script = parse_sbatch(new)
+    assert script.options["gres"] == "gpu:4"
+    assert [d.text for d in script.late_directives] == ["#SBATCH --ntasks-per-node=4"]
+    with pytest.raises(EditError):
+        edit.hoist_directive(new, "#SBATCH --gres=gpu:4")
+
+
+def test_srun_prefix_goes_after_exec_and_is_idempotent():
+    text = "#!/bin/bash\n#SBATCH --ntasks-per-node=2\ncd /w\nexec python train.py --lr 1\n"
+    new = edit.prefix_srun(text)
+    assert new.endswith("exec srun python train.py --lr 1\n")
+    assert parse_sbatch(new).launch.srun is not None
+    assert edit.prefix_srun(new) == new
+
+
+def test_exports_set_in_place_added_before_launch_and_removed():
+    text = "#!/bin/bash\n#SBATCH --nodes=1\nexport A=1 NCCL_DEBUG=INFO\n  srun python t.py\n"
+    new = edit.set_export(text, "NCCL_DEBUG", "WARN")
+    assert "export A=1 NCCL_DEBUG=WARN\n" in new
+    new = edit.set_export(new, "OMP_NUM_THREADS", "$SLURM_CPUS_PER_TASK")
+    assert '  export OMP_NUM_THREADS="$SLURM_CPUS_PER_TASK"\n  srun python t.py\n' in new
+    new = edit.remove_export(new, "NCCL_DEBUG")
+    assert "\nexport A=1\n" in new
+    assert "NCCL_DEBUG" not in parse_sbatch(new).exports
+    new = edit.remove_export(new, "CUDA_VISIBLE_DEVICES", inherited=True)
+    assert "  unset CUDA_VISIBLE_DEVICES\n  srun python t.py\n" in new
+
+
+def test_override_on_the_launch_line_hydra_and_flags():
+    text = "#!/bin/bash\nsrun python t.py \\\n  +data.batch_size=22 \\\n  --num-workers 4\n"
+    assert edit.override_on_launch(text, "data.batch_size")
+    new = edit.set_override(text, "data.batch_size", 16)
+    assert "  +data.batch_size=16 \\\n" in new
+    new = edit.set_override(new, "loader.num_workers", 8)
+    assert "  --num-workers 8\n" in new
+    assert not edit.override_on_launch(text, "model.lr")
+    # a key that merely ends like another is not the same key
+    assert not edit.override_on_launch("#!/bin/bash\nsrun python t.py x.data.batch_size=1\n", "data.batch_size")
+
+
+def test_shell_lines_quote_values_and_skip_bad_names():
+    out = env_lines({"A": "x y", "B": "$SLURM_CPUS_PER_TASK", "C": None, "BAD NAME": "1", "D": "$(rm -rf ~)"})
+    assert out == ["export A='x y'", 'export B="$SLURM_CPUS_PER_TASK"', "unset C", "export D='$(rm -rf ~)'"]
+
+
+# ---------------------------------------------------------------- the planner's rules, on a real file
+
+
+def _finding(check_id: str, sev: Severity, fix: Fix | None) -> Finding:
+    return Finding(check_id, check_id.lower(), "slurm", sev, check_id, "m", {}, fix)
+
+
+def test_two_fixes_for_one_value_are_never_both_kept(tmp_path):
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --gres=gpu:1\nsrun python t.py\n")
+    path = str(script)
+
+    def run(facts, ctx):
+        gres = ctx.sbatch.options.get("gres")
+        wants8 = Fix("gres 8", Safety.SAFE, (Action(ActionKind.SBATCH_SET, path, "gpu:8", "gres"),))
+        wants4 = Fix("gres 4", Safety.SAFE, (Action(ActionKind.SBATCH_SET, path, "gpu:4", "gres"),))
+        return [
+            _finding("GD-TEST-001", Severity.FAIL if gres != "gpu:8" else Severity.PASS, wants8),
+            _finding("GD-TEST-002", Severity.WARN if gres != "gpu:4" else Severity.PASS, wants4),
+        ]
+
+    ctx = Context(sbatch=parse_sbatch(script.read_text(), path), sbatch_path=path)
+    plan = make_plan(run, make_facts(), ctx, frozenset({Safety.SAFE}))
+    kept = [d.finding.id for d in plan.decisions if d.kept]
+    assert kept == ["GD-TEST-001"]
+    refused = next(d for d in plan.decisions if d.finding.id == "GD-TEST-002")
+    assert refused.reason.startswith("conflict") and "GD-TEST-001" in refused.reason
+    assert "#SBATCH --gres=gpu:8" in plan.final.texts[path]
+
+
+def test_a_fix_that_makes_another_check_worse_is_not_kept(tmp_path):
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --ntasks-per-node=8\nsrun python t.py\n")
+    path = str(script)
+
+    def run(facts, ctx):
+        per_node = ctx.sbatch.options.get("ntasks-per-node")
+        one = Fix("one task", Safety.UNSAFE, (Action(ActionKind.SBATCH_SET, path, "1", "ntasks-per-node"),))
+        return [
+            _finding("GD-TEST-001", Severity.WARN if per_node == "8" else Severity.PASS, one),
+            _finding("GD-TEST-002", Severity.FAIL if per_node == "1" else Severity.PASS, None),
+        ]
+
+    ctx = Context(sbatch=parse_sbatch(script.read_text(), path), sbatch_path=path)
+    assert not make_plan(run, make_facts(), ctx, frozenset({Safety.SAFE})).decisions  # unsafe: not even tried
+    plan = make_plan(run, make_facts(), ctx, frozenset({Safety.SAFE, Safety.UNSAFE}))
+    (decision,) = plan.decisions
+    assert not decision.kept and "GD-TEST-002 fail" in decision.reason
+    assert plan.final.texts[path] == script.read_text() and not plan.pending
+
+
+def test_typo_option_is_renamed_keeping_value_and_comment():
+    text = "#!/bin/bash\n#SBATCH --ntask-per-node=8   # one per GPU\n#SBATCH --gres=gpu:8\nsrun python t.py\n"
+    assert parse_sbatch(text).unknown_directives
+    new = edit.rename_option(text, "--ntask-per-node", "ntasks-per-node")
+    assert new == "#!/bin/bash\n#SBATCH --ntasks-per-node=8   # one per GPU\n#SBATCH --gres=gpu:8\nsrun python t.py\n"
+    assert options(new)["ntasks-per-node"] == "8" and not parse_sbatch(new).unknown_directives
+
+
+def test_repaired_continuation_passes_every_argument_in_real_bash(tmp_path):
+    import subprocess
+
+    text = (
+        '#!/bin/bash\n#SBATCH --nodes=1\npython() { echo "ARGS: $*"; }\n'
+        "python t.py \\\n    a=1 \\    # note one\n    b=2 \\   # note two\n    c=3\n"
+    )
+    before = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=30)
+    assert before.stdout.startswith("ARGS: t.py a=1 ") and "b=2" not in before.stdout  # bash cut the command short
+    script = parse_sbatch(text)
+    new = text
+    for b in script.broken_continuations:
+        new = edit.repair_continuation(new, b.text)
+    assert not parse_sbatch(new).broken_continuations
+    after = subprocess.run(["bash", "-c", new], capture_output=True, text=True, timeout=30)
+    assert after.stdout == "ARGS: t.py a=1 b=2 c=3\n" and after.returncode == 0
+    assert "# note one\n# note two\npython t.py \\\n" in new  # the comments moved above the command, in order

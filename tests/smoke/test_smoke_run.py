@@ -1,0 +1,389 @@
+"""Real smoke runs: gloo DDP on CPU processes, spawned by gpudoctor, under torchrun and under srun.
+
+Every run is a real training run (torch.distributed, DataLoader, DDP); faults are injected
+through GPUDOCTOR_SMOKE_FAULT, the worker's test-only hook. Each run carries a marker in its
+environment so the test can prove that no process of it outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.thismachine import no_gpu_here
+
+pytestmark = pytest.mark.ddp
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "smoke.schema.json").read_text())
+MARK = "GPUDOCTOR_TEST_RUN"
+
+
+def validate(report: dict) -> None:
+    jsonschema.Draft202012Validator(SCHEMA).validate(report)
+
+
+def leftovers(marker: str) -> list[str]:
+    """Processes (other than zombies) whose environment carries this run's marker."""
+    found = []
+    needle = f"{MARK}={marker}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes():
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
+def run(
+    cmd: list[str], env: dict | None = None, timeout: float = 120, cwd=None
+) -> tuple[subprocess.CompletedProcess, float, str]:
+    marker = uuid.uuid4().hex
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUDOCTOR_SMOKE_FAULT"):
+        full_env.pop(name, None)
+    full_env.update(env or {}, **{MARK: marker})
+    start = time.monotonic()
+    r = subprocess.run(
+        cmd, env=full_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd
+    )
+    elapsed = time.monotonic() - start
+    time.sleep(0.5)  # let killed processes be reaped
+    return r, elapsed, marker
+
+
+def smoke(*args: str, env: dict | None = None, timeout: float = 120):
+    return run([sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", *args], env, timeout)
+
+
+def torchrun(*args: str, env: dict | None = None, timeout: float = 120):
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gpudoctor",
+        "smoke",
+        "--device",
+        "cpu",
+        "--json",
+        *args,
+    ]
+    return run(cmd, env, timeout)
+
+
+def report_of(r: subprocess.CompletedProcess) -> dict:
+    try:
+        return json.loads(r.stdout)  # exactly one JSON object: only the reporter prints
+    except json.JSONDecodeError:
+        pytest.fail(
+            f"stdout is not one JSON report (rc {r.returncode}):\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-3000:]}"
+        )
+
+
+def findings(rep: dict) -> dict:
+    return {f["id"]: f for f in rep["findings"]}
+
+
+def test_two_spawned_cpu_ranks_train_and_report():
+    r, elapsed, marker = smoke("--gpus", "2")
+    rep = report_of(r)
+    validate(rep)
+    assert r.returncode == 0 and rep["ok"], rep["findings"]
+    assert elapsed < 60
+    assert rep["launch"]["mode"] == "spawn" and rep["launch"]["world_size"] == 2
+    assert [x["rank"] for x in rep["ranks"]] == [0, 1]
+    assert rep["loss"]["last"] < rep["loss"]["first"] * 0.95
+    assert rep["params_identical"] is True
+    assert rep["throughput"]["tokens_per_s"] > 0 and rep["step_time_s"]["p95"] >= rep["step_time_s"]["p50"] > 0
+    assert rep["allreduce"]["busbw_gbps"] > 0 and rep["allreduce"]["payload_bytes"] == 4 << 20
+    assert rep["mfu"]["vs_spec"] is None and "CPU" in rep["mfu"]["vs_spec_missing_reason"]
+    assert rep["mfu"]["vs_measured_matmul"] > 0  # no upper bound: CPU timings on a shared host are noise
+    assert "6*N" in rep["flops"]["formula"]
+    assert not leftovers(marker)
+
+
+def test_torchrun_world_is_joined_and_rank0_reports():
+    r, _, marker = torchrun()
+    rep = report_of(r)
+    validate(rep)
+    assert r.returncode == 0 and rep["ok"], rep["findings"]
+    assert rep["launch"]["mode"] == "torchrun" and rep["launch"]["world_size"] == 2
+    assert rep["launch"]["reporter"] == {**rep["launch"]["reporter"], "role": "rank", "rank": 0}
+    assert sorted(p["rank"] for p in rep["placement"]) == [0, 1]
+    assert not leftovers(marker)
+
+
+def test_spawned_rank_that_never_starts_is_named_within_the_timeout():
+    # 15 s: rank 0 must have joined by then, and a CUDA build of torch can take 5 s to import.
+    r, elapsed, marker = smoke(
+        "--gpus", "2", "--timeout", "15", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=hang"}
+    )
+    rep = report_of(r)
+    validate(rep)
+    f = findings(rep)["GD-SMOKE-001"]
+    assert r.returncode == 1 and f["severity"] == "fail"
+    assert f["evidence"]["missing_ranks"] == [1] and "rank 1 never joined the rendezvous" in f["message"]
+    assert elapsed < 15 + 15
+    assert not leftovers(marker)
+
+
+def test_torchrun_rank_that_never_starts_is_named_by_rank0():
+    r, elapsed, marker = torchrun("--timeout", "6", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=hang"})
+    rep = report_of(r)
+    f = findings(rep)["GD-SMOKE-001"]
+    assert r.returncode != 0 and f["severity"] == "fail" and f["evidence"]["missing_ranks"] == [1]
+    assert rep["launch"]["reporter"]["rank"] == 0
+    assert elapsed < 6 + 20
+    assert not leftovers(marker)
+
+
+def test_torchrun_stopping_the_job_still_gets_a_report_naming_the_rank():
+    # Rank 1 dies at once; torchrun then SIGTERMs rank 0, which reports before it goes.
+    r, _, marker = torchrun("--timeout", "30", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=exit"})
+    rep = report_of(r)
+    validate(rep)
+    f = findings(rep)["GD-SMOKE-004"]
+    assert r.returncode != 0 and f["severity"] == "fail" and f["evidence"]["failed_ranks"] == [1]
+    assert "the launcher stopped the run (SIGTERM" in f["message"]
+    assert not leftovers(marker)
+
+
+def test_hang_in_a_step_names_the_rank_and_the_step():
+    r, elapsed, marker = smoke(
+        "--gpus", "2", "--timeout", "20", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=step:2,do=hang"}
+    )
+    rep = report_of(r)
+    validate(rep)
+    f = findings(rep)["GD-SMOKE-005"]
+    assert r.returncode == 1 and f["severity"] == "fail"
+    assert f["evidence"]["stuck_ranks"] == [1] and f["evidence"]["phase"] == "step 2 (forward)"
+    assert "(rank 0 in step 2 (forward))" in f["message"]  # DDP's bucket rebuild broadcasts in step 2's forward
+    assert any("faults.py" in frame for frame in f["evidence"]["stacks"]["rank1"])
+    assert elapsed < 20 + 15
+    assert not leftovers(marker)
+
+
+def test_a_gpudoctor_folder_in_the_working_directory_does_not_shadow_the_workers_package(tmp_path):
+    # Found on a GPU machine: smoke run from a source checkout (whose gpudoctor/ folder lacks
+    # sample_train) with a regular install had every worker fail to import.
+    (tmp_path / "gpudoctor").mkdir()
+    (tmp_path / "gpudoctor" / "__init__.py").write_text("raise ImportError('the cwd copy was imported')\n")
+    cmd = [sys.executable, "-P", "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "1"]
+    r, _, marker = run(cmd, cwd=tmp_path)
+    rep = report_of(r)
+    assert r.returncode == 0 and rep["ok"], rep["findings"]
+    assert not leftovers(marker)
+
+
+def test_a_single_rank_hung_in_its_own_work_is_not_blamed_on_a_collective():
+    # As seen on a real H100 (NCCL, one rank): a hang in the forward pass is not a network problem.
+    r, elapsed, marker = smoke(
+        "--gpus", "1", "--timeout", "30", env={"GPUDOCTOR_SMOKE_FAULT": "rank=0,at=step:3,do=hang"}
+    )
+    rep = report_of(r)
+    f = findings(rep)["GD-SMOKE-005"]
+    assert r.returncode == 1 and f["severity"] == "fail"
+    assert "rank 0 stuck in step 3 (forward)" in f["message"] and "outside any collective" in f["message"]
+    assert "network" not in f["message"]
+    assert elapsed < 30 + 15
+    assert not leftovers(marker)
+
+
+def test_a_crashing_rank_is_named_with_its_phase_and_error():
+    r, _, marker = smoke("--gpus", "2", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=first-allreduce,do=crash"})
+    rep = report_of(r)
+    validate(rep)
+    f = findings(rep)["GD-SMOKE-004"]
+    assert r.returncode == 1 and f["evidence"]["failed_ranks"] == [1]
+    assert "rank 1 on" in f["message"] and "failed in first all-reduce: RuntimeError: injected fault" in f["message"]
+    assert not leftovers(marker)
+
+
+def test_throughput_floor_fails_and_config_dataloader_settings_are_used(tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("dataloader:\n  params:\n    num_workers: 1\n    persistent_workers: true\n    batch_size: 4\n")
+    r, _, marker = smoke("--gpus", "2", "--config", str(config), "--min-tokens-per-s", "1e12")
+    rep = report_of(r)
+    validate(rep)
+    found = findings(rep)
+    assert r.returncode == 1 and not rep["ok"]
+    assert found["GD-SMOKE-009"]["severity"] == "fail" and found["GD-SMOKE-006"]["severity"] == "pass"
+    loader = rep["run"]["dataloader"]
+    assert (loader["num_workers"], loader["persistent_workers"]) == (1, True)
+    assert loader["source"]["num_workers"] == "config:dataloader.params.num_workers"
+    assert rep["run"]["model"]["batch_size"] == 4
+    assert not leftovers(marker)  # the dataloader worker processes too
+
+
+@pytest.mark.parametrize(
+    "args, env, words",
+    [
+        (["--min-mfu", "2"], {}, "fraction"),
+        (["--config", "/nonexistent/train.yaml"], {}, "no such file"),
+        (["--steps", "12", "--warmup", "10"], {}, "fewer than 3"),
+        (["--steps", "4"], {}, "expected 10 or more"),
+        (["--num-workers", "0", "--prefetch-factor", "2"], {}, "prefetch_factor=2 needs num_workers > 0"),
+        (
+            [],
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "4",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29999",
+            },
+            "do not fit a world of 2",
+        ),
+        ([], {"GPUDOCTOR_SMOKE_FAULT": "nonsense"}, "GPUDOCTOR_SMOKE_FAULT"),
+        ([], {"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR is not"),
+        (
+            ["--gpus", "4"],
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29999",
+            },
+            "drop --gpus",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, env, words):
+    r, _, _ = smoke(*args, env=env, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert words in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@no_gpu_here
+def test_no_gpu_is_a_clear_failure():
+    r, _, _ = run([sys.executable, "-m", "gpudoctor", "smoke", "--json"])
+    rep = report_of(r)
+    validate(rep)
+    f = findings(rep)["GD-SMOKE-012"]
+    assert r.returncode == 1 and f["severity"] == "fail" and "--device cpu" in f["message"]
+
+
+def test_unresolvable_master_addr_fails_at_once():
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "no-such-host.invalid",
+        "MASTER_PORT": "29999",
+    }
+    r, elapsed, marker = smoke("--timeout", "60", env=env)
+    rep = report_of(r)
+    validate(rep)
+    f = findings(rep)["GD-SMOKE-001"]
+    assert r.returncode == 1 and "does not resolve" in f["message"] and "no-such-host.invalid" in f["message"]
+    assert elapsed < 30  # not the whole --timeout
+    assert not leftovers(marker)
+
+
+def test_busy_master_port_is_named_by_the_rank_that_hosts_the_store():
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        env = {
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(busy.getsockname()[1]),
+        }
+        r, _, _ = smoke("--timeout", "20", env=env)
+    rep = report_of(r)
+    f = findings(rep)["GD-SMOKE-001"]
+    assert r.returncode == 1 and "could not host the rendezvous store" in f["message"]
+
+
+def test_a_rank_whose_rank0_never_starts_gives_up_within_the_timeout():
+    # TCPStore's own connect retries for about twice its timeout; the run's bound is --timeout.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+    r, elapsed, marker = smoke("--timeout", "5", env=env)
+    assert r.returncode == 1 and "rank 1 could not reach the rendezvous store" in r.stderr
+    assert elapsed < 5 + 10
+    assert not leftovers(marker)
+
+
+def test_sigterm_to_the_spawner_stops_every_rank_at_once():
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env[MARK] = marker
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "smoke",
+        "--device",
+        "cpu",
+        "--json",
+        "--steps",
+        "5000",
+        "--timeout",
+        "60",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+    until = time.monotonic() + 30
+    while len(leftovers(marker)) < 3 and time.monotonic() < until:  # the spawner and its 2 ranks
+        time.sleep(0.2)
+    proc.terminate()
+    out, err = proc.communicate(timeout=15)
+    time.sleep(0.5)
+    assert proc.returncode == 130 and out == "" and err.strip().splitlines()[-1] == "gpudoctor: interrupted"
+    assert not leftovers(marker)
+
+
+@pytest.mark.slurm
+def test_srun_tasks_join_the_step_world(slurm_cluster):
+    with socket.socket() as s:  # a free port: test clusters restart job ids at 1
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    marker = uuid.uuid4().hex
+    r = slurm_cluster.srun(
+        ["--ntasks=2", *slurm_cluster.python_command(), "smoke", "--device", "cpu", "--json"],
+        env={"MASTER_PORT": str(port), MARK: marker},
+        timeout=180,
+    )
+    rep = report_of(r)
+    validate(rep)
+    assert r.returncode == 0 and rep["ok"], rep["findings"]
+    assert rep["launch"]["mode"] == "srun" and rep["launch"]["world_size"] == 2
+    assert rep["launch"]["reporter"]["rank"] == 0
+    assert sorted(p["local_rank"] for p in rep["placement"]) == [0, 1]
+    time.sleep(0.5)
+    assert not leftovers(marker)
