@@ -33,6 +33,12 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
     p.add_argument("--json", action="store_true", help=f"print the plan and outcome as {SCHEMA} (docs/fix.schema.json)")
     p.add_argument("--shell", action="store_true", help='print export/unset lines for eval "$(gpudoctor fix --shell)"')
     p.add_argument("--env-file", metavar="FILE", help="write the environment changes to FILE to source")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="then run `gpudoctor smoke` with the fixed environment where the job runs here (exit 1 if it fails); "
+        "before submission, print the command to run inside the allocation",
+    )
 
 
 def _inputs(args):
@@ -103,14 +109,26 @@ def run(args, findings_runner=_inputs) -> int:
         raise _usage(str(e)) from None
     except OSError as e:
         raise _usage(f"cannot write: {e.strerror or e} ({getattr(e, 'filename', '')})") from None
+    validation = None
+    if args.validate:
+        from gpudoctor.fixes.validate import validate
+        from gpudoctor.job import target as job_target
+
+        here = job_target.decide(facts, ctx, node_snapshot=getattr(args, "node_snapshot", None)).kind == "machine"
+        validation = validate(plan.env_changes, here, ctx.expect_gpus)
     if args.shell:
         text = "\n".join(envfile.lines(plan.env_changes))
         sys.stdout.write(text + ("\n" if text else ""))
         _summary_line(plan, args, backups, sys.stderr)
     elif args.json:
-        sys.stdout.write(json.dumps(to_json(plan, args, backups, env_file_backup), indent=2) + "\n")
+        report = to_json(plan, args, backups, env_file_backup, validation)
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         render_text(plan, args, backups, env_file_backup, sys.stdout)
+        if validation:
+            sys.stdout.write(f"\nValidation ({validation.command}): {validation.summary}\n")
+    if validation and validation.ran and not validation.ok:
+        return ExitCode.FAIL
     if args.diff and plan.pending and not args.apply:
         return ExitCode.FAIL
     return ExitCode.OK
@@ -176,7 +194,7 @@ def _why_left(plan, finding) -> str:
     return "its fix was not tried (another fix changed the finding)"
 
 
-def to_json(plan, args, backups: dict, env_file_backup: str | None) -> dict:
+def to_json(plan, args, backups: dict, env_file_backup: str | None, validation=None) -> dict:
     from gpudoctor import __version__
     from gpudoctor.fixes import envfile
 
@@ -220,6 +238,7 @@ def to_json(plan, args, backups: dict, env_file_backup: str | None) -> dict:
             "fixed": len(status["fixed"]),
             "remaining": len(status["remaining"]),
         },
+        "validation": validation.to_dict() if validation else None,
     }
 
 

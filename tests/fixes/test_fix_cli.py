@@ -312,3 +312,24 @@ def test_before_submission_this_hosts_driver_is_not_the_jobs_to_fix(seed_fixed, 
     manual = {m["id"] for m in out["manual"]}
     assert not manual & {"GD-DRV-001", "GD-CUDA-002"}
     assert {f["id"] for f in out["unsafe_available"]} >= {"GD-SLURM-005"}
+
+
+def test_validate_before_submission_runs_nothing_and_says_where_to_run(seed_fixed, capsys):
+    rc, out = report(capsys, "--sbatch", str(seed_fixed), "--validate")
+    assert rc == 0
+    v = out["validation"]
+    assert v["ran"] is False and v["ok"] is None and "srun" in v["command"]
+
+
+def test_validate_runs_a_real_smoke_with_the_fixed_environment(tmp_path):
+    # This machine is the target (no script): the smoke run (gloo on CPU processes) carries the
+    # planned environment changes; a bad allocator setting in the environment is fixed first.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "SLURM_"))}
+    env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    cmd = [sys.executable, "-m", "gpudoctor", "fix", "--expect-gpus", "0", "--validate", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, stdin=subprocess.DEVNULL)
+    out = json.loads(r.stdout)
+    assert {"name": "PYTORCH_NO_CUDA_MEMORY_CACHING", "value": None, "action": "unset"} in out["env"]
+    v = out["validation"]
+    assert v["ran"] is True and v["ok"] is True and v["summary"].startswith("smoke passed"), v
+    assert r.returncode == 0
