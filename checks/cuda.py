@@ -545,6 +545,7 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
         return warn(
             f"torch's process has {label} of several major versions "
             f"loaded ({', '.join(loaded)}): two copies in one process",
+            None,
             **evidence,
         )
     bundled = _bundled_dirs(facts)
@@ -568,6 +569,7 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
         return warn(
             f"{label} files were loaded from several folders ({', '.join(sorted(loaded_dirs))}): parts of two "
             "installations mixed in one process",
+            None,
             **evidence,
         )
     return None

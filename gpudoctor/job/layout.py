@@ -18,6 +18,7 @@ Sources, first that answers:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpudoctor.job.env import job_env
@@ -25,7 +26,7 @@ from gpudoctor.model import PER_GPU_LAUNCHERS
 from gpudoctor.readers.ints import python_int
 
 
-def env_int(env: dict, name: str) -> int | None:
+def env_int(env: Mapping[str, str], name: str) -> int | None:
     """The variable as Python's int() reads it (what torch does), None when unset or not a number."""
     return python_int(env.get(name))
 
@@ -103,7 +104,7 @@ def _script_ranks_per_node(ctx) -> int | None:
     return int(value) if value is not None and str(value).isdigit() and int(value) > 0 else None
 
 
-def in_srun_step(env: dict) -> bool:
+def in_srun_step(env: Mapping[str, str]) -> bool:
     """This process is a task of an srun job step (not the batch script itself)."""
     return "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
 
