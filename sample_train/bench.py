@@ -54,19 +54,20 @@ def first_allreduce(device: torch.device, world_size: int) -> float:
     return time.perf_counter() - start
 
 
-def allreduce_seconds(device: torch.device, payload_bytes: int, dtype: torch.dtype, iters: int, warmup: int) -> float:
-    """Mean seconds per all-reduce of payload_bytes, as nccl-tests times it (after warm-up)."""
+def allreduce_seconds(device: torch.device, payload_bytes: int, dtype: torch.dtype, iters: int, warmup: int,
+                      group=None) -> float:
+    """Mean seconds per all-reduce of payload_bytes, as nccl-tests times it (after warm-up); group: a subgroup."""
     x = torch.zeros(payload_bytes // torch.tensor([], dtype=dtype).element_size(), device=device, dtype=dtype)
     for _ in range(warmup):
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=group)
     synchronize(device)
     # Start together, as nccl-tests does with a barrier: a rank that starts its clock early would
     # count its wait for the late ones as transfer time, and the slowest rank's mean is reported.
     align = torch.zeros(1, device=device, dtype=dtype)
-    dist.all_reduce(align)
+    dist.all_reduce(align, group=group)
     synchronize(device)
     start = time.perf_counter()
     for _ in range(iters):
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=group)
     synchronize(device)
     return (time.perf_counter() - start) / iters

@@ -26,6 +26,7 @@ STAGES = (
     "first all-reduce",
     "matmul benchmark",
     "all-reduce benchmark",
+    "all-reduce inside and across nodes",  # two nodes or more
     "model broadcast (DDP)",
     "straggler probe",
     "training",
@@ -52,6 +53,7 @@ class Keys:
         self.plan, self.abort = f"{namespace}/plan", f"{namespace}/abort"
         self.fallback_reporter = f"{namespace}/fallback-reporter"
         self.pg_prefix = f"{namespace}/pg"
+        self.verdict, self.verdict_read = f"{namespace}/verdict", f"{namespace}/verdict-read"
 
     def join(self, rank: int) -> str:
         return f"{self.ns}/join/{rank}"
@@ -121,7 +123,18 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
             "fp32": "fp32 (asked for with --precision fp32)",
         }[precision]
     cfg = _apply_overrides(SIZES[size], opts)
-    return {"go": True, "model": cfg.to_dict(), "precision": precision, "precision_reason": why}
+    return {"go": True, "model": cfg.to_dict(), "precision": precision, "precision_reason": why,
+            "nodes": node_layout(joins)}
+
+
+def node_layout(joins: dict[int, dict]) -> list[list[int]]:
+    """The ranks of each node, nodes in order of their lowest rank. A node is the launcher's node index
+    (GROUP_RANK/SLURM_NODEID/NODE_RANK: one host may run several nodes), else the host."""
+    by_node: dict = {}
+    for rank in sorted(joins):
+        j = joins[rank]
+        by_node.setdefault((j.get("host"), j.get("node_index")), []).append(rank)
+    return list(by_node.values())
 
 
 def _apply_overrides(cfg: GPTConfig, opts) -> GPTConfig:

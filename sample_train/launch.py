@@ -309,15 +309,17 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     raise AssertionError("exits.finish() returned")
 
 
-VERDICT_READ_S = 5.0
+VERDICT_READ_S = 10.0
 
 
-def _publish_verdict(store, keys: Keys, code: int, world_size: int) -> None:
+def _publish_verdict(store, keys: Keys, code: int, world_size: int, wait: bool = True) -> None:
     """Every rank exits with the run's verdict: under torchrun a node whose ranks exit 0 while another
     node's fail waits in the agents' exit barrier (300 s) instead of ending with the job."""
     try:
         store.set(keys.verdict, str(int(code)))
-        until = time.monotonic() + VERDICT_READ_S  # rank 0 may host the store: stay until the others read it
+        # rank 0 may host the store: after a pass, stay until the others read it (after a failure a rank that
+        # finds the store gone exits 1 anyway, and a hung one never reads)
+        until = time.monotonic() + (VERDICT_READ_S if wait else 0)
         while store.add(keys.verdict_read, 0) < world_size - 1 and time.monotonic() < until:
             time.sleep(0.05)
     except Exception:
@@ -330,9 +332,10 @@ def _await_verdict(store, keys: Keys, until: float) -> int:
         code = int(store.get(keys.verdict))
         store.add(keys.verdict_read, 1)
         return code
-    except Exception as e:  # no verdict (rank 0 gone): this rank's own part went well
-        print(f"DEBUG await verdict: {type(e).__name__}: {e}", file=sys.stderr)
-        return 0
+    except Exception:  # the store went away, or the deadline passed, without a verdict: rank 0 ended abnormally
+        print("gpudoctor smoke: rank 0 ended without a verdict; this rank exits 1 (rank 0 reports why)",
+              file=sys.stderr)
+        return 1
 
 
 def _launch_info(world: World, opts: SmokeOptions) -> dict:
@@ -423,6 +426,8 @@ class _CoordinatorThread(threading.Thread):
             print(f"gpudoctor smoke: could not write the report: {type(e).__name__}: {e}", file=sys.stderr)
         finally:  # a failed run must end this process: its main thread may be stuck in a collective
             if not verdict.ok or self.exit_code:
+                c = self.coordinator
+                _publish_verdict(c.store, c.keys, 1, c.world_size, wait=False)
                 exits.finish(1)
 
 

@@ -151,7 +151,7 @@ def _measurements(verdict, plan: dict, opts) -> dict:
             "measured_matmul_tflops_median": metrics.median([r["matmul_tflops"] for r in ranks]),
             "matmul": {k: results[0]["matmul"][k] for k in ("n", "dtype")},
         },
-        "allreduce": _allreduce(results, verdict),
+        "allreduce": {**_allreduce(results, verdict), **_node_allreduce(results)},
         "memory": {
             "peak_bytes_max": max(r["peak_memory_bytes"] for r in ranks),
             "kind": results[0]["peak_memory"]["kind"],
@@ -167,7 +167,7 @@ def _measurements(verdict, plan: dict, opts) -> dict:
         "params_identical": len(set(checksums.values())) == 1,
         "param_checksums": checksums,
         "stragglers": _stragglers(ranks),
-        **_nodes(ranks, tokens),
+        **_nodes(ranks, tokens, results),
     }
 
 
@@ -283,7 +283,38 @@ def _floors(body: dict, opts) -> list:
 SLOW_NODE_BELOW_MEDIAN = 1 - 1 / STRAGGLER_RATIO  # the straggler rule, per node: 13% below the median node
 
 
-def _nodes(ranks: list[dict], tokens_per_step: int) -> dict:
+def _group_busbw(results: list[dict], key: str) -> list[dict]:
+    """One entry per group of a subgroup all-reduce (ranks in it, busbw from the slowest member's mean)."""
+    groups: dict = {}
+    for r in results:
+        b = r.get(key)
+        if b:
+            groups.setdefault(tuple(b["group"]), []).append(b)
+    out = []
+    for ranks, members in sorted(groups.items()):
+        slowest = max(m["seconds"] for m in members)
+        algbw, busbw = metrics.bus_bandwidth(members[0]["payload_bytes"], slowest, len(ranks))
+        out.append({"ranks": list(ranks), "seconds_per_allreduce": slowest, "algbw_gbps": algbw / 1e9,
+                    "busbw_gbps": busbw / 1e9})
+    return out
+
+
+def _node_allreduce(results: list[dict]) -> dict:
+    """Inside nodes and across nodes measured apart (only with two nodes or more; nothing added otherwise)."""
+    if not any("allreduce_inter_node" in r for r in results):
+        return {}
+    intra, inter = _group_busbw(results, "allreduce_intra_node"), _group_busbw(results, "allreduce_inter_node")
+    summary = {
+        "intra_node_busbw_gbps_min": min((g["busbw_gbps"] for g in intra), default=None),
+        "inter_node_busbw_gbps_min": min((g["busbw_gbps"] for g in inter), default=None),
+        "inter_node_groups": inter,
+        "node_formula": "intra: each node's ranks all-reduce together (all nodes at once); inter: the i-th rank of "
+                        "every node all-reduce together; busbw per group with n = its ranks, the slowest member's time",
+    }
+    return summary
+
+
+def _nodes(ranks: list[dict], tokens_per_step: int, results: list[dict] | None = None) -> dict:
     """The per-node table: a node is the launcher's (GROUP_RANK/SLURM_NODEID/NODE_RANK), else a host.
 
     compute tokens/s: each rank's tokens per step over its own forward+backward time (no all-reduce wait),
@@ -309,6 +340,8 @@ def _nodes(ranks: list[dict], tokens_per_step: int) -> dict:
             "step_time_s_p50": metrics.median([m["step_time_s"]["p50"] for m in members]),
             "local_compute_s_p50": metrics.median([m["local_compute_s_p50"] for m in members]),
             "compute_tokens_per_s": sum(compute) if compute else None,
+            "intra_busbw_gbps": next((g["busbw_gbps"] for g in _group_busbw(results or [], "allreduce_intra_node")
+                                      if set(g["ranks"]) == {m["rank"] for m in members}), None),
         })
     known = [n for n in rows if n["compute_tokens_per_s"]]
     if len(known) < 2:
@@ -407,7 +440,13 @@ def _print_metrics(console, report: dict, escape) -> None:
         for n in nodes:
             console.print(escape(
                 f"  node {n['node']} ({ranks_text(n['ranks'])}): {n['tokens_per_s']:,.0f} tok/s, step p50 "
-                f"{_fmt(n['step_time_s_p50'], ' ms', 1e3)}, own fwd+bwd p50 {_fmt(n['local_compute_s_p50'], ' ms', 1e3)}"))
+                f"{_fmt(n['step_time_s_p50'], ' ms', 1e3)}, own fwd+bwd p50 {_fmt(n['local_compute_s_p50'], ' ms', 1e3)}, "
+                f"all-reduce inside the node {_fmt(n.get('intra_busbw_gbps'), ' GB/s', digits=2)} busbw"))
+        ar = report["allreduce"] or {}
+        if "inter_node_busbw_gbps_min" in ar:
+            console.print(escape(f"  all-reduce across nodes: busbw {_fmt(ar['inter_node_busbw_gbps_min'], ' GB/s', digits=2)}"
+                                 f" (slowest group), inside nodes {_fmt(ar['intra_node_busbw_gbps_min'], ' GB/s', digits=2)}"
+                                 " (slowest node)"))
     for r in report["ranks"]:
         console.print(escape(
             f"    rank {r['rank']} {r['host']} {r['device']}: {r['tokens_per_s']:,.0f} tok/s, step p50 {_fmt(r['step_time_s']['p50'], ' ms', 1e3)}, "

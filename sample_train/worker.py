@@ -268,6 +268,9 @@ class Rank:
 
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
+        if len(plan.get("nodes") or []) > 1:
+            wd.set_phase("all-reduce inside and across nodes")
+            result.update(self._node_allreduce_bench(device, plan["nodes"]))
 
         if cuda:  # the benchmarks' buffers are not the training's peak
             torch.cuda.empty_cache()
@@ -294,12 +297,30 @@ class Rank:
         result["samples_per_step"] = cfg.batch_size
         return result
 
-    def _allreduce_bench(self, device: torch.device) -> dict:
+    def _allreduce_bench(self, device: torch.device, group=None) -> dict:
         cuda = device.type == "cuda"
         payload, dtype = (256 * 2**20, torch.bfloat16) if cuda else (4 * 2**20, torch.float32)
         iters, warmup = (20, 5) if cuda else (5, 2)
-        seconds = bench.allreduce_seconds(device, payload, dtype, iters, warmup)
+        seconds = bench.allreduce_seconds(device, payload, dtype, iters, warmup, group)
         return {"payload_bytes": payload, "dtype": str(dtype).replace("torch.", ""), "iterations": iters, "seconds": seconds}
+
+    def _node_allreduce_bench(self, device: torch.device, nodes: list[list[int]]) -> dict:
+        """The same all-reduce inside each node (all nodes at once) and across nodes (one group per local
+        position: the i-th rank of every node), as nccl-tests measures a node and the fabric apart."""
+        rank = self.world.rank
+        out = {}
+        # every rank creates every group, in one order (torch.distributed.new_group's rule)
+        intra = [(ranks, dist.new_group(ranks)) for ranks in nodes]
+        width = min(len(r) for r in nodes)
+        inter = [([r[i] for r in nodes], dist.new_group([r[i] for r in nodes])) for i in range(width)]
+        for name, groups in (("allreduce_intra_node", intra), ("allreduce_inter_node", inter)):
+            mine = next(((ranks, g) for ranks, g in groups if rank in ranks), None)
+            if mine is None or len(mine[0]) < 2:
+                out[name] = None
+                continue
+            bench_result = self._allreduce_bench(device, mine[1])
+            out[name] = {**bench_result, "group": mine[0]}
+        return out
 
     def _build(self, cfg: GPTConfig, device: torch.device):
         torch.manual_seed(self.opts.seed)  # identical init everywhere; DDP broadcasts rank 0's anyway

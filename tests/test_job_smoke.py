@@ -26,7 +26,7 @@ def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "MASTER_"))}
     agents = [subprocess.Popen(
-        [torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        [torchrun, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
          "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"smoke-{port}", "--max-restarts", "0",
          "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--min-busbw", "1000000"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path) for _ in range(2)]
@@ -43,7 +43,12 @@ def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
     jsonschema.validate(rep, SCHEMA)
     nodes = rep["nodes"]
     assert sorted(n["node"] for n in nodes) == [f"{HOST}#0", f"{HOST}#1"], "GROUP_RANK makes two nodes of one host"
-    assert sorted(r for n in nodes for r in n["ranks"]) == [0, 1]
+    assert sorted(r for n in nodes for r in n["ranks"]) == [0, 1, 2, 3]
+    # measured apart: each node's own all-reduce, and across nodes the i-th rank of every node
+    assert all(n["intra_busbw_gbps"] > 0 for n in nodes)
+    ar = rep["allreduce"]
+    assert ar["inter_node_busbw_gbps_min"] > 0 and ar["intra_node_busbw_gbps_min"] > 0
+    assert sorted(sorted(g["ranks"]) for g in ar["inter_node_groups"]) == [[0, 2], [1, 3]]
     slow = rep["slowest_node"]
     assert slow["node"] in (f"{HOST}#0", f"{HOST}#1") and 0 <= slow["below_median"] < 1
     by_id = {f["id"]: f for f in rep["findings"]}
