@@ -25,7 +25,9 @@ def _on_nodes(job: dict, nodes: set[str]) -> list[dict]:
 
 def _nodes_text(job: dict) -> str:
     nodes = {m["node"] for m in _members(job)}
-    return f"{len(nodes)} node(s), {len(_members(job))} rank(s)" if len(nodes) > 1 or len(_members(job)) > 1 else "1 rank"
+    return (
+        f"{len(nodes)} node(s), {len(_members(job))} rank(s)" if len(nodes) > 1 or len(_members(job)) > 1 else "1 rank"
+    )
 
 
 def _value_text(value) -> str:
@@ -49,16 +51,33 @@ def _drift(job: dict, aspect: str, what: str, severity_of, node_wide: bool = Tru
         where = where_text(_on_nodes(job, nodes) if node_wide else members)
         theirs = content(job, aspect, d)
         if theirs is None or base is None:
-            out.append(Outcome(Severity.WARN, f"on {where}: {what} differ from {base_where} (contents not gathered)",
-                               {"nodes": sorted(nodes), "digest": d, "majority_digest": base_digest}))
+            out.append(
+                Outcome(
+                    Severity.WARN,
+                    f"on {where}: {what} differ from {base_where} (contents not gathered)",
+                    {"nodes": sorted(nodes), "digest": d, "majority_digest": base_digest},
+                )
+            )
             continue
         keys = differing_keys([base, theirs])
         severity = max((severity_of(k) for k in keys), key=lambda s: s.rank, default=Severity.WARN)
-        diffs = "; ".join(f"{k}={_value_text(theirs.get(k))} where {base_where} ha{'s' if len(base_nodes) == 1 else 've'} "
-                          f"{_value_text(base.get(k))}" for k in keys)
-        out.append(Outcome(severity, f"on {where}: {diffs}",
-                           {"nodes": sorted(nodes), "differs": {k: theirs.get(k) for k in keys},
-                            "majority": {k: base.get(k) for k in keys}, "majority_nodes": sorted(base_nodes)[:16]}))
+        diffs = "; ".join(
+            f"{k}={_value_text(theirs.get(k))} where {base_where} ha{'s' if len(base_nodes) == 1 else 've'} "
+            f"{_value_text(base.get(k))}"
+            for k in keys
+        )
+        out.append(
+            Outcome(
+                severity,
+                f"on {where}: {diffs}",
+                {
+                    "nodes": sorted(nodes),
+                    "differs": {k: theirs.get(k) for k in keys},
+                    "majority": {k: base.get(k) for k in keys},
+                    "majority_nodes": sorted(base_nodes)[:16],
+                },
+            )
+        )
     return out
 
 
@@ -66,7 +85,11 @@ def _drift(job: dict, aspect: str, what: str, severity_of, node_wide: bool = Tru
 
 
 @check(
-    id="GD-JOB-001", name="job-ranks-missing", category="job", scope="job", needs=["job"],
+    id="GD-JOB-001",
+    name="job-ranks-missing",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="Every rank of the job reported",
     what="That every rank the launcher promised (WORLD_SIZE, srun's SLURM_STEP_NUM_TASKS) reported its view "
     "to rank 0 within --timeout, and names the ranks that did not, and the ranks that reported an error.",
@@ -87,9 +110,11 @@ def ranks_missing(facts, ctx):
     parts = []
     if missing:
         nodes = job.get("missing_nodes") or []
-        parts.append(f"{ranks_text(missing)} of a world of {world} never reported within "
-                     f"{job.get('timeout_s', 0):g} s ({arrived} arrived)"
-                     + (f"; no rank of node index {', '.join(map(str, nodes))} arrived" if nodes else ""))
+        parts.append(
+            f"{ranks_text(missing)} of a world of {world} never reported within "
+            f"{job.get('timeout_s', 0):g} s ({arrived} arrived)"
+            + (f"; no rank of node index {', '.join(map(str, nodes))} arrived" if nodes else "")
+        )
     for e in errors:
         parts.append(f"rank {e.get('rank')} on {e.get('node', '?')}: {e.get('error')}")
     if parts:
@@ -106,7 +131,11 @@ _MUST_MATCH = frozenset({"torch", "cuda_runtime", "nccl", "cudnn", "python"})
 
 
 @check(
-    id="GD-JOB-002", name="job-versions-differ", category="job", scope="job", needs=["job"],
+    id="GD-JOB-002",
+    name="job-versions-differ",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="Every node runs the same driver, CUDA, torch, NCCL, cuDNN, Python and launcher packages",
     what="The NVIDIA driver and its CUDA version, torch, its CUDA runtime, NCCL and cuDNN, the Python "
     "version and the launcher/framework packages (Lightning, accelerate, deepspeed) of every node.",
@@ -119,15 +148,20 @@ _MUST_MATCH = frozenset({"torch", "cuda_runtime", "nccl", "cudnn", "python"})
     "pin versions, and drain or reimage the node whose driver differs.",
 )
 def versions_differ(facts, ctx):
-    return _drift(facts.sections["job"], "versions", "versions",
-                  lambda k: Severity.FAIL if k in _MUST_MATCH else Severity.WARN)
+    return _drift(
+        facts.sections["job"], "versions", "versions", lambda k: Severity.FAIL if k in _MUST_MATCH else Severity.WARN
+    )
 
 
 # --- GD-JOB-003 ---------------------------------------------------------------------------------------------
 
 
 @check(
-    id="GD-JOB-003", name="job-gpu-models-differ", category="job", scope="job", needs=["job"],
+    id="GD-JOB-003",
+    name="job-gpu-models-differ",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="Every node has the same GPU model and memory",
     what="The GPU models and their memory (NVML's name and total memory) on every node.",
     why="Data-parallel training runs at the pace of its slowest GPU and fits only what the smallest memory "
@@ -144,7 +178,11 @@ def gpu_models_differ(facts, ctx):
 
 
 @check(
-    id="GD-JOB-004", name="job-node-sizes-differ", category="job", scope="job", needs=["job"],
+    id="GD-JOB-004",
+    name="job-node-sizes-differ",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="Every node has the same number of GPUs, CPUs and ranks",
     what="GPUs NVML sees, CPUs the job may use (the affinity mask) and ranks the launcher started, per node.",
     why="torchrun and srun lay ranks out assuming uniform nodes (--nproc-per-node, --ntasks-per-node): a node "
@@ -155,18 +193,25 @@ def gpu_models_differ(facts, ctx):
     "uniform nodes (--gres=gpu:8 --exclusive).",
 )
 def node_sizes_differ(facts, ctx):
-    return _drift(facts.sections["job"], "sizes", "GPUs, CPUs and ranks per node",
-                  lambda k: Severity.FAIL if k == "gpus" else Severity.WARN)
+    return _drift(
+        facts.sections["job"],
+        "sizes",
+        "GPUs, CPUs and ranks per node",
+        lambda k: Severity.FAIL if k == "gpus" else Severity.WARN,
+    )
 
 
 # --- GD-JOB-005 ---------------------------------------------------------------------------------------------
 
 
 @check(
-    id="GD-JOB-005", name="job-env-differs", category="job", scope="job", needs=["job"],
+    id="GD-JOB-005",
+    name="job-env-differs",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="Every rank has the same NCCL_*, PYTORCH_*, TORCH_*, MASTER_* and OMP_NUM_THREADS settings",
-    what="The environment variables that configure NCCL, torch and the rendezvous, and OMP_NUM_THREADS, "
-    "of every rank.",
+    what="The environment variables that configure NCCL, torch and the rendezvous, and OMP_NUM_THREADS, of every rank.",
     why="NCCL reads its settings in each process (NCCL environment variables, "
     "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html): one node with another "
     "NCCL_SOCKET_IFNAME, NCCL_IB_HCA or NCCL_PROTO picks other transports than its peers, and ranks with "
@@ -181,7 +226,9 @@ def env_differs(facts, ctx):
 
 
 # Logging only: one node debugging more than the others changes no behaviour.
-_LOGGING = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_CPP_LOG_LEVEL", "TORCH_SHOW_CPP_STACKTRACES"})
+_LOGGING = frozenset(
+    {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_CPP_LOG_LEVEL", "TORCH_SHOW_CPP_STACKTRACES"}
+)
 
 
 def _env_severity(name: str) -> Severity:
@@ -194,7 +241,11 @@ def _env_severity(name: str) -> Severity:
 
 
 @check(
-    id="GD-JOB-006", name="job-ranks-share-gpu", category="job", scope="job", needs=["job"],
+    id="GD-JOB-006",
+    name="job-ranks-share-gpu",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="No two ranks train on the same GPU",
     what="The UUID of the GPU each rank will use (CUDA_VISIBLE_DEVICES resolved against NVML, indexed by "
     "LOCAL_RANK when a rank sees several).",
@@ -217,9 +268,15 @@ def ranks_share_gpu(facts, ctx):
         return passed(f"{len(by_gpu)} rank(s), each on a GPU of its own")
     out = []
     for gpu, ms in sorted(shared.items()):
-        out.append(fail(f"on {where_text(ms)}: {ranks_text(m['rank'] for m in ms)} all use GPU {gpu}",
-                        manual("one GPU per rank: srun --gpus-per-task=1, or torch.cuda.set_device(LOCAL_RANK)"),
-                        nodes=sorted({m['node'] for m in ms}), gpu=gpu, ranks=[m["rank"] for m in ms]))
+        out.append(
+            fail(
+                f"on {where_text(ms)}: {ranks_text(m['rank'] for m in ms)} all use GPU {gpu}",
+                manual("one GPU per rank: srun --gpus-per-task=1, or torch.cuda.set_device(LOCAL_RANK)"),
+                nodes=sorted({m["node"] for m in ms}),
+                gpu=gpu,
+                ranks=[m["rank"] for m in ms],
+            )
+        )
     return out
 
 
@@ -227,7 +284,11 @@ def ranks_share_gpu(facts, ctx):
 
 
 @check(
-    id="GD-JOB-007", name="job-ranks-exceed-node-gpus", category="job", scope="job", needs=["job"],
+    id="GD-JOB-007",
+    name="job-ranks-exceed-node-gpus",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="Each node runs as many ranks as it has GPUs",
     what="The ranks that reported from each node against the GPUs NVML sees there.",
     why="More ranks than GPUs puts two ranks on one GPU (NCCL refuses it; see GD-JOB-006); fewer leaves GPUs "
@@ -259,8 +320,11 @@ def ranks_exceed_gpus(facts, ctx):
         if n > gpus:
             out.append(fail(f"on {where}: {n} ranks share {gpus} GPU(s)", nodes=[node], ranks=n, gpus=gpus))
         else:
-            out.append(warn(f"on {where}: {n} rank(s) use {gpus} GPU(s); {gpus - n} stay idle",
-                            nodes=[node], ranks=n, gpus=gpus))
+            out.append(
+                warn(
+                    f"on {where}: {n} rank(s) use {gpus} GPU(s); {gpus - n} stay idle", nodes=[node], ranks=n, gpus=gpus
+                )
+            )
     return out or passed(f"every node runs one rank per GPU ({_nodes_text(job)})")
 
 
@@ -268,7 +332,11 @@ def ranks_exceed_gpus(facts, ctx):
 
 
 @check(
-    id="GD-JOB-008", name="job-master-unreachable", category="job", scope="job", needs=["job"],
+    id="GD-JOB-008",
+    name="job-master-unreachable",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="MASTER_ADDR:MASTER_PORT is reachable from every node",
     what="Whether each node resolves MASTER_ADDR and (live) opens a TCP connection to MASTER_ADDR:MASTER_PORT, "
     "bounded by a few seconds.",
@@ -290,15 +358,25 @@ def master_unreachable(facts, ctx):
     if not bad:
         addrs = sorted({f"{mm.get('addr')}:{mm.get('port')}" for mm in by_node.values()})
         return passed(f"{', '.join(addrs)} reached from {len(by_node)} node(s)", nodes=len(by_node))
-    return [fail(f"on {where_text(_on_nodes(job, {n}))}: {mm.get('addr')}:{mm.get('port')}: {mm['error']}",
-                 nodes=[n], master=mm) for n, mm in sorted(bad.items())]
+    return [
+        fail(
+            f"on {where_text(_on_nodes(job, {n}))}: {mm.get('addr')}:{mm.get('port')}: {mm['error']}",
+            nodes=[n],
+            master=mm,
+        )
+        for n, mm in sorted(bad.items())
+    ]
 
 
 # --- GD-JOB-009 ---------------------------------------------------------------------------------------------
 
 
 @check(
-    id="GD-JOB-009", name="job-node-checks-fail", category="job", scope="job", needs=["job"],
+    id="GD-JOB-009",
+    name="job-node-checks-fail",
+    category="job",
+    scope="job",
+    needs=["job"],
     title="Every node passes its own checks",
     what="The verdicts of the ordinary checks (driver, CUDA, NCCL, devices, ...) run on each node, gathered "
     "and grouped: each problem once, with the nodes and ranks where it was found.",
@@ -324,7 +402,11 @@ def node_checks(facts, ctx):
     for (cid, sev), entry in sorted(problems.items(), key=lambda kv: (-Severity(kv[0][1]).rank, kv[0][0])):
         members = list(entry["members"].values())
         item = entry["item"]
-        out.append(Outcome(Severity(sev) if sev != "error" else Severity.WARN,
-                           f"{sev} on {where_text(members)}: {cid} {item['title']}: {item['message']}",
-                           {"nodes": sorted({m['node'] for m in members}), "check": cid}))
+        out.append(
+            Outcome(
+                Severity(sev) if sev != "error" else Severity.WARN,
+                f"{sev} on {where_text(members)}: {cid} {item['title']}: {item['message']}",
+                {"nodes": sorted({m["node"] for m in members}), "check": cid},
+            )
+        )
     return out

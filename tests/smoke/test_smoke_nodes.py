@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
-SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "smoke.schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "smoke.schema.json").read_text())
 HOST = socket.gethostname()
 
 
