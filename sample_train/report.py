@@ -438,15 +438,17 @@ def _print_metrics(console, report: dict, escape) -> None:
     nodes = report.get("nodes") or []
     if len(nodes) > 1:
         for n in nodes:
+            step, own = _fmt(n["step_time_s_p50"], " ms", 1e3), _fmt(n["local_compute_s_p50"], " ms", 1e3)
             console.print(escape(
-                f"  node {n['node']} ({ranks_text(n['ranks'])}): {n['tokens_per_s']:,.0f} tok/s, step p50 "
-                f"{_fmt(n['step_time_s_p50'], ' ms', 1e3)}, own fwd+bwd p50 {_fmt(n['local_compute_s_p50'], ' ms', 1e3)}, "
-                f"all-reduce inside the node {_fmt(n.get('intra_busbw_gbps'), ' GB/s', digits=2)} busbw"))
+                f"  node {n['node']} ({ranks_text(n['ranks'])}): {n['tokens_per_s']:,.0f} tok/s, step p50 {step}, "
+                f"own fwd+bwd p50 {own}, all-reduce inside the node "
+                f"{_fmt(n.get('intra_busbw_gbps'), ' GB/s', digits=2)} busbw"))
         ar = report["allreduce"] or {}
         if "inter_node_busbw_gbps_min" in ar:
-            console.print(escape(f"  all-reduce across nodes: busbw {_fmt(ar['inter_node_busbw_gbps_min'], ' GB/s', digits=2)}"
-                                 f" (slowest group), inside nodes {_fmt(ar['intra_node_busbw_gbps_min'], ' GB/s', digits=2)}"
-                                 " (slowest node)"))
+            across = _fmt(ar["inter_node_busbw_gbps_min"], " GB/s", digits=2)
+            inside = _fmt(ar["intra_node_busbw_gbps_min"], " GB/s", digits=2)
+            console.print(escape(f"  all-reduce across nodes: busbw {across} (slowest group), "
+                                 f"inside nodes {inside} (slowest node)"))
     for r in report["ranks"]:
         console.print(escape(
             f"    rank {r['rank']} {r['host']} {r['device']}: {r['tokens_per_s']:,.0f} tok/s, step p50 {_fmt(r['step_time_s']['p50'], ' ms', 1e3)}, "

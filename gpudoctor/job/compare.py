@@ -19,6 +19,7 @@ import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpudoctor.facts import Facts
 from gpudoctor.job.layout import env_int
@@ -47,7 +48,8 @@ def _nccl_version(torch: dict):
 def versions_of(facts: Facts) -> dict:
     """Versions that must be the same on every node (None: not known there)."""
     torch, nvidia, slurm = facts.torch, facts.nvidia, facts.slurm
-    packages = slurm.get("packages") if isinstance(slurm.get("packages"), dict) else {}
+    raw = slurm.get("packages")
+    packages: dict = raw if isinstance(raw, dict) else {}
     out = {
         "driver": nvidia.get("driver_version"),
         "cuda_driver": nvidia.get("cuda_driver_version"),
@@ -143,7 +145,7 @@ class Member:
 
 
 def aspects(facts: Facts, findings=None, ranks_here: int | None = None, leader: bool = True) -> dict:
-    out = {"env": env_of(facts)}
+    out: dict[str, Any] = {"env": env_of(facts)}
     if leader:
         out.update(versions=versions_of(facts), gpus=gpus_of(facts), sizes=sizes_of(facts, ranks_here))
         out["findings"] = findings_of(findings or [])
@@ -236,7 +238,7 @@ _SAFE_NAME = re.compile(r"[^\w.@+-]")
 
 def members_from_snapshots(paths: list[str], facts_list: list[Facts], findings_list: list) -> list[Member]:
     members = []
-    for i, (path, facts, findings) in enumerate(zip(paths, facts_list, findings_list)):
+    for i, (path, facts, findings) in enumerate(zip(paths, facts_list, findings_list, strict=True)):
         env = facts.env
         parts = aspects(facts, findings, ranks_here=None, leader=True)
         rdzv = facts.sections.get("rendezvous") or {}
@@ -255,7 +257,8 @@ def _master_from_rendezvous(env: dict, rdzv: dict) -> dict | None:
     if not addr:
         return None
     out = {"addr": addr, "port": env.get("MASTER_PORT")}
-    resolve = rdzv.get("resolve") if isinstance(rdzv.get("resolve"), dict) else {}
+    raw = rdzv.get("resolve")
+    resolve: dict = raw if isinstance(raw, dict) else {}
     if resolve.get("error"):
         out["error"] = resolve["error"]
     return out

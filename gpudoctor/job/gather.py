@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 from datetime import timedelta
+from typing import Any
 
 from gpudoctor.job.compare import Member, aspects, digest, emit, job_specs, label_nodes, node_index, view
 
@@ -73,7 +74,7 @@ class Gatherer:
         self.env = dict(os.environ)
         self.hostname = socket.gethostname()
         self.leader = world.local_rank == 0
-        self.store = None
+        self.store: Any = None  # torch.distributed.TCPStore once connected
 
     def key(self, name: str) -> str:
         return f"{self.ns}/{name}"

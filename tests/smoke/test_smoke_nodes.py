@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -55,5 +54,5 @@ def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
     assert by_id["GD-SMOKE-015"]["severity"] in ("pass", "info")  # CPU ranks: timing noise is never a warning
     assert by_id["GD-SMOKE-014"]["severity"] == "fail" and "floor 1e+06 GB/s" in by_id["GD-SMOKE-014"]["message"]
     assert rep["floors"]["min_busbw_gbps"] == 1000000
-    reporter = next(a for a, (out, _) in zip(agents, outs) if out.strip())
+    reporter = next(a for a, (out, _) in zip(agents, outs, strict=True) if out.strip())
     assert not rep["ok"] and reporter.returncode != 0
