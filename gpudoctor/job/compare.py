@@ -281,7 +281,7 @@ def compare(paths: list[str], specs: list, as_json: bool = False, strict: bool =
 
     facts_list = []
     for path in paths:
-        facts_list.append(Facts.load(path))  # SnapshotError: the caller prints one line, exit 2
+        facts_list.append(Facts.load(path, what="compare"))  # SnapshotError: the caller prints one line, exit 2
     if len(paths) < 2:
         raise SnapshotError("compare needs two snapshots or more")
     node_specs = [s for s in specs if s.category != "job"]
