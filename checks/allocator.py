@@ -71,7 +71,13 @@ def _quoted(value: str, limit: int = 200) -> str:
 
 def _judge_conf(name: str, value: str, tv, source: str | None = None):
     conf = allocconf.parse_alloc_conf(value, tv, variable=name)
-    evidence = {"variable": name, "value": value, "set_in": source, "torch": _version_text(tv), "settings": conf.settings}
+    evidence = {
+        "variable": name,
+        "value": value,
+        "set_in": source,
+        "torch": _version_text(tv),
+        "settings": conf.settings,
+    }
     if conf.errors:
         corrected = allocconf.suggest_correction(value, tv)
         fix = (

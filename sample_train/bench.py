@@ -54,8 +54,9 @@ def first_allreduce(device: torch.device, world_size: int) -> float:
     return time.perf_counter() - start
 
 
-def allreduce_seconds(device: torch.device, payload_bytes: int, dtype: torch.dtype, iters: int, warmup: int,
-                      group=None) -> float:
+def allreduce_seconds(
+    device: torch.device, payload_bytes: int, dtype: torch.dtype, iters: int, warmup: int, group=None
+) -> float:
     """Mean seconds per all-reduce of payload_bytes, as nccl-tests times it (after warm-up); group: a subgroup."""
     x = torch.zeros(payload_bytes // torch.tensor([], dtype=dtype).element_size(), device=device, dtype=dtype)
     for _ in range(warmup):

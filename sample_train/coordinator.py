@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpudoctor.model import Severity
@@ -106,8 +107,9 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
         why = {
             "bf16": "bf16 autocast on CPU",
             "fp16": "fp16 autocast with GradScaler on CPU (asked for with --precision fp16)",
-            "fp32": "fp32 (asked for with --precision fp32)" if opts.precision == "fp32" else
-                    "fp32: this CPU has no native bf16 (avx512_bf16/amx_bf16), where bf16 matmuls run in slow emulation",
+            "fp32": "fp32 (asked for with --precision fp32)"
+            if opts.precision == "fp32"
+            else "fp32: this CPU has no native bf16 (avx512_bf16/amx_bf16), where bf16 matmuls run in slow emulation",
         }[precision]
     else:
         names = {r.get("gpu_name") for r in records}
@@ -118,13 +120,19 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
         precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp16")
         why = {
             "bf16": "bf16 autocast",
-            "fp16": "fp16 autocast with GradScaler (asked for with --precision fp16)" if opts.precision == "fp16" else
-                    "fp16 autocast with GradScaler: a GPU in this run has no bf16 tensor cores (compute capability < 8.0)",
+            "fp16": "fp16 autocast with GradScaler (asked for with --precision fp16)"
+            if opts.precision == "fp16"
+            else "fp16 autocast with GradScaler: a GPU in this run has no bf16 tensor cores (compute capability < 8.0)",
             "fp32": "fp32 (asked for with --precision fp32)",
         }[precision]
     cfg = _apply_overrides(SIZES[size], opts)
-    return {"go": True, "model": cfg.to_dict(), "precision": precision, "precision_reason": why,
-            "nodes": node_layout(joins)}
+    return {
+        "go": True,
+        "model": cfg.to_dict(),
+        "precision": precision,
+        "precision_reason": why,
+        "nodes": node_layout(joins),
+    }
 
 
 def node_layout(joins: dict[int, dict]) -> list[list[int]]:
@@ -153,10 +161,22 @@ def _apply_overrides(cfg: GPTConfig, opts) -> GPTConfig:
 class Coordinator:
     """exits(): {rank: returncode} of local processes that ended (spawn mode only); logs(rank): tail."""
 
-    def __init__(self, store, keys: Keys, world_size: int, deadline: float, opts, *, exits=None, logs=None,
-                 progress=None, stale_s: float = 15.0, terminated=None):
+    def __init__(
+        self,
+        store,
+        keys: Keys,
+        world_size: int,
+        deadline: float,
+        opts,
+        *,
+        exits=None,
+        logs=None,
+        progress=None,
+        stale_s: float = 15.0,
+        terminated=None,
+    ):
         self.store, self.keys, self.world_size, self.deadline, self.opts = store, keys, world_size, deadline, opts
-        self.exits = exits or (lambda: {})
+        self.exits: Callable[[], dict[int, int]] = exits or (lambda: {})
         self.logs = logs or (lambda rank: None)
         self.progress = progress or (lambda info: None)
         self.terminated = terminated or (lambda: False)
@@ -183,8 +203,14 @@ class Coordinator:
         except _Stop as stop:
             self._publish(self.keys.abort, {"reason": stop.finding.message})
             return self._verdict(False, findings + [stop.finding])
-        return self._verdict(True, findings + [make("GD-SMOKE-004", Severity.PASS, "no rank failed"),
-                                               make("GD-SMOKE-005", Severity.PASS, "the run finished within its timeout")])
+        return self._verdict(
+            True,
+            findings
+            + [
+                make("GD-SMOKE-004", Severity.PASS, "no rank failed"),
+                make("GD-SMOKE-005", Severity.PASS, "the run finished within its timeout"),
+            ],
+        )
 
     def _verdict(self, ok: bool, findings: list) -> Verdict:
         return Verdict(ok, findings, self.joins, self.results, self.states, self.plan)
@@ -220,15 +246,21 @@ class Coordinator:
         if self.terminated() and all(_KNOCK_ON.search(e.get("error", "")) for e in self.errors.values()):
             time.sleep(SETTLE_S)  # let this rank's own join and the others' last words arrive
             self._read_states()
-            self.joins.update({r: j for r in range(self.world_size)
-                               if r not in self.joins and (j := read_json(self.store, self.keys.join(r))) is not None})
+            self.joins.update(
+                {
+                    r: j
+                    for r in range(self.world_size)
+                    if r not in self.joins and (j := read_json(self.store, self.keys.join(r))) is not None
+                }
+            )
             raise _Stop(self._terminated_finding())
         if self._failures():
             before = {r: beat for r, (beat, _) in self._beats.items()}
             time.sleep(SETTLE_S)  # let the others' errors arrive: the first to fail is the cause
             self._read_states()
-            silent = [r for r in before if r not in self.errors and r not in self.results
-                      and self._beats[r][0] == before[r]]  # ranks still starting have no heartbeat yet
+            silent = [
+                r for r in before if r not in self.errors and r not in self.results and self._beats[r][0] == before[r]
+            ]  # ranks still starting have no heartbeat yet
             raise _Stop(self._failure_finding(silent))
         if time.monotonic() >= self.deadline:
             raise _Stop(self._missing_finding() if stage == "join" else self._hang_finding())
@@ -271,8 +303,11 @@ class Coordinator:
     def _failure_finding(self, silent: list[int]):
         dead = self._dead()
         for rank in silent:  # no heartbeat while the others reported errors: it died without a word
-            dead.setdefault(rank, f"went silent (no heartbeat for {SETTLE_S} s) without reporting an error: killed, "
-                                  "out of memory or crashed in native code")
+            dead.setdefault(
+                rank,
+                f"went silent (no heartbeat for {SETTLE_S} s) without reporting an error: killed, "
+                "out of memory or crashed in native code",
+            )
         causes = {r: e for r, e in self.errors.items() if not _KNOCK_ON.search(e.get("error", ""))}
         primary = sorted(set(causes) | set(dead)) or sorted(self.errors)
         knock_on = sorted(set(self.errors) - set(primary))
@@ -335,7 +370,9 @@ class Coordinator:
                 behind = groups[0][1]
         where = self._phase_of(behind[0])
         phases = {ranks_text(ranks): self._phase_of(ranks[0]) for _, ranks in groups}
-        stacks = {f"rank{r}": self.states[r]["stack"] for r in range(self.world_size) if self.states.get(r, {}).get("stack")}
+        stacks = {
+            f"rank{r}": self.states[r]["stack"] for r in range(self.world_size) if self.states.get(r, {}).get("stack")
+        }
         if len(groups) == 1 and all(self._in_collective(r) for r in behind):
             message = (
                 f"no progress within --timeout {self.opts.timeout:.0f} s: all ranks are stuck in {where}. "
@@ -357,8 +394,16 @@ class Coordinator:
                 f"at {at}, while the others wait for it in a collective ({ahead}). A rank that stops short of "
                 "a collective is hung: a stuck input pipeline, a deadlock, a GPU that stopped responding."
             )
-        return make("GD-SMOKE-005", Severity.FAIL, message, stuck_ranks=behind, phase=where, phases=phases,
-                    timeout_s=self.opts.timeout, stacks=stacks)
+        return make(
+            "GD-SMOKE-005",
+            Severity.FAIL,
+            message,
+            stuck_ranks=behind,
+            phase=where,
+            phases=phases,
+            timeout_s=self.opts.timeout,
+            stacks=stacks,
+        )
 
     def _terminated_finding(self):
         groups = self._groups()
@@ -370,12 +415,22 @@ class Coordinator:
             f"the launcher stopped the run (SIGTERM to rank 0 in {self._phase_of(0)}); launchers do this when "
             "another rank exits. "
             + (f"{ranks_text(missing)} never joined: most likely exited at start. " if missing else "")
-            + (f"Rank {suspects[0]} went silent {quiet[suspects[0]]:.0f} s ago in {self._phase_of(suspects[0])}: "
-               "most likely the rank that exited. " if suspects and not missing else "")
-            + "Last heard from: " + ", ".join(f"{ranks_text(ranks)} in {self._phase_of(ranks[0])}" for _, ranks in groups)
+            + (
+                f"Rank {suspects[0]} went silent {quiet[suspects[0]]:.0f} s ago in {self._phase_of(suspects[0])}: "
+                "most likely the rank that exited. "
+                if suspects and not missing
+                else ""
+            )
+            + "Last heard from: "
+            + ", ".join(f"{ranks_text(ranks)} in {self._phase_of(ranks[0])}" for _, ranks in groups)
         )
-        return make("GD-SMOKE-004", Severity.FAIL, message, failed_ranks=suspects,
-                    phases={ranks_text(r): self._phase_of(r[0]) for _, r in groups})
+        return make(
+            "GD-SMOKE-004",
+            Severity.FAIL,
+            message,
+            failed_ranks=suspects,
+            phases={ranks_text(r): self._phase_of(r[0]) for _, r in groups},
+        )
 
     def _progress_info(self, stage: str) -> dict:
         info = {"stage": stage, "joined": len(self.joins), "world_size": self.world_size, "label": "starting training"}

@@ -333,8 +333,9 @@ def _await_verdict(store, keys: Keys, until: float) -> int:
         store.add(keys.verdict_read, 1)
         return code
     except Exception:  # the store went away, or the deadline passed, without a verdict: rank 0 ended abnormally
-        print("gpudoctor smoke: rank 0 ended without a verdict; this rank exits 1 (rank 0 reports why)",
-              file=sys.stderr)
+        print(
+            "gpudoctor smoke: rank 0 ended without a verdict; this rank exits 1 (rank 0 reports why)", file=sys.stderr
+        )
         return 1
 
 

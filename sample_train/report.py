@@ -20,9 +20,20 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
     """The whole report; verdict findings plus the ones judged from the measurements."""
     findings = list(verdict.findings)
     plan = verdict.plan or {}
-    body: dict = {"ranks": [], "throughput": None, "step_time_s": None, "flops": None, "mfu": None,
-                  "allreduce": None, "memory": None, "loss": None, "params_identical": None, "stragglers": None,
-                  "nodes": None, "slowest_node": None}
+    body: dict = {
+        "ranks": [],
+        "throughput": None,
+        "step_time_s": None,
+        "flops": None,
+        "mfu": None,
+        "allreduce": None,
+        "memory": None,
+        "loss": None,
+        "params_identical": None,
+        "stragglers": None,
+        "nodes": None,
+        "slowest_node": None,
+    }
     if verdict.ok:
         body = _measurements(verdict, plan, opts)
         findings += _judge(body, plan, opts)
@@ -37,8 +48,11 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "placement": [verdict.joins[r] for r in sorted(verdict.joins)],
         "run": _run_section(plan, verdict, opts),
         **body,
-        "floors": {"min_mfu": opts.min_mfu, "min_tokens_per_s": opts.min_tokens_per_s,
-                   "min_busbw_gbps": opts.min_busbw_gbps},
+        "floors": {
+            "min_mfu": opts.min_mfu,
+            "min_tokens_per_s": opts.min_tokens_per_s,
+            "min_busbw_gbps": opts.min_busbw_gbps,
+        },
         "findings": [f.to_dict() for f in findings],
     }
 
@@ -68,12 +82,18 @@ def _spec_peak(verdict, opts) -> tuple[float | None, str | None, str | None]:
     if first["device_type"] == "cpu":
         return None, None, "CPU run: MFU against a GPU spec peak does not apply (the measured matmul peak does)"
     if (verdict.plan or {}).get("precision") == "fp32":
-        return None, None, ("fp32 run: the table holds bf16/fp16 tensor-core peaks, not fp32 ones (the measured "
-                            "fp32 matmul peak applies); pass --peak-tflops for your GPU's fp32 peak")
+        return (
+            None,
+            None,
+            (
+                "fp32 run: the table holds bf16/fp16 tensor-core peaks, not fp32 ones (the measured "
+                "fp32 matmul peak applies); pass --peak-tflops for your GPU's fp32 peak"
+            ),
+        )
     names = {j.get("gpu_name") for j in verdict.joins.values()}
     found = [peaks.lookup(n) for n in names]
     if any(p is None for p in found):
-        unknown = sorted(n for n, p in zip(names, found) if p is None)
+        unknown = sorted(n for n, p in zip(names, found, strict=True) if p is None)
         return None, None, f"no spec peak known for {', '.join(map(str, unknown))}: pass --peak-tflops"
     slowest = min(found, key=lambda p: p.tflops)
     return slowest.tflops, f"{slowest.model} dense {slowest.dtype} ({slowest.source})", None
@@ -118,10 +138,10 @@ def _measurements(verdict, plan: dict, opts) -> dict:
     spec, spec_source, spec_missing = _spec_peak(verdict, opts)
     ranks = [_per_rank(r, verdict.joins[r["rank"]], flops_per_step, spec) for r in results]
     warmup = results[0]["warmup"]
-    world_steps = [max(step) for step in zip(*(r["step_times"][warmup:] for r in results))]
+    world_steps = [max(step) for step in zip(*(r["step_times"][warmup:] for r in results), strict=False)]
     total_tflops = sum(r["achieved_tflops"] for r in ranks)
     total_matmul = sum(r["matmul_tflops"] for r in ranks)
-    losses = [sum(step) / len(step) for step in zip(*(r["losses"] for r in results))]
+    losses = [sum(step) / len(step) for step in zip(*(r["losses"] for r in results), strict=False)]
     checksums = {r["rank"]: r["param_checksum"] for r in ranks}
     return {
         "ranks": ranks,
@@ -185,12 +205,20 @@ def _allreduce(results: list[dict], verdict) -> dict:
     backend = results[0]["backend"]
     if backend == "nccl":
         algo = verdict.joins[0].get("nccl_algo")
-        algorithm = f"NCCL_ALGO={algo}" if algo else "chosen by NCCL per message size (Ring/Tree/NVLS/CollNet; NCCL_ALGO unset)"
+        algorithm = (
+            f"NCCL_ALGO={algo}" if algo else "chosen by NCCL per message size (Ring/Tree/NVLS/CollNet; NCCL_ALGO unset)"
+        )
     else:
         algorithm = "gloo's own (torch does not report it)"
     if n < 2:
-        return {"backend": backend, "algorithm": algorithm, "busbw_gbps": None, "algbw_gbps": None,
-                "reason": "a single rank has nothing to all-reduce with", "formula": metrics.BUSBW_FORMULA}
+        return {
+            "backend": backend,
+            "algorithm": algorithm,
+            "busbw_gbps": None,
+            "algbw_gbps": None,
+            "reason": "a single rank has nothing to all-reduce with",
+            "formula": metrics.BUSBW_FORMULA,
+        }
     bench = [r["allreduce"] for r in results]
     slowest = max(b["seconds"] for b in bench)
     algbw, busbw = metrics.bus_bandwidth(bench[0]["payload_bytes"], slowest, n)
@@ -212,7 +240,7 @@ def _allreduce(results: list[dict], verdict) -> dict:
 def _stragglers(ranks: list[dict]) -> dict:
     times = {r["rank"]: r["local_compute_s_p50"] for r in ranks}
     med = metrics.median(list(times.values()))
-    slowest = max(times, key=times.get)
+    slowest = max(times, key=lambda rank: times[rank])
     return {
         "metric": "each rank's own forward+backward time without the gradient all-reduce (DDP no_sync), median of 3",
         "slowest_rank": slowest,
@@ -226,26 +254,38 @@ def _judge(body: dict, plan: dict, opts) -> list:
     out = []
     loss = body["loss"]
     fell = loss["last"] < loss["first"] * (1 - LOSS_DROP)
-    out.append(make(
-        "GD-SMOKE-006",
-        Severity.PASS if fell else Severity.FAIL,
-        f"loss {loss['first']:.3f} -> {loss['last']:.3f} (mean of the first and last {LOSS_WINDOW} steps over ranks)"
-        + ("" if fell else f": it did not fall by {LOSS_DROP:.0%}; training is broken (NaN/inf, a wrong gradient sync, data)"),
-        first=loss["first"], last=loss["last"],
-    ))
+    out.append(
+        make(
+            "GD-SMOKE-006",
+            Severity.PASS if fell else Severity.FAIL,
+            f"loss {loss['first']:.3f} -> {loss['last']:.3f} "
+            f"(mean of the first and last {LOSS_WINDOW} steps over ranks)"
+            + (
+                ""
+                if fell
+                else f": it did not fall by {LOSS_DROP:.0%}; training is broken (NaN/inf, a wrong gradient sync, data)"
+            ),
+            first=loss["first"],
+            last=loss["last"],
+        )
+    )
     identical = body["params_identical"]
     groups: dict[str, list[int]] = {}
     for rank, checksum in body["param_checksums"].items():
         groups.setdefault(checksum, []).append(rank)
-    out.append(make(
-        "GD-SMOKE-007",
-        Severity.PASS if identical else Severity.FAIL,
-        f"all {len(body['ranks'])} ranks hold bit-identical parameters" if identical else
-        "ranks disagree after training: " + "; ".join(f"{ranks_text(r)} -> {c}" for c, r in groups.items())
-        + ". DDP keeps replicas identical; divergence means a rank updated differently (non-deterministic "
-        "hardware, a broken all-reduce, silent data corruption)",
-        checksums=body["param_checksums"],
-    ))
+    out.append(
+        make(
+            "GD-SMOKE-007",
+            Severity.PASS if identical else Severity.FAIL,
+            f"all {len(body['ranks'])} ranks hold bit-identical parameters"
+            if identical
+            else "ranks disagree after training: "
+            + "; ".join(f"{ranks_text(r)} -> {c}" for c, r in groups.items())
+            + ". DDP keeps replicas identical; divergence means a rank updated differently (non-deterministic "
+            "hardware, a broken all-reduce, silent data corruption)",
+            checksums=body["param_checksums"],
+        )
+    )
     out += _floors(body, opts)
     out.append(_slow_node_finding(body["slowest_node"], body["ranks"]))
     out.append(_straggler_finding(body["stragglers"], body["ranks"]))
@@ -262,21 +302,41 @@ def _floors(body: dict, opts) -> list:
         if mfu is None:
             mfu, basis = body["mfu"]["vs_measured_matmul"], "measured matmul peak (no spec peak here)"
         good = mfu is not None and mfu >= opts.min_mfu
-        out.append(make("GD-SMOKE-008", Severity.PASS if good else Severity.FAIL,
-                        f"MFU {mfu:.1%} against the {basis}; floor {opts.min_mfu:.1%}", mfu=mfu, basis=basis))
+        out.append(
+            make(
+                "GD-SMOKE-008",
+                Severity.PASS if good else Severity.FAIL,
+                f"MFU {mfu:.1%} against the {basis}; floor {opts.min_mfu:.1%}",
+                mfu=mfu,
+                basis=basis,
+            )
+        )
     if opts.min_busbw_gbps is not None:
         busbw = body["allreduce"]["busbw_gbps"]
         good = busbw is not None and busbw >= opts.min_busbw_gbps
         shown = "not measured (one rank)" if busbw is None else f"{busbw:.2f} GB/s"
-        out.append(make("GD-SMOKE-014", Severity.PASS if good else Severity.FAIL,
-                        f"all-reduce bus bandwidth {shown} over {body['allreduce'].get('ranks') or 1} rank(s); "
-                        f"floor {opts.min_busbw_gbps:g} GB/s", busbw_gbps=busbw, floor=opts.min_busbw_gbps))
+        out.append(
+            make(
+                "GD-SMOKE-014",
+                Severity.PASS if good else Severity.FAIL,
+                f"all-reduce bus bandwidth {shown} over {body['allreduce'].get('ranks') or 1} rank(s); "
+                f"floor {opts.min_busbw_gbps:g} GB/s",
+                busbw_gbps=busbw,
+                floor=opts.min_busbw_gbps,
+            )
+        )
     if opts.min_tokens_per_s is not None:
         tps = body["throughput"]["tokens_per_s"]
         good = tps >= opts.min_tokens_per_s
-        out.append(make("GD-SMOKE-009", Severity.PASS if good else Severity.FAIL,
-                        f"{tps:,.0f} tokens/s over all ranks; floor {opts.min_tokens_per_s:,.0f}",
-                        tokens_per_s=tps, floor=opts.min_tokens_per_s))
+        out.append(
+            make(
+                "GD-SMOKE-009",
+                Severity.PASS if good else Severity.FAIL,
+                f"{tps:,.0f} tokens/s over all ranks; floor {opts.min_tokens_per_s:,.0f}",
+                tokens_per_s=tps,
+                floor=opts.min_tokens_per_s,
+            )
+        )
     return out
 
 
@@ -294,8 +354,14 @@ def _group_busbw(results: list[dict], key: str) -> list[dict]:
     for ranks, members in sorted(groups.items()):
         slowest = max(m["seconds"] for m in members)
         algbw, busbw = metrics.bus_bandwidth(members[0]["payload_bytes"], slowest, len(ranks))
-        out.append({"ranks": list(ranks), "seconds_per_allreduce": slowest, "algbw_gbps": algbw / 1e9,
-                    "busbw_gbps": busbw / 1e9})
+        out.append(
+            {
+                "ranks": list(ranks),
+                "seconds_per_allreduce": slowest,
+                "algbw_gbps": algbw / 1e9,
+                "busbw_gbps": busbw / 1e9,
+            }
+        )
     return out
 
 
@@ -309,7 +375,7 @@ def _node_allreduce(results: list[dict]) -> dict:
         "inter_node_busbw_gbps_min": min((g["busbw_gbps"] for g in inter), default=None),
         "inter_node_groups": inter,
         "node_formula": "intra: each node's ranks all-reduce together (all nodes at once); inter: the i-th rank of "
-                        "every node all-reduce together; busbw per group with n = its ranks, the slowest member's time",
+        "every node all-reduce together; busbw per group with n = its ranks, the slowest member's time",
     }
     return summary
 
@@ -331,54 +397,81 @@ def _nodes(ranks: list[dict], tokens_per_step: int, results: list[dict] | None =
     for (host, index), members in sorted(by_node.items(), key=lambda kv: min(m["rank"] for m in kv[1])):
         shared = len(hosts_of[host]) > 1
         compute = [tokens_per_step / m["local_compute_s_p50"] for m in members if m["local_compute_s_p50"]]
-        rows.append({
-            "node": f"{host}#{index}" if shared and index is not None else host,
-            "host": host,
-            "node_index": index,
-            "ranks": [m["rank"] for m in members],
-            "tokens_per_s": sum(m["tokens_per_s"] for m in members),
-            "step_time_s_p50": metrics.median([m["step_time_s"]["p50"] for m in members]),
-            "local_compute_s_p50": metrics.median([m["local_compute_s_p50"] for m in members]),
-            "compute_tokens_per_s": sum(compute) if compute else None,
-            "intra_busbw_gbps": next((g["busbw_gbps"] for g in _group_busbw(results or [], "allreduce_intra_node")
-                                      if set(g["ranks"]) == {m["rank"] for m in members}), None),
-        })
+        rows.append(
+            {
+                "node": f"{host}#{index}" if shared and index is not None else host,
+                "host": host,
+                "node_index": index,
+                "ranks": [m["rank"] for m in members],
+                "tokens_per_s": sum(m["tokens_per_s"] for m in members),
+                "step_time_s_p50": metrics.median([m["step_time_s"]["p50"] for m in members]),
+                "local_compute_s_p50": metrics.median([m["local_compute_s_p50"] for m in members]),
+                "compute_tokens_per_s": sum(compute) if compute else None,
+                "intra_busbw_gbps": next(
+                    (
+                        g["busbw_gbps"]
+                        for g in _group_busbw(results or [], "allreduce_intra_node")
+                        if set(g["ranks"]) == {m["rank"] for m in members}
+                    ),
+                    None,
+                ),
+            }
+        )
     known = [n for n in rows if n["compute_tokens_per_s"]]
     if len(known) < 2:
         return {"nodes": rows, "slowest_node": None}
     med = metrics.median([n["compute_tokens_per_s"] for n in known])
     slow = min(known, key=lambda n: n["compute_tokens_per_s"])
-    return {"nodes": rows, "slowest_node": {
-        "node": slow["node"], "ranks": slow["ranks"], "compute_tokens_per_s": slow["compute_tokens_per_s"],
-        "median_compute_tokens_per_s": med, "below_median": 1 - slow["compute_tokens_per_s"] / med,
-        "metric": "tokens per step over each rank's own forward+backward time, summed over the node's ranks"}}
+    return {
+        "nodes": rows,
+        "slowest_node": {
+            "node": slow["node"],
+            "ranks": slow["ranks"],
+            "compute_tokens_per_s": slow["compute_tokens_per_s"],
+            "median_compute_tokens_per_s": med,
+            "below_median": 1 - slow["compute_tokens_per_s"] / med,
+            "metric": "tokens per step over each rank's own forward+backward time, summed over the node's ranks",
+        },
+    }
 
 
 def _slow_node_finding(s: dict | None, ranks: list[dict]):
     if s is None:
         return make("GD-SMOKE-015", Severity.SKIP, "one node: nothing to compare")
-    text = (f"slowest node {s['node']} ({ranks_text(s['ranks'])}): {s['compute_tokens_per_s']:,.0f} compute tokens/s, "
-            f"{s['below_median']:.0%} below the median node ({s['median_compute_tokens_per_s']:,.0f})")
+    text = (
+        f"slowest node {s['node']} ({ranks_text(s['ranks'])}): {s['compute_tokens_per_s']:,.0f} compute tokens/s, "
+        f"{s['below_median']:.0%} below the median node ({s['median_compute_tokens_per_s']:,.0f})"
+    )
     if s["below_median"] <= SLOW_NODE_BELOW_MEDIAN:
         return make("GD-SMOKE-015", Severity.PASS, text)
     cpu = ranks[0]["device"] == "cpu"  # CPU ranks share cores with everything else: noise, not a finding
-    return make("GD-SMOKE-015", Severity.INFO if cpu else Severity.WARN,
-                text + ("" if cpu else ": the whole job runs at its pace; drain it or look at its GPUs' clocks"),
-                node=s["node"], below_median=s["below_median"])
+    return make(
+        "GD-SMOKE-015",
+        Severity.INFO if cpu else Severity.WARN,
+        text + ("" if cpu else ": the whole job runs at its pace; drain it or look at its GPUs' clocks"),
+        node=s["node"],
+        below_median=s["below_median"],
+    )
 
 
 def _straggler_finding(s: dict, ranks: list[dict]):
     ratio = s["slowest_vs_median"]
     if len(ranks) < 2 or ratio is None:
         return make("GD-SMOKE-010", Severity.SKIP, "one rank: nothing to compare")
-    text = (f"slowest rank {s['slowest_rank']} {s['slowest_s'] * 1e3:.1f} ms vs median {s['median_s'] * 1e3:.1f} ms "
-            f"for its own forward+backward ({ratio:.2f}x)")
+    text = (
+        f"slowest rank {s['slowest_rank']} {s['slowest_s'] * 1e3:.1f} ms vs median {s['median_s'] * 1e3:.1f} ms "
+        f"for its own forward+backward ({ratio:.2f}x)"
+    )
     if ratio <= STRAGGLER_RATIO:
         return make("GD-SMOKE-010", Severity.PASS, text)
     cpu = ranks[0]["device"] == "cpu"
     # CPU ranks share cores with everything else on the machine: timing noise, not a finding.
     severity = Severity.INFO if cpu else Severity.WARN
-    hint = "" if cpu else ": every step waits for it. Look at its GPU's clocks, temperature and power (nvidia-smi -q -d PERFORMANCE)"
+    hint = (
+        ""
+        if cpu
+        else ": every step waits for it. Look at its GPU's clocks, temperature and power (nvidia-smi -q -d PERFORMANCE)"
+    )
     return make("GD-SMOKE-010", severity, text + hint, slowest_rank=s["slowest_rank"], ratio=ratio)
 
 
@@ -397,18 +490,26 @@ def render_text(report: dict, file=None) -> None:
     console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
     launch = report["launch"]
     if launch["world_size"]:
-        console.print(escape(f"gpudoctor smoke · {launch['world_size']} rank(s) via {launch['mode']} · backend "
-                             f"{launch.get('backend') or 'not chosen'} · {report['wall_s']:.1f} s"))
+        console.print(
+            escape(
+                f"gpudoctor smoke · {launch['world_size']} rank(s) via {launch['mode']} · backend "
+                f"{launch.get('backend') or 'not chosen'} · {report['wall_s']:.1f} s"
+            )
+        )
     else:
         console.print(escape(f"gpudoctor smoke · no rank started · {report['wall_s']:.1f} s"))
     run = report.get("run")
     if run:
         m = run["model"]
-        console.print(escape(f"model {m['name']}: {m['n_layer']} layers, d={m['d_model']}, seq {m['seq_len']}, "
-                             f"vocab {m['vocab']}, {m['params_matmul'] / 1e6:.1f}M matmul params, batch {m['batch_size']}/rank, "
-                             f"{m['steps']} steps ({m['warmup']} warm-up) · {run['precision']}"
-                             + (f" · {run['optimizer']}" if run["optimizer"] else "")
-                             + (" · compiled" if run["compile"] else "")))
+        console.print(
+            escape(
+                f"model {m['name']}: {m['n_layer']} layers, d={m['d_model']}, seq {m['seq_len']}, "
+                f"vocab {m['vocab']}, {m['params_matmul'] / 1e6:.1f}M matmul params, batch {m['batch_size']}/rank, "
+                f"{m['steps']} steps ({m['warmup']} warm-up) · {run['precision']}"
+                + (f" · {run['optimizer']}" if run["optimizer"] else "")
+                + (" · compiled" if run["compile"] else "")
+            )
+        )
     if report.get("throughput"):
         _print_metrics(console, report, escape)
     text.render([Finding.from_dict(f) for f in report["findings"]], file=file or sys.stdout)
@@ -419,19 +520,32 @@ def _print_metrics(console, report: dict, escape) -> None:
     t, st, mfu, ar, mem, loss = (report[k] for k in ("throughput", "step_time_s", "mfu", "allreduce", "memory", "loss"))
     lines = [
         f"throughput: {t['tokens_per_s']:,.0f} tokens/s, {t['samples_per_s']:,.1f} samples/s over all ranks",
-        f"step time: p50 {_fmt(st['p50'], ' ms', 1e3)}, p95 {_fmt(st['p95'], ' ms', 1e3)} ({t['measured_steps']} steps after {t['warmup_steps']} warm-up)",
-        f"compute: {report['flops']['achieved_tflops_total']:.2f} TFLOP/s achieved; MFU {_fmt(mfu['vs_spec'], '%', 100)} of spec"
+        f"step time: p50 {_fmt(st['p50'], ' ms', 1e3)}, p95 {_fmt(st['p95'], ' ms', 1e3)} "
+        f"({t['measured_steps']} steps after {t['warmup_steps']} warm-up)",
+        f"compute: {report['flops']['achieved_tflops_total']:.2f} TFLOP/s achieved; "
+        f"MFU {_fmt(mfu['vs_spec'], '%', 100)} of spec"
         + (f" ({mfu['spec_source']})" if mfu["spec_source"] else f" ({mfu['vs_spec_missing_reason']})")
         + f", {_fmt(mfu['vs_measured_matmul'], '%', 100)} of the measured {mfu['matmul']['dtype']} matmul peak "
         f"({_fmt(mfu['measured_matmul_tflops_median'], ' TFLOP/s', digits=2)} median, n={mfu['matmul']['n']})",
-        f"all-reduce: " + (f"busbw {ar['busbw_gbps']:.2f} GB/s, algbw {ar['algbw_gbps']:.2f} GB/s at {ar['payload_bytes'] / 2**20:.0f} MiB "
-                           f"{ar['dtype']} ({ar['algorithm']})" if ar["busbw_gbps"] is not None else ar["reason"]),
+        "all-reduce: "
+        + (
+            f"busbw {ar['busbw_gbps']:.2f} GB/s, algbw {ar['algbw_gbps']:.2f} GB/s "
+            f"at {ar['payload_bytes'] / 2**20:.0f} MiB "
+            f"{ar['dtype']} ({ar['algorithm']})"
+            if ar["busbw_gbps"] is not None
+            else ar["reason"]
+        ),
         f"memory: peak {mem['peak_bytes_max'] / 2**20:,.0f} MiB ({mem['kind']})"
-        + (f", {mem['reserved_peak_bytes_max'] / 2**20:,.0f} MiB reserved by the caching allocator"
-           if mem.get("reserved_peak_bytes_max") else "")
+        + (
+            f", {mem['reserved_peak_bytes_max'] / 2**20:,.0f} MiB reserved by the caching allocator"
+            if mem.get("reserved_peak_bytes_max")
+            else ""
+        )
         + (f", of {mem['device_total_bytes'] / 2**20:,.0f} MiB on the GPU" if mem.get("device_total_bytes") else ""),
         f"loss: {loss['first']:.3f} -> {loss['last']:.3f}; parameters identical on all ranks: "
-        f"{ {True: 'yes', False: 'no', None: 'not compared'}.get(report['params_identical'], report['params_identical'])}",
+        + {True: "yes", False: "no", None: "not compared"}.get(
+            report["params_identical"], str(report["params_identical"])
+        ),
     ]
     for line in lines:
         console.print("  " + escape(line))
@@ -439,21 +553,32 @@ def _print_metrics(console, report: dict, escape) -> None:
     if len(nodes) > 1:
         for n in nodes:
             step, own = _fmt(n["step_time_s_p50"], " ms", 1e3), _fmt(n["local_compute_s_p50"], " ms", 1e3)
-            console.print(escape(
-                f"  node {n['node']} ({ranks_text(n['ranks'])}): {n['tokens_per_s']:,.0f} tok/s, step p50 {step}, "
-                f"own fwd+bwd p50 {own}, all-reduce inside the node "
-                f"{_fmt(n.get('intra_busbw_gbps'), ' GB/s', digits=2)} busbw"))
+            console.print(
+                escape(
+                    f"  node {n['node']} ({ranks_text(n['ranks'])}): {n['tokens_per_s']:,.0f} tok/s, step p50 {step}, "
+                    f"own fwd+bwd p50 {own}, all-reduce inside the node "
+                    f"{_fmt(n.get('intra_busbw_gbps'), ' GB/s', digits=2)} busbw"
+                )
+            )
         ar = report["allreduce"] or {}
         if "inter_node_busbw_gbps_min" in ar:
             across = _fmt(ar["inter_node_busbw_gbps_min"], " GB/s", digits=2)
             inside = _fmt(ar["intra_node_busbw_gbps_min"], " GB/s", digits=2)
-            console.print(escape(f"  all-reduce across nodes: busbw {across} (slowest group), "
-                                 f"inside nodes {inside} (slowest node)"))
+            console.print(
+                escape(
+                    f"  all-reduce across nodes: busbw {across} (slowest group), inside nodes {inside} (slowest node)"
+                )
+            )
     for r in report["ranks"]:
-        console.print(escape(
-            f"    rank {r['rank']} {r['host']} {r['device']}: {r['tokens_per_s']:,.0f} tok/s, step p50 {_fmt(r['step_time_s']['p50'], ' ms', 1e3)}, "
-            f"{r['achieved_tflops']:.2f} TFLOP/s, matmul {r['matmul_tflops']:.2f}, data wait p50 {_fmt(r['data_wait_s_p50'], ' ms', 1e3)}"
-        ), style="dim")
+        console.print(
+            escape(
+                f"    rank {r['rank']} {r['host']} {r['device']}: {r['tokens_per_s']:,.0f} tok/s, "
+                f"step p50 {_fmt(r['step_time_s']['p50'], ' ms', 1e3)}, "
+                f"{r['achieved_tflops']:.2f} TFLOP/s, matmul {r['matmul_tflops']:.2f}, "
+                f"data wait p50 {_fmt(r['data_wait_s_p50'], ' ms', 1e3)}"
+            ),
+            style="dim",
+        )
 
 
 def print_json(report: dict, file=None) -> None:

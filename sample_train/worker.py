@@ -24,9 +24,9 @@ import torch.distributed as dist
 from gpudoctor.job.compare import node_index
 from gpudoctor.readers import slurmfmt
 from gpudoctor.sample_train import bench, faults, placement
-from gpudoctor.sample_train.exits import die, finish, last_resort
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
+from gpudoctor.sample_train.exits import die, finish, last_resort
 from gpudoctor.sample_train.model import GPT
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.sizes import GPTConfig
@@ -45,8 +45,9 @@ class Watchdog(threading.Thread):
     """Publishes this rank's phase with a heartbeat; ends the process when the run is aborted,
     the parent is gone, the store is gone, or the deadline has long passed."""
 
-    def __init__(self, store, keys: Keys, rank: int, deadline: float, parent_pid: int | None = None,
-                 exit_on_abort: bool = True):
+    def __init__(
+        self, store, keys: Keys, rank: int, deadline: float, parent_pid: int | None = None, exit_on_abort: bool = True
+    ):
         super().__init__(name="gpudoctor-smoke-watchdog", daemon=True)
         self.store, self.keys, self.rank, self.deadline, self.parent_pid = store, keys, rank, deadline, parent_pid
         self.exit_on_abort = exit_on_abort  # not where the coordinator lives: it ends the process after its report
@@ -223,7 +224,14 @@ def loader_settings(opts: SmokeOptions, device: torch.device, world: World) -> d
 # -- the run -------------------------------------------------------------------------------
 class Rank:
     def __init__(self, world: World, opts: SmokeOptions, store, keys: Keys, watchdog: Watchdog, deadline: float):
-        self.world, self.opts, self.store, self.keys, self.wd, self.deadline = world, opts, store, keys, watchdog, deadline
+        self.world, self.opts, self.store, self.keys, self.wd, self.deadline = (
+            world,
+            opts,
+            store,
+            keys,
+            watchdog,
+            deadline,
+        )
 
     def remaining(self, extra: float = 0.0) -> timedelta:
         return timedelta(seconds=max(1.0, self.deadline - time.monotonic() + extra))
@@ -252,8 +260,9 @@ class Rank:
         wd.set_phase("init process group")
         store = dist.PrefixStore(self.keys.pg_prefix, self.store)
         # Collectives time out after the coordinator's deadline, so the coordinator names the phase first.
-        dist.init_process_group(backend, store=store, rank=world.rank, world_size=world.world_size,
-                                timeout=self.remaining(GRACE_S))
+        dist.init_process_group(
+            backend, store=store, rank=world.rank, world_size=world.world_size, timeout=self.remaining(GRACE_S)
+        )
         result = {"rank": world.rank, "backend": backend}
 
         wd.set_phase("first all-reduce")
@@ -263,8 +272,11 @@ class Rank:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
         wd.set_phase("matmul benchmark")
         n, seconds = (8192, 1.0) if cuda else (256, 0.2)
-        result["matmul"] = {"n": n, "dtype": str(dtype).replace("torch.", ""),
-                            "tflops": bench.matmul_tflops(device, dtype, n, seconds)}
+        result["matmul"] = {
+            "n": n,
+            "dtype": str(dtype).replace("torch.", ""),
+            "tflops": bench.matmul_tflops(device, dtype, n, seconds),
+        }
 
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
@@ -302,13 +314,18 @@ class Rank:
         payload, dtype = (256 * 2**20, torch.bfloat16) if cuda else (4 * 2**20, torch.float32)
         iters, warmup = (20, 5) if cuda else (5, 2)
         seconds = bench.allreduce_seconds(device, payload, dtype, iters, warmup, group)
-        return {"payload_bytes": payload, "dtype": str(dtype).replace("torch.", ""), "iterations": iters, "seconds": seconds}
+        return {
+            "payload_bytes": payload,
+            "dtype": str(dtype).replace("torch.", ""),
+            "iterations": iters,
+            "seconds": seconds,
+        }
 
     def _node_allreduce_bench(self, device: torch.device, nodes: list[list[int]]) -> dict:
         """The same all-reduce inside each node (all nodes at once) and across nodes (one group per local
         position: the i-th rank of every node), as nccl-tests measures a node and the fabric apart."""
         rank = self.world.rank
-        out = {}
+        out: dict[str, dict | None] = {}
         # every rank creates every group, in one order (torch.distributed.new_group's rule)
         intra = [(ranks, dist.new_group(ranks)) for ranks in nodes]
         width = min(len(r) for r in nodes)
@@ -326,10 +343,12 @@ class Rank:
         torch.manual_seed(self.opts.seed)  # identical init everywhere; DDP broadcasts rank 0's anyway
         with device:  # built where it trains: initialising a large model on the CPU would take seconds
             model = GPT(cfg)
-        kwargs = {"device_ids": [device.index]} if device.type == "cuda" else {}
-        ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True, **kwargs)
+        device_ids = [device.index] if device.type == "cuda" else None
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
         try:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+            optimizer = torch.optim.AdamW(
+                model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True
+            )
             name = "AdamW (fused)"
         except (RuntimeError, TypeError, ValueError):
             optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -338,9 +357,17 @@ class Rank:
 
     def _batches(self, cfg: GPTConfig, settings: dict):
         total = cfg.steps + STRAGGLER_PROBE_STEPS
-        dataset = SyntheticTokens(cfg.vocab, cfg.seq_len, total * cfg.batch_size * self.world.world_size, self.opts.seed)
-        loader = make_loader(dataset, rank=self.world.rank, world_size=self.world.world_size, seed=self.opts.seed,
-                             batch_size=cfg.batch_size, settings=settings)
+        dataset = SyntheticTokens(
+            cfg.vocab, cfg.seq_len, total * cfg.batch_size * self.world.world_size, self.opts.seed
+        )
+        loader = make_loader(
+            dataset,
+            rank=self.world.rank,
+            world_size=self.world.world_size,
+            seed=self.opts.seed,
+            batch_size=cfg.batch_size,
+            settings=settings,
+        )
         return batches(loader)
 
     def _straggler_probe(self, step_fn, ddp, stream, device, autocast, scaler) -> list[float]:
@@ -405,7 +432,7 @@ def param_checksum(model: torch.nn.Module) -> str:
             w = torch.arange(start, start + b.numel(), device=b.device) % 251 + 1
             lo, hi = b & 0xFFFF, (b >> 16) & 0xFFFF
             part = torch.stack([lo.sum(), hi.sum(), (lo * w).sum(), (hi * w).sum()]).tolist()
-            sums = [s + q for s, q in zip(sums, part)]
+            sums = [s + q for s, q in zip(sums, part, strict=True)]
         digest.update(f"{name}:{p.dtype}:{tuple(p.shape)}:{sums};".encode())
     return digest.hexdigest()[:16]
 
@@ -414,14 +441,25 @@ def peak_memory(device: torch.device) -> dict:
     if device.type == "cuda":
         # allocated: what tensors used at the peak; reserved: what the caching allocator held then,
         # which is what runs out first. Neither counts the CUDA context or NCCL's own buffers.
-        return {"bytes": torch.cuda.max_memory_allocated(device), "kind": "torch.cuda.max_memory_allocated",
-                "reserved_bytes": torch.cuda.max_memory_reserved(device),
-                "device_total_bytes": torch.cuda.get_device_properties(device).total_memory}
+        return {
+            "bytes": torch.cuda.max_memory_allocated(device),
+            "kind": "torch.cuda.max_memory_allocated",
+            "reserved_bytes": torch.cuda.max_memory_reserved(device),
+            "device_total_bytes": torch.cuda.get_device_properties(device).total_memory,
+        }
     return {"bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "kind": "process peak RSS (CPU run)"}
 
 
-def run_rank(world: World, opts: SmokeOptions, store, keys: Keys, deadline: float, parent_pid: int | None = None,
-             no_coordinator: type[Exception] = Stopped, coordinating: bool = False) -> int:
+def run_rank(
+    world: World,
+    opts: SmokeOptions,
+    store,
+    keys: Keys,
+    deadline: float,
+    parent_pid: int | None = None,
+    no_coordinator: type[Exception] = Stopped,
+    coordinating: bool = False,
+) -> int:
     """This rank's whole part; returns its exit code. Raises no_coordinator when no plan ever came.
     coordinating: the coordinator runs in this process (rank 0 under torchrun/srun)."""
     watchdog = Watchdog(store.clone(), keys, world.rank, deadline, parent_pid, exit_on_abort=not coordinating)
@@ -430,6 +468,8 @@ def run_rank(world: World, opts: SmokeOptions, store, keys: Keys, deadline: floa
     try:
         device, record = choose_device(opts, world)
         plan = rank.join(record, no_coordinator)
+        if device is None:  # the coordinator stops a run with a rank that has no device; never trains without one
+            raise Stopped(record.get("device_error") or "this rank has no device")
         result = rank.train(device, plan)
         watchdog.set_phase("finished")
         result.update(host=record["host"], local_rank=world.local_rank, stage_seconds=watchdog.stage_seconds)
@@ -479,8 +519,11 @@ def report_error(store, keys: Keys, rank: int, where: str, error: BaseException)
     if isinstance(error, torch.cuda.OutOfMemoryError):
         text += " (out of GPU memory: lower --batch-size or --seq-len, or pass --size small)"
     tb = traceback.format_exception(error)
-    record = {"phase": where, "error": text.splitlines()[0][:500] if text else type(error).__name__,
-              "traceback": "".join(tb)[-2000:]}
+    record = {
+        "phase": where,
+        "error": text.splitlines()[0][:500] if text else type(error).__name__,
+        "traceback": "".join(tb)[-2000:],
+    }
     try:
         store.set(keys.error(rank), json.dumps(record))
     except Exception:

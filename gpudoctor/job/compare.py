@@ -18,6 +18,7 @@ import json
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +99,7 @@ def findings_of(findings) -> list[dict]:
 # --- members: one rank (live) or one snapshot (compare) -------------------------------------------------
 
 
-def node_index(env: dict) -> int | None:
+def node_index(env: Mapping[str, str]) -> int | None:
     """The launcher's own node number: torchrun's GROUP_RANK, srun's SLURM_NODEID, Lightning's NODE_RANK.
 
     Two nodes of one host name (two torchrun agents on one machine, or containers) stay two nodes.
@@ -135,8 +136,16 @@ class Member:
     contents: dict = field(default_factory=dict)  # aspect -> content, where this side has it
 
     def to_wire(self) -> dict:
-        d = {"rank": self.rank, "node": self.node, "hostname": self.hostname, "node_index": self.node_index,
-             "local_rank": self.local_rank, "leader": self.leader, "gpu": self.gpu, "digests": self.digests}
+        d = {
+            "rank": self.rank,
+            "node": self.node,
+            "hostname": self.hostname,
+            "node_index": self.node_index,
+            "local_rank": self.local_rank,
+            "leader": self.leader,
+            "gpu": self.gpu,
+            "digests": self.digests,
+        }
         if self.master is not None:
             d["master"] = self.master
         if self.source:
@@ -167,8 +176,14 @@ def label_nodes(members: list[Member]) -> None:
             m.node = base
 
 
-def view(members: list[Member], *, source: str, world_size: int | None = None,
-         missing: list[int] | None = None, errors: list[dict] | None = None) -> dict:
+def view(
+    members: list[Member],
+    *,
+    source: str,
+    world_size: int | None = None,
+    missing: list[int] | None = None,
+    errors: list[dict] | None = None,
+) -> dict:
     """The "job" facts section built from the members' digests and whatever contents are known."""
     contents: dict = defaultdict(dict)
     for m in members:
@@ -242,9 +257,16 @@ def members_from_snapshots(paths: list[str], facts_list: list[Facts], findings_l
         env = facts.env
         parts = aspects(facts, findings, ranks_here=None, leader=True)
         rdzv = facts.sections.get("rendezvous") or {}
-        m = Member(rank=i, node="", hostname=facts.host.get("hostname"), node_index=node_index(env),
-                   local_rank=env_int(env, "LOCAL_RANK"), source=path, gpu=None,
-                   master=_master_from_rendezvous(env, rdzv))
+        m = Member(
+            rank=i,
+            node="",
+            hostname=facts.host.get("hostname"),
+            node_index=node_index(env),
+            local_rank=env_int(env, "LOCAL_RANK"),
+            source=path,
+            gpu=None,
+            master=_master_from_rendezvous(env, rdzv),
+        )
         m.digests = {a: digest(c) for a, c in parts.items()}
         m.contents = parts
         members.append(m)
@@ -272,8 +294,14 @@ def job_specs(ignore: list[str] | None) -> list:
     return select(load_all(), ["job"], ignore)
 
 
-def compare(paths: list[str], specs: list, as_json: bool = False, strict: bool = False, verbose: bool = False,
-            ignore: list[str] | None = None) -> int:
+def compare(
+    paths: list[str],
+    specs: list,
+    as_json: bool = False,
+    strict: bool = False,
+    verbose: bool = False,
+    ignore: list[str] | None = None,
+) -> int:
     """`gpudoctor compare`: exit 0/1 like check; an unreadable snapshot raises SnapshotError (exit 2)."""
     from gpudoctor.facts import SnapshotError
     from gpudoctor.model import Context
@@ -291,8 +319,13 @@ def compare(paths: list[str], specs: list, as_json: bool = False, strict: bool =
     members = members_from_snapshots(paths, facts_list, findings_list)
     job_facts = Facts(sections={"job": view(members, source="snapshots")}, meta={})
     findings = run_checks([s for s in specs if s.category == "job"], job_facts, ctx)
-    emit(findings, job_facts.sections["job"], as_json=as_json, verbose=verbose,
-         header=f"gpudoctor compare: {len(paths)} snapshots")
+    emit(
+        findings,
+        job_facts.sections["job"],
+        as_json=as_json,
+        verbose=verbose,
+        header=f"gpudoctor compare: {len(paths)} snapshots",
+    )
     return exit_code(findings, strict=strict)
 
 
@@ -302,9 +335,19 @@ def emit(findings, job: dict, *, as_json: bool, verbose: bool, header: str, file
         from gpudoctor.report import json_report
 
         nodes = sorted({m["node"] for m in job["members"]})
-        file.write(json_report.render(findings, {"job": {"source": job["source"], "nodes": len(nodes),
-                                                         "ranks": len(job["members"]),
-                                                         "world_size": job.get("world_size")}}))
+        file.write(
+            json_report.render(
+                findings,
+                {
+                    "job": {
+                        "source": job["source"],
+                        "nodes": len(nodes),
+                        "ranks": len(job["members"]),
+                        "world_size": job.get("world_size"),
+                    }
+                },
+            )
+        )
         return
     render_text(findings, job, header=header, verbose=verbose, file=file)
 

@@ -55,13 +55,16 @@ def run(args, specs: list, ctx, probe_kwargs: dict, usage_error) -> int:
     except WorldError as e:
         raise usage_error(f"--job: {e}") from None
     if world is None:
-        raise usage_error("--job runs inside a launcher's world (srun -n N, torchrun, RANK/WORLD_SIZE set); "
-                          "none found here")
+        raise usage_error(
+            "--job runs inside a launcher's world (srun -n N, torchrun, RANK/WORLD_SIZE set); none found here"
+        )
     try:
         import torch.distributed as dist
     except Exception as e:
-        raise usage_error(f"--job exchanges views through torch.distributed's TCPStore: torch does not import "
-                          f"({type(e).__name__}: {e})") from None
+        raise usage_error(
+            f"--job exchanges views through torch.distributed's TCPStore: torch does not import "
+            f"({type(e).__name__}: {e})"
+        ) from None
     return Gatherer(world, dist, args, specs, ctx, probe_kwargs, timeout).run()
 
 
@@ -101,9 +104,15 @@ class Gatherer:
             local = [s for s in job_free if set(s.needs) <= RANK_ONLY_SECTIONS]
         findings = run_checks(local, facts, self.ctx)
         parts = aspects(facts, findings, ranks_here=self.world.local_world_size, leader=self.leader)
-        member = Member(rank=self.world.rank, node=self.hostname, hostname=self.hostname,
-                        node_index=node_index(self.env), local_rank=self.world.local_rank, leader=self.leader,
-                        gpu=_gpu_of(facts, self.world))
+        member = Member(
+            rank=self.world.rank,
+            node=self.hostname,
+            hostname=self.hostname,
+            node_index=node_index(self.env),
+            local_rank=self.world.local_rank,
+            leader=self.leader,
+            gpu=_gpu_of(facts, self.world),
+        )
         member.digests = {a: digest(c) for a, c in parts.items()}
         member.contents = parts
         return member
@@ -125,8 +134,9 @@ class Gatherer:
         w, dist = self.world, self.dist
         op_timeout = timedelta(seconds=self.timeout + FETCH_S + 2 * MARGIN_S)
         if w.rank == 0 and not w.agent_store:
-            self.store = dist.TCPStore(w.master_addr, w.master_port, None, True, timeout=op_timeout,
-                                       wait_for_workers=False)
+            self.store = dist.TCPStore(
+                w.master_addr, w.master_port, None, True, timeout=op_timeout, wait_for_workers=False
+            )
             return
         deadline = self.started + self.timeout
         while True:  # TCPStore's own connect retries for about twice its timeout: bound it here
@@ -135,8 +145,10 @@ class Gatherer:
                 break
             except OSError as e:
                 if time.monotonic() >= deadline:
-                    raise ConnectionError(f"the job's store at {w.master_addr}:{w.master_port} did not accept "
-                                          f"a connection within {self.timeout:g} s ({e.strerror or e})") from None
+                    raise ConnectionError(
+                        f"the job's store at {w.master_addr}:{w.master_port} did not accept "
+                        f"a connection within {self.timeout:g} s ({e.strerror or e})"
+                    ) from None
                 time.sleep(0.2)
         self.store = dist.TCPStore(w.master_addr, w.master_port, None, False, timeout=op_timeout)
 
@@ -178,8 +190,10 @@ class Gatherer:
         request = json.loads(self.store.get(self.key("request")))
         wanted = request.get(str(self.world.rank))
         if wanted:
-            self.store.set(self.key(f"c/{self.world.rank}"),
-                           json.dumps({a: me.contents.get(a) for a in wanted}, separators=(",", ":")))
+            self.store.set(
+                self.key(f"c/{self.world.rank}"),
+                json.dumps({a: me.contents.get(a) for a in wanted}, separators=(",", ":")),
+            )
         if not self._wait(self.key("verdict"), time.monotonic() + FETCH_S + MARGIN_S):
             _say(f"{self.who()}: rank 0 gave no verdict; no job verdict")
             return 1
@@ -215,8 +229,9 @@ class Gatherer:
         facts = Facts(sections={"job": job}, meta={})
         findings = run_checks(job_specs(self.args.ignore), facts, self.ctx)
         code = int(exit_code(findings, strict=self.args.strict))
-        header = (f"gpudoctor check --job ({self.world.launcher}, world size {n}, "
-                  f"{time.monotonic() - self.started:.1f} s)")
+        header = (
+            f"gpudoctor check --job ({self.world.launcher}, world size {n}, {time.monotonic() - self.started:.1f} s)"
+        )
         emit(findings, job, as_json=self.args.json, verbose=self.args.verbose, header=header)
         if self.args.junit:
             from gpudoctor.fileio import write_atomic
@@ -252,9 +267,17 @@ class Gatherer:
 
 
 def _member(d: dict) -> Member:
-    return Member(rank=d["rank"], node=d.get("node") or "?", hostname=d.get("hostname"),
-                  node_index=d.get("node_index"), local_rank=d.get("local_rank"), leader=bool(d.get("leader")),
-                  gpu=d.get("gpu"), master=d.get("master"), digests=d.get("digests") or {})
+    return Member(
+        rank=d["rank"],
+        node=d.get("node") or "?",
+        hostname=d.get("hostname"),
+        node_index=d.get("node_index"),
+        local_rank=d.get("local_rank"),
+        leader=bool(d.get("leader")),
+        gpu=d.get("gpu"),
+        master=d.get("master"),
+        digests=d.get("digests") or {},
+    )
 
 
 def _missing_nodes(members: list[Member], missing: list[int], local_world_size: int) -> list[int]:

@@ -156,7 +156,9 @@ def test_the_job_view_follows_the_facts_schema(tmp_path):
 def test_a_ranks_message_is_small_whatever_its_facts():
     """The exchange sends digests, not facts: a rank's message stays a few hundred bytes (docs/benchmarks.md)."""
     f = make_facts(env={**ENV, **{f"NCCL_SETTING_{i}": "x" * 50 for i in range(40)}})
-    wire = json.dumps(_member(12345, "gpu-node-0417", f, gpu="GPU-5b1c2f3e-0000-4000-8000-000000000000").to_wire(),
-                      separators=(",", ":"))
+    wire = json.dumps(
+        _member(12345, "gpu-node-0417", f, gpu="GPU-5b1c2f3e-0000-4000-8000-000000000000").to_wire(),
+        separators=(",", ":"),
+    )
     assert len(wire) < 500, len(wire)
     assert len(json.dumps(aspects(f, []))) > 2000  # what would have been sent without digests

@@ -24,11 +24,39 @@ def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "MASTER_"))}
-    agents = [subprocess.Popen(
-        [torchrun, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"smoke-{port}", "--max-restarts", "0",
-         "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--min-busbw", "1000000"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path) for _ in range(2)]
+    agents = [
+        subprocess.Popen(
+            [
+                torchrun,
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                f"smoke-{port}",
+                "--max-restarts",
+                "0",
+                "-m",
+                "gpudoctor",
+                "smoke",
+                "--device",
+                "cpu",
+                "--json",
+                "--min-busbw",
+                "1000000",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for _ in range(2)
+    ]
     try:
         outs = [a.communicate(timeout=240) for a in agents]
     finally:
