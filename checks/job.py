@@ -84,6 +84,23 @@ def _drift(job: dict, aspect: str, what: str, severity_of, node_wide: bool = Tru
 # --- GD-JOB-001 ---------------------------------------------------------------------------------------------
 
 
+def _missing_where_text(job: dict) -> str:
+    """': node gpu-017 missing entirely (ranks 8–15), by SLURM's block distribution' (gpudoctor/job/rankmap.py)."""
+    where = job.get("missing_where")
+    if not where:  # a view without the launcher's layout: only the node indices no rank of arrived from
+        nodes = job.get("missing_nodes") or []
+        return f"; no rank of node index {', '.join(map(str, nodes))} arrived" if nodes else ""
+    if where.get("unknown"):
+        return f"; which node: unknown ({where['unknown']})"
+    named = [
+        f"node {n['node']} missing entirely ({ranks_text(n['ranks'])})"
+        if n.get("whole")
+        else f"{ranks_text(n['ranks'])} on node {n['node']}"
+        for n in where.get("nodes") or []
+    ]
+    return f": {'; '.join(named)}, by {where.get('rule')}" if named else ""
+
+
 @check(
     id="GD-JOB-001",
     name="job-ranks-missing",
@@ -92,7 +109,11 @@ def _drift(job: dict, aspect: str, what: str, severity_of, node_wide: bool = Tru
     needs=["job"],
     title="Every rank of the job reported",
     what="That every rank the launcher promised (WORLD_SIZE, srun's SLURM_STEP_NUM_TASKS) reported its view "
-    "to rank 0 within --timeout, and names the ranks that did not, and the ranks that reported an error.",
+    "to rank 0 within --timeout, and names the ranks that did not, and the ranks that reported an error. "
+    "The node of a missing rank comes from the launcher's own layout, so a node none of whose ranks "
+    "started is named too: srun's SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE and SLURM_DISTRIBUTION "
+    "(srun(1) -m/--distribution: block, the default, or cyclic), or torchrun's contiguous ranks per "
+    "agent (GROUP_RANK x LOCAL_WORLD_SIZE).",
     why="torch.distributed.init_process_group waits for all WORLD_SIZE ranks: one rank that never starts, "
     "or cannot reach the rendezvous store, makes every other rank hang until the NCCL/gloo timeout "
     "(torch.distributed docs, 'Initialization': all processes must call init_process_group; "
@@ -109,16 +130,21 @@ def ranks_missing(facts, ctx):
     arrived = len(_members(job))
     parts = []
     if missing:
-        nodes = job.get("missing_nodes") or []
         parts.append(
             f"{ranks_text(missing)} of a world of {world} never reported within "
-            f"{job.get('timeout_s', 0):g} s ({arrived} arrived)"
-            + (f"; no rank of node index {', '.join(map(str, nodes))} arrived" if nodes else "")
+            f"{job.get('timeout_s', 0):g} s ({arrived} arrived)" + _missing_where_text(job)
         )
     for e in errors:
         parts.append(f"rank {e.get('rank')} on {e.get('node', '?')}: {e.get('error')}")
     if parts:
-        return fail("; ".join(parts), missing_ranks=missing, errors=errors, world_size=world, arrived=arrived)
+        return fail(
+            "; ".join(parts),
+            missing_ranks=missing,
+            missing_where=job.get("missing_where"),
+            errors=errors,
+            world_size=world,
+            arrived=arrived,
+        )
     return passed(f"all {world} rank(s) reported", world_size=world)
 
 

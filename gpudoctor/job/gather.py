@@ -25,6 +25,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from gpudoctor.job import rankmap
 from gpudoctor.job.compare import Member, aspects, digest, emit, job_specs, label_nodes, node_index, view
 
 DEFAULT_TIMEOUT = 60.0
@@ -225,7 +226,14 @@ class Gatherer:
         label_nodes(members)
         job = view(members, source="live", world_size=n, missing=missing)
         job["timeout_s"] = self.timeout
-        job["missing_nodes"] = _missing_nodes(members, missing, self.world.local_world_size)
+        job["missing_nodes"] = []
+        if missing:  # which node each missing rank is on, from the launcher's layout (rankmap.py)
+            located = rankmap.locate_missing(
+                rankmap.layout_of(self.env, self.world.launcher, n), missing, {m.rank: m.node_index for m in members}
+            )
+            job["missing_where"] = rankmap.to_facts(located)
+            if isinstance(located, rankmap.Located):
+                job["missing_nodes"] = [x.index for x in located.nodes if x.whole]
         facts = Facts(sections={"job": job}, meta={})
         findings = run_checks(job_specs(self.args.ignore), facts, self.ctx)
         code = int(exit_code(findings, strict=self.args.strict))
@@ -278,15 +286,6 @@ def _member(d: dict) -> Member:
         master=d.get("master"),
         digests=d.get("digests") or {},
     )
-
-
-def _missing_nodes(members: list[Member], missing: list[int], local_world_size: int) -> list[int]:
-    """Node indices none of whose ranks arrived, where the launcher numbers ranks node by node
-    (torchrun: rank = node index x local world size + local rank)."""
-    if not missing or local_world_size < 1 or any(m.node_index is None for m in members):
-        return []
-    arrived = {m.node_index for m in members}
-    return sorted({r // local_world_size for r in missing} - arrived)
 
 
 def _gpu_of(facts, world) -> str | None:
