@@ -42,42 +42,14 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
 
 
 def _inputs(args):
-    """The facts, the context and the checks exactly as `gpudoctor check` gets them from these options."""
-    from dataclasses import replace
-
-    from gpudoctor.cli import UsageError, _context, _probe_kwargs, _specs
-    from gpudoctor.facts import Facts, SnapshotError
+    """The facts, the context and the checks exactly as `gpudoctor check` gets them from these options;
+    the runner keeps only what check's verdict is about (before submission, this login host's driver or
+    torch is not the job's to fix)."""
+    from gpudoctor.cli import judged_inputs
     from gpudoctor.job import target as job_target
     from gpudoctor.runner import run_checks
 
-    if args.snapshot and args.python:
-        raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
-    specs = _specs(args)
-    ctx = _context(args)
-    if args.snapshot:
-        try:
-            facts = Facts.load(args.snapshot)
-        except SnapshotError as e:
-            raise UsageError(str(e)) from None
-    else:
-        from gpudoctor.probe import collect
-        from gpudoctor.report import preflight
-
-        kwargs = _probe_kwargs(args)
-        kwargs["partition"] = preflight.partition_of(ctx)
-        facts = collect({n for s in specs for n in s.needs}, **kwargs)
-    node_snapshot = getattr(args, "node_snapshot", None)
-    if node_snapshot:  # judge the job on the node it will get, as check does
-        from gpudoctor.report import preflight
-
-        try:
-            facts = preflight.merge_node_snapshot(facts, Facts.load(node_snapshot))
-        except SnapshotError as e:
-            raise UsageError(f"--node-snapshot {e}") from None
-        ctx = replace(ctx, node_facts=node_snapshot)
-    specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
-    # Fix what check's verdict is about: before submission, this login host's driver or torch is not the job's.
-    target = job_target.decide(facts, ctx, node_snapshot=node_snapshot)
+    facts, ctx, specs, target = judged_inputs(args, progress=False)
     return facts, ctx, lambda f, c: job_target.split(run_checks(specs, f, c), target)[0]
 
 

@@ -232,27 +232,27 @@ def _context(args):
     )
 
 
-def cmd_check(args) -> int:
+def judged_inputs(args, progress: bool):
+    """What check and fix judge, from the same options: (facts, context, checks, target).
+
+    Facts come from --snapshot or a fresh probe (torch's slow import started first, so loading
+    the checks overlaps it); --node-snapshot stands in for the node the job will get; the target
+    says whether the verdict is about the job or about this machine (gpudoctor.job.target)."""
+    from dataclasses import replace
+
     from gpudoctor.facts import Facts, SnapshotError
-    from gpudoctor.runner import run_checks
+    from gpudoctor.job.target import decide
+    from gpudoctor.report import preflight
 
     if args.snapshot and args.python:
         raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
-    if args.job or args.timeout is not None:
-        from gpudoctor.job import gather
-
-        return gather.run(args, _specs(args), _context(args), _probe_kwargs(args), UsageError)
     torch_probe = None
     if not args.snapshot and not args.select:
-        # A full check needs torch's facts: start the (slow) import now, so that loading the
-        # checks, the other probes and the report overlap it.
         from gpudoctor.probe import start_torch_probe
 
         torch_probe = start_torch_probe(**_probe_kwargs(args))
     specs = _specs(args)
     ctx = _context(args)
-    from gpudoctor.report import preflight
-
     if args.snapshot:
         try:
             facts = Facts.load(args.snapshot)
@@ -263,27 +263,38 @@ def cmd_check(args) -> int:
         from gpudoctor.report.progress import spinner
 
         needed = {n for s in specs for n in s.needs}
-        if not args.json:
+        if progress:
             import rich.console  # noqa: F401  (the report's import, done while torch loads in the child)
         what = "probing this machine" + (" and importing torch" if "torch" in needed else "")
-        with spinner(what, enabled=not args.json):
+        with spinner(what, enabled=progress):
             partition = preflight.partition_of(ctx)
             facts = collect(needed, torch_probe=torch_probe, partition=partition, **_probe_kwargs(args))
     local_host = facts.host.get("hostname") or (None if args.snapshot else os.uname().nodename)
-    if args.node_snapshot:
+    node_snapshot = getattr(args, "node_snapshot", None)
+    if node_snapshot:
         try:
-            facts = preflight.merge_node_snapshot(facts, Facts.load(args.node_snapshot, what=""))
+            facts = preflight.merge_node_snapshot(facts, Facts.load(node_snapshot, what=""))
         except SnapshotError as e:
             raise UsageError(f"--node-snapshot {e}") from None
-        from dataclasses import replace as _replace
-
-        ctx = _replace(ctx, node_facts=args.node_snapshot)
+        ctx = replace(ctx, node_facts=node_snapshot)
     specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
+    return facts, ctx, specs, decide(facts, ctx, node_snapshot, local_host)
+
+
+def cmd_check(args) -> int:
+    from gpudoctor.report import preflight
+    from gpudoctor.runner import run_checks
+
+    if args.snapshot and args.python:
+        raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
+    if args.job or args.timeout is not None:
+        from gpudoctor.job import gather
+
+        return gather.run(args, _specs(args), _context(args), _probe_kwargs(args), UsageError)
+    facts, ctx, specs, target = judged_inputs(args, progress=not args.json)
     findings = run_checks(specs, facts, ctx)
-    from gpudoctor.job.target import decide
     from gpudoctor.job.target import exit_code as target_exit_code
 
-    target = decide(facts, ctx, args.node_snapshot, local_host)
     if args.junit:
         from gpudoctor.fileio import write_output
         from gpudoctor.job.target import for_junit
