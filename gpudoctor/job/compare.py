@@ -221,7 +221,8 @@ def where_text(members: list[dict]) -> str:
     """'gpu-017 (ranks 8–15)', 'gpu-017, gpu-018 (ranks 8–23)', or snapshot files for compare."""
     nodes = sorted({m["node"] for m in members})
     if all(m.get("source") for m in members):  # compare: one member per snapshot file
-        named = sorted(f"{m['node']} ({m['source']})" for m in members)
+        # the node label already names the file where several snapshots share a host name
+        named = sorted(m["node"] if m["source"] in m["node"] else f"{m['node']} ({m['source']})" for m in members)
         return ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
     shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more nodes" if len(nodes) > 4 else "")
     return f"{shown} ({ranks_text(m['rank'] for m in members)})"

@@ -54,6 +54,16 @@ def test_the_node_that_differs_is_named_with_the_fact(tmp_path, capsys):
     assert "pass on 2 of 3 node(s)" in out
 
 
+def test_snapshots_of_one_host_name_each_file_once(tmp_path, capsys):
+    # Two recordings of the same host (e.g. two days): the host name alone cannot tell them apart,
+    # so the label names the file, once.
+    a = _write(tmp_path, "day1.json", make_facts(env=ENV))
+    b = _write(tmp_path, "day2.json", make_facts(env={**ENV, "NCCL_SOCKET_IFNAME": "ib0"}))
+    code, out, _ = _compare(capsys, a, b)
+    assert f"({b}) ({b})" not in out and f"({a}) ({a})" not in out
+    assert f"({b}): NCCL_SOCKET_IFNAME=ib0 where" in out
+
+
 def test_json_report_carries_the_job_findings(tmp_path, capsys):
     a = _write(tmp_path, "a.json", make_facts(env=ENV))
     b = _write(tmp_path, "b.json", make_facts(env=ENV, patch={"host.hostname": "n2", "nvidia.driver_version": "535.1"}))
