@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -108,6 +109,77 @@ def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     assert re.search(rf"on {re.escape(node)}: .*accelerate=0\.99\.0 where {re.escape(HOST)}#{other} ", report), report
     assert all(a.returncode != 0 for a in agents), "every rank exits with the job's verdict (fail)"
     assert elapsed < 90
+
+
+def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
+    """Two torchrun agents; every worker of group rank 1 is started with a MASTER_PORT nothing listens on
+    (a firewall or a wrong port for that node), so none of its ranks report. Rank 0 names that node from
+    torchrun's own rank layout, within --timeout."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    port, refused = _free_port(), _free_port()
+    # The test hosts the rendezvous store (is_host=false on both agents), so the agent of the failing node
+    # exiting early cannot take the store rank 0 still uses with it.
+    store = TCPStore("127.0.0.1", port, None, True, timeout=timedelta(seconds=120), wait_for_workers=False)
+    timeout = 20
+    worker = (
+        f'[ "$GROUP_RANK" = 1 ] && export MASTER_PORT={refused}; '
+        f"exec {shlex.quote(sys.executable)} -m gpudoctor check --job --expect-gpus 0 --select distributed "
+        f"--timeout {timeout}"
+    )
+    agents = []
+    started = time.monotonic()
+    for node in (0, 1):
+        cmd = [
+            torchrun,
+            "--nnodes=2",
+            f"--node-rank={node}",
+            "--nproc-per-node=2",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-conf=is_host=false",
+            f"--rdzv-id=gd-{port}",
+            "--max-restarts=0",
+            "--no-python",
+            "bash",
+            "-c",
+            worker,
+        ]
+        agents.append(
+            subprocess.Popen(
+                cmd,
+                env=_env({"OMP_NUM_THREADS": "1"}),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=tmp_path,
+            )
+        )
+    try:
+        outs = [a.communicate(timeout=150) for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+        del store
+    elapsed = time.monotonic() - started
+    reports = [out for out, _ in outs if "gpudoctor check --job" in out]
+    assert len(reports) == 1, outs
+    report = reports[0]
+    assert (
+        f"ranks 2–3 of a world of 4 never reported within {timeout} s (2 arrived): "
+        "node 1 (torchrun's group rank 1) missing entirely (ranks 2–3), by torchrun's rank order (2 per agent)"
+    ) in report, outs
+    # the failing node's ranks say so on their own stderr, naming the port that refused them
+    errs = "".join(err for _, err in outs)
+    for rank in (2, 3):
+        assert re.search(rf"rank {rank} on \S+ \(node 1\) could not reach the job's store", errs), errs
+    assert re.search(rf"store at \S+:{refused} did not accept a connection within {timeout} s", errs), errs
+    assert all(a.returncode != 0 for a in agents)
+    assert elapsed < timeout + 60, "bounded: the timeout plus startup and the fixed margins"
 
 
 def _env_ranks(
