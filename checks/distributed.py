@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import replace
 
 from gpudoctor import versions
-from gpudoctor.job.env import job_env, probe_env
+from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
 from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout
+from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
@@ -353,12 +355,56 @@ def _endpoint_problem(rdv: dict, lay, env: dict):
     return None
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+
+def _is_loopback_literal(addr: str) -> bool:
+    """A MASTER_ADDR that names this host's loopback on every node (RFC 1122 127/8, RFC 4291 ::1, and the
+    names /etc/hosts maps to them), decided without resolving it: the batch script runs on another host."""
+    text = addr.strip().lower()
+    if text in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+def _scripted_loopback_master(facts, ctx):
+    """The batch script itself exports a loopback MASTER_ADDR for a multi-node job (judged before submission,
+    where the rendezvous probe only sees this host's environment)."""
+    if not ctx.sbatch:
+        return None
+    env = job_env(facts, ctx)
+    addr = env.get("MASTER_ADDR")
+    source = env.source("MASTER_ADDR")
+    if not addr or source in (None, ENVIRONMENT) or not _is_loopback_literal(addr):
+        return None
+    lay = layout(facts, ctx)
+    if not lay.multi_node:
+        return None
+    return fail(
+        f"MASTER_ADDR={addr} ({source}) is a loopback address but the job spans {lay.nodes.value} nodes "
+        f"({lay.nodes.source}): every node's ranks look for the store on their own host, so the ranks on the "
+        "other nodes time out in init_process_group",
+        manual(
+            f"Set MASTER_ADDR to the job's first node ({source})",
+            'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        ),
+        MASTER_ADDR=addr,
+        MASTER_ADDR_source=source,
+        **lay.evidence(),
+        # judged from the script's own export and node count, not this host: part of the job's verdict
+        **{JUDGED_FOR: JOB_RESOURCES},
+    )
+
+
 @check(
     id="GD-DIST-003",
     name="rendezvous-endpoint-unreachable",
     category="distributed",
     title="MASTER_ADDR resolves and MASTER_PORT is free where it is bound",
-    needs=["env", "rendezvous"],
+    needs=["env"],  # "rendezvous" is checked inside: a batch script's own loopback MASTER_ADDR needs no probe
     what="Resolves MASTER_ADDR (bounded to a few seconds); on a multi-node job it must not be a loopback "
     "address. On the host that binds MASTER_PORT (rank 0, or the host MASTER_ADDR names when no rank is "
     "set yet) the port is bound and released at once to see that it is free. Under torchrun the agent owns "
@@ -369,6 +415,11 @@ def _endpoint_problem(rdv: dict, lay, env: dict):
     "$SLURM_JOB_NODELIST) and MASTER_PORT to a free unprivileged port.",
 )
 def rendezvous_endpoint_unreachable(facts, ctx):
+    scripted = _scripted_loopback_master(facts, ctx)
+    if scripted is not None:
+        return scripted
+    if not facts.has("rendezvous"):
+        return skip("not probed: rendezvous", missing_facts=["rendezvous"])
     rdv = facts.sections.get("rendezvous") or {}
     if rdv.get("error"):
         return skip(f"the rendezvous probe failed: {rdv['error']}")

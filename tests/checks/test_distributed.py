@@ -405,3 +405,25 @@ def test_real_srun_tasks_with_rank_set_per_task_pass(slurm_cluster, tmp_path):
         dl = _finding(reports[n], "GD-DL-001")
         assert dl["severity"] == "warn" and "2 rank(s) x (8 workers + 1 main process)" in dl["message"]
         assert dl["evidence"]["ranks_on_node"] == "2 (SLURM tasks on this node)"
+
+
+def _loopback_script(nodes: int, addr: str) -> object:
+    head = f"#!/bin/bash\n#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=1\n"
+    return parse_sbatch(head + f"export MASTER_ADDR={addr}\nsrun python main.py\n", "job.slurm")
+
+
+@pytest.mark.parametrize("addr", ["localhost", "127.0.0.1", "::1"])
+def test_003_script_exporting_loopback_master_on_several_nodes_fails_before_submission(addr):
+    """pytorch/pytorch#76069: a loopback MASTER_ADDR written in the batch script of a 4-node job; judged from a
+    login node whose own environment has no MASTER_ADDR (so the rendezvous probe saw none)."""
+    facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
+    (f,) = run("GD-DIST-003", facts, sbatch=_loopback_script(4, addr), sbatch_path="job.slurm")
+    assert f.severity is Severity.FAIL
+    assert f"MASTER_ADDR={addr} (job.slurm line 5)" in f.message and "4 nodes" in f.message
+    assert "scontrol show hostnames" in f.fix.actions[0].target
+
+
+def test_003_script_exporting_loopback_master_on_one_node_is_fine():
+    facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
+    (f,) = run("GD-DIST-003", facts, sbatch=_loopback_script(1, "localhost"), sbatch_path="job.slurm")
+    assert f.severity is Severity.SKIP
