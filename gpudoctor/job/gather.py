@@ -229,7 +229,10 @@ class Gatherer:
         job["missing_nodes"] = []
         if missing:  # which node each missing rank is on, from the launcher's layout (rankmap.py)
             located = rankmap.locate_missing(
-                rankmap.layout_of(self.env, self.world.launcher, n), missing, {m.rank: m.node_index for m in members}
+                rankmap.layout_of(self.env, self.world.launcher, n),
+                missing,
+                {m.rank: m.node_index for m in members},
+                hosts={m.node_index: m.node for m in members if m.node_index is not None},
             )
             job["missing_where"] = rankmap.to_facts(located)
             if isinstance(located, rankmap.Located):

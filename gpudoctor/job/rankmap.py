@@ -33,11 +33,14 @@ MAX_RANKS = 1_000_000  # a world larger than this is a typo: do not build a list
 
 @dataclass(frozen=True)
 class RankLayout:
-    """nodes[i] names node i; node_of[r] is the node index of rank r; rule says how it was derived."""
+    """nodes[i] names node i; node_of[r] is the node index of rank r; rule says how it was derived.
+    by_index: nodes[i] is the launcher's index only (torchrun: no host names in rank 0's environment);
+    the report names such a node by the host its arrived ranks reported, else by the index."""
 
     nodes: tuple[str, ...]
     node_of: tuple[int, ...]
     rule: str
+    by_index: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,11 +121,12 @@ def torchrun_layout(
             f"WORLD_SIZE={world_size} is not GROUP_WORLD_SIZE={group_world_size} x LOCAL_WORLD_SIZE="
             f"{local_world_size} (agents with different --nproc-per-node)"
         )
-    nodes = tuple(f"{i} (torchrun's group rank {i})" for i in range(group_world_size))
+    nodes = tuple(f"torchrun's group rank {i}" for i in range(group_world_size))
     return RankLayout(
         nodes,
         tuple(r // local_world_size for r in range(world_size)),
         f"torchrun's rank order ({local_world_size} per agent)",
+        by_index=True,
     )
 
 
@@ -152,11 +156,15 @@ def layout_of(env: Mapping[str, str], launcher: str, world_size: int) -> RankLay
 
 
 def locate_missing(
-    layout: RankLayout | Unknown, missing: list[int], arrived: Mapping[int, int | None]
+    layout: RankLayout | Unknown,
+    missing: list[int],
+    arrived: Mapping[int, int | None],
+    hosts: Mapping[int, str] | None = None,
 ) -> Located | Unknown:
     """Group the missing ranks by node. arrived maps each rank that reported to the node index it
     reported (SLURM_NODEID, GROUP_RANK): a rank whose own index disagrees with the layout means the
-    layout was rebuilt wrongly, and then no node is named rather than a wrong one."""
+    layout was rebuilt wrongly, and then no node is named rather than a wrong one. hosts: node index ->
+    the host its arrived ranks reported, added where the layout names nodes by index only."""
     if isinstance(layout, Unknown):
         return layout
     n = len(layout.node_of)
@@ -174,10 +182,18 @@ def locate_missing(
     return Located(
         layout.rule,
         tuple(
-            MissingOnNode(layout.nodes[i], i, tuple(ranks), whole=i not in reported)
+            MissingOnNode(_name(layout, i, hosts or {}), i, tuple(ranks), whole=i not in reported)
             for i, ranks in sorted(by_node.items())
         ),
     )
+
+
+def _name(layout: RankLayout, index: int, hosts: Mapping[int, str]) -> str:
+    """'gpu-017'; torchrun: '1 (torchrun's group rank 1)', or 'gpu-017 (torchrun's group rank 1)' once a rank
+    of that node reported its host."""
+    if layout.by_index:
+        return f"{hosts.get(index) or index} ({layout.nodes[index]})"
+    return layout.nodes[index]
 
 
 def to_facts(located: Located | Unknown) -> dict:

@@ -82,7 +82,7 @@ def test_layouts_the_launcher_used(env, launcher, world, node_of, rule):
 def test_slurm_layout_names_the_hosts_and_torchrun_the_group_ranks():
     assert layout_of(SRUN_16, "srun", 16).nodes == ("gpu-016", "gpu-017")
     torchrun = layout_of({"LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2"}, "torchrun", 4)
-    assert torchrun.nodes == ("0 (torchrun's group rank 0)", "1 (torchrun's group rank 1)")
+    assert torchrun.nodes == ("torchrun's group rank 0", "torchrun's group rank 1") and torchrun.by_index
 
 
 @pytest.mark.parametrize(
@@ -184,3 +184,13 @@ def test_the_finding_places_single_ranks_and_says_when_it_cannot():
     assert message.endswith(
         "(15 arrived); which node: unknown (SLURM_DISTRIBUTION=plane (only block and cyclic are rebuilt))"
     )
+
+
+def test_torchrun_nodes_are_named_by_the_host_their_arrived_ranks_reported():
+    layout = layout_of({"LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "3"}, "torchrun", 6)
+    got = locate_missing(layout, [3, 4, 5], {0: 0, 1: 0, 2: 1}, hosts={0: "gpu-001", 1: "gpu-002"})
+    assert isinstance(got, Located)
+    assert [(m.node, m.ranks, m.whole) for m in got.nodes] == [
+        ("gpu-002 (torchrun's group rank 1)", (3,), False),
+        ("2 (torchrun's group rank 2)", (4, 5), True),
+    ]
