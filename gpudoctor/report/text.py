@@ -293,15 +293,22 @@ class _Renderer:
             for ev in evidence_lines(f.evidence, limit, f.message, self.seen):
                 self.out.text(indent + 4, ev, "dim")
         if f.fix is not None:
-            self.fix(f.fix, indent + 4)
+            self.fix(f.fix, indent + 4, compact=f.severity is Severity.INFO and self.detail == "default")
 
-    def fix(self, fix: Fix, indent: int) -> None:
+    def fix(self, fix: Fix, indent: int, compact: bool = False) -> None:
+        """compact (a note's advice in the default view, which must keep a healthy job on one screen): the
+        commands stand for the fix's title, the first on the `fix (...)` line; -v shows the title."""
         label = fix.safety.value
         if fix.safety not in self.explained:
             label = SAFETY_MEANING[fix.safety]
             self.explained.add(fix.safety)
-        self.out.text(indent, f"fix ({label}): {fix.title}")
-        for line in action_lines(fix):
+        lines = action_lines(fix)
+        if compact and lines:
+            self.out.text(indent, f"fix ({label}): {lines[0]}")
+            lines = lines[1:]
+        else:
+            self.out.text(indent, f"fix ({label}): {fix.title}")
+        for line in lines:
             self.out.text(indent + 2, line)
 
     def category(self, category: str, items: list[Finding]) -> None:

@@ -427,3 +427,19 @@ def test_torch_warnings_do_not_leak_into_smoke_output():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == "" and int(r.stdout) >= 1  # TypedStorage's deprecation, held
+
+
+def test_healthy_job_with_advice_notes_fits_25_lines_and_keeps_the_commands():
+    """huggingface/accelerate#1239's template: no problem, two notes that come with commands. The default view
+    prints each note's commands (verbatim) on its fix line, so a healthy job still fits one screen; -v keeps
+    the fix titles."""
+    path = SCRIPTS / "realworld" / "accelerate-template-escaped-procid-notes.slurm"
+    r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--sbatch", str(path))
+    assert r.returncode == 0 and len(r.stdout.splitlines()) <= 25, r.stdout
+    for command in ("export TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "unset NCCL_ASYNC_ERROR_HANDLING"):
+        assert command in r.stdout, r.stdout
+    # a note's block: title, message, `fix (...): <first command>` (on a login node the machine section is longer)
+    assert "fix (safe): export TORCH_NCCL_ASYNC_ERROR_HANDLING=1\n" in r.stdout, r.stdout
+    assert "and unset NCCL_ASYNC_ERROR_HANDLING" not in r.stdout
+    verbose = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--sbatch", str(path), "-v")
+    assert "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and unset NCCL_ASYNC_ERROR_HANDLING" in verbose.stdout
