@@ -111,3 +111,12 @@ def test_header_parser_reads_the_keys():
     assert head["expect"] == "warn"
     assert "GD-SLURM-007=warn" in head["fires"]
     assert "GD-SLURM-009" in head["must-not"]
+
+
+def test_env_unset_wrapper_keeps_the_launcher():
+    """`srun env -u CUDA_VISIBLE_DEVICES python -m torch.distributed.run` (pytorch/pytorch#73656): env's -u
+    takes the next word as its value, so the launcher is torchrun with its own options read."""
+    sb = load_sbatch(str(REALWORLD / "jsc-srun-env-unset-torchrun.slurm"))
+    (launch,) = sb.launches
+    assert launch.launcher == "torchrun" and launch.srun is not None
+    assert launch.nproc_per_node == "gpu" and launch.rdzv_backend == "c10d"

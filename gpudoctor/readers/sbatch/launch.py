@@ -61,6 +61,10 @@ NOT_TRAINING = {
 }
 
 
+_WRAPPER_VALUE_OPTIONS = {"-n", "-C", "--cpunodebind", "--membind", "-c"}
+_ENV_VALUE_OPTIONS = {"-u", "--unset", "--chdir"}
+
+
 def _strip_prefixes(tokens: list[str]) -> list[str]:
     """Drop VAR=value assignments and wrapper commands in front of the real command."""
     i = 0
@@ -69,9 +73,11 @@ def _strip_prefixes(tokens: list[str]) -> list[str]:
         if _ASSIGN.match(tok):
             i += 1
         elif os.path.basename(tok) in _PREFIX_COMMANDS:
+            # wrapper options (stdbuf -oL, nice -n 5, env -u CUDA_VISIBLE_DEVICES: coreutils env(1) -u NAME)
+            with_value = _WRAPPER_VALUE_OPTIONS | (_ENV_VALUE_OPTIONS if os.path.basename(tok) == "env" else set())
             i += 1
-            while i < len(tokens) and tokens[i].startswith("-"):  # wrapper options (stdbuf -oL, nice -n 5)
-                i += 2 if tokens[i] in ("-n", "-C", "--cpunodebind", "--membind", "-c") else 1
+            while i < len(tokens) and tokens[i].startswith("-"):
+                i += 2 if tokens[i] in with_value else 1
         else:
             break
     return tokens[i:]
