@@ -349,7 +349,8 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     shape.nodes = (
         _int(nodes_text, "--nodes", p, 1, slurmfmt.MAX_EXPANSION)
         if "nodes" in step
-        else (1 if "ntasks" not in step else None)
+        # without --nodes SLURM allocates the nodes the tasks need (sbatch(1) -N): one task means one node
+        else (1 if "ntasks" not in step or str(step["ntasks"]).strip() == "1" else None)
     )
     shape.ntasks_option = _int(step.get("ntasks"), "--ntasks", p, 1)
     shape.ntasks_per_node = _int(step.get("ntasks-per-node"), "--ntasks-per-node", p, 1)
