@@ -315,6 +315,13 @@ def _bad_counts(findings: list[Finding]) -> dict[str, int]:
     return out
 
 
+def _clip(message: str, limit: int = 160) -> str:
+    """A finding's message cut at a word boundary, marked as cut (the full text is in `check`'s report)."""
+    if len(message) <= limit:
+        return message
+    return message[:limit].rsplit(" ", 1)[0].rstrip(",;:(") + " ..."
+
+
 def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple[bool, str]:
     """Kept when the target finding gets better and no check gets a new warn/fail."""
     was, now = _worst(before, target.id), _worst(after, target.id)
@@ -325,7 +332,7 @@ def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple
     worse = sorted(i for i, n in new.items() if n > old.get(i, 0) and i != target.id)
     if worse:
         detail = "; ".join(
-            f"{f.id} {f.severity.value}: {f.message[:120]}" for f in after if f.id in worse and f.severity in _BAD
+            f"{f.id} {f.severity.value}: {_clip(f.message)}" for f in after if f.id in worse and f.severity in _BAD
         )
         return False, f"it would cause {detail}"
     return True, f"{target.id} {_sev_name(before, target.id, was)} -> {_sev_name(after, target.id, now)}"

@@ -182,3 +182,22 @@ def test_repaired_continuation_passes_every_argument_in_real_bash(tmp_path):
     after = subprocess.run(["bash", "-c", new], capture_output=True, text=True, timeout=30)
     assert after.stdout == "ARGS: t.py a=1 b=2 c=3\n" and after.returncode == 0
     assert "# note one\n# note two\npython t.py \\\n" in new  # the comments moved above the command, in order
+
+
+def test_a_refused_fix_names_the_new_problem_without_cutting_a_word():
+    """Lightning-AI/pytorch-lightning#16236 shape (--ntasks=1, 4 GPUs, devices=4, num_workers=16): the one-task-
+    per-GPU fix is refused because 16 workers no longer fit 8 CPUs per task; the reason ends on a whole word."""
+    from gpudoctor.fixes.plan import judge
+
+    target = Finding("GD-SLURM-005", "lightning", "slurm", Severity.FAIL, "t", "trains on 1 of 4 GPUs")
+    workers = (
+        "8 CPU(s) per task (srun --cpus-per-task / SRUN_CPUS_PER_TASK) for 1 rank(s) x (16 workers + 1) = 17 "
+        "processes: the loaders will starve the GPUs; lower num_workers or ask for more CPUs per task"
+    )
+    after = [
+        Finding("GD-SLURM-005", "lightning", "slurm", Severity.PASS, "t", "ok"),
+        Finding("GD-SLURM-008", "cpus", "slurm", Severity.WARN, "t", workers),
+    ]
+    kept, why = judge(target, [target], after)
+    assert not kept and why.startswith("it would cause GD-SLURM-008 warn: 8 CPU(s) per task")
+    assert why.endswith(" ...") and why[: -len(" ...")].split()[-1] in workers.split()
