@@ -404,7 +404,8 @@ def _scripted_loopback_master(facts, ctx):
     name="rendezvous-endpoint-unreachable",
     category="distributed",
     title="MASTER_ADDR resolves and MASTER_PORT is free where it is bound",
-    needs=["env"],  # "rendezvous" is checked inside: a batch script's own loopback MASTER_ADDR needs no probe
+    # needs drive which probes run: without "rendezvous" here the endpoint would never be probed at all
+    needs=["env", "rendezvous"],
     what="Resolves MASTER_ADDR (bounded to a few seconds); on a multi-node job it must not be a loopback "
     "address. On the host that binds MASTER_PORT (rank 0, or the host MASTER_ADDR names when no rank is "
     "set yet) the port is bound and released at once to see that it is free. Under torchrun the agent owns "
