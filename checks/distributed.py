@@ -370,35 +370,6 @@ def _is_loopback_literal(addr: str) -> bool:
         return False
 
 
-def _scripted_loopback_master(facts, ctx):
-    """The batch script itself exports a loopback MASTER_ADDR for a multi-node job (judged before submission,
-    where the rendezvous probe only sees this host's environment)."""
-    if not ctx.sbatch:
-        return None
-    env = job_env(facts, ctx)
-    addr = env.get("MASTER_ADDR")
-    source = env.source("MASTER_ADDR")
-    if not addr or source in (None, ENVIRONMENT) or not _is_loopback_literal(addr):
-        return None
-    lay = layout(facts, ctx)
-    if not lay.multi_node:
-        return None
-    return fail(
-        f"MASTER_ADDR={addr} ({source}) is a loopback address but the job spans {lay.nodes.value} nodes "
-        f"({lay.nodes.source}): every node's ranks look for the store on their own host, so the ranks on the "
-        "other nodes time out in init_process_group",
-        manual(
-            f"Set MASTER_ADDR to the job's first node ({source})",
-            'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        ),
-        MASTER_ADDR=addr,
-        MASTER_ADDR_source=source,
-        **lay.evidence(),
-        # judged from the script's own export and node count, not this host: part of the job's verdict
-        **{JUDGED_FOR: JOB_RESOURCES},
-    )
-
-
 @check(
     id="GD-DIST-003",
     name="rendezvous-endpoint-unreachable",
@@ -416,11 +387,6 @@ def _scripted_loopback_master(facts, ctx):
     "$SLURM_JOB_NODELIST) and MASTER_PORT to a free unprivileged port.",
 )
 def rendezvous_endpoint_unreachable(facts, ctx):
-    scripted = _scripted_loopback_master(facts, ctx)
-    if scripted is not None:
-        return scripted
-    if not facts.has("rendezvous"):
-        return skip("not probed: rendezvous", missing_facts=["rendezvous"])
     rdv = facts.sections.get("rendezvous") or {}
     if rdv.get("error"):
         return skip(f"the rendezvous probe failed: {rdv['error']}")
@@ -573,3 +539,47 @@ def deprecated_nccl_env_names(facts, ctx):
     for sev, msg, fix in found:
         outcomes.append((warn if sev == "warn" else info)(msg, fix, **evidence))
     return outcomes
+
+
+@check(
+    id="GD-DIST-006",
+    name="script-exports-loopback-master-addr",
+    category="distributed",
+    title="The batch script does not point a multi-node job's MASTER_ADDR at loopback",
+    needs=["env"],
+    scope="job",
+    what="Reads the MASTER_ADDR that the --sbatch script exports and the job's node count (from its #SBATCH "
+    "directives); a loopback address (127.0.0.0/8, ::1, localhost) on a job of several nodes fails. Judged from "
+    "the script alone, before submission: GD-DIST-003 judges a live MASTER_ADDR inside the job.",
+    why="Every node resolves a loopback MASTER_ADDR to itself, so the ranks on the other nodes never reach rank "
+    "0's store and time out in init_process_group (pytorch/pytorch#76069; RFC 1122 3.2.1.3, RFC 4291 2.5.3).",
+    fix="Export the first node of the allocation: `export MASTER_ADDR=$(scontrol show hostnames "
+    '"$SLURM_JOB_NODELIST" | head -n 1)`.',
+)
+def script_exports_loopback_master_addr(facts, ctx):
+    if not ctx.sbatch:
+        return skip("no batch script given (--sbatch): GD-DIST-003 judges a live MASTER_ADDR")
+    env = job_env(facts, ctx)
+    addr = env.get("MASTER_ADDR")
+    source = env.source("MASTER_ADDR")
+    if not addr or source in (None, ENVIRONMENT):
+        return skip("the script does not export MASTER_ADDR")
+    lay = layout(facts, ctx)
+    if not _is_loopback_literal(addr):
+        return passed(f"MASTER_ADDR={addr} ({source}) is not a loopback address", MASTER_ADDR=addr)
+    if not lay.multi_node:
+        return passed(f"MASTER_ADDR={addr} ({source}) on a one-node job: every rank is on this node", **lay.evidence())
+    return fail(
+        f"MASTER_ADDR={addr} ({source}) is a loopback address but the job spans {lay.nodes.value} nodes "
+        f"({lay.nodes.source}): every node's ranks look for the store on their own host, so the ranks on the "
+        "other nodes time out in init_process_group",
+        manual(
+            f"Set MASTER_ADDR to the job's first node ({source})",
+            'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        ),
+        MASTER_ADDR=addr,
+        MASTER_ADDR_source=source,
+        **lay.evidence(),
+        # judged from the script's own export and node count, not this host: part of the job's verdict
+        **{JUDGED_FOR: JOB_RESOURCES},
+    )

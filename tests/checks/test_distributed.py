@@ -6,7 +6,7 @@ import pytest
 from gpudoctor.model import Severity
 from gpudoctor.probe import rendezvous
 from gpudoctor.readers.sbatch import parse_sbatch
-from tests.factsutil import RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import DELETE, RECORDED_CPU, make_facts, run, severity
 
 TORCHRUN_RANK3 = {
     "RANK": "3",
@@ -413,20 +413,29 @@ def _loopback_script(nodes: int, addr: str) -> object:
 
 
 @pytest.mark.parametrize("addr", ["localhost", "127.0.0.1", "::1"])
-def test_003_script_exporting_loopback_master_on_several_nodes_fails_before_submission(addr):
+def test_006_script_exporting_loopback_master_on_several_nodes_fails_before_submission(addr):
     """pytorch/pytorch#76069: a loopback MASTER_ADDR written in the batch script of a 4-node job; judged from a
     login node whose own environment has no MASTER_ADDR (so the rendezvous probe saw none)."""
     facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
-    (f,) = run("GD-DIST-003", facts, sbatch=_loopback_script(4, addr), sbatch_path="job.slurm")
+    (f,) = run("GD-DIST-006", facts, sbatch=_loopback_script(4, addr), sbatch_path="job.slurm")
     assert f.severity is Severity.FAIL
     assert f"MASTER_ADDR={addr} (job.slurm line 5)" in f.message and "4 nodes" in f.message
     assert "scontrol show hostnames" in f.fix.actions[0].target
 
 
-def test_003_script_exporting_loopback_master_on_one_node_is_fine():
+def test_006_script_exporting_loopback_master_on_one_node_is_fine():
     facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
-    (f,) = run("GD-DIST-003", facts, sbatch=_loopback_script(1, "localhost"), sbatch_path="job.slurm")
-    assert f.severity is Severity.SKIP
+    (f,) = run("GD-DIST-006", facts, sbatch=_loopback_script(1, "localhost"), sbatch_path="job.slurm")
+    assert f.severity is Severity.PASS
+
+
+def test_006_needs_no_rendezvous_probe_and_leaves_live_values_to_003():
+    # judged from the script alone: a snapshot without the rendezvous section still gets the verdict
+    facts = make_facts(env={}, patch={"rendezvous": DELETE})
+    (f,) = run("GD-DIST-006", facts, sbatch=_loopback_script(4, "127.0.0.1"), sbatch_path="job.slurm")
+    assert f.severity is Severity.FAIL
+    (g,) = run("GD-DIST-006", make_facts(env={"MASTER_ADDR": "localhost"}))
+    assert g.severity is Severity.SKIP
 
 
 def test_a_live_check_probes_the_rendezvous_it_judges():
