@@ -172,3 +172,62 @@ def test_a_ranks_message_is_small_whatever_its_facts():
     )
     assert len(wire) < 500, len(wire)
     assert len(json.dumps(aspects(f, []))) > 2000  # what would have been sent without digests
+
+
+def _gpus(name: str, memory_gib: int, count: int = 8) -> list[dict]:
+    base = make_facts().gpus[0]
+    return [
+        {**base, "index": i, "uuid": f"GPU-{name[:4]}-{i}", "name": name, "memory_total_bytes": memory_gib << 30}
+        for i in range(count)
+    ]
+
+
+# (check id, what the second node's snapshot changes, expected severity of that check, words in its message)
+DRIFTS = [
+    ("GD-JOB-003", {"nvidia.gpus": _gpus("NVIDIA A100-SXM4-40GB", 40)}, "warn", "A100"),
+    ("GD-JOB-004", {"nvidia.gpus": _gpus("NVIDIA H100 80GB HBM3", 80, count=4)}, "fail", "4"),
+    (
+        "GD-JOB-008",
+        {
+            "rendezvous": {
+                "master_addr": "gpu-node-01",
+                "master_port": "29500",
+                "hostname": "gpu-node-02",
+                "resolve": {"seconds": 2.0, "error": "Name or service not known"},
+                "binds_port_here": False,
+                "binds_port_reason": "MASTER_ADDR names another host",
+            }
+        },
+        "fail",
+        "Name or service not known",
+    ),
+    (
+        "GD-JOB-009",
+        {"nvidia.available": False, "nvidia.gpus": [], "nvidia.error": "no libnvidia-ml.so"},
+        "fail",
+        "GD-DRV-001",
+    ),
+]
+
+
+@pytest.mark.parametrize("check_id, patch, expected, words", DRIFTS, ids=[d[0] for d in DRIFTS])
+def test_each_job_check_names_the_node_that_differs(tmp_path, capsys, check_id, patch, expected, words):
+    a = _write(tmp_path, "a.json", make_facts(env=ENV))
+    b = _write(tmp_path, "b.json", make_facts(env=ENV, patch={"host.hostname": "gpu-node-02", **patch}))
+    code, out, _ = _compare(capsys, a, b, json_out=True)
+    findings = [f for f in json.loads(out)["findings"] if f["id"] == check_id]
+    worst = max(findings, key=lambda f: Severity(f["severity"]).rank)
+    assert worst["severity"] == expected and "gpu-node-02" in worst["message"] and words in worst["message"], findings
+    assert code == (1 if expected == "fail" else 0)
+    # the same two snapshots without the difference: no warn or fail from this check
+    same = _write(tmp_path, "c.json", make_facts(env=ENV, patch={"host.hostname": "gpu-node-03"}))
+    _, out, _ = _compare(capsys, a, same, json_out=True)
+    assert {f["severity"] for f in json.loads(out)["findings"] if f["id"] == check_id} <= {"pass", "skip", "info"}
+
+
+def test_env_drift_is_gd_job_005(tmp_path, capsys):
+    a = _write(tmp_path, "a.json", make_facts(env=ENV))
+    b = _write(tmp_path, "b.json", make_facts(env={**ENV, "OMP_NUM_THREADS": "2"}, patch={"host.hostname": "n2"}))
+    _, out, _ = _compare(capsys, a, b, json_out=True)
+    (f,) = [f for f in json.loads(out)["findings"] if f["id"] == "GD-JOB-005" and f["severity"] != "pass"]
+    assert "OMP_NUM_THREADS=2 where" in f["message"]
