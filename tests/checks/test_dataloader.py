@@ -1,7 +1,4 @@
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +6,7 @@ import pytest
 from gpudoctor.model import Safety, Severity
 from gpudoctor.readers.dlconfig import find_settings
 from gpudoctor.readers.trainconfig import load_config
+from tests.cliutil import run_gpudoctor
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run, severity
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"
@@ -334,22 +332,6 @@ def test_non_distributed_sampler_on_several_ranks():
 # --- the CLI with --config -----------------------------------------------------------------
 
 
-def gpudoctor(*args):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("CUDA_", "SLURM_", "NCCL_", "OMP_", "RANK", "WORLD_", "LOCAL_"))
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 @pytest.fixture()
 def small_node_snapshot(tmp_path):
     data = load_fixture(HEALTHY_GPU)
@@ -362,7 +344,7 @@ def small_node_snapshot(tmp_path):
 
 def test_cli_gives_verdicts_from_the_config(small_node_snapshot):
     config = CONFIGS / "seed-navsim-h200-dataloader.yaml"
-    r = gpudoctor(
+    r = run_gpudoctor(
         "check",
         "--snapshot",
         str(small_node_snapshot),
@@ -385,7 +367,7 @@ def test_cli_gives_verdicts_from_the_config(small_node_snapshot):
 
 def test_cli_config_fails_on_a_broken_deepspeed_batch(small_node_snapshot):
     config = CONFIGS / "synthetic-deepspeed-bad-batch.json"
-    r = gpudoctor(
+    r = run_gpudoctor(
         "check",
         "--snapshot",
         str(small_node_snapshot),
@@ -401,7 +383,9 @@ def test_cli_config_fails_on_a_broken_deepspeed_batch(small_node_snapshot):
 
 
 def test_cli_broken_yaml_is_one_line_and_exit_2(small_node_snapshot):
-    r = gpudoctor("check", "--snapshot", str(small_node_snapshot), "--config", str(CONFIGS / "synthetic-broken.yaml"))
+    r = run_gpudoctor(
+        "check", "--snapshot", str(small_node_snapshot), "--config", str(CONFIGS / "synthetic-broken.yaml")
+    )
     assert r.returncode == 2
     assert r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1
@@ -409,7 +393,7 @@ def test_cli_broken_yaml_is_one_line_and_exit_2(small_node_snapshot):
 
 
 def test_cli_missing_config_is_exit_2():
-    r = gpudoctor("check", "--expect-gpus", "0", "--config", "/nonexistent/train.yaml")
+    r = run_gpudoctor("check", "--expect-gpus", "0", "--config", "/nonexistent/train.yaml")
     assert r.returncode == 2 and "no such file" in r.stderr
 
 

@@ -16,10 +16,7 @@ any dataloader check in its first scenario.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +24,7 @@ import pytest
 from gpudoctor.model import Severity
 from gpudoctor.readers.trainconfig import load_config
 from gpudoctor.registry import load_all
+from tests.cliutil import run_gpudoctor
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run
 
 REALWORLD = Path(__file__).parents[1] / "fixtures" / "configs" / "realworld"
@@ -134,22 +132,6 @@ def test_good_setups_get_no_warning_in_their_first_scenario(path):
 # --- the same configs through the real CLI --------------------------------------------------
 
 
-def cli(*args):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("CUDA_", "SLURM_", "NCCL_", "OMP_", "RANK", "WORLD_", "LOCAL_"))
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def test_cli_reads_every_realworld_config_without_a_fail_on_the_good_ones(tmp_path):
     data = load_fixture(HEALTHY_GPU)
     data["env"]["vars"] = {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}
@@ -170,7 +152,9 @@ def test_cli_reads_every_realworld_config_without_a_fail_on_the_good_ones(tmp_pa
     ]
     assert len(picked) == 5
     for path in picked:
-        r = cli("check", "--snapshot", str(snapshot), "--config", str(path), "--select", "dataloader", "--json")
+        r = run_gpudoctor(
+            "check", "--snapshot", str(snapshot), "--config", str(path), "--select", "dataloader", "--json"
+        )
         assert r.returncode == 0, f"{path.name}: {r.stdout[-2000:]}{r.stderr}"
         findings = json.loads(r.stdout)["findings"]
         assert findings and not [f for f in findings if f["severity"] in ("fail", "error")], path.name
