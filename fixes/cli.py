@@ -41,26 +41,23 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
     )
 
 
-def _inputs(args):
-    """The facts, the context and the checks exactly as `gpudoctor check` gets them from these options;
-    the runner keeps only what check's verdict is about (before submission, this login host's driver or
-    torch is not the job's to fix)."""
+def run(args) -> int:
     from gpudoctor.cli import judged_inputs
-    from gpudoctor.job import target as job_target
-    from gpudoctor.runner import run_checks
-
-    facts, ctx, specs, target = judged_inputs(args, progress=False)
-    return facts, ctx, lambda f, c: job_target.split(run_checks(specs, f, c), target)[0]
-
-
-def run(args, findings_runner=_inputs) -> int:
     from gpudoctor.fixes import apply as writer
     from gpudoctor.fixes import envfile
     from gpudoctor.fixes.plan import InputError, make_plan
+    from gpudoctor.job import target as job_target
+    from gpudoctor.runner import run_checks as run_specs
 
     if sum(bool(x) for x in (args.json, args.shell, args.diff)) > 1:
         raise _usage("choose one of --json, --shell, --diff")
-    facts, ctx, run_checks = findings_runner(args)
+    # The facts, context and checks exactly as `gpudoctor check` gets them; fix keeps only what check's
+    # verdict is about (before submission, this login host's driver or torch is not the job's to fix).
+    facts, ctx, specs, target = judged_inputs(args, progress=False)
+
+    def run_checks(f, c):
+        return job_target.split(run_specs(specs, f, c), target)[0]
+
     allowed = frozenset({Safety.SAFE, Safety.UNSAFE} if args.unsafe_fixes else {Safety.SAFE})
     try:
         plan = make_plan(run_checks, facts, ctx, allowed)
@@ -84,10 +81,8 @@ def run(args, findings_runner=_inputs) -> int:
     validation = None
     if args.validate:
         from gpudoctor.fixes.validate import validate
-        from gpudoctor.job import target as job_target
 
-        here = job_target.decide(facts, ctx, node_snapshot=getattr(args, "node_snapshot", None)).kind == "machine"
-        validation = validate(plan.env_changes, here, ctx.expect_gpus)
+        validation = validate(plan.env_changes, target.kind == "machine", ctx.expect_gpus)
     if args.shell:
         text = "\n".join(envfile.lines(plan.env_changes))
         sys.stdout.write(text + ("\n" if text else ""))
