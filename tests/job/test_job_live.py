@@ -124,7 +124,7 @@ def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
     # The test hosts the rendezvous store (is_host=false on both agents), so the agent of the failing node
     # exiting early cannot take the store rank 0 still uses with it.
     store = TCPStore("127.0.0.1", port, None, True, timeout=timedelta(seconds=120), wait_for_workers=False)
-    timeout = 20
+    timeout = 12  # the arriving node must still reach the store in time on a busy 2-core machine
     worker = (
         f'[ "$GROUP_RANK" = 1 ] && export MASTER_PORT={refused}; '
         f"exec {shlex.quote(sys.executable)} -m gpudoctor check --job --expect-gpus 0 --select distributed "

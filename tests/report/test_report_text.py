@@ -340,17 +340,48 @@ def test_list_shows_titles():
     assert r.returncode == 0 and "Each SLURM task has a GPU of its own" in r.stdout
 
 
-def test_sigterm_exits_143():
+def test_sigterm_exits_143(tmp_path):
+    """SIGTERM while the torch probe runs: exit 143 as a shell reports it, and the probe's process is stopped.
+
+    The torch here is a stand-in whose import writes its pid and then hangs, so the signal certainly lands
+    inside the probe (a fixed sleep raced a `check` that finishes in about 1 s)."""
     import signal
     import time
 
-    p = subprocess.Popen(
-        [sys.executable, "-m", "gpudoctor", "check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    from tests.cliutil import JOB_AND_GPU_PREFIXES
+
+    pid_file = tmp_path / "torch.pid"
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
     )
-    time.sleep(1.0)  # inside the probe: torch is being imported in the child
+    env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_AND_GPU_PREFIXES)}
+    env["PYTHONPATH"] = str(fake.parent)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpudoctor", "check", "--torch-timeout", "120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert p.poll() is None, "check ended before its torch probe started"
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 143 and "Traceback" not in err and "internal error" not in err
+    assert p.returncode == 143 and "Traceback" not in err and "internal error" not in err, err
+    probe_pid = int(pid_file.read_text())
+    for _ in range(100):
+        try:
+            os.kill(probe_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(probe_pid, signal.SIGKILL)
+        raise AssertionError("the torch probe outlived gpudoctor's SIGTERM")
 
 
 @pytest.fixture(scope="module")
