@@ -137,10 +137,10 @@ def main() -> int:
 
     from gpudoctor.cli import _specs
     from gpudoctor.job import gather
+    from gpudoctor.job.world import World
     from gpudoctor.model import Context
     from gpudoctor.probe import collect
     from gpudoctor.runner import run_checks
-    from gpudoctor.sample_train.world import World
 
     n = a.nodes * a.ranks_per_node
     args = argparse.Namespace(

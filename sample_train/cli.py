@@ -212,7 +212,8 @@ def options_from_args(args) -> SmokeOptions:
 def run(args) -> int:
     import os
 
-    from gpudoctor.sample_train import faults, world
+    from gpudoctor.job import world
+    from gpudoctor.sample_train import faults
 
     try:
         opts = options_from_args(args)

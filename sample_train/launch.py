@@ -20,13 +20,13 @@ import time
 from datetime import timedelta
 
 from gpudoctor.facts import redact_value  # MASTER_ADDR=user:password@host: reports show the host only
+from gpudoctor.job.world import World, new_namespace, spawned
 from gpudoctor.model import Severity
 from gpudoctor.sample_train import exits, faults, report
 from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, read_json
 from gpudoctor.sample_train.findings import make, ranks_text
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.progress import Progress
-from gpudoctor.sample_train.world import World, new_namespace, spawned
 
 # Host memory one spawned rank needs: a CPU rank of the tiny model peaked at 340 MiB RSS (torch, gloo, the
 # model, a batch; measured with psutil on torch 2.13 CPU), GPU ranks hold the CUDA context's host side too.

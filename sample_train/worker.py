@@ -22,15 +22,16 @@ import torch
 import torch.distributed as dist
 
 from gpudoctor.job.compare import node_index
+from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
+from gpudoctor.job.world import World
 from gpudoctor.readers import slurmfmt
-from gpudoctor.sample_train import bench, faults, placement
+from gpudoctor.sample_train import bench, faults
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
 from gpudoctor.sample_train.exits import die, finish, last_resort
 from gpudoctor.sample_train.model import GPT
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.sizes import GPTConfig
-from gpudoctor.sample_train.world import World
 
 HEARTBEAT_S = 0.5
 GRACE_S = 10.0  # past the deadline, a rank ends itself if nobody has stopped it
@@ -157,7 +158,7 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         return None, record
     count = torch.cuda.device_count()
     record["visible_count"] = count
-    index = placement.device_index_for(count, world.local_rank, world.launcher)
+    index = device_index_for(count, world.local_rank, world.launcher)
     if index is None:
         record["device_error"] = f"local rank {world.local_rank} has no GPU: only {count} are visible"
         return None, record
@@ -174,8 +175,8 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         device=f"cuda:{index}",
         device_index=index,
         gpu_name=props.name,
-        gpu_uuid=placement.gpu_uuid_text(getattr(props, "uuid", None), env.get("CUDA_VISIBLE_DEVICES")),
-        pci_bus_id=placement.pci_address(getattr(props, "pci_domain_id", 0), bus, getattr(props, "pci_device_id", 0)),
+        gpu_uuid=gpu_uuid_text(getattr(props, "uuid", None), env.get("CUDA_VISIBLE_DEVICES")),
+        pci_bus_id=pci_address(getattr(props, "pci_domain_id", 0), bus, getattr(props, "pci_device_id", 0)),
         gpu_memory_bytes=props.total_memory,
         compute_capability=[props.major, props.minor],
         bf16_native=props.major >= 8,

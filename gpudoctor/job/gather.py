@@ -42,7 +42,7 @@ def _say(text: str) -> None:
 
 def run(args, specs: list, ctx, probe_kwargs: dict, usage_error) -> int:
     """Entry from cli.cmd_check; usage_error is the CLI's one-line exit-2 exception."""
-    from gpudoctor.sample_train.world import WorldError, detect
+    from gpudoctor.job.world import WorldError, detect
 
     if not args.job:
         raise usage_error("--timeout applies to --job")
@@ -293,8 +293,8 @@ def _member(d: dict) -> Member:
 
 def _gpu_of(facts, world) -> str | None:
     """The UUID of the GPU this rank will train on: CUDA_VISIBLE_DEVICES resolved against NVML."""
+    from gpudoctor.job.device import device_index_for
     from gpudoctor.readers import cudavis
-    from gpudoctor.sample_train.placement import device_index_for
 
     gpus = [g for g in facts.gpus if not g.get("error")]
     if not gpus:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.model import Severity
 from gpudoctor.sample_train import metrics, peaks, placement, report
 from gpudoctor.sample_train.coordinator import Verdict, plan_run
@@ -27,22 +28,22 @@ from gpudoctor.sample_train.sizes import SIZES, size_for_gpu
     ],
 )
 def test_device_index_for(visible, local_rank, launcher, expected):
-    assert placement.device_index_for(visible, local_rank, launcher) == expected
+    assert device_index_for(visible, local_rank, launcher) == expected
 
 
 def test_uuid_is_written_as_nvml_writes_it():
     # torch's _CUuuid prints 8-4-4-4-12 hex without a prefix; NVML and nvidia-smi say GPU-<uuid>.
     raw = "4a3e2c1b-0f1e-2d3c-4b5a-69788796a5b4"
-    assert placement.gpu_uuid_text(raw) == "GPU-" + raw
-    assert placement.gpu_uuid_text(raw, "MIG-9f1d2c3b-aaaa-bbbb-cccc-0123456789ab") == "MIG-" + raw
-    assert placement.gpu_uuid_text("GPU-" + raw) == "GPU-" + raw  # never doubled
-    assert placement.gpu_uuid_text(None) is None and placement.gpu_uuid_text("") is None
+    assert gpu_uuid_text(raw) == "GPU-" + raw
+    assert gpu_uuid_text(raw, "MIG-9f1d2c3b-aaaa-bbbb-cccc-0123456789ab") == "MIG-" + raw
+    assert gpu_uuid_text("GPU-" + raw) == "GPU-" + raw  # never doubled
+    assert gpu_uuid_text(None) is None and gpu_uuid_text("") is None
 
 
 def test_pci_address_is_nvml_form():
-    assert placement.pci_address(0, 0x18, 0) == "00000000:18:00.0"
-    assert placement.pci_address(0, 0x2A, 0) == "00000000:2A:00.0"
-    assert placement.pci_address(0, None, 0) is None
+    assert pci_address(0, 0x18, 0) == "00000000:18:00.0"
+    assert pci_address(0, 0x2A, 0) == "00000000:2A:00.0"
+    assert pci_address(0, None, 0) is None
 
 
 def gpu_join(rank, uuid=None, pci=None, host="n1"):
