@@ -15,6 +15,7 @@ from gpudoctor.model import ExitCode, Safety
 
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
+HELP = "show the fixes as diffs; --apply writes the safe ones (backup kept)"
 _REPORT_ONLY = {"json", "junit", "verbose", "quiet", "strict", "help", "job", "timeout"}
 
 
@@ -42,10 +43,10 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
 
 
 def run(args) -> int:
-    from gpudoctor.cli import judged_inputs
     from gpudoctor.fixes import apply as writer
     from gpudoctor.fixes import envfile
     from gpudoctor.fixes.plan import InputError, make_plan
+    from gpudoctor.inputs import judged_inputs
     from gpudoctor.job import target as job_target
     from gpudoctor.runner import run_checks as run_specs
 
@@ -102,7 +103,7 @@ def run(args) -> int:
 
 
 def _usage(message: str) -> Exception:
-    from gpudoctor.cli import UsageError
+    from gpudoctor.inputs import UsageError
 
     return UsageError(message)
 

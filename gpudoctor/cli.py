@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import os
 import sys
 
 from gpudoctor import __version__
 from gpudoctor.fileio import FileIOError
+from gpudoctor.inputs import UsageError, context_for, judged_inputs, probe_kwargs, specs_for
 from gpudoctor.model import CLI_LAUNCHERS, ExitCode
 from gpudoctor.registry import RegistryError
-
-
-class UsageError(Exception):
-    """Bad input from the user: one clear line, exit 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,11 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --job: how long rank 0 waits for the other ranks (default 60)",
     )
 
-    from gpudoctor.fixes import cli as fix_cli
-
-    fix_cli.add_arguments(
-        sub.add_parser("fix", help="show the fixes as diffs; --apply writes the safe ones (backup kept)"), c
-    )
+    commands = plugged_commands()
+    _add_plugged(sub, commands, "fix", c)
 
     s = sub.add_parser("snapshot", help="write the probed facts as JSON (secrets excluded)")
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
@@ -114,14 +109,38 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("docs", help="write the check reference (docs/checks.md) from the registry")
     d.add_argument("-o", "--output", metavar="FILE", help="default: stdout")
 
-    try:
-        from gpudoctor.sample_train import cli as smoke_cli
-    except ImportError:
-        smoke_cli = None
-    if smoke_cli is not None:
-        sm = sub.add_parser("smoke", help="a short bf16 DDP training run that proves the set-up and measures it")
-        smoke_cli.add_arguments(sm)
+    for name in sorted(set(commands) - {"fix"}):  # smoke, and any a plug-in adds
+        _add_plugged(sub, commands, name, c)
     return p
+
+
+# Commands the packages above the core contribute (fix, smoke): declared in the entry-point group
+# gpudoctor.commands (pyproject.toml), the way checks are, so the core never imports them. Each module has
+# HELP, add_arguments(parser, check_parser) and run(args) -> exit code.
+COMMAND_GROUP = "gpudoctor.commands"
+
+
+@functools.cache
+def plugged_commands() -> dict:
+    """{name: module} for the installed command entry points; one that cannot be imported is left out
+    (as the smoke command was before, when its package failed to import)."""
+    from importlib.metadata import entry_points
+
+    found = {}
+    for ep in entry_points(group=COMMAND_GROUP):
+        if ep.name in COMMANDS or ep.name in found:
+            continue  # a core command's name, or a second plug-in of the same name: the first one stays
+        try:
+            found[ep.name] = ep.load()
+        except ImportError:
+            continue
+    return found
+
+
+def _add_plugged(sub, commands: dict, name: str, check_parser) -> None:
+    module = commands.get(name)
+    if module is not None:
+        module.add_arguments(sub.add_parser(name, help=module.HELP), check_parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,9 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: `smoke --python` re-runs it there
         if args.command is None:  # as argparse does for a missing required argument: usage error, on stderr
-            print(f"gpudoctor: a command is required ({', '.join(COMMANDS)}); see gpudoctor --help", file=sys.stderr)
+            names = [*COMMANDS, *plugged_commands()]
+            print(f"gpudoctor: a command is required ({', '.join(names)}); see gpudoctor --help", file=sys.stderr)
             return ExitCode.USAGE
-        code = COMMANDS[args.command](args)
+        command = COMMANDS.get(args.command) or plugged_commands()[args.command].run
+        code = command(args)
         sys.stdout.flush()  # a full disk or a closed pipe is reported here, not at interpreter exit (status 120)
         return code
     except (UsageError, RegistryError, FileIOError) as e:  # RegistryError: a check or plug-in that cannot load
@@ -180,107 +201,6 @@ def _internal_error(e: Exception) -> int:
     return ExitCode.INTERNAL
 
 
-def _specs(args):
-    from gpudoctor.registry import load_all, select
-
-    try:
-        return select(load_all(), getattr(args, "select", None), getattr(args, "ignore", None))
-    except RegistryError as e:
-        raise UsageError(str(e)) from None
-
-
-def _probe_kwargs(args) -> dict:
-    kw = {}
-    if args.python:
-        if not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
-            raise UsageError(f"--python {args.python}: not an executable file")
-        kw["python"] = args.python
-    if args.torch_timeout is not None:
-        if not 0 < args.torch_timeout < float("inf"):  # also refuses nan, which float() accepts
-            raise UsageError(
-                f"--torch-timeout must be a finite number of seconds, more than 0 (got {args.torch_timeout})"
-            )
-        kw["torch_timeout"] = args.torch_timeout
-    return kw
-
-
-def _context(args):
-    from gpudoctor.model import Context
-
-    config = sbatch = None
-    if args.config:
-        from gpudoctor.readers.trainconfig import ConfigError, load_config
-
-        try:
-            config = load_config(args.config)
-        except ConfigError as e:
-            raise UsageError(str(e)) from None
-    if args.sbatch:
-        from gpudoctor.readers.sbatch import SbatchError, load_sbatch
-
-        try:
-            sbatch = load_sbatch(args.sbatch)
-        except SbatchError as e:
-            raise UsageError(str(e)) from None
-    return Context(
-        expect_gpus=args.expect_gpus,
-        launcher=args.launcher,
-        config=config,
-        config_path=args.config,
-        sbatch=sbatch,
-        sbatch_path=args.sbatch,
-    )
-
-
-def judged_inputs(args, progress: bool):
-    """What check and fix judge, from the same options: (facts, context, checks, target).
-
-    Facts come from --snapshot or a fresh probe (torch's slow import started first, so loading
-    the checks overlaps it); --node-snapshot stands in for the node the job will get; the target
-    says whether the verdict is about the job or about this machine (gpudoctor.job.target)."""
-    from dataclasses import replace
-
-    from gpudoctor.facts import Facts, SnapshotError
-    from gpudoctor.job.target import decide
-    from gpudoctor.report import preflight
-
-    if args.snapshot and args.python:
-        raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
-    torch_probe = None
-    if not args.snapshot and not args.select:
-        from gpudoctor.probe import start_torch_probe
-
-        torch_probe = start_torch_probe(**_probe_kwargs(args))
-    specs = _specs(args)
-    ctx = _context(args)
-    if args.snapshot:
-        try:
-            facts = Facts.load(args.snapshot)
-        except SnapshotError as e:
-            raise UsageError(str(e)) from None
-    else:
-        from gpudoctor.probe import collect
-        from gpudoctor.report.progress import spinner
-
-        needed = {n for s in specs for n in s.needs}
-        if progress:
-            import rich.console  # noqa: F401  (the report's import, done while torch loads in the child)
-        what = "probing this machine" + (" and importing torch" if "torch" in needed else "")
-        with spinner(what, enabled=progress):
-            partition = preflight.partition_of(ctx)
-            facts = collect(needed, torch_probe=torch_probe, partition=partition, **_probe_kwargs(args))
-    local_host = facts.host.get("hostname") or (None if args.snapshot else os.uname().nodename)
-    node_snapshot = getattr(args, "node_snapshot", None)
-    if node_snapshot:
-        try:
-            facts = preflight.merge_node_snapshot(facts, Facts.load(node_snapshot, what=""))
-        except SnapshotError as e:
-            raise UsageError(f"--node-snapshot {e}") from None
-        ctx = replace(ctx, node_facts=node_snapshot)
-    specs = [s for s in specs if s.category != "job" or facts.has("job")]  # job checks judge check --job
-    return facts, ctx, specs, decide(facts, ctx, node_snapshot, local_host)
-
-
 def cmd_check(args) -> int:
     from gpudoctor.report import preflight
     from gpudoctor.runner import run_checks
@@ -290,7 +210,7 @@ def cmd_check(args) -> int:
     if args.job or args.timeout is not None:
         from gpudoctor.job import gather
 
-        return gather.run(args, _specs(args), _context(args), _probe_kwargs(args), UsageError)
+        return gather.run(args, specs_for(args), context_for(args), probe_kwargs(args), UsageError)
     facts, ctx, specs, target = judged_inputs(args, progress=not args.json)
     findings = run_checks(specs, facts, ctx)
     from gpudoctor.job.target import exit_code as target_exit_code
@@ -342,7 +262,7 @@ def _header(facts, args) -> str:
 def cmd_snapshot(args) -> int:
     from gpudoctor.probe import collect
 
-    facts = collect(**_probe_kwargs(args))
+    facts = collect(**probe_kwargs(args))
     if args.output:
         facts.dump(args.output)  # fileio.write_output: a FileIOError is one line, exit 2
         print(f"gpudoctor: facts written to {args.output}", file=sys.stderr)
@@ -398,26 +318,14 @@ def cmd_docs(args) -> int:
     return ExitCode.OK
 
 
-def cmd_fix(args) -> int:
-    from gpudoctor.fixes import cli as fix_cli
-
-    return fix_cli.run(args)
-
-
 def cmd_compare(args) -> int:
     from gpudoctor.facts import SnapshotError
     from gpudoctor.job.compare import compare
 
     try:
-        return compare(args.snapshots, _specs(args), args.json, args.strict, args.verbose, args.ignore)
+        return compare(args.snapshots, specs_for(args), args.json, args.strict, args.verbose, args.ignore)
     except SnapshotError as e:
         raise UsageError(str(e)) from None
-
-
-def cmd_smoke(args) -> int:
-    from gpudoctor.sample_train import cli as smoke_cli
-
-    return smoke_cli.run(args)
 
 
 COMMANDS = {
@@ -427,6 +335,4 @@ COMMANDS = {
     "list": cmd_list,
     "explain": cmd_explain,
     "docs": cmd_docs,
-    "smoke": cmd_smoke,
-    "fix": cmd_fix,
 }

@@ -272,3 +272,9 @@ SCRIPT_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher
 PER_GPU_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.per_gpu)
 MULTI_PROCESS_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.multi_process)
 SPAWNING_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.spawns_workers)
+
+
+def exit_code(findings: list[Finding], strict: bool = False) -> ExitCode:
+    """The verdict's exit status: OK with no fail; FAIL with at least one fail (or warn with --strict)."""
+    bad = {Severity.FAIL, Severity.WARN} if strict else {Severity.FAIL}
+    return ExitCode.FAIL if any(f.severity in bad for f in findings) else ExitCode.OK

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gpudoctor.facts import Facts
-from gpudoctor.model import Context, ExitCode, Finding, Outcome, Severity
+from gpudoctor.model import Context, Finding, Outcome, Severity
 from gpudoctor.registry import REQUIREMENTS, CheckSpec, registered
 
 
@@ -159,9 +159,3 @@ def summarize(findings: list[Finding]) -> dict[str, int]:
     for f in findings:
         counts[f.severity.value] += 1
     return counts
-
-
-def exit_code(findings: list[Finding], strict: bool = False) -> ExitCode:
-    """OK: no fail; FAIL: at least one fail (or warn with --strict)."""
-    bad = {Severity.FAIL, Severity.WARN} if strict else {Severity.FAIL}
-    return ExitCode.FAIL if any(f.severity in bad for f in findings) else ExitCode.OK

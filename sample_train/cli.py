@@ -92,7 +92,10 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+HELP = "a short bf16 DDP training run that proves the set-up and measures it"
+
+
+def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser | None = None) -> None:
     p.add_argument(
         "--gpus",
         dest="nprocs",

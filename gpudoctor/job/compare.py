@@ -305,8 +305,8 @@ def compare(
 ) -> int:
     """`gpudoctor compare`: exit 0/1 like check; an unreadable snapshot raises SnapshotError (exit 2)."""
     from gpudoctor.facts import SnapshotError
-    from gpudoctor.model import Context
-    from gpudoctor.runner import exit_code, run_checks
+    from gpudoctor.model import Context, exit_code
+    from gpudoctor.runner import run_checks
 
     facts_list = []
     for path in paths:

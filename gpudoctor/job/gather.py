@@ -209,7 +209,8 @@ class Gatherer:
 
     def judge(self, me: Member) -> int:
         from gpudoctor.facts import Facts
-        from gpudoctor.runner import exit_code, run_checks
+        from gpudoctor.model import exit_code
+        from gpudoctor.runner import run_checks
 
         n = self.world.world_size
         deadline = self.started + self.timeout

@@ -22,7 +22,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from gpudoctor.facts import Facts
 from gpudoctor.model import Finding, Severity
+from gpudoctor.model import exit_code as verdict_exit
 
 # Evidence key a node-scope check sets when, before submission, it judged the job's requested resources
 # (e.g. the script's --cpus-per-task) instead of this host's: its verdict is about the job.
@@ -142,11 +144,39 @@ def for_junit(findings: list[Finding], target: Target) -> list[Finding]:
 
 
 def exit_code(findings: list[Finding], target: Target, strict: bool = False) -> int:
-    from gpudoctor.runner import exit_code as verdict_exit
-
     return int(verdict_exit(split(findings, target)[0], strict=strict))
 
 
 def problems(findings: list[Finding]) -> list[Finding]:
     bad = (Severity.FAIL, Severity.ERROR, Severity.WARN)
     return [f for f in findings if f.severity in bad]
+
+
+# Sections a --node-snapshot contributes: what the node is. The environment, the batch script's view of
+# the job and the cluster's answers stay this run's (the snapshot may have been taken inside another job).
+LOCAL_SECTIONS = ("env", "cluster", "job")
+
+
+def partition_of(ctx) -> str | None:
+    """The partition the script asks for (#SBATCH --partition / -p), None for the cluster's default."""
+    sb = ctx.sbatch
+    options = getattr(sb, "options", None) or {}
+    value = options.get("partition")
+    if isinstance(value, str) and value.strip() and "$" not in value:
+        return value.strip()
+    return None
+
+
+def merge_node_snapshot(local: Facts, node: Facts) -> Facts:
+    """The job's node (the snapshot) with this run's environment and cluster view."""
+    sections = {k: v for k, v in node.sections.items() if k not in LOCAL_SECTIONS}
+    for k in LOCAL_SECTIONS:
+        if k in local.sections:
+            sections[k] = local.sections[k]
+    # The node facts answer for the cluster where this run could not ask it (a replay without that section).
+    sections.setdefault("cluster", {"available": False, "reason": "the cluster was not asked in this run"})
+    slurm = sections.get("slurm")
+    if isinstance(slurm, dict):  # the recording job's controller record is not this job's
+        sections["slurm"] = {**slurm, "job": None, "in_job": False}
+    meta = {**local.meta, "node_snapshot_collected_at": node.meta.get("collected_at")}
+    return Facts(sections=sections, meta=meta)

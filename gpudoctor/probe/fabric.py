@@ -61,11 +61,21 @@ def process_running(prefix: str) -> bool | None:
                 return True
     except Exception:
         return None
-    from gpudoctor.probe.nvidia import _in_other_pid_namespace
-
-    return None if _in_other_pid_namespace() else False
+    return None if in_other_pid_namespace() else False
 
 
 def persistenced_running() -> bool | None:
     # the kernel keeps 15 characters of a name: "nvidia-persiste"
     return process_running("nvidia-persiste")
+
+
+def in_other_pid_namespace() -> bool:
+    """True in a container, where host daemons are invisible."""
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv") or "KUBERNETES_SERVICE_HOST" in os.environ:
+        return True
+    try:
+        with open("/proc/1/cgroup") as fh:
+            text = fh.read()
+    except OSError:
+        return False
+    return any(word in text for word in ("docker", "kubepods", "containerd", "lxc"))

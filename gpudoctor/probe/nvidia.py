@@ -32,6 +32,8 @@ import os
 import sys
 from typing import Any
 
+from gpudoctor.probe import fabric
+
 THROTTLE_REASONS = {
     # bit: name (nvmlClocksEventReason*/nvmlClocksThrottleReason*; stable across versions)
     0x1: "gpu_idle",
@@ -312,28 +314,8 @@ def _nvswitch() -> dict:
 
 
 def _fabric_manager_running() -> bool | None:
-    try:
-        import psutil
-
-        for p in psutil.process_iter(["name"]):
-            # the kernel keeps 15 characters of a name: "nv-fabricmanage"
-            if (p.info.get("name") or "").startswith("nv-fabricmanage"):
-                return True
-    except Exception:
-        return None
-    return None if _in_other_pid_namespace() else False
-
-
-def _in_other_pid_namespace() -> bool:
-    """True in a container, where host daemons are invisible."""
-    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv") or "KUBERNETES_SERVICE_HOST" in os.environ:
-        return True
-    try:
-        with open("/proc/1/cgroup") as fh:
-            text = fh.read()
-    except OSError:
-        return False
-    return any(word in text for word in ("docker", "kubepods", "containerd", "lxc"))
+    # the kernel keeps 15 characters of a name: "nv-fabricmanage"
+    return fabric.process_running("nv-fabricmanage")
 
 
 def probe() -> dict:
@@ -382,8 +364,6 @@ def probe() -> dict:
         out["nvswitch"] = _nvswitch()
         usable = [g["index"] for g in gpus if not g.get("error")]
         out["p2p"] = _p2p(nvml, usable) if len(usable) > 1 else None
-        from gpudoctor.probe import fabric
-
         out["persistenced_running"] = fabric.persistenced_running()
         if out["nvswitch"]["count"] or out["nvswitch"]["fabric_manager_running"]:
             out["nvswitch"]["fabric_manager"] = fabric.fabric_manager()

@@ -1,6 +1,6 @@
-"""`gpudoctor check` around the checks: which partition to ask the cluster about, a --node-snapshot merged
-in as the job's node, and the report's first lines (what is judged, the nodes the job lands on, the
-rank and host under a launcher). The target decision itself is gpudoctor.job.target.
+"""The report's first lines around the checks: what is judged, the nodes the job lands on, the rank and
+host under a launcher, the fix command. Rendering only: which partition to ask about and a --node-snapshot
+merged in as the job's node are decided with the target (gpudoctor.job.target).
 """
 
 from __future__ import annotations
@@ -10,35 +10,6 @@ import platform
 import shlex
 
 from gpudoctor.facts import Facts, collectable_env
-
-# Sections a --node-snapshot contributes: what the node is. The environment, the batch script's view of
-# the job and the cluster's answers stay this run's (the snapshot may have been taken inside another job).
-LOCAL_SECTIONS = ("env", "cluster", "job")
-
-
-def partition_of(ctx) -> str | None:
-    """The partition the script asks for (#SBATCH --partition / -p), None for the cluster's default."""
-    sb = ctx.sbatch
-    options = getattr(sb, "options", None) or {}
-    value = options.get("partition")
-    if isinstance(value, str) and value.strip() and "$" not in value:
-        return value.strip()
-    return None
-
-
-def merge_node_snapshot(local: Facts, node: Facts) -> Facts:
-    """The job's node (the snapshot) with this run's environment and cluster view."""
-    sections = {k: v for k, v in node.sections.items() if k not in LOCAL_SECTIONS}
-    for k in LOCAL_SECTIONS:
-        if k in local.sections:
-            sections[k] = local.sections[k]
-    # The node facts answer for the cluster where this run could not ask it (a replay without that section).
-    sections.setdefault("cluster", {"available": False, "reason": "the cluster was not asked in this run"})
-    slurm = sections.get("slurm")
-    if isinstance(slurm, dict):  # the recording job's controller record is not this job's
-        sections["slurm"] = {**slurm, "job": None, "in_job": False}
-    meta = {**local.meta, "node_snapshot_collected_at": node.meta.get("collected_at")}
-    return Facts(sections=sections, meta=meta)
 
 
 def _mib(n: int | None) -> str:

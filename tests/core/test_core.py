@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.model import Context, Severity, passed
+from gpudoctor.model import Context, Severity, exit_code, passed
 from gpudoctor.registry import CheckSpec, RegistryError, check, load_all, select
-from gpudoctor.runner import exit_code, run_check
+from gpudoctor.runner import run_check
 from tests.factsutil import make_facts
 
 ROOT = Path(__file__).resolve().parents[2]
