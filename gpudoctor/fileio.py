@@ -12,9 +12,9 @@ Both raise FileIOError with one line naming the option and the path (the CLI tur
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
-import shutil
 import stat
 import tempfile
 
@@ -109,7 +109,22 @@ def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def write_output(path: str, text: str | bytes, what: str = "", backup: bool = False) -> str | None:
+BACKUP_SUFFIX = ".gpudoctor.bak"
+
+
+def backup_name(target: str) -> str:
+    """TARGET.gpudoctor.bak, or .gpudoctor.bak.1, .2, ... when earlier backups exist: none is ever overwritten."""
+    name = target + BACKUP_SUFFIX
+    n = 1
+    while os.path.lexists(name):
+        name = f"{target}{BACKUP_SUFFIX}.{n}"
+        n += 1
+    return name
+
+
+def write_output(
+    path: str, text: str | bytes, what: str = "", backup: bool = False, expect: bytes | None = None
+) -> str | None:
     """Write text (str as UTF-8, or bytes) to path without ever replacing what is not a regular file.
 
     - a symlink (chain) is followed: its final target is written, the link stays a link;
@@ -117,9 +132,13 @@ def write_output(path: str, text: str | bytes, what: str = "", backup: bool = Fa
       reader); a FIFO with no reader is refused instead of blocking;
     - a directory, block device or socket is refused;
     - a regular file (or a new one) is written atomically: a temporary file in the target's directory,
-      fsync, rename; an existing file keeps its mode (and owner, when run as root); a new one gets
-      0666 & ~umask. A file with other hard links is rewritten in place so the links keep sharing it.
-    backup=True copies an existing regular target to TARGET.gpudoctor.bak first and returns that path.
+      fsync, rename; an existing file keeps its mode and owner (the owner where the writer may give it);
+      a new one gets 0666 & ~umask. A file with other hard links is rewritten in place so the links keep
+      sharing it.
+    expect: the bytes the caller read and planned from; the file must still hold exactly them (sha256),
+    else nothing is written ("changed since gpudoctor read it").
+    backup=True keeps an existing regular target as TARGET.gpudoctor.bak (numbered, never overwritten;
+    the original's mode and owner) and returns that path.
     Raises FileIOError (one line) on any failure; nothing is left half-written.
     """
     label = _label(what, path)
@@ -133,6 +152,8 @@ def write_output(path: str, text: str | bytes, what: str = "", backup: bool = Fa
         raise FileIOError(f"{label}: not a usable path ({e})") from None
     except OSError as e:
         raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
+    if expect is not None:
+        _still_as_read(target, st, expect, label)
     if st is not None and stat.S_ISREG(st.st_mode) and (_via_fd_link(path) or not _same_file(target, st)):
         # /dev/stdout, /dev/fd/N, /proc/self/fd/N: an open file of a shell redirection, reached only through
         # the magic link. Append to it as the shell opened it (`>` gave an empty file, `>>` keeps its text).
@@ -145,16 +166,33 @@ def write_output(path: str, text: str | bytes, what: str = "", backup: bool = Fa
         raise FileIOError(f"{label}: is {_kind(st.st_mode)}; refused (give a file path)")
     backup_path = None
     if st is not None and backup:
-        backup_path = target + ".gpudoctor.bak"
+        backup_path = backup_name(target)
         try:
-            shutil.copy2(target, backup_path)
+            original = expect if expect is not None else _read_all(target)
         except OSError as e:
-            raise FileIOError(f"{label}: cannot keep a backup at {backup_path} ({_reason(e)})") from None
+            raise FileIOError(f"{label}: cannot read it to keep a backup ({_reason(e)})") from None
+        _write_replacing(backup_path, original, f"{label} (its backup {backup_path})", st)
     if st is not None and st.st_nlink > 1:
         _write_in_place(target, data, label)
         return backup_path
     _write_replacing(target, data, label, st)
     return backup_path
+
+
+def _read_all(target: str) -> bytes:
+    with open(target, "rb") as fh:
+        return fh.read()
+
+
+def _still_as_read(target: str, st: os.stat_result | None, expect: bytes, label: str) -> None:
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise FileIOError(f"{label}: no longer the regular file gpudoctor read; run it again")
+    try:
+        now = _read_all(target)
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot read it again before writing ({_reason(e)})") from None
+    if hashlib.sha256(now).digest() != hashlib.sha256(expect).digest():
+        raise FileIOError(f"{label}: changed since gpudoctor read it; run gpudoctor fix again")
 
 
 _FD_LINK = re.compile(r"/proc/[^/]+/fd/\d+|/dev/fd/\d+")
@@ -227,8 +265,11 @@ def _write_replacing(target: str, data: bytes, label: str, st: os.stat_result | 
             os.fsync(fh.fileno())
         if st is not None:
             os.chmod(tmp, stat.S_IMODE(st.st_mode))
-            if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
-                os.chown(tmp, st.st_uid, st.st_gid)
+            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.chown(tmp, st.st_uid, st.st_gid)
+                except PermissionError:
+                    pass  # not ours to give away: the mode is kept, the owner becomes the writer
         else:
             umask = os.umask(0)
             os.umask(umask)
@@ -242,11 +283,6 @@ def _write_replacing(target: str, data: bytes, label: str, st: os.stat_result | 
         if isinstance(e, OSError):
             raise FileIOError(f"{label}: cannot write ({_reason(e)})") from None
         raise
-
-
-def write_atomic(path: str, text: str, backup: bool = False) -> str | None:
-    """The former name of write_output (kept for callers written before it)."""
-    return write_output(path, text, backup=backup)
 
 
 def read_text(path: str, max_bytes: int = 1 << 20) -> str | None:

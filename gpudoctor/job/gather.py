@@ -246,10 +246,10 @@ class Gatherer:
         )
         emit(findings, job, as_json=self.args.json, verbose=self.args.verbose, header=header)
         if self.args.junit:
-            from gpudoctor.fileio import write_atomic
+            from gpudoctor.fileio import write_output
             from gpudoctor.report import junit
 
-            write_atomic(self.args.junit, junit.render(findings, strict=self.args.strict))
+            write_output(self.args.junit, junit.render(findings, strict=self.args.strict), what="--junit")
         sys.stdout.flush()
         self.store.set(self.key("verdict"), json.dumps({"exit": code}))
         # keep the store up until the others have read the verdict (bounded: a dead rank never reads it)
