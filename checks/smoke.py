@@ -1,291 +1,202 @@
-"""The verdicts of `gpudoctor smoke`, registered like every check (source="smoke").
+"""The verdicts of `gpudoctor smoke`, registered like every check (source="smoke"), declared as data.
 
 The smoke run (sample_train/) judges what only a real training run shows and builds these
 findings itself (sample_train/findings.make reads the id's name, category and title from here).
-The functions below only document that: `gpudoctor check` never runs them; `gpudoctor list`,
-`explain` and docs/checks.md show them. Importing this module must stay free of torch.
-Categories are those of the problem each verdict is about (the run is in category "smoke" only
-where the verdict is about the training itself), as in the gpudoctor.smoke/1 output.
+This table only documents them: `gpudoctor check` never runs them; `gpudoctor list`,
+`explain` and docs/checks.md show them. Adding a verdict is adding a row. Importing this module
+must stay free of torch. Categories are those of the problem each verdict is about (the run is in
+category "smoke" only where the verdict is about the training itself), as in the gpudoctor.smoke/1
+output. scope: "machine" unless given (registry SCOPES).
 """
 
 from __future__ import annotations
 
-from gpudoctor.facts import Facts
-from gpudoctor.model import Context, Outcome, skip
-from gpudoctor.registry import check
+from gpudoctor.registry import Verdict, declare
 
-
-def _judged_by_the_smoke_run(facts: Facts, ctx: Context) -> Outcome:
-    return skip("judged by the smoke run (gpudoctor smoke), not from probed facts")
-
-
-@check(
-    id="GD-SMOKE-001",
-    scope="job",
-    name="rank-missing-at-rendezvous",
-    category="distributed",
-    title="Every rank joined the rendezvous",
-    needs=[],
-    source="smoke",
-    what="Waits, until the run's deadline, for every rank the launcher announced (WORLD_SIZE) to join the "
-    "run's TCPStore rendezvous, and names the ranks and hosts that never arrived.",
-    why="torch.distributed.init_process_group blocks until all WORLD_SIZE ranks have joined: one rank that "
-    "never starts (wrong MASTER_ADDR, a node that cannot reach the store, a task that crashed on import) "
-    "holds every other rank until the timeout, which is 30 minutes by default for NCCL.",
-    fix="Look at the missing ranks' own logs (srun --output per task); check MASTER_ADDR/MASTER_PORT reach "
-    "the rank-0 host from every node, and that WORLD_SIZE matches the processes actually started.",
+SMOKE_VERDICTS = (
+    Verdict(
+        id="GD-SMOKE-001",
+        scope="job",
+        name="rank-missing-at-rendezvous",
+        category="distributed",
+        title="Every rank joined the rendezvous",
+        what="Waits, until the run's deadline, for every rank the launcher announced (WORLD_SIZE) to join the "
+        "run's TCPStore rendezvous, and names the ranks and hosts that never arrived.",
+        why="torch.distributed.init_process_group blocks until all WORLD_SIZE ranks have joined: one rank that "
+        "never starts (wrong MASTER_ADDR, a node that cannot reach the store, a task that crashed on import) "
+        "holds every other rank until the timeout, which is 30 minutes by default for NCCL.",
+        fix="Look at the missing ranks' own logs (srun --output per task); check MASTER_ADDR/MASTER_PORT reach "
+        "the rank-0 host from every node, and that WORLD_SIZE matches the processes actually started.",
+    ),
+    Verdict(
+        id="GD-SMOKE-002",
+        name="ranks-share-a-gpu",
+        category="devices",
+        title="Each rank has a GPU of its own",
+        what="Compares the GPU each rank runs on (its UUID, else its PCI address, as torch reports it) across "
+        "ranks and names the ranks that share one.",
+        why="NCCL refuses two ranks of one communicator on the same GPU ('Duplicate GPU detected'), so the run "
+        "fails or hangs at the first collective; outside NCCL both ranks run at half speed.",
+        fix="Give each task its own GPU (--gpus-per-task=1, or --ntasks-per-node equal to the GPUs per node with "
+        "--gres=gpu:N), or launch one process per node with torchrun --nproc-per-node N.",
+    ),
+    Verdict(
+        id="GD-SMOKE-003",
+        name="rank-outside-its-gpus",
+        category="devices",
+        title="Each rank runs on a GPU it was given",
+        what="Compares, for every rank, the GPUs torch sees and the device it runs on with what its launcher "
+        "gave it (SLURM's GPU list for the task, --gpus for a local run), and reports ranks on the CPU while "
+        "others use GPUs.",
+        why="A rank that sees more GPUs than SLURM allocated (a CUDA_VISIBLE_DEVICES set by hand) may run on "
+        "another job's GPU; a rank on the CPU among GPU ranks makes every step wait for it.",
+        fix="Leave CUDA_VISIBLE_DEVICES to SLURM inside a job, and start no more ranks than there are GPUs.",
+    ),
+    Verdict(
+        id="GD-SMOKE-004",
+        scope="job",
+        name="rank-failed",
+        category="distributed",
+        title="No rank failed during the run",
+        what="Watches every rank's process and its reports to the coordinator; a rank that exits early, is "
+        "killed or reports an exception fails the run, with the first failing rank named as the cause.",
+        why="In DDP every collective needs all ranks: one failed rank leaves the others blocked in the next "
+        "all-reduce, so the first failure, not the later timeouts, is the one to read.",
+        fix="Read the named rank's error (the smoke report quotes its last lines); `gpudoctor check` on its node "
+        "often names the cause (driver, NCCL, memory).",
+    ),
+    Verdict(
+        id="GD-SMOKE-005",
+        scope="job",
+        name="run-hung",
+        category="distributed",
+        title="The run finished within its timeout",
+        what="Bounds the whole run by --timeout and, when it runs out, reports the phase each rank was in and the "
+        "ranks that were behind the others.",
+        why="A hang in a collective (a rank stuck, a network path NCCL cannot use) shows no error until NCCL's "
+        "own timeout; naming the stuck ranks and phase points at the node or link to look at.",
+        fix="Run the stuck ranks' node with `gpudoctor check` and NCCL_DEBUG=INFO; a longer --timeout only helps "
+        "when the run was slow (first-time compilation, a cold filesystem), not stuck.",
+    ),
+    Verdict(
+        id="GD-SMOKE-006",
+        name="loss-did-not-fall",
+        category="smoke",
+        title="Training loss fell",
+        what="Compares the mean loss over ranks of the first and last few training steps on the run's synthetic "
+        "data; it must fall by a few per cent (sample_train/report.py LOSS_DROP).",
+        why="A loss that stays flat or becomes NaN/inf on data a small model learns easily means training is "
+        "broken (a wrong gradient sync, precision overflow, a broken kernel) before any real job spends hours.",
+        fix="Rerun with --device cpu to tell a GPU/library fault from a set-up fault; check the precision "
+        "(GD-SMOKE-011) and the torch/CUDA checks of `gpudoctor check`.",
+    ),
+    Verdict(
+        id="GD-SMOKE-007",
+        scope="job",
+        name="ranks-diverged",
+        category="distributed",
+        title="All ranks hold identical parameters after training",
+        what="Compares a checksum of every rank's parameters after the last step and groups the ranks that agree.",
+        why="DistributedDataParallel keeps the replicas identical by averaging gradients with all-reduce, so after "
+        "training they must match bit for bit; a difference means a rank updated differently (a broken "
+        "all-reduce, faulty hardware, silent data corruption).",
+        fix="Rerun to see whether the same rank differs again; run that rank's node through `gpudoctor check` "
+        "(ECC errors, GD-HW-001) and NCCL's own tests (nccl-tests all_reduce_perf with -c 1).",
+    ),
+    Verdict(
+        id="GD-SMOKE-008",
+        name="mfu-below-floor",
+        category="smoke",
+        title="MFU meets the --min-mfu floor",
+        what="With --min-mfu, compares the run's model FLOPs utilisation (against the GPU's spec peak, else a "
+        "measured matmul peak) with the floor.",
+        why="A set-up that runs but at a fraction of the expected speed (throttled clocks, a PCIe link at x8, "
+        "NCCL over sockets) passes every functional test; a floor makes it fail in CI.",
+        fix="Look at the GPU's clocks, power and PCIe link (GD-HW-003, GD-HW-004) and NCCL's transport "
+        "(GD-NCCL-003); lower the floor only for a GPU that is known to be slower.",
+    ),
+    Verdict(
+        id="GD-SMOKE-009",
+        name="throughput-below-floor",
+        category="smoke",
+        title="Throughput meets the --min-tokens-per-s floor",
+        what="With --min-tokens-per-s, compares the run's tokens per second over all ranks with the floor.",
+        why="Throughput over all ranks includes the communication cost a single-GPU benchmark misses: a slow "
+        "interconnect shows here first.",
+        fix="Compare with a run on one node and one GPU to tell the network from the GPU; see GD-SMOKE-008.",
+    ),
+    Verdict(
+        id="GD-SMOKE-010",
+        name="straggler-rank",
+        category="hardware",
+        title="No rank computes much slower than the others",
+        what="Compares each rank's own forward+backward time with the median over ranks; the slowest rank above "
+        "a fixed ratio (sample_train/report.py STRAGGLER_RATIO) is a warning on GPUs, info on CPUs.",
+        why="Every DDP step waits for the slowest rank at the gradient all-reduce, so one slow GPU (thermal or "
+        "power slowdown, a degraded link) slows the whole job down to its speed.",
+        fix="Look at the slow rank's GPU: `nvidia-smi -q -d PERFORMANCE` shows its clocks and slowdown reasons "
+        "(GD-HW-003).",
+    ),
+    Verdict(
+        id="GD-SMOKE-011",
+        name="not-bf16",
+        category="precision",
+        title="Training ran in bf16 autocast",
+        what="Reports the precision the run used and why (bf16 autocast where the GPU supports it; otherwise "
+        "the reason it fell back); info when it is not bf16.",
+        why="bf16 autocast is what large-model training uses on Ampere and newer GPUs; a run in fp32 measures a "
+        "different speed and exercises different kernels than the job will.",
+        fix="Use a GPU with bf16 support (compute capability 8.0 or newer) to test the bf16 path.",
+    ),
+    Verdict(
+        id="GD-SMOKE-012",
+        name="no-gpu",
+        category="devices",
+        title="CUDA GPUs are visible to torch",
+        what="Before starting ranks, and in every rank, asks torch whether it sees a CUDA GPU "
+        "(torch.cuda.is_available()).",
+        why="Without a GPU, a GPU run cannot start; torch reports no error of its own until the first CUDA call.",
+        fix="Run `gpudoctor check` on that machine for the cause (driver, CUDA_VISIBLE_DEVICES, a CPU-only "
+        "torch), or pass --device cpu to test the CPU/gloo path.",
+    ),
+    Verdict(
+        id="GD-SMOKE-013",
+        name="torch-missing-for-smoke",
+        category="smoke",
+        title="The interpreter that runs the smoke training has torch",
+        what="Before starting ranks, looks for torch in the interpreter that will train (this one, or --python's) "
+        "without importing it (importlib.util.find_spec).",
+        why="The smoke run is real torch training: without torch there is nothing to run. gpudoctor itself does not "
+        "depend on torch, so it can be installed where torch is not (a login node, a fresh env).",
+        fix="Install torch into the training environment (`python -m pip install torch`, or the CUDA build for your "
+        "driver from https://download.pytorch.org/whl/), or point the run at that env: `gpudoctor smoke --python "
+        "/path/to/env/bin/python`.",
+    ),
+    Verdict(
+        id="GD-SMOKE-014",
+        name="busbw-below-floor",
+        category="smoke",
+        title="All-reduce bus bandwidth meets the --min-busbw floor",
+        what="With --min-busbw, compares the run's all-reduce bus bandwidth (nccl-tests' busbw = algbw x 2(n-1)/n, "
+        "the slowest rank's time) with the floor in GB/s.",
+        why="busbw is comparable across rank counts (nccl-tests, doc/PERFORMANCE.md): a fabric that falls back to "
+        "TCP sockets, or a node whose NICs are down, keeps training correct but far below the interconnect's speed.",
+        fix="Look at NCCL's transport (NCCL_DEBUG=INFO: NET/IB vs NET/Socket), GD-NCCL-003 and the nodes' NICs; "
+        "run nccl-tests' all_reduce_perf for a fuller curve.",
+    ),
+    Verdict(
+        id="GD-SMOKE-015",
+        name="slow-node",
+        category="hardware",
+        title="No node computes much slower than the median node",
+        what="Per node (the launcher's node: GROUP_RANK/SLURM_NODEID, else the host), the tokens per second of its "
+        "ranks' own forward+backward; names the slowest node and how far below the median node it is (a warning "
+        "beyond sample_train/report.py SLOW_NODE_BELOW_MEDIAN on GPUs, info on CPUs).",
+        why="Under DDP every step waits for the slowest rank, so one slow node (throttled GPUs, a bad PCIe link, a "
+        "noisy neighbour) sets the pace of the whole job; the per-rank view hides which node it is.",
+        fix="Drain or inspect the named node (`nvidia-smi -q -d PERFORMANCE`, GD-HW-003/004); exclude it "
+        "(sbatch --exclude) until it is fixed.",
+    ),
 )
-def rank_missing_at_rendezvous(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
 
-
-@check(
-    id="GD-SMOKE-002",
-    name="ranks-share-a-gpu",
-    category="devices",
-    title="Each rank has a GPU of its own",
-    needs=[],
-    source="smoke",
-    what="Compares the GPU each rank runs on (its UUID, else its PCI address, as torch reports it) across "
-    "ranks and names the ranks that share one.",
-    why="NCCL refuses two ranks of one communicator on the same GPU ('Duplicate GPU detected'), so the run "
-    "fails or hangs at the first collective; outside NCCL both ranks run at half speed.",
-    fix="Give each task its own GPU (--gpus-per-task=1, or --ntasks-per-node equal to the GPUs per node with "
-    "--gres=gpu:N), or launch one process per node with torchrun --nproc-per-node N.",
-)
-def ranks_share_a_gpu(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-003",
-    name="rank-outside-its-gpus",
-    category="devices",
-    title="Each rank runs on a GPU it was given",
-    needs=[],
-    source="smoke",
-    what="Compares, for every rank, the GPUs torch sees and the device it runs on with what its launcher "
-    "gave it (SLURM's GPU list for the task, --gpus for a local run), and reports ranks on the CPU while "
-    "others use GPUs.",
-    why="A rank that sees more GPUs than SLURM allocated (a CUDA_VISIBLE_DEVICES set by hand) may run on "
-    "another job's GPU; a rank on the CPU among GPU ranks makes every step wait for it.",
-    fix="Leave CUDA_VISIBLE_DEVICES to SLURM inside a job, and start no more ranks than there are GPUs.",
-)
-def rank_outside_its_gpus(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-004",
-    scope="job",
-    name="rank-failed",
-    category="distributed",
-    title="No rank failed during the run",
-    needs=[],
-    source="smoke",
-    what="Watches every rank's process and its reports to the coordinator; a rank that exits early, is "
-    "killed or reports an exception fails the run, with the first failing rank named as the cause.",
-    why="In DDP every collective needs all ranks: one failed rank leaves the others blocked in the next "
-    "all-reduce, so the first failure, not the later timeouts, is the one to read.",
-    fix="Read the named rank's error (the smoke report quotes its last lines); `gpudoctor check` on its node "
-    "often names the cause (driver, NCCL, memory).",
-)
-def rank_failed(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-005",
-    scope="job",
-    name="run-hung",
-    category="distributed",
-    title="The run finished within its timeout",
-    needs=[],
-    source="smoke",
-    what="Bounds the whole run by --timeout and, when it runs out, reports the phase each rank was in and the "
-    "ranks that were behind the others.",
-    why="A hang in a collective (a rank stuck, a network path NCCL cannot use) shows no error until NCCL's "
-    "own timeout; naming the stuck ranks and phase points at the node or link to look at.",
-    fix="Run the stuck ranks' node with `gpudoctor check` and NCCL_DEBUG=INFO; a longer --timeout only helps "
-    "when the run was slow (first-time compilation, a cold filesystem), not stuck.",
-)
-def run_hung(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-006",
-    name="loss-did-not-fall",
-    category="smoke",
-    title="Training loss fell",
-    needs=[],
-    source="smoke",
-    what="Compares the mean loss over ranks of the first and last few training steps on the run's synthetic "
-    "data; it must fall by a few per cent (sample_train/report.py LOSS_DROP).",
-    why="A loss that stays flat or becomes NaN/inf on data a small model learns easily means training is "
-    "broken (a wrong gradient sync, precision overflow, a broken kernel) before any real job spends hours.",
-    fix="Rerun with --device cpu to tell a GPU/library fault from a set-up fault; check the precision "
-    "(GD-SMOKE-011) and the torch/CUDA checks of `gpudoctor check`.",
-)
-def loss_did_not_fall(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-007",
-    scope="job",
-    name="ranks-diverged",
-    category="distributed",
-    title="All ranks hold identical parameters after training",
-    needs=[],
-    source="smoke",
-    what="Compares a checksum of every rank's parameters after the last step and groups the ranks that agree.",
-    why="DistributedDataParallel keeps the replicas identical by averaging gradients with all-reduce, so after "
-    "training they must match bit for bit; a difference means a rank updated differently (a broken "
-    "all-reduce, faulty hardware, silent data corruption).",
-    fix="Rerun to see whether the same rank differs again; run that rank's node through `gpudoctor check` "
-    "(ECC errors, GD-HW-001) and NCCL's own tests (nccl-tests all_reduce_perf with -c 1).",
-)
-def ranks_diverged(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-008",
-    name="mfu-below-floor",
-    category="smoke",
-    title="MFU meets the --min-mfu floor",
-    needs=[],
-    source="smoke",
-    what="With --min-mfu, compares the run's model FLOPs utilisation (against the GPU's spec peak, else a "
-    "measured matmul peak) with the floor.",
-    why="A set-up that runs but at a fraction of the expected speed (throttled clocks, a PCIe link at x8, "
-    "NCCL over sockets) passes every functional test; a floor makes it fail in CI.",
-    fix="Look at the GPU's clocks, power and PCIe link (GD-HW-003, GD-HW-004) and NCCL's transport "
-    "(GD-NCCL-003); lower the floor only for a GPU that is known to be slower.",
-)
-def mfu_below_floor(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-009",
-    name="throughput-below-floor",
-    category="smoke",
-    title="Throughput meets the --min-tokens-per-s floor",
-    needs=[],
-    source="smoke",
-    what="With --min-tokens-per-s, compares the run's tokens per second over all ranks with the floor.",
-    why="Throughput over all ranks includes the communication cost a single-GPU benchmark misses: a slow "
-    "interconnect shows here first.",
-    fix="Compare with a run on one node and one GPU to tell the network from the GPU; see GD-SMOKE-008.",
-)
-def throughput_below_floor(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-010",
-    name="straggler-rank",
-    category="hardware",
-    title="No rank computes much slower than the others",
-    needs=[],
-    source="smoke",
-    what="Compares each rank's own forward+backward time with the median over ranks; the slowest rank above "
-    "a fixed ratio (sample_train/report.py STRAGGLER_RATIO) is a warning on GPUs, info on CPUs.",
-    why="Every DDP step waits for the slowest rank at the gradient all-reduce, so one slow GPU (thermal or "
-    "power slowdown, a degraded link) slows the whole job down to its speed.",
-    fix="Look at the slow rank's GPU: `nvidia-smi -q -d PERFORMANCE` shows its clocks and slowdown reasons "
-    "(GD-HW-003).",
-)
-def straggler_rank(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-011",
-    name="not-bf16",
-    category="precision",
-    title="Training ran in bf16 autocast",
-    needs=[],
-    source="smoke",
-    what="Reports the precision the run used and why (bf16 autocast where the GPU supports it; otherwise "
-    "the reason it fell back); info when it is not bf16.",
-    why="bf16 autocast is what large-model training uses on Ampere and newer GPUs; a run in fp32 measures a "
-    "different speed and exercises different kernels than the job will.",
-    fix="Use a GPU with bf16 support (compute capability 8.0 or newer) to test the bf16 path.",
-)
-def not_bf16(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-012",
-    name="no-gpu",
-    category="devices",
-    title="CUDA GPUs are visible to torch",
-    needs=[],
-    source="smoke",
-    what="Before starting ranks, and in every rank, asks torch whether it sees a CUDA GPU (torch.cuda.is_available()).",
-    why="Without a GPU, a GPU run cannot start; torch reports no error of its own until the first CUDA call.",
-    fix="Run `gpudoctor check` on that machine for the cause (driver, CUDA_VISIBLE_DEVICES, a CPU-only "
-    "torch), or pass --device cpu to test the CPU/gloo path.",
-)
-def no_gpu(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-013",
-    name="torch-missing-for-smoke",
-    category="smoke",
-    title="The interpreter that runs the smoke training has torch",
-    needs=[],
-    source="smoke",
-    what="Before starting ranks, looks for torch in the interpreter that will train (this one, or --python's) "
-    "without importing it (importlib.util.find_spec).",
-    why="The smoke run is real torch training: without torch there is nothing to run. gpudoctor itself does not "
-    "depend on torch, so it can be installed where torch is not (a login node, a fresh env).",
-    fix="Install torch into the training environment (`python -m pip install torch`, or the CUDA build for your "
-    "driver from https://download.pytorch.org/whl/), or point the run at that env: `gpudoctor smoke --python "
-    "/path/to/env/bin/python`.",
-)
-def torch_missing_for_smoke(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-014",
-    name="busbw-below-floor",
-    category="smoke",
-    title="All-reduce bus bandwidth meets the --min-busbw floor",
-    needs=[],
-    source="smoke",
-    what="With --min-busbw, compares the run's all-reduce bus bandwidth (nccl-tests' busbw = algbw x 2(n-1)/n, "
-    "the slowest rank's time) with the floor in GB/s.",
-    why="busbw is comparable across rank counts (nccl-tests, doc/PERFORMANCE.md): a fabric that falls back to "
-    "TCP sockets, or a node whose NICs are down, keeps training correct but far below the interconnect's speed.",
-    fix="Look at NCCL's transport (NCCL_DEBUG=INFO: NET/IB vs NET/Socket), GD-NCCL-003 and the nodes' NICs; "
-    "run nccl-tests' all_reduce_perf for a fuller curve.",
-)
-def busbw_below_floor(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
-
-
-@check(
-    id="GD-SMOKE-015",
-    name="slow-node",
-    category="hardware",
-    title="No node computes much slower than the median node",
-    needs=[],
-    source="smoke",
-    what="Per node (the launcher's node: GROUP_RANK/SLURM_NODEID, else the host), the tokens per second of its "
-    "ranks' own forward+backward; names the slowest node and how far below the median node it is (a warning "
-    "beyond sample_train/report.py SLOW_NODE_BELOW_MEDIAN on GPUs, info on CPUs).",
-    why="Under DDP every step waits for the slowest rank, so one slow node (throttled GPUs, a bad PCIe link, a "
-    "noisy neighbour) sets the pace of the whole job; the per-rank view hides which node it is.",
-    fix="Drain or inspect the named node (`nvidia-smi -q -d PERFORMANCE`, GD-HW-003/004); exclude it "
-    "(sbatch --exclude) until it is fixed.",
-)
-def slow_node(facts: Facts, ctx: Context) -> Outcome:
-    return _judged_by_the_smoke_run(facts, ctx)
+declare(SMOKE_VERDICTS, source="smoke", judged_by="the smoke run (gpudoctor smoke)")

@@ -100,9 +100,9 @@ class RegistryError(Exception):
     """A check or plug-in that cannot be registered: one line naming the file and the check."""
 
 
-def _caller() -> tuple[str, str, int]:
-    """(module, file, line) of the @check(...) call: two frames up from here."""
-    frame = sys._getframe(2)
+def _caller(depth: int = 1) -> tuple[str, str, int]:
+    """(module, file, line) of the call to the registry function that calls this (check(...), declare(...))."""
+    frame = sys._getframe(depth + 1)
     return frame.f_globals.get("__name__", "?"), frame.f_code.co_filename, frame.f_lineno
 
 
@@ -194,41 +194,98 @@ def check(
     Every argument is keyword-only; a missing one is reported with the file and check.
     """
     module, file, line = _caller()
-    texts = {"what": what, "why": why, "fix": fix}
-    requires_t, defers_t = _tuple(requires), _tuple(defers_to)
-    problems = _problems(module, id, name, category, title, needs, texts, requires_t, scope, defers_t, source)
-    if problems:
-        raise RegistryError(f"{_where(file, line)}: check {id or '(no id)'}: {'; '.join(problems)}")
-    assert id and name and category and title and needs is not None  # checked above; for the type checker
+    fields: dict[str, Any] = dict(
+        id=id, name=name, category=category, title=title, needs=needs, what=what, why=why, fix=fix
+    )
+    fields.update(requires=requires, scope=scope, defers_to=defers_to, source=source)
+    _validate(module, file, line, fields)
 
     def register(func: Callable) -> Callable:
-        spec = CheckSpec(
-            id=id,
-            name=name,
-            category=category,
-            title=title,
-            needs=tuple(needs),
-            docs={section: str(text).strip() for section, text in zip(DOC_SECTIONS, texts.values(), strict=True)},
-            func=func,
-            module=func.__module__,
-            requires=requires_t,
-            scope=scope,
-            defers_to=defers_t,
-            source=source,
-            file=_short(file),
-        )
-        where = f"{_where(file, line)}: check {id} ({func.__name__})"
-        old = _REGISTRY.get(id)
-        if old is not None and (old.module, old.func.__qualname__) != (spec.module, func.__qualname__):
-            raise RegistryError(f"{where}: id {id} is already registered by {old.file} ({old.func.__name__})")
-        same_name = next((s for s in _REGISTRY.values() if s.name == name and s.id != id), None)
-        if same_name is not None:
-            raise RegistryError(f"{where}: name {name!r} is already used by {same_name.id} in {same_name.file}")
-        _REGISTRY[id] = spec
-        func.spec = spec  # type: ignore[attr-defined]
+        _register(func, func.__module__, file, line, fields)
         return func
 
     return register
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verdict another command decides (the smoke run builds these findings itself), declared as data
+    with check()'s documentation fields, so that list, explain and docs/checks.md show it like a check."""
+
+    id: str
+    name: str
+    category: str
+    title: str
+    what: str
+    why: str
+    fix: str
+    scope: str = "machine"
+
+
+def declare(verdicts: Iterable[Verdict], source: str, judged_by: str) -> None:
+    """Register each verdict of a table as a check of `source`; `gpudoctor check` never runs them (a run
+    outside its command would say: skipped, judged by `judged_by`)."""
+    module, file, line = _caller(depth=1)
+
+    def not_judged_here(facts, ctx):
+        from gpudoctor.model import skip
+
+        return skip(f"judged by {judged_by}, not from probed facts")
+
+    for v in verdicts:
+        fields: dict[str, Any] = dict(
+            id=v.id, name=v.name, category=v.category, title=v.title, needs=[], what=v.what, why=v.why
+        )
+        fields.update(fix=v.fix, requires=None, scope=v.scope, defers_to=None, source=source)
+        _validate(module, file, line, fields)
+        _register(not_judged_here, module, file, line, fields)
+
+
+def _validate(module: str, file: str, line: int, f: dict) -> None:
+    texts = {"what": f["what"], "why": f["why"], "fix": f["fix"]}
+    problems = _problems(
+        module,
+        f["id"],
+        f["name"],
+        f["category"],
+        f["title"],
+        f["needs"],
+        texts,
+        _tuple(f["requires"]),
+        f["scope"],
+        _tuple(f["defers_to"]),
+        f["source"],
+    )
+    if problems:
+        raise RegistryError(f"{_where(file, line)}: check {f['id'] or '(no id)'}: {'; '.join(problems)}")
+
+
+def _register(func: Callable, module: str, file: str, line: int, f: dict) -> None:
+    id, name = f["id"], f["name"]
+    spec = CheckSpec(
+        id=id,
+        name=name,
+        category=f["category"],
+        title=f["title"],
+        needs=tuple(f["needs"]),
+        docs={section: str(f[key]).strip() for section, key in zip(DOC_SECTIONS, ("what", "why", "fix"), strict=True)},
+        func=func,
+        module=module,
+        requires=_tuple(f["requires"]),
+        scope=f["scope"],
+        defers_to=_tuple(f["defers_to"]),
+        source=f["source"],
+        file=_short(file),
+    )
+    where = f"{_where(file, line)}: check {id} ({func.__name__})"
+    old = _REGISTRY.get(id)
+    if old is not None and (old.module, old.func.__qualname__) != (spec.module, func.__qualname__):
+        raise RegistryError(f"{where}: id {id} is already registered by {old.file} ({old.func.__name__})")
+    same_name = next((s for s in _REGISTRY.values() if s.name == name and s.id != id), None)
+    if same_name is not None:
+        raise RegistryError(f"{where}: name {name!r} is already used by {same_name.id} in {same_name.file}")
+    _REGISTRY[id] = spec
+    func.spec = spec  # type: ignore[attr-defined]
 
 
 _loaded = False
