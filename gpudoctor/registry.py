@@ -56,6 +56,7 @@ ENTRY_POINT_GROUP = "gpudoctor.checks"
 BUILTIN_PACKAGE = "gpudoctor.checks"
 BUILTIN_ID = re.compile(r"^GD-[A-Z]+-\d{3}$")
 THIRD_PARTY_ID = re.compile(r"^[A-Z][A-Z0-9]*-[A-Z0-9-]+$")
+RESERVED_PREFIX = "GD-"  # built-in ids only: a plug-in's GD-HOST-4 could collide with a future built-in
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 DOC_SECTIONS = ("What it checks", "Why it matters", "How to fix")
 
@@ -137,8 +138,13 @@ def _problems(
         problems.append("missing id=")
     elif builtin and not BUILTIN_ID.match(id):
         problems.append(f"id {id!r} must look like GD-AREA-001 (GD-, capital letters, -, three digits)")
-    elif not builtin and not (BUILTIN_ID.match(id) or THIRD_PARTY_ID.match(id)):
-        problems.append(f"id {id!r} must look like GD-AREA-001 or PREFIX-NAME")
+    elif not builtin and id.upper().startswith(RESERVED_PREFIX):
+        problems.append(
+            f"id {id!r} of module {module}: the {RESERVED_PREFIX} prefix is reserved for gpudoctor's own checks; "
+            "give the plug-in's checks a prefix of its own (e.g. ACME-GPU-001)"
+        )
+    elif not builtin and not THIRD_PARTY_ID.match(id):
+        problems.append(f"id {id!r} must look like PREFIX-NAME (e.g. ACME-GPU-001)")
     if not isinstance(name, str) or not _NAME.match(name):
         problems.append(f"name {name!r} must be kebab-case (e.g. nccl-socket-ifname-matches-nothing)")
     if category not in CATEGORIES:
