@@ -1,23 +1,84 @@
-"""Running the real `gpudoctor` command in a child process, for CLI tests."""
+"""Running the real `gpudoctor` command in a child process, for CLI tests: the one way to do it.
+
+Every child gets this environment less whatever of the machine running the tests would change a verdict
+(its GPU, job, launcher and SLURM variables), and is pinned to the cluster its test means: a test
+cluster's slurm.conf (tests/slurmcluster.py), or none. Dropping SLURM_CONF is not enough: on an HPC login
+node /etc/slurm/slurm.conf (or configless DNS) then answers `scontrol` for the preflight, and the verdict
+judges the fixtures against that cluster.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
-# Variables of the machine running the tests that would change a verdict: a GPU, a job, a launcher.
-JOB_AND_GPU_PREFIXES = ("CUDA_", "SLURM_", "NCCL_", "OMP_", "RANK", "WORLD_", "LOCAL_")
+# Variables of the machine running the tests that would change a verdict: a GPU, a job, a launcher, a cluster.
+JOB_AND_GPU_PREFIXES = (
+    "CUDA_",
+    "PYTORCH_",
+    "SLURM_",
+    "SRUN_",
+    "SBATCH_",
+    "SALLOC_",
+    "NCCL_",
+    "OMP_",
+    "RANK",
+    "WORLD_",
+    "LOCAL_",
+    "GROUP_RANK",
+    "MASTER_",
+    "TORCHELASTIC_",
+    "PET_",
+)
+# No cluster: an empty slurm.conf. scontrol then fails at once ("Unable to process configuration file"), as on
+# a machine without SLURM; a missing file would make it retry for 60 s (SLURM 22.05, measured here).
+NO_CLUSTER = os.devnull
 
 
-def run_gpudoctor(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python -m gpudoctor ARGS` with this environment less its job, launcher and GPU variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_AND_GPU_PREFIXES)}
+def clean_env(
+    extra: Mapping[str, str] | None = None, *, drop: tuple[str, ...] = (), cluster: str | None = None
+) -> dict[str, str]:
+    """This environment less its job, launcher, GPU and cluster variables (and any name starting with one of
+    `drop`), with SLURM_CONF pinned to `cluster` (a test cluster's slurm.conf) or to no cluster, then `extra`."""
+    cleared = JOB_AND_GPU_PREFIXES + tuple(drop)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(cleared)}
+    env["SLURM_CONF"] = cluster or NO_CLUSTER
+    env.update(extra or {})
+    return env
+
+
+def run_gpudoctor(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+    cluster: str | None = None,
+    timeout: float = 120,
+    cwd: str | os.PathLike | None = None,
+    stdout=subprocess.PIPE,
+) -> subprocess.CompletedProcess:
+    """`python -m gpudoctor ARGS` in clean_env(env, drop=drop, cluster=cluster), no standard input."""
     return subprocess.run(
         [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=clean_env(env, drop=drop, cluster=cluster),
         timeout=timeout,
         stdin=subprocess.DEVNULL,
+        cwd=cwd,
     )
+
+
+def install_plugin(folder: Path, body: str, module: str = "acme_checks") -> dict[str, str]:
+    """A real installed check plug-in: `module` with `body`, and its distribution's dist-info whose
+    entry_points.txt names it in group gpudoctor.checks, found by importlib.metadata as pip would have
+    installed it. Returns clean_env() with folder first on PYTHONPATH."""
+    (folder / f"{module}.py").write_text(body)
+    info = folder / "acme_checks-1.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[gpudoctor.checks]\nacme = {module}\n")
+    return clean_env({"PYTHONPATH": str(folder) + os.pathsep + os.environ.get("PYTHONPATH", "")})

@@ -442,13 +442,10 @@ def test_a_live_check_probes_the_rendezvous_it_judges():
     # needs= drives which probes run: GD-DIST-003 must still get the rendezvous probe inside a job
     # (a loopback MASTER_ADDR on a 2-node torchrun job), not skip as "not probed".
     import json
-    import os
-    import subprocess
-    import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "RANK", "WORLD_SIZE"))}
-    env.update(RANK="0", WORLD_SIZE="16", LOCAL_WORLD_SIZE="8", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    cmd = [sys.executable, "-m", "gpudoctor", "check", "--select", "GD-DIST-003", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    from tests.cliutil import run_gpudoctor
+
+    env = dict(RANK="0", WORLD_SIZE="16", LOCAL_WORLD_SIZE="8", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    r = run_gpudoctor("check", "--select", "GD-DIST-003", "--json", env=env)
     (finding,) = json.loads(r.stdout)["findings"]
     assert finding["severity"] == "fail" and "loopback" in finding["message"], finding

@@ -11,14 +11,12 @@ set in its environment, since this machine has neither.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.model import Severity
+from tests.cliutil import run_gpudoctor
 from tests.factsutil import make_facts, run
 from tests.thismachine import torch_release_here
 
@@ -156,16 +154,7 @@ LIVE = [
 
 
 def _live(env: dict, ids: list[str]) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB)}
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "check", "--select", ",".join(ids), "--json", "--expect-gpus", "0"],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        cwd=ROOT,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    r = run_gpudoctor("check", "--select", ",".join(ids), "--json", "--expect-gpus", "0", env=env, drop=SCRUB, cwd=ROOT)
     assert r.returncode in (0, 1), r.stderr
     return {f["id"]: f["severity"] for f in json.loads(r.stdout)["findings"]}
 
@@ -256,14 +245,6 @@ def test_findings_name_their_evidence_and_a_fix():
 def test_both_allocator_variables_on_torch_2_13_name_the_one_it_reads():
     # torch 2.13 itself: _accelerator_getAllocatorSettings() returns the PYTORCH_CUDA_ALLOC_CONF value
     env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB)}
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "check", "--select", "GD-ALLOC-002", "--json"],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        cwd=ROOT,
-        timeout=120,
-    )
+    r = run_gpudoctor("check", "--select", "GD-ALLOC-002", "--json", env=env, drop=SCRUB, cwd=ROOT)
     (f,) = json.loads(r.stdout)["findings"]
     assert f["severity"] == WARN and "ignores PYTORCH_ALLOC_CONF" in f["message"]

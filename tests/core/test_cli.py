@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from tests.cliutil import run_gpudoctor
 from tests.thismachine import no_gpu_here
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,16 +17,7 @@ REPORT_SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
 
 
 def gpudoctor(*args, env=None, timeout=180):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_gpudoctor(*args, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.cliutil import run_gpudoctor
 
 SELECT = ["check", "--select", "allocator,devices", "--expect-gpus", "0", "--json"]
 CLEARED = ("CUDA_", "PYTORCH_", "TORCH_", "SLURM_", "NCCL_", "CUDNN_", "CUBLAS")
 
 
 def gpudoctor(*args, env=None, pythonpath=None):
-    full = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED) and k not in ("LD_PRELOAD", "PYTHONPATH")}
-    full.update(env or {})
-    if pythonpath:
-        full["PYTHONPATH"] = pythonpath
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    extra = {**(env or {}), **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    return run_gpudoctor(*args, env=extra, drop=(*CLEARED, "LD_PRELOAD", "PYTHONPATH"))
 
 
 def verdicts(result) -> dict[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import zipfile
@@ -13,6 +12,7 @@ import pytest
 from gpudoctor.model import Context, Severity, exit_code, passed
 from gpudoctor.registry import CheckSpec, RegistryError, check, load_all, select
 from gpudoctor.runner import run_check
+from tests.cliutil import install_plugin, run_gpudoctor
 from tests.factsutil import make_facts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,43 +75,26 @@ PLUGIN = """
 from gpudoctor.model import warn
 from gpudoctor.registry import check
 
-@check(id="GD-ACME-001", name="acme-scratch-missing", category="host", title="ACME scratch mounted",
+@check(id="ACME-SCRATCH-001", name="acme-scratch-missing", category="host", title="ACME scratch mounted",
        needs=["env"], what="w", why="y", fix="f")
 def scratch(facts, ctx):
     return warn("ACME_SCRATCH is not set", ACME_SCRATCH=None)
 """
 
 
-def _install_plugin(tmp_path: Path, body: str) -> dict:
-    """A real installed distribution (dist-info with entry_points.txt) on PYTHONPATH."""
-    (tmp_path / "acme_checks.py").write_text(body)
-    info = tmp_path / "acme_checks-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[gpudoctor.checks]\nacme = acme_checks\n")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def test_third_party_checks_load_through_the_entry_point_group(tmp_path):
-    env = _install_plugin(tmp_path, PLUGIN)
-    r = subprocess.run([sys.executable, "-m", "gpudoctor", "list"], env=env, capture_output=True, text=True)
-    assert "GD-ACME-001" in r.stdout
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "check", "--select", "GD-ACME-001", "--json", "--strict"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 1 and '"GD-ACME-001"' in r.stdout
+    env = install_plugin(tmp_path, PLUGIN)
+    r = run_gpudoctor("list", env=env)
+    assert "ACME-SCRATCH-001" in r.stdout
+    r = run_gpudoctor("check", "--select", "ACME-SCRATCH-001", "--json", "--strict", env=env)
+    assert r.returncode == 1 and '"ACME-SCRATCH-001"' in r.stdout
 
 
 def test_a_broken_plugin_stops_the_doctor_with_a_line_naming_it(tmp_path):
     # Issue 9: a plug-in whose checks silently went missing would let a CI run pass; exit 2 instead.
-    env = _install_plugin(tmp_path, "raise RuntimeError('plugin exploded')\n")
+    env = install_plugin(tmp_path, "raise RuntimeError('plugin exploded')\n")
     for command in (["list"], ["check", "--select", "driver", "--json"]):
-        r = subprocess.run([sys.executable, "-m", "gpudoctor", *command], env=env, capture_output=True, text=True)
+        r = run_gpudoctor(*command, env=env)
         assert r.returncode == 2 and r.stdout == ""
         assert r.stderr.count("\n") == 1 and "plug-in acme_checks" in r.stderr and "plugin exploded" in r.stderr
 

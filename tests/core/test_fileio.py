@@ -13,20 +13,14 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.fileio import FileIOError, read_input, write_output
+from tests.cliutil import run_gpudoctor
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
 
 
 def gpudoctor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        cwd=ROOT,
-    )
+    return run_gpudoctor(*args, timeout=timeout, cwd=ROOT)
 
 
 def _null_device(tmp_path: Path) -> Path:

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gpudoctor.readers import allocconf
+from tests.cliutil import run_gpudoctor
 
 
 @pytest.mark.parametrize(
@@ -47,10 +48,8 @@ def test_an_oversized_config_is_a_warning_not_a_check():
 # --- B7/B8: exit 3, error findings and tracebacks on bad input --------------------------------------------
 
 import json  # noqa: E402
-import os  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from gpudoctor.facts import ENV_NAMES, ENV_PREFIXES  # noqa: E402
@@ -63,16 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gpudoctor(*args: str, env: dict | None = None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-    )
+    return run_gpudoctor(*args, env=env, stdout=stdout, cwd=ROOT)
 
 
 def _env_names_the_checks_read() -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import os
 import subprocess
 import sys
 import textwrap
@@ -32,6 +31,7 @@ from gpudoctor.registry import (
     select,
 )
 from gpudoctor.runner import UNMET, run_check, run_checks
+from tests.cliutil import install_plugin, run_gpudoctor
 from tests.factsutil import make_facts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -235,24 +235,13 @@ def test_a_third_party_module_keeps_the_looser_id_rule(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("plugin_id", ["GD-HOST-4", "GD-HOST-901", "gd-acme-1"])
 def test_an_installed_plug_in_may_not_use_the_reserved_gd_prefix(tmp_path, plugin_id):
-    """A real plug-in: a module and its distribution's entry point (group gpudoctor.checks) on the path, found
-    by importlib.metadata as pip would have installed it."""
     stem = f"acme_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{stem}.py").write_text(_module(id=plugin_id, name="acme-scratch"))
-    dist = tmp_path / "acme_checks-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[gpudoctor.checks]\nacme = {stem}\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "list"], capture_output=True, text=True, timeout=120, env=env
-    )
+    env = install_plugin(tmp_path, _module(id=plugin_id, name="acme-scratch"), module=stem)
+    r = run_gpudoctor("list", env=env)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
     assert f"module {stem}" in r.stderr and "GD- prefix is reserved" in r.stderr and plugin_id in r.stderr
-    (tmp_path / f"{stem}.py").write_text(_module(id="ACME-HOST-4", name="acme-scratch"))
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "list"], capture_output=True, text=True, timeout=120, env=env
-    )
+    install_plugin(tmp_path, _module(id="ACME-HOST-4", name="acme-scratch"), module=stem)
+    r = run_gpudoctor("list", env=env)
     assert r.returncode == 0 and "ACME-HOST-4" in r.stdout, r.stderr  # the same plug-in, its own prefix
 
 

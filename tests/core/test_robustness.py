@@ -18,8 +18,6 @@ import json
 import os
 import re
 import string
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from gpudoctor.readers.trainconfig import ConfigError, load_config
 from gpudoctor.registry import load_all
 from gpudoctor.report import json_report, junit
 from gpudoctor.runner import run_checks
+from tests.cliutil import run_gpudoctor
 from tests.factsutil import FIXTURES, load_fixture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -887,15 +886,7 @@ def test_an_anchor_used_twice_is_still_a_config(tmp_path):
 
 
 def gpudoctor(*args, timeout=120):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_gpudoctor(*args, timeout=timeout)
 
 
 def _write(tmp_path, name: str, content) -> str:

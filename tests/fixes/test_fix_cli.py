@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.cli import main
+from tests.cliutil import clean_env
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SNAPSHOT = str(FIXTURES / "facts" / "recorded-cpu-debian12-torch2.13-nogpu.json")
@@ -239,8 +240,9 @@ def test_backup_never_overwrites_an_earlier_one(tmp_path):
 
 def test_shell_lines_fix_the_environment_they_judge(tmp_path):
     """eval "$(gpudoctor fix --shell)" in a real bash, then check the same environment again."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "PYTORCH_", "CUDA_"))}
-    env.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:true", NCCL_DEBUG="INFO", CUDA_LAUNCH_BLOCKING="1")
+    env = clean_env(
+        dict(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:true", NCCL_DEBUG="INFO", CUDA_LAUNCH_BLOCKING="1")
+    )
     gd = f"{sys.executable} -m gpudoctor"
     script = (
         f'eval "$({gd} fix --select allocator,nccl --shell)" && echo "NCCL_DEBUG=$NCCL_DEBUG" '
@@ -264,8 +266,7 @@ def test_shell_lines_fix_the_environment_they_judge(tmp_path):
 
 
 def test_env_file_is_written_and_sourceable(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    env["NCCL_DEBUG"] = "INFO"
+    env = clean_env({"NCCL_DEBUG": "INFO"})
     target = tmp_path / "gpudoctor.env"
     r = subprocess.run(
         [sys.executable, "-m", "gpudoctor", "fix", "--select", "nccl", "--env-file", str(target)],

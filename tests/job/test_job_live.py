@@ -6,7 +6,6 @@ starts and a refused store connection must be named within the timeout.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -17,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.cliutil import clean_env
 
 pytest.importorskip("torch.distributed")
 
@@ -31,14 +32,7 @@ def _free_port() -> int:
 
 
 def _env(extra: dict | None = None) -> dict:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SLURM_", "NCCL_", "TORCHELASTIC_", "MASTER_", "PET_"))
-        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "OMP_NUM_THREADS")
-    }
-    env.update(extra or {})
-    return env
+    return clean_env(extra)
 
 
 def _package_dir(tmp_path: Path, name: str, version: str) -> Path:

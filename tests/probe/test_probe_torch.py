@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.probe.torch_probe import TorchProbe
+from tests.cliutil import run_gpudoctor
 from tests.thismachine import torch_sees_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,23 +38,9 @@ def probe(monkeypatch, fake: Path | None, python: str | None = None, timeout: fl
 
 
 def gpudoctor(*args, pythonpath: Path | None = None, timeout: float = 120):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "PYTHONPATH" and not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))
-    }
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
     started = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        cwd=ROOT,
-    )
+    extra = {"PYTHONPATH": str(pythonpath)} if pythonpath is not None else None
+    r = run_gpudoctor(*args, env=extra, drop=("PYTHONPATH",), timeout=timeout, cwd=ROOT)
     return r, time.monotonic() - started
 
 

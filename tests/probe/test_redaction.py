@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,21 +12,13 @@ import pytest
 from gpudoctor.facts import collectable_env, is_credential_name, redact_value
 from gpudoctor.probe import rendezvous
 from gpudoctor.readers.dlconfig import find_settings
+from tests.cliutil import run_gpudoctor
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "HF_", "NCCL_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        env={**base, **(env or {})},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_gpudoctor(*args, env=env, drop=("HF_",), cwd=ROOT)
 
 
 @pytest.mark.parametrize(

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from gpudoctor.facts import collectable_env
+from tests.cliutil import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_snapshot_keeps_settings_and_drops_credentials(tmp_path):
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("HF_", "NCCL_", "CUDA_"))},
+        **clean_env(drop=("HF_",)),
         "NCCL_IB_PKEY": "0x8001",  # an InfiniBand partition key: a setting
         "CUDA_MPS_PIPE_DIRECTORY": "/tmp/mps",
         "HF_TOKEN": "hf_secret_1",

@@ -1,14 +1,12 @@
 """Reading batch scripts the way sbatch does, and `gpudoctor check --sbatch` on real script files."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.readers.sbatch import SbatchError, load_sbatch, parse_sbatch
+from tests.cliutil import run_gpudoctor
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "sbatch"
 
@@ -174,10 +172,7 @@ def test_seed_scripts_parse():
 
 
 def gpudoctor(*args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "CUDA_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env, timeout=120
-    )
+    return run_gpudoctor(*args)
 
 
 def slurm_findings(result) -> dict:

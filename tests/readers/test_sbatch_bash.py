@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from gpudoctor.model import Severity
 from gpudoctor.readers.sbatch import REDACTED, SbatchError, load_sbatch, parse_sbatch
 from gpudoctor.readers.sbatch import reader as sbatch_reader
 from gpudoctor.readers.sbatch.shell import commands, tokenize, unquote
+from tests.cliutil import run_gpudoctor
 from tests.factsutil import make_facts, run
 
 # The guide's "correct approach" exactly as /work/shared/seeds/slurm-ddp-hang-fix.md prints it (plus #!/bin/bash).
@@ -36,15 +36,7 @@ def findings(check_id: str, sb):
 
 
 def gpudoctor(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_gpudoctor(*args, timeout=timeout)
 
 
 # ---------------------------------------------------------------- backslash, blanks, comment (the seed's trap)

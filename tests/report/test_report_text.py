@@ -23,6 +23,7 @@ from gpudoctor.job.target import Target, decide, split
 from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
 from gpudoctor.readers.sbatch import parse_sbatch
 from gpudoctor.report import text
+from tests.cliutil import clean_env, run_gpudoctor
 from tests.factsutil import FIXTURES, RECORDED_CPU, make_facts, run
 
 SCRIPTS = FIXTURES / "sbatch"
@@ -34,20 +35,7 @@ ESC = "\x1b"
 
 
 def gpudoctor(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    full = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("CUDA_", "PYTORCH_", "SLURM_", "NCCL_", "RANK", "WORLD_SIZE", "LOCAL_", "NO_COLOR"))
-    }
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_gpudoctor(*args, env=env, drop=("NO_COLOR",), timeout=timeout)
 
 
 def by_id(report: dict) -> dict:
@@ -348,16 +336,13 @@ def test_sigterm_exits_143(tmp_path):
     import signal
     import time
 
-    from tests.cliutil import JOB_AND_GPU_PREFIXES
-
     pid_file = tmp_path / "torch.pid"
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(
         f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_AND_GPU_PREFIXES)}
-    env["PYTHONPATH"] = str(fake.parent)
+    env = clean_env({"PYTHONPATH": str(fake.parent)})
     p = subprocess.Popen(
         [sys.executable, "-m", "gpudoctor", "check", "--torch-timeout", "120"],
         stdout=subprocess.PIPE,

@@ -15,14 +15,13 @@ from gpudoctor.sample_train.launch import RANK_MEMORY_BYTES, RANKS_PER_CPU
 
 pytest.importorskip("torch")
 from gpudoctor.sample_train.data import LazyDistributedSampler  # noqa: E402  (imports torch)
+from tests.cliutil import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _smoke_env(tmpdir: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "GPUDOCTOR_SMOKE"))}
-    env["TMPDIR"] = str(tmpdir)
-    return env
+    return clean_env({"TMPDIR": str(tmpdir)}, drop=("TORCHINDUCTOR_", "GPUDOCTOR_SMOKE"))
 
 
 def _smoke(*args: str, tmpdir: Path, timeout: float = 120) -> subprocess.CompletedProcess:

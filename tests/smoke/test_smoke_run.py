@@ -19,6 +19,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.cliutil import clean_env
 from tests.thismachine import no_gpu_here
 
 pytestmark = pytest.mark.ddp
@@ -52,10 +53,8 @@ def run(
     cmd: list[str], env: dict | None = None, timeout: float = 120, cwd=None
 ) -> tuple[subprocess.CompletedProcess, float, str]:
     marker = uuid.uuid4().hex
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUDOCTOR_SMOKE_FAULT"):
-        full_env.pop(name, None)
-    full_env.update(env or {}, **{MARK: marker})
+    full_env = clean_env(env, drop=("GPUDOCTOR_SMOKE_FAULT",))
+    full_env[MARK] = marker
     start = time.monotonic()
     r = subprocess.run(
         cmd, env=full_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd
