@@ -1,7 +1,9 @@
 """`gpudoctor fix`: plan the fixes, show them (diff, environment, manual steps), and with --apply write them.
 
-Exit codes: 0 planned or applied; 1 with --diff when changes are pending; 2 bad input or a file that
-must not be written (one line, every file left byte-identical); 3 internal error.
+Exit codes (as `ruff check --fix`): with --apply, 0 only when no fail is left in the verdict after the fixes
+were written, 1 when one is (the text's "Remaining:" names it); without --apply, 0 once the plan is shown, 1
+with --diff when changes are pending; 1 when --validate's smoke run fails; 2 bad input or a file that must
+not be written (one line, every file left byte-identical); 3 internal error.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import difflib
 import json
 import sys
 
-from gpudoctor.model import ExitCode, Safety
+from gpudoctor.model import ExitCode, Safety, Severity
 
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
@@ -99,6 +101,8 @@ def run(args) -> int:
         return ExitCode.FAIL
     if args.diff and plan.pending and not args.apply:
         return ExitCode.FAIL
+    if args.apply and any(f.severity is Severity.FAIL for f in plan.after):
+        return ExitCode.FAIL  # as `ruff check --fix`: 0 only when nothing the verdict counts is left
     return ExitCode.OK
 
 

@@ -322,14 +322,19 @@ def _clip(message: str, limit: int = 160) -> str:
     return message[:limit].rsplit(" ", 1)[0].rstrip(",;:(") + " ..."
 
 
+def new_problems(before: list[Finding], after: list[Finding], target_id: str) -> list[str]:
+    """Checks other than the target that are worse after (a new warn/fail, or more of them)."""
+    old, new = _bad_counts(before), _bad_counts(after)
+    return sorted(i for i, n in new.items() if n > old.get(i, 0) and i != target_id)
+
+
 def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple[bool, str]:
     """Kept when the target finding gets better and no check gets a new warn/fail."""
     was, now = _worst(before, target.id), _worst(after, target.id)
     if now >= was:
         sev = next((f.severity.value for f in after if f.id == target.id and f.severity.rank == now), "pass")
         return False, f"{target.id} is still {sev} after it"
-    old, new = _bad_counts(before), _bad_counts(after)
-    worse = sorted(i for i, n in new.items() if n > old.get(i, 0) and i != target.id)
+    worse = new_problems(before, after, target.id)
     if worse:
         detail = "; ".join(
             f"{f.id} {f.severity.value}: {_clip(f.message)}" for f in after if f.id in worse and f.severity in _BAD
@@ -348,6 +353,57 @@ def _burden(findings: list[Finding]) -> int:
 
 def _sev_name(findings: list[Finding], check_id: str, rank: int) -> str:
     return next((f.severity.value for f in findings if f.id == check_id and f.severity.rank == rank), "pass")
+
+
+MAX_CONSEQUENCES = 4  # fixes of caused findings tried on top of one fix (the closure is small in practice)
+
+
+def _with_consequences(
+    target: Finding,
+    before: list[Finding],
+    trial: Workspace,
+    after: list[Finding],
+    edits: list[Edit],
+    slots: dict[tuple, tuple[object, str, str]],
+    allowed: frozenset[Safety],
+    act: Callable[[Fix, Workspace], tuple[list[Edit], Workspace, list[Finding]] | None],
+) -> tuple[Workspace, list[Finding], list[Decision]]:
+    """target's fix (already in trial) plus, one at a time, the fixes of the findings it caused, each kept only
+    when its own finding gets better and it clashes with no kept or grouped edit. Returns the group's
+    workspace, findings and the followers' decisions; the caller judges the group as one fix."""
+    followers: list[Decision] = []
+    taken = {e.slot: (e.value, e.op) for e in edits}
+    for _ in range(MAX_CONSEQUENCES):
+        caused = new_problems(before, after, target.id)
+        if not caused:
+            break
+        step = None
+        for g in after:
+            if g.id not in caused or g.fix is None or g.severity not in _BAD or g.fix.safety not in allowed:
+                continue
+            tried = act(g.fix, trial)
+            if tried is None:
+                continue
+            more, result, findings = tried
+            clash = any(
+                (e.slot in taken and taken[e.slot] != (e.value, e.op))
+                or (e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.op))
+                for e in more
+            )
+            if clash or _worst(findings, g.id) >= _worst(after, g.id):
+                continue
+            step = (g, g.fix, more, result, findings)
+            break
+        if step is None:
+            break
+        g, g_fix, more, trial, after_g = step
+        reason = (
+            f"{g.id} {_sev_name(after, g.id, _worst(after, g.id))} -> {_sev_name(after_g, g.id, _worst(after_g, g.id))}"
+        )
+        followers.append(Decision(g, g_fix, True, f"{reason}, needed by the fix for {target.id}", tuple(more)))
+        taken.update({e.slot: (e.value, e.op) for e in more})
+        after = after_g
+    return trial, after, followers
 
 
 # ---------------------------------------------------------------- the loop
@@ -378,6 +434,27 @@ def make_plan(
     unsafe: list[tuple[Finding, Fix]] = []
     slots: dict[tuple, tuple[object, str, str]] = {}  # slot -> (value, op, finding id) of kept edits
     tried: set[tuple] = set()
+
+    def act(fix: Fix, trial: Workspace) -> tuple[list[Edit], Workspace, list[Finding]] | None:
+        """A fix's edits applied to trial and the checks run on the result; None when it cannot apply."""
+        if fix.safety not in allowed or fix.safety is Safety.MANUAL:
+            return None
+        try:
+            edits = [
+                e
+                for a in fix.actions
+                if ActionKind(a.kind) is not ActionKind.COMMAND
+                for e in resolve(a, ctx, facts, trial)
+            ]
+            if not edits:
+                return None
+            result = apply_edits(trial, edits)
+            if result.texts == trial.texts and result.env == trial.env:
+                return None
+            return edits, result, run(facts_for(facts, result), context_for(ctx, result))
+        except Exception:  # EditError, ValueError, or a bug in one editor: this follower does not apply
+            return None
+
     for _ in range(MAX_ROUNDS):
         kept_one = False
         good: list[tuple] = []  # verified fixes of this round: (burden after, edits, key, finding, edits, ws, findings)
@@ -441,14 +518,26 @@ def make_plan(
                 decide(False, f"not applied (gpudoctor error: {type(err).__name__}: {err})", edits)
                 continue
             ok, why = judge(f, current, after)
+            followers: list[Decision] = []
+            if not ok and _worst(after, f.id) < _worst(current, f.id):
+                # The fix helps its own finding but causes others: try it together with their own fixes (the
+                # closure), verified as one group, so a fix is never refused for a consequence that has a fix.
+                trial, after, followers = _with_consequences(f, current, trial, after, edits, slots, allowed, act)
+                ok, why = judge(f, current, after)
+                if ok and followers:
+                    why += " (with " + ", ".join(f"{d.finding.id}'s fix" for d in followers) + ")"
             decide(ok, why, edits)
             if ok:
-                good.append((_burden(after), len(edits), key, f, edits, trial, after))
+                group = edits + [e for d in followers for e in d.edits]
+                good.append((_burden(after), len(group), key, f, group, trial, after, followers))
         if good:
             # Keep the verified fix that leaves the least wrong (a typo fixed beats shrinking the job around it);
             # the others are tried again on the result.
-            _, _, best_key, f, edits, trial, after = min(good, key=lambda g: g[:2])
+            _, _, best_key, f, edits, trial, after, followers = min(good, key=lambda g: g[:2])
             ws, current, kept_one = trial, after, True
+            for d in followers:
+                decided[_fix_key(d.finding)] = d
+                tried.add(_fix_key(d.finding))
             for e in edits:
                 slots[e.slot] = (e.value, e.op, f.id)
             # A fix refused before, or verified but not chosen, may work or be needed now: try those again.

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cliutil import clean_env
+
 pytestmark = pytest.mark.slurm
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "sbatch"
@@ -193,7 +195,9 @@ def test_sbatch_verdict_matches_the_running_job(slurm_cluster, tmp_path, name, b
     """`gpudoctor check --sbatch` before submission and `srun gpudoctor check` inside the submitted job agree."""
     source = SCRIPTS / name
     static = json.loads(
-        slurm_cluster_run(GD + ["check", "--json", "--select", "slurm", "--launcher", "srun", "--sbatch", str(source)])
+        slurm_cluster_run(
+            slurm_cluster, GD + ["check", "--json", "--select", "slurm", "--launcher", "srun", "--sbatch", str(source)]
+        )
     )
     static_fails = {f["id"] for f in static["findings"] if f["severity"] == "fail"}
     assert static_fails == ({bad_check} if bad_check else set())
@@ -225,19 +229,22 @@ def test_sbatch_verdict_matches_the_running_job(slurm_cluster, tmp_path, name, b
         ]
 
 
-def slurm_cluster_run(cmd: list[str]) -> str:
-    import os
+def slurm_cluster_run(cluster, cmd: list[str]) -> str:
+    """cmd before submission to the test cluster (its preflight asks that cluster, no other): its stdout."""
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "CUDA_"))}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=clean_env(cluster=str(cluster.conf)), timeout=120
+    ).stdout
 
 
 def test_srun_ntasks_per_node_is_ignored_against_the_jobs_ntasks(slurm_cluster, tmp_path):
     """What GD-SLURM-009 assumes of `srun --ntasks-per-node=1 torchrun` in an 8-task job, checked on the real srun:
     it inherits SLURM_NTASKS=8, warns "can't honor --ntasks-per-node" and starts 8 tasks; `-n 1` gives one."""
     source = SCRIPTS / "realworld" / "srun-ntasks-per-node-1-ignored-in-8-task-job.slurm"
-    static = json.loads(slurm_cluster_run(GD + ["check", "--json", "--select", "slurm", "--sbatch", str(source)]))
+    static = json.loads(
+        slurm_cluster_run(slurm_cluster, GD + ["check", "--json", "--select", "slurm", "--sbatch", str(source)])
+    )
     assert by_id(static)["GD-SLURM-009"]["severity"] == "fail"
 
     header = [ln for ln in source.read_text().splitlines() if ln.startswith("#SBATCH") and "cpus-per-task" not in ln]

@@ -62,7 +62,8 @@ def test_dry_run_writes_nothing_and_shows_a_diff(seed_fixed, capsys):
 
 def test_apply_safe_only_keeps_resources(seed_fixed, capsys):
     rc, rep = report(capsys, "--sbatch", str(seed_fixed), "--apply")
-    assert rc == 0
+    # written, but GD-SLURM-005's fail stays (its fix is unsafe): exit 1, as `ruff check --fix` with a rest
+    assert rc == 1 and any(r["id"] == "GD-SLURM-005" and r["severity"] == "fail" for r in rep["remaining"])
     text = seed_fixed.read_text()
     # The safe fix drops the CUDA_VISIBLE_DEVICES export (it named exactly the 8 GPUs requested) ...
     assert "\nexport CUDA_VISIBLE_DEVICES" not in text and "# Make all GPUs visible" in text
@@ -138,7 +139,7 @@ def test_seed_broken_gets_one_gpu_per_task(seed_broken, capsys):
 
 def test_diff_exit_code_is_a_ci_gate(seed_fixed, capsys):
     assert fix("--sbatch", str(seed_fixed), "--diff") == 1
-    assert fix("--sbatch", str(seed_fixed), "--apply") == 0
+    assert fix("--sbatch", str(seed_fixed), "--apply") == 1  # written; GD-SLURM-005's fail remains (unsafe fix)
     capsys.readouterr()
     assert fix("--sbatch", str(seed_fixed), "--diff") == 0
 
@@ -183,7 +184,7 @@ def test_symlink_in_its_own_directory_edits_the_target(tmp_path, capsys):
     shutil.copyfile(SEED_FIXED, real)
     link = tmp_path / "job.slurm"
     link.symlink_to("real.slurm")
-    assert fix("--sbatch", str(link), "--apply") == 0
+    assert fix("--sbatch", str(link), "--apply") == 1  # written; the unsafe-only GD-SLURM-005 fail remains
     assert link.is_symlink() and os.readlink(link) == "real.slurm"
     assert "\nexport CUDA_VISIBLE_DEVICES" not in real.read_text()
     assert (tmp_path / "real.slurm.gpudoctor.bak").read_bytes() == SEED_FIXED.read_bytes()
@@ -287,7 +288,7 @@ def test_env_file_is_written_and_sourceable(tmp_path):
 def test_owner_and_mode_are_kept(seed_fixed, capsys):
     os.chown(seed_fixed, 65534, 65534)
     os.chmod(seed_fixed, 0o604)
-    assert fix("--sbatch", str(seed_fixed), "--apply") == 0
+    assert fix("--sbatch", str(seed_fixed), "--apply") == 1  # written; GD-SLURM-005's fail remains
     st = os.stat(seed_fixed)
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65534, 65534, 0o604)
     backup = os.stat(seed_fixed.with_name("job.slurm.gpudoctor.bak"))
@@ -325,8 +326,7 @@ def test_validate_before_submission_runs_nothing_and_says_where_to_run(seed_fixe
 def test_validate_runs_a_real_smoke_with_the_fixed_environment(tmp_path):
     # This machine is the target (no script): the smoke run (gloo on CPU processes) carries the
     # planned environment changes; a bad allocator setting in the environment is fixed first.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "SLURM_"))}
-    env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    env = clean_env({"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
     cmd = [sys.executable, "-m", "gpudoctor", "fix", "--expect-gpus", "0", "--validate", "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, stdin=subprocess.DEVNULL)
     out = json.loads(r.stdout)

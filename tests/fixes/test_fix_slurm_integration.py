@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cliutil import run_gpudoctor
+
 pytestmark = pytest.mark.slurm
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "sbatch"
@@ -42,12 +44,9 @@ with open(f"rank-{env.get('SLURM_PROCID', 'x')}.json", "w") as fh:
 """
 
 
-def _clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "CUDA_", "SBATCH_"))}
-
-
-def _gd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*GD, *args], capture_output=True, text=True, env=_clean_env(), timeout=300, cwd=cwd)
+def _gd(*args: str, cluster, cwd: Path) -> subprocess.CompletedProcess:
+    """gpudoctor before submission to the test cluster: its preflight asks that cluster, no other."""
+    return run_gpudoctor(*args, cluster=str(cluster.conf), timeout=300, cwd=cwd)
 
 
 @pytest.mark.parametrize(
@@ -66,13 +65,34 @@ def test_fixed_seed_script_starts_one_rank_per_gpu(slurm_cluster, tmp_path, seed
     (tmp_path / "run_training_dense.py").write_text(STAND_IN)
     (tmp_path / "logs").mkdir()  # the broken seed writes --output=logs/train_%j.out
 
-    r = _gd("fix", "--sbatch", str(job), "--launcher", "lightning", "--apply", "--unsafe-fixes", cwd=tmp_path)
+    r = _gd(
+        "fix",
+        "--sbatch",
+        str(job),
+        "--launcher",
+        "lightning",
+        "--apply",
+        "--unsafe-fixes",
+        cluster=slurm_cluster,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     fixed = job.read_text()
     assert (tmp_path / "job.slurm.gpudoctor.bak").read_bytes() == (SCRIPTS / seed).read_bytes()
     assert "run_training_dense.py \\\n    agent=hydra_mdp_v8192_w_ep" in fixed  # the user's launch command is kept
 
-    check = _gd("check", "--sbatch", str(job), "--launcher", "lightning", "--select", "slurm", "--json", cwd=tmp_path)
+    check = _gd(
+        "check",
+        "--sbatch",
+        str(job),
+        "--launcher",
+        "lightning",
+        "--select",
+        "slurm",
+        "--json",
+        cluster=slurm_cluster,
+        cwd=tmp_path,
+    )
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr
     fails = [f["id"] for f in json.loads(check.stdout)["findings"] if f["severity"] == "fail"]
     assert fails == []
@@ -98,7 +118,16 @@ def test_fixed_seed_script_starts_one_rank_per_gpu(slurm_cluster, tmp_path, seed
         ]
 
     again = _gd(
-        "fix", "--sbatch", str(job), "--launcher", "lightning", "--apply", "--unsafe-fixes", "--json", cwd=tmp_path
+        "fix",
+        "--sbatch",
+        str(job),
+        "--launcher",
+        "lightning",
+        "--apply",
+        "--unsafe-fixes",
+        "--json",
+        cluster=slurm_cluster,
+        cwd=tmp_path,
     )
     assert again.returncode == 0 and json.loads(again.stdout)["files"] == []  # a second --apply changes nothing
     assert job.read_text() == fixed

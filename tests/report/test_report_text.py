@@ -219,8 +219,7 @@ def test_no_color_on_a_pipe_and_with_no_color(tmp_path):
     assert ESC not in piped.stdout and ESC not in piped.stderr
     for env, colored in (({}, True), ({"NO_COLOR": "1"}, False)):
         leader, follower = pty.openpty()
-        full = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-        full.update(env, TERM="xterm")
+        full = clean_env({**env, "TERM": "xterm"}, drop=("NO_COLOR",))
         p = subprocess.run(
             [sys.executable, "-m", "gpudoctor", "check", "--snapshot", CPU_SNAPSHOT, "--select", "driver"],
             stdout=follower,

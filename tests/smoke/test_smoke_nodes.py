@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
+from tests.cliutil import clean_env
 
 pytest.importorskip("torch.distributed")
 
@@ -23,7 +24,7 @@ def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "MASTER_"))}
+    env = clean_env()
     agents = [
         subprocess.Popen(
             [

@@ -8,7 +8,6 @@ environment so the test can prove that no process of it outlives it.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -340,8 +339,7 @@ def test_a_rank_whose_rank0_never_starts_gives_up_within_the_timeout():
 
 def test_sigterm_to_the_spawner_stops_every_rank_at_once():
     marker = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    env[MARK] = marker
+    env = clean_env({MARK: marker})
     cmd = [
         sys.executable,
         "-m",
