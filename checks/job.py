@@ -109,7 +109,10 @@ def _missing_where_text(job: dict) -> str:
     needs=["job"],
     title="Every rank of the job reported",
     what="That every rank the launcher promised (WORLD_SIZE, srun's SLURM_STEP_NUM_TASKS) reported its view "
-    "to rank 0 within --timeout, and names the ranks that did not, and the ranks that reported an error. "
+    "to rank 0 within --timeout, and names the ranks that did not, the ranks that reported an error, and the "
+    "ranks whose entry this gpudoctor cannot read (gpudoctor/job/exchange.py: a versioned format, each entry's "
+    "size, encoding and field types checked; the usual cause is another gpudoctor version on a node, or another "
+    "program on the store's port), which count as not reported. "
     "The node of a missing rank comes from the launcher's own layout, so a node none of whose ranks "
     "started is named too: srun's SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE and SLURM_DISTRIBUTION "
     "(srun(1) -m/--distribution: block, the default, or cyclic), or torchrun's contiguous ranks per "

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpudoctor.facts import Facts
 from gpudoctor.job.layout import env_int
+from gpudoctor.sanitize import clean, clean_tree
 
 # Environment settings every rank of a job must share (issue 12; NCCL reads its NCCL_* settings per
 # process, so one node's other NCCL_SOCKET_IFNAME or NCCL_IB_HCA splits the job's transports).
@@ -261,7 +262,7 @@ def members_from_snapshots(paths: list[str], facts_list: list[Facts], findings_l
         m = Member(
             rank=i,
             node="",
-            hostname=facts.host.get("hostname"),
+            hostname=clean_tree(facts.host.get("hostname")),  # recorded on another machine: shown cleaned
             node_index=node_index(env),
             local_rank=env_int(env, "LOCAL_RANK"),
             source=path,
@@ -269,7 +270,7 @@ def members_from_snapshots(paths: list[str], facts_list: list[Facts], findings_l
             master=_master_from_rendezvous(env, rdzv),
         )
         m.digests = {a: digest(c) for a, c in parts.items()}
-        m.contents = parts
+        m.contents = clean_tree(parts)
         members.append(m)
     label_nodes(members)
     return members
@@ -361,24 +362,28 @@ def render_text(findings, job: dict, header: str, verbose: bool = False, file=No
     file = file or sys.stdout
     members = job.get("members", [])
     nodes = sorted({m["node"] for m in members})
-    print(header + f" · {len(members)} rank(s) on {len(nodes)} node(s)", file=file)
+
+    def say(text: str) -> None:  # every line through the one sanitiser: node names come from other machines
+        print(clean(text), file=file)
+
+    say(header + f" · {len(members)} rank(s) on {len(nodes)} node(s)")
     order = {"fail": 0, "error": 1, "warn": 2, "info": 3, "pass": 4, "skip": 5}
     for f in sorted(findings, key=lambda f: (order[f.severity.value], f.id)):
         sev = f.severity.value
         if sev in ("pass", "skip") and not verbose:
             continue
-        print(f"[{_MARK[sev]}] {sev} {f.id} {f.title}", file=file)
+        say(f"[{_MARK[sev]}] {sev} {f.id} {f.title}")
         for line in f.message.splitlines():
-            print(f"      {line}", file=file)
+            say(f"      {line}")
         if f.fix:
-            print(f"      fix ({f.fix.safety.value}): {f.fix.title}", file=file)
+            say(f"      fix ({f.fix.safety.value}): {f.fix.title}")
     counts: dict = defaultdict(int)
     for f in findings:
         counts[f.severity.value] += 1
-    clean = [n for n in nodes if not _node_has_problem(n, findings)]
+    passing = [n for n in nodes if not _node_has_problem(n, findings)]
     verdict = "problems found" if counts["fail"] else ("warnings" if counts["warn"] else "no problems found")
     summary = ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "error", "info", "pass", "skip") if counts[s])
-    print(f"\n{verdict}: {summary or 'no checks ran'}; pass on {len(clean)} of {len(nodes)} node(s)", file=file)
+    say(f"\n{verdict}: {summary or 'no checks ran'}; pass on {len(passing)} of {len(nodes)} node(s)")
 
 
 def _node_has_problem(node: str, findings) -> bool:

@@ -16,7 +16,6 @@ Every wait is bounded: rank 0 waits --timeout for the ranks, then names the miss
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -25,7 +24,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from gpudoctor.job import rankmap
+from gpudoctor import __version__
+from gpudoctor.job import exchange, rankmap
 from gpudoctor.job.compare import Member, aspects, digest, emit, job_specs, label_nodes, node_index, view
 
 DEFAULT_TIMEOUT = 60.0
@@ -163,8 +163,7 @@ class Gatherer:
             return 1
         if self.leader:  # after connecting: where rank 0 hosts the store, MASTER_PORT is up only now
             me.master = self._master()
-        wire = json.dumps(me.to_wire(), separators=(",", ":"))
-        self.store.set(self.key(f"m/{self.world.rank}"), wire)
+        self.store.set(self.key(f"m/{self.world.rank}"), exchange.encode(me.to_wire()))
         self.store.add(self.key("arrived"), 1)
         if self.world.rank == 0:
             return self.judge(me)
@@ -188,22 +187,27 @@ class Gatherer:
         if not self._wait(self.key("request"), until):
             _say(f"{self.who()}: rank 0 did not answer within {until - self.started:.0f} s; no job verdict")
             return 1
-        request = json.loads(self.store.get(self.key("request")))
+        try:
+            request = exchange.request(self.store.get(self.key("request")))
+        except exchange.EntryError as e:
+            _say(f"{self.who()}: rank 0's request is unreadable ({e}): {self._foreign()}; no job verdict")
+            return 1
         wanted = request.get(str(self.world.rank))
         if wanted:
-            self.store.set(
-                self.key(f"c/{self.world.rank}"),
-                json.dumps({a: me.contents.get(a) for a in wanted}, separators=(",", ":")),
-            )
+            self.store.set(self.key(f"c/{self.world.rank}"), exchange.encode({a: me.contents.get(a) for a in wanted}))
         if not self._wait(self.key("verdict"), time.monotonic() + FETCH_S + MARGIN_S):
             _say(f"{self.who()}: rank 0 gave no verdict; no job verdict")
             return 1
-        verdict = json.loads(self.store.get(self.key("verdict")))
+        try:
+            code = exchange.verdict(self.store.get(self.key("verdict")))
+        except exchange.EntryError as e:
+            _say(f"{self.who()}: rank 0's verdict is unreadable ({e}): {self._foreign()}; no job verdict")
+            code = 1
         try:
             self.store.add(self.key("done"), 1)
         except Exception:
             pass
-        return int(verdict.get("exit", 1))
+        return code
 
     # --- rank 0 -----------------------------------------------------------------------------------------------
 
@@ -219,13 +223,24 @@ class Gatherer:
         arrived_count = self.store.add(self.key("arrived"), 0)
         keys = [self.key(f"m/{r}") for r in range(n)]
         present = list(range(n)) if arrived_count >= n else [r for r in range(n) if self.store.check([keys[r]])]
+        present = [r for r in present if r != 0]
         raw = self.store.multi_get([keys[r] for r in present]) if present else []
-        members = [_member(json.loads(bytes(b).decode())) for b in raw]
-        members = [m for m in members if m.rank != 0] + [me]
-        missing = sorted(set(range(n)) - {m.rank for m in members})
-        self._fetch(members, me)
+        members, errors = [me], []
+        for r, entry in zip(present, raw, strict=True):
+            try:
+                members.append(exchange.member(entry, r))
+            except exchange.EntryError as e:  # the rank reported, but not in a form this gpudoctor reads
+                errors.append(
+                    {
+                        "rank": r,
+                        "node": exchange.host_of(entry) or "a host not known",
+                        "error": self._unreadable(e, entry),
+                    }
+                )
+        missing = sorted(set(range(n)) - {m.rank for m in members} - {e["rank"] for e in errors})
+        errors += self._fetch(members, me)
         label_nodes(members)
-        job = view(members, source="live", world_size=n, missing=missing)
+        job = view(members, source="live", world_size=n, missing=missing, errors=errors)
         job["timeout_s"] = self.timeout
         job["missing_nodes"] = []
         if missing:  # which node each missing rank is on, from the launcher's layout (rankmap.py)
@@ -251,7 +266,7 @@ class Gatherer:
 
             write_output(self.args.junit, junit.render(findings, strict=self.args.strict), what="--junit")
         sys.stdout.flush()
-        self.store.set(self.key("verdict"), json.dumps({"exit": code}))
+        self.store.set(self.key("verdict"), exchange.encode({"exit": code}))
         # keep the store up until the others have read the verdict (bounded: a dead rank never reads it)
         others = len(members) - 1
         until = time.monotonic() + MARGIN_S
@@ -259,8 +274,21 @@ class Gatherer:
             time.sleep(POLL_S)
         return code
 
-    def _fetch(self, members: list[Member], me: Member) -> None:
-        """Ask one rank of each digest rank 0 does not hold for that aspect's content; wait bounded."""
+    def _foreign(self) -> str:
+        store = f"{self.world.master_addr}:{self.world.master_port}"
+        return f"another gpudoctor version or another program on the job's store {store}"
+
+    def _unreadable(self, e: Exception, entry) -> str:
+        writer = exchange.writer_of(entry)
+        return (
+            f"sent an entry this gpudoctor {__version__} cannot read ({e}): "
+            + (f"gpudoctor {writer} wrote it, or " if writer and writer != __version__ else "")
+            + self._foreign()
+        )
+
+    def _fetch(self, members: list[Member], me: Member) -> list[dict]:
+        """Ask one rank of each digest rank 0 does not hold for that aspect's content; wait bounded. Returns
+        an error entry for each rank whose answer cannot be read (its digests stay; its contents are unknown)."""
         known = {(a, d) for a, d in me.digests.items()}
         request: dict[str, list[str]] = {}
         for m in sorted(members, key=lambda m: m.rank):
@@ -268,28 +296,20 @@ class Gatherer:
                 if (a, d) not in known:
                     known.add((a, d))
                     request.setdefault(str(m.rank), []).append(a)
-        self.store.set(self.key("request"), json.dumps(request, separators=(",", ":")))
+        self.store.set(self.key("request"), exchange.encode({"ranks": request}))
         by_rank = {m.rank: m for m in members}
         until = time.monotonic() + min(FETCH_S, self.timeout)
+        errors = []
         for rank, wanted in request.items():
             key = self.key(f"c/{rank}")
             if self._wait(key, until):
-                got = json.loads(self.store.get(key))
-                by_rank[int(rank)].contents.update({a: got.get(a) for a in wanted if got.get(a) is not None})
-
-
-def _member(d: dict) -> Member:
-    return Member(
-        rank=d["rank"],
-        node=d.get("node") or "?",
-        hostname=d.get("hostname"),
-        node_index=d.get("node_index"),
-        local_rank=d.get("local_rank"),
-        leader=bool(d.get("leader")),
-        gpu=d.get("gpu"),
-        master=d.get("master"),
-        digests=d.get("digests") or {},
-    )
+                entry = self.store.get(key)
+                try:
+                    by_rank[int(rank)].contents.update(exchange.contents(entry, wanted))
+                except exchange.EntryError as e:
+                    node = by_rank[int(rank)].node
+                    errors.append({"rank": int(rank), "node": node, "error": self._unreadable(e, entry)})
+        return errors
 
 
 def _gpu_of(facts, world) -> str | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from gpudoctor.job.target import Target
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
+from gpudoctor.sanitize import clean
 
 MARKS = {
     Severity.PASS: ("✓", "green"),
@@ -61,17 +62,6 @@ FILE_EDITS = frozenset(
 )
 DEFAULT_EVIDENCE_LINES = 2
 VALUE_LIMIT = 120
-
-_ESCAPE_SEQUENCE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]"
-)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def clean(text) -> str:
-    """A string safe to write to a terminal: escape sequences dropped, other control characters as \\xNN."""
-    text = _ESCAPE_SEQUENCE.sub("", str(text))
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def human(value) -> str:
