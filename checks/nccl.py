@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudoctor.job.env import job_env
-from gpudoctor.job.layout import layout
+from gpudoctor.job.layout import layout, mark_several_hosts, several_hosts_only
 from gpudoctor.job.target import in_job_environment
 from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.readers.cudavis import from_facts as visible_devices
@@ -139,11 +139,13 @@ def nccl_socket_ifname_matches_nothing(facts, ctx):
         return sev(msg, unset_env("NCCL_SOCKET_IFNAME"), **evidence)
     reachable = [i["name"] for i in usable if i["name"] in chosen and not _host_local_only(i)]
     if lay.multi_node and not reachable:
-        return fail(
-            f"NCCL_SOCKET_IFNAME={value!r} selects only {', '.join(chosen)} on a {lay.nodes.value}-node job: "
-            "loopback and container bridges are not reachable from other nodes",
-            unset_env("NCCL_SOCKET_IFNAME"),
-            **evidence,
+        return mark_several_hosts(
+            fail(
+                f"NCCL_SOCKET_IFNAME={value!r} selects only {', '.join(chosen)} on a {lay.nodes.value}-node job: "
+                "loopback and container bridges are not reachable from other nodes",
+                unset_env("NCCL_SOCKET_IFNAME"),
+                **evidence,
+            )
         )
     exclude, exact, entries = parse_prefix_list(value)
     unmatched = [] if exclude else [e for e in entries if not _matches_any(e, usable, exact)]
@@ -224,6 +226,7 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     fix="Unset NCCL_IB_DISABLE (and NCCL_NET=Socket) on hosts with active InfiniBand/RoCE ports; check ports "
     "that are not ACTIVE with `ibstat`.",
 )
+@several_hosts_only
 def nccl_inter_node_falls_back_to_sockets(facts, ctx):
     env = job_env(facts, ctx)
     lay = layout(facts, ctx)
@@ -434,6 +437,10 @@ def nccl_socket_ifname_exclusion_keeps_loopback(facts, ctx):
         return passed(
             f"NCCL_SOCKET_IFNAME={value!r} leaves {', '.join(local)} selected; harmless on one node", **evidence
         )
+    return mark_several_hosts(_exclusion_keeps_host_local(value, usable, local, lay, fix, evidence))
+
+
+def _exclusion_keeps_host_local(value, usable, local, lay, fix, evidence):
     if any(i["name"] == n and i.get("loopback") for i in usable for n in local):
         return fail(
             f"NCCL_SOCKET_IFNAME={value!r} replaces NCCL's default exclusions and leaves the loopback interface "
@@ -542,6 +549,7 @@ def _rate_gbps(rate: str | None) -> float | None:
     fix="Check the port with `ibstat` / `ibstatus` (cable, switch port, subnet manager); drain the node until the "
     "rail is back, or restrict NCCL_IB_HCA to the healthy ports knowingly.",
 )
+@several_hosts_only
 def ib_port_down_on_multi_node_job(facts, ctx):
     env = job_env(facts, ctx)
     lay = layout(facts, ctx)
@@ -642,6 +650,7 @@ def _virtual_nic(iface: dict) -> bool:
     fix="Set NCCL_SOCKET_IFNAME to the cluster interface (e.g. NCCL_SOCKET_IFNAME=eth0, or ib for IPoIB), or "
     "exclude the virtual ones: NCCL_SOCKET_IFNAME=^lo,docker,virbr,veth,usb.",
 )
+@several_hosts_only
 def nccl_default_interfaces_include_virtual_nics(facts, ctx):
     env = job_env(facts, ctx)
     if env.get("NCCL_SOCKET_IFNAME") is not None:
