@@ -14,6 +14,7 @@ from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env
 from gpudoctor.readers.cudavis import from_facts as visible_devices
 from gpudoctor.readers.ncclenv import (
     NCCL_DEBUG_LEVELS,
+    hca_port_selected,
     name_matches,
     nccl_flag,
     nccl_problems,
@@ -540,10 +541,12 @@ def _rate_gbps(rate: str | None) -> float | None:
     title="Every InfiniBand/RoCE rail of a multi-node job is ACTIVE at full rate",
     needs=["env", "network", "nvidia"],
     scope="node",
-    what="On a multi-node job, compares the InfiniBand/RoCE ports NCCL may use (all, or those NCCL_IB_HCA selects) "
-    "of one link layer: ports that are not ACTIVE while others are, and ACTIVE ports at a lower rate than the "
-    "others.",
-    why="NCCL uses only ACTIVE ports and pairs each GPU with its nearest NIC; with one rail down its GPUs' traffic "
+    what="On a multi-node job where NCCL uses InfiniBand/RoCE (NCCL_IB_DISABLE and NCCL_NET=Socket unset), compares "
+    "the ports NCCL may use (all, or those NCCL_IB_HCA selects, read as NCCL does: prefixes, '=' exact names, "
+    "':port', '^' exclusions) of one link layer, from /sys/class/infiniband/*/ports/*/{state,phys_state,rate}: "
+    "ports that are not ACTIVE while others are, and ACTIVE ports at a lower rate than the others.",
+    why="NCCL takes only the ports ACTIVE when it starts (ncclIbInit in NCCL's src/transport/net_ib.cc skips the "
+    "others) and pairs each GPU with its nearest NIC; with one rail down its GPUs' traffic "
     "crosses PCIe/CPU to another NIC and shares it, and the all-reduce of the whole job runs at the pace of the "
     "slowest rail (NCCL docs, NCCL_IB_HCA; `ibstat`). A port that negotiated a lower rate (a bad cable) does the same.",
     fix="Check the port with `ibstat` / `ibstatus` (cable, switch port, subnet manager); drain the node until the "
@@ -557,11 +560,14 @@ def ib_port_down_on_multi_node_job(facts, ctx):
         return skip(f"the network probe failed: {facts.network['error']}")
     if not lay.multi_node:
         return skip(f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'})", **lay.evidence())
-    ports = _ib_ports(facts)
+    if nccl_flag(env, "NCCL_IB_DISABLE") != 0 or str(env.get("NCCL_NET") or "").lower() == "socket":
+        return skip(
+            "NCCL does not use InfiniBand/RoCE here (NCCL_IB_DISABLE / NCCL_NET=Socket; see GD-NCCL-003)",
+            NCCL_IB_DISABLE=env.get("NCCL_IB_DISABLE"),
+            NCCL_NET=env.get("NCCL_NET"),
+        )
     hca = env.get("NCCL_IB_HCA")
-    if hca:
-        chosen = set(select_names(hca, sorted({str(p.get("device")) for p in ports})))
-        ports = [p for p in ports if p.get("device") in chosen]
+    ports = [p for p in _ib_ports(facts) if hca_port_selected(hca, str(p.get("device")), p.get("port"))]
     ports = [p for p in ports if str(p.get("phys_state") or "").lower() != "disabled"]  # switched off on purpose
     from gpudoctor.readers.cudavis import job_gpus
 

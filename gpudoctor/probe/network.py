@@ -37,12 +37,15 @@ def _interfaces() -> list[dict]:
     return out
 
 
-def _infiniband() -> list[dict]:
+def infiniband(root: str = SYS_IB) -> list[dict]:
+    """Every port of every RDMA device under root (/sys/class/infiniband/<dev>/ports/<n>/): state, phys_state,
+    rate and link_layer as the kernel's ib_core exports them, the values `ibstat` shows, without needing it.
+    Each file is read non-blocking and bounded (fileio.read_text); the whole probe runs under collect()'s deadline."""
     ports: list[dict] = []
-    if not os.path.isdir(SYS_IB):
+    if not os.path.isdir(root):
         return ports
-    for dev in sorted(os.listdir(SYS_IB)):
-        pdir = os.path.join(SYS_IB, dev, "ports")
+    for dev in sorted(os.listdir(root)):
+        pdir = os.path.join(root, dev, "ports")
         if not os.path.isdir(pdir):
             continue
         for port in sorted(os.listdir(pdir), key=lambda p: int(p) if p.isdigit() else 0):
@@ -62,5 +65,5 @@ def _infiniband() -> list[dict]:
     return ports
 
 
-def probe() -> dict:
-    return {"interfaces": _interfaces(), "infiniband": _infiniband()}
+def probe(ib_root: str = SYS_IB) -> dict:
+    return {"interfaces": _interfaces(), "infiniband": infiniband(ib_root)}
