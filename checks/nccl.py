@@ -632,6 +632,11 @@ _VIRTUAL_NICS = (
     "kube",
 )
 
+# NCCL 2.28.3 (release notes; src/misc/socket.cc findInterfaces): interfaces without IFF_RUNNING are no longer
+# candidates (NVIDIA/nccl#1798: an interface that is down was chosen) and virbr* is tried only after docker* and lo.
+# Before it, any interface holding an address counted, up or not, a libvirt bridge included.
+NCCL_SKIPS_DEAD_AND_VIRBR = (2, 28, 3)
+
 
 def _virtual_nic(iface: dict) -> bool:
     name = iface["name"]
@@ -639,20 +644,63 @@ def _virtual_nic(iface: dict) -> bool:
     return name.startswith(_VIRTUAL_NICS) or (link_local and not iface.get("loopback"))
 
 
+def _running(iface: dict) -> bool:
+    """IFF_RUNNING as getifaddrs reports it: up, and an operational state of up or unknown (no carrier: down)."""
+    return bool(iface.get("up")) and iface.get("operstate") in (None, "up", "unknown")
+
+
+def _nccl_version(facts) -> tuple[int, ...] | None:
+    """The NCCL torch was built with (torch.cuda.nccl.version()); a 4th item is a suffix."""
+    numbers = tuple(v for v in (facts.torch.get("nccl") or ())[:3] if isinstance(v, int))
+    return numbers if len(numbers) == 3 else None
+
+
+def nccl_default_interfaces(interfaces: list[dict], nccl: tuple[int, ...] | None) -> list[dict]:
+    """The interfaces NCCL chooses among with NCCL_SOCKET_IFNAME unset, in the order it meets them (ncclFindInterfaces:
+    ib* first, else all but docker*/lo*; getifaddrs lists IPv4 addresses first, by interface index). The bootstrap
+    takes the first one. An unknown NCCL version is judged as the older, wider choice."""
+    newer = nccl is not None and nccl >= NCCL_SKIPS_DEAD_AND_VIRBR
+    with_address = [i for i in interfaces if i.get("addresses") and (_running(i) or not newer)]
+
+    def order(i: dict):
+        ipv4 = any("." in a and ":" not in a for a in i.get("addresses") or [])
+        return (not ipv4, i.get("ifindex") is None, i.get("ifindex") or 0, i["name"])
+
+    ordered = sorted(with_address, key=order)
+    ib = [i for i in ordered if i["name"].startswith("ib")]
+    if ib:
+        return ib
+    skipped = ("docker", "lo", "virbr") if newer else ("docker", "lo")
+    return [i for i in ordered if not i.get("loopback") and not i["name"].startswith(skipped)]
+
+
+def _unreachable(iface: dict, newer: bool) -> str | None:
+    if _virtual_nic(iface):
+        return "virtual, tunnel, USB or link-local"
+    if not newer and not _running(iface):
+        return f"no link ({iface.get('operstate') or 'down'})"
+    return None
+
+
 @check(
     id="GD-NCCL-010",
     name="nccl-default-interfaces-include-virtual-nics",
     category="nccl",
-    title="NCCL's own interface choice cannot land on a virtual or USB NIC",
-    needs=["env", "network"],
+    title="NCCL's own interface choice cannot land on a virtual, USB or dead NIC",
+    needs=["env", "network", "torch"],
     scope="node",
-    what="With NCCL_SOCKET_IFNAME unset on a multi-node job, applies NCCL's default choice (ib* interfaces first, "
-    "else every interface but lo and docker*) and looks for libvirt/container/overlay bridges, VPN tunnels and "
-    "USB or link-local-only NICs (a BMC's usb0 at 169.254.x.x) among the candidates.",
+    what="With NCCL_SOCKET_IFNAME unset on a multi-node job, applies NCCL's default choice for torch's NCCL version "
+    "(ib* interfaces first, else every interface with an address but lo* and docker*, in interface-index order; "
+    "the bootstrap binds the first) and looks for libvirt/container/overlay bridges, VPN tunnels, USB NICs "
+    "(enx*, usb0) and link-local-only ones (a BMC's 169.254.x.x) among the candidates, and, before NCCL 2.28.3, "
+    "interfaces without link.",
     why="NCCL lists the interfaces with an address and picks the first that matches its filter (NCCL maintainers "
     "on NVIDIA/nccl#519: a veth with an IPv6 address was picked); the socket transport uses every match. An "
     "address on virbr0, a tunnel or a USB NIC is not reachable from the other nodes: bootstrap hangs or the "
-    "all-reduce fails with 'connection refused' / timeouts (horovod#98 shows NCCL using docker0, br-* and veth*).",
+    "all-reduce fails with 'connection refused' / timeouts (horovod#98 shows NCCL using docker0, br-* and veth*; "
+    "uccl-project/uccl#1034: a GH200's link-local 169.254.3.1 NIC chosen, 'Connection refused' on two nodes). "
+    "NCCL before 2.28.3 also takes interfaces that are down or have no carrier, and virbr* like any other "
+    "(NVIDIA/nccl#1798; NCCL 2.28.3 release notes: only IFF_RUNNING interfaces, virbr* last).",
     fix="Set NCCL_SOCKET_IFNAME to the cluster interface (e.g. NCCL_SOCKET_IFNAME=eth0, or ib for IPoIB), or "
     "exclude the virtual ones: NCCL_SOCKET_IFNAME=^lo,docker,virbr,veth,usb.",
 )
@@ -669,35 +717,46 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
             f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'}): one node needs no reachable interface",
             **lay.evidence(),
         )
-    usable = _usable_interfaces(facts)
-    ib = [i for i in usable if i["name"].startswith("ib")]
-    candidates = ib or [i for i in usable if not i.get("loopback") and not i["name"].startswith(("docker", "lo"))]
-    virtual = [i["name"] for i in candidates if _virtual_nic(i)]
-    evidence = {"candidates": [i["name"] for i in candidates], "virtual_or_usb": virtual, **lay.evidence()}
-    if not virtual:
+    nccl = _nccl_version(facts)
+    newer = nccl is not None and nccl >= NCCL_SKIPS_DEAD_AND_VIRBR
+    candidates = nccl_default_interfaces(facts.network.get("interfaces") or [], nccl)
+    bad = {i["name"]: why for i in candidates if (why := _unreachable(i, newer))}
+    version = f"NCCL {'.'.join(map(str, nccl))}" if nccl else "NCCL (version unknown, judged as before 2.28.3)"
+    evidence = {
+        "nccl": version,
+        "candidates": [i["name"] for i in candidates],
+        "unreachable": bad,
+        "virtual_or_usb": sorted(n for n, why in bad.items() if not why.startswith("no link")),
+        **lay.evidence(),
+    }
+    if not bad:
         return passed(
-            f"NCCL would choose among {', '.join(evidence['candidates']) or 'no interface'}: no virtual or USB NIC",
+            f"{version} would choose among {', '.join(evidence['candidates']) or 'no interface'}: "
+            "no virtual, USB or dead NIC",
             **evidence,
         )
-    real = [n for n in evidence["candidates"] if n not in virtual]
+    real = [n for n in evidence["candidates"] if n not in bad]
+    named = ", ".join(f"{n} ({why})" for n, why in bad.items())
     fix = set_env(
         "NCCL_SOCKET_IFNAME",
-        real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(virtual))),
+        real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(bad))),
         title="Tell NCCL which interface to use",
     )
+    first = evidence["candidates"][0]
     active_ib = [p for p in _ib_ports(facts) if str(p.get("state") or "").upper() == "ACTIVE"]
-    if active_ib and real:
-        # data goes over InfiniBand/RoCE; only the bootstrap uses the first socket interface, normally the physical NIC
+    if active_ib and real and first not in bad:
+        # data goes over InfiniBand/RoCE; only the bootstrap uses the first socket interface, here a real one
         return info(
-            f"NCCL_SOCKET_IFNAME is unset and NCCL's bootstrap candidates include {', '.join(virtual)} beside "
-            f"{', '.join(real)}; with InfiniBand/RoCE active only the first one is used - set NCCL_SOCKET_IFNAME "
-            "if the bootstrap hangs",
+            f"NCCL_SOCKET_IFNAME is unset and {version}'s bootstrap candidates include {named} beside "
+            f"{', '.join(real)}; with InfiniBand/RoCE active only the first one ({first}) is used - set "
+            "NCCL_SOCKET_IFNAME if the bootstrap hangs",
             fix,
             **evidence,
         )
+    where = f"its bootstrap binds {first}, the first of them" if first in bad else "its socket transport uses them all"
     return warn(
-        f"NCCL_SOCKET_IFNAME is unset and NCCL's default choice includes {', '.join(virtual)} "
-        f"(virtual, tunnel or USB NIC) beside {', '.join(real) or 'nothing else'}: other nodes cannot reach it",
+        f"NCCL_SOCKET_IFNAME is unset and {version}'s default choice includes {named} beside "
+        f"{', '.join(real) or 'nothing else'}: {where}, and other nodes cannot reach it",
         fix,
         **evidence,
     )

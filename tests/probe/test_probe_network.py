@@ -94,3 +94,72 @@ def test_hca_port_selection_as_nccl_reads_it():
     assert hca_port_selected("mlx5_0:1", "mlx5_0", 1) and not hca_port_selected("mlx5_0:1", "mlx5_0", 2)
     assert not hca_port_selected("^mlx5_0:1", "mlx5_0", 1) and hca_port_selected("^mlx5_0:1", "mlx5_0", 2)
     assert hca_port_selected("^=mlx5_1", "mlx5_10", 1)  # excluded only by exact name
+
+
+# --- GD-NCCL-010: the interfaces NCCL's bootstrap may pick, by NCCL version ------------------------------------
+
+
+def _iface(name: str, index: int, *addresses: str, operstate: str = "up", up: bool = True) -> dict:
+    return {
+        "name": name,
+        "up": up,
+        "operstate": operstate,
+        "ifindex": index,
+        "loopback": name == "lo",
+        "mtu": 1500,
+        "speed_mbps": None,
+        "addresses": list(addresses),
+    }
+
+
+LO = _iface("lo", 1, "127.0.0.1", operstate="unknown")
+ENO1 = _iface("eno1", 3, "10.1.0.7")
+# a USB Ethernet adapter left plugged in with a static address, its cable out: up, but no carrier
+ENX = _iface("enx00e04c680001", 2, "192.168.42.10", operstate="down")
+
+
+def _nics(interfaces: list[dict], nccl: list[int]):
+    patch = {"network.interfaces": interfaces, "network.infiniband": [], "torch.nccl": nccl}
+    (finding,) = run("GD-NCCL-010", make_facts(env=TWO_NODES, patch=patch), expect_gpus=8)
+    return finding
+
+
+def test_this_machines_interfaces_carry_their_index():
+    from gpudoctor.probe.network import probe
+
+    interfaces = probe()["interfaces"]
+    lo = [i for i in interfaces if i["name"] == "lo"]
+    assert lo and lo[0]["ifindex"] == 1  # the kernel numbers the loopback first
+    assert all(isinstance(i["ifindex"], int) for i in interfaces)
+
+
+def test_a_usb_nic_without_link_before_the_cluster_nic_under_nccl_before_2_28_3_warns():
+    finding = _nics([LO, ENX, ENO1], [2, 27, 7])
+    assert finding.severity is Severity.WARN, finding.message
+    assert "NCCL 2.27.7" in finding.message and "its bootstrap binds enx00e04c680001, the first" in finding.message
+    assert finding.fix.actions[0].value == "eno1"
+
+
+def test_the_same_usb_nic_under_nccl_2_28_3_is_skipped_by_nccl():
+    finding = _nics([LO, ENX, ENO1], [2, 28, 3])
+    assert finding.severity is Severity.PASS, finding.message
+    assert finding.evidence["candidates"] == ["eno1"]
+
+
+def test_virbr0_is_a_candidate_only_before_nccl_2_28_3():
+    virbr = _iface("virbr0", 4, "192.168.122.1")
+    assert _nics([LO, ENO1, virbr], [2, 21, 5]).severity is Severity.WARN
+    assert _nics([LO, ENO1, virbr], [2, 28, 9]).severity is Severity.PASS
+
+
+def test_a_running_link_local_bmc_nic_first_warns_under_every_nccl():
+    bmc = _iface("usb0", 2, "169.254.3.1")  # a BMC's USB host interface (uccl-project/uccl#1034)
+    for version in ([2, 21, 5], [2, 28, 9], [2, 30, 7]):
+        finding = _nics([LO, bmc, ENO1], version)
+        assert finding.severity is Severity.WARN and "bootstrap binds usb0" in finding.message, version
+
+
+def test_an_admin_down_interface_with_an_address_counts_before_nccl_2_28_3():
+    eth1 = _iface("eth1", 2, "10.9.0.1", operstate="down", up=False)
+    assert _nics([LO, eth1, ENO1], [2, 26, 2]).severity is Severity.WARN
+    assert _nics([LO, eth1, ENO1], [2, 28, 3]).severity is Severity.PASS
