@@ -636,6 +636,10 @@ _VIRTUAL_NICS = (
 # candidates (NVIDIA/nccl#1798: an interface that is down was chosen) and virbr* is tried only after docker* and lo.
 # Before it, any interface holding an address counted, up or not, a libvirt bridge included.
 NCCL_SKIPS_DEAD_AND_VIRBR = (2, 28, 3)
+# NCCL 2.29 inverted the subnet test that, with NCCL_COMM_ID set and no ib* interface, picks the interface in the
+# COMM_ID address's subnet: the right one is refused and another (lo) bound (NVIDIA/nccl#2047; src/os/linux.cc
+# matchSubnet, inverted in the v2.29.2-1..v2.29.7-1 tags, right again in v2.30.3-1).
+NCCL_SUBNET_MATCH_INVERTED = ((2, 29, 0), (2, 30, 3))
 
 
 def _virtual_nic(iface: dict) -> bool:
@@ -700,7 +704,9 @@ def _unreachable(iface: dict, newer: bool) -> str | None:
     "all-reduce fails with 'connection refused' / timeouts (horovod#98 shows NCCL using docker0, br-* and veth*; "
     "uccl-project/uccl#1034: a GH200's link-local 169.254.3.1 NIC chosen, 'Connection refused' on two nodes). "
     "NCCL before 2.28.3 also takes interfaces that are down or have no carrier, and virbr* like any other "
-    "(NVIDIA/nccl#1798; NCCL 2.28.3 release notes: only IFF_RUNNING interfaces, virbr* last).",
+    "(NVIDIA/nccl#1798; NCCL 2.28.3 release notes: only IFF_RUNNING interfaces, virbr* last). NCCL 2.29 with "
+    "NCCL_COMM_ID set refuses the interface in that address's subnet and may bind lo (NVIDIA/nccl#2047, right "
+    "again in 2.30.3).",
     fix="Set NCCL_SOCKET_IFNAME to the cluster interface (e.g. NCCL_SOCKET_IFNAME=eth0, or ib for IPoIB), or "
     "exclude the virtual ones: NCCL_SOCKET_IFNAME=^lo,docker,virbr,veth,usb.",
 )
@@ -729,6 +735,20 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
         "virtual_or_usb": sorted(n for n, why in bad.items() if not why.startswith("no link")),
         **lay.evidence(),
     }
+    low, fixed = NCCL_SUBNET_MATCH_INVERTED
+    ib_first = bool(candidates) and candidates[0]["name"].startswith("ib")
+    if env.get("NCCL_COMM_ID") and nccl and low <= nccl < fixed and not ib_first:
+        real = [n for n in evidence["candidates"] if n not in bad]
+        return warn(
+            f"{version} with NCCL_COMM_ID={env['NCCL_COMM_ID']} and no ib* interface: this release's subnet match "
+            "is inverted (NVIDIA/nccl#2047, right again in 2.30.3), so the bootstrap refuses the interface in "
+            "NCCL_COMM_ID's subnet and may bind another one, lo included",
+            set_env("NCCL_SOCKET_IFNAME", real[0], title="Name the interface")
+            if real
+            else manual("Set NCCL_SOCKET_IFNAME to the interface in NCCL_COMM_ID's subnet"),
+            NCCL_COMM_ID=env["NCCL_COMM_ID"],
+            **evidence,
+        )
     if not bad:
         return passed(
             f"{version} would choose among {', '.join(evidence['candidates']) or 'no interface'}: "

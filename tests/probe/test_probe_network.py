@@ -163,3 +163,14 @@ def test_an_admin_down_interface_with_an_address_counts_before_nccl_2_28_3():
     eth1 = _iface("eth1", 2, "10.9.0.1", operstate="down", up=False)
     assert _nics([LO, eth1, ENO1], [2, 26, 2]).severity is Severity.WARN
     assert _nics([LO, eth1, ENO1], [2, 28, 3]).severity is Severity.PASS
+
+
+def test_nccl_comm_id_under_nccl_2_29_warns_of_the_inverted_subnet_match():
+    patch = {"network.interfaces": [LO, ENO1], "network.infiniband": []}
+    env = {**TWO_NODES, "NCCL_COMM_ID": "10.1.0.7:12340"}
+    for version, expected in (([2, 29, 7], Severity.WARN), ([2, 30, 3], Severity.PASS), ([2, 28, 9], Severity.PASS)):
+        facts = make_facts(env=env, patch={**patch, "torch.nccl": version})
+        (finding,) = run("GD-NCCL-010", facts, expect_gpus=8)
+        assert finding.severity is expected, (version, finding.message)
+        if expected is Severity.WARN:
+            assert "NVIDIA/nccl#2047" in finding.message and finding.fix.actions[0].value == "eno1"
