@@ -784,6 +784,23 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
 
 _GEFORCE = ("GeForce", "TITAN")
 
+# Driver branches on which consumer GPUs report PCIe P2P as available while NCCL over it hangs, each with its report.
+# 535 is left out on purpose: on the RTX 3090 of NVIDIA/nccl#1127 going back from 545 to 535 fixed the hang.
+_P2P_HANG_BRANCHES = (
+    (520, 529, "RTX 4090 with driver 525: all_reduce_perf hangs in cudaStreamQuery (NVIDIA/nccl-tests#117)"),
+    (
+        545,
+        569,
+        "RTX 3090 with 545 (535 works, NVIDIA/nccl#1127); NCCL hangs reproduced with 560, fixed with 570 "
+        "(dmlc/xgboost#11242)",
+    ),
+)
+
+
+def p2p_hang_report(branch: int) -> str | None:
+    """The report of P2P hangs on consumer GPUs for this driver branch (major version), if there is one."""
+    return next((why for low, high, why in _P2P_HANG_BRANCHES if low <= branch <= high), None)
+
 
 @check(
     id="GD-NCCL-011",
@@ -795,8 +812,9 @@ _GEFORCE = ("GeForce", "TITAN")
     what="For jobs on two or more GeForce/TITAN GPUs whose driver reports PCIe peer-to-peer as supported, reads "
     "the driver branch and NCCL_P2P_DISABLE / NCCL_P2P_LEVEL.",
     why="On consumer GPUs, drivers that report PCIe P2P as available while it does not work make NCCL hang at the "
-    "first all-reduce or return wrong data: RTX 4090 with drivers 520-525 (NVIDIA/nccl-tests#117), RTX 30/40 "
-    "with 545-560 (NVIDIA/nccl#1127, dmlc/xgboost#11242: fixed with 570). nvidia-smi shows nothing wrong.",
+    "first all-reduce or return wrong data: RTX 4090 with the 525 branch (NVIDIA/nccl-tests#117), RTX 3090 with "
+    "545 where 535 works (NVIDIA/nccl#1127), hangs reproduced with 560 and fixed with 570 (dmlc/xgboost#11242). "
+    "Branches 520-529 and 545-569 are judged bad; nvidia-smi shows nothing wrong.",
     fix="Upgrade the driver (570 or newer), or set NCCL_P2P_DISABLE=1 (NCCL then copies through host memory) and "
     "confirm with nccl-tests' all_reduce_perf.",
 )
@@ -831,11 +849,13 @@ def nccl_p2p_on_consumer_gpus(facts, ctx):
         )
     branch = (versions.parse(driver) or (0,))[0]
     fix = set_env("NCCL_P2P_DISABLE", "1", title="Turn NCCL peer-to-peer off (or upgrade the driver to 570+)")
-    if 520 <= branch < 570:
+    report = p2p_hang_report(branch)
+    if report:
         return warn(
-            f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}: with drivers 520-560 NCCL hangs or "
-            "corrupts data over consumer-GPU P2P (nccl-tests#117, xgboost#11242)",
+            f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}: on the {branch} branch NCCL hangs "
+            f"or corrupts data over consumer-GPU P2P ({report})",
             fix,
+            report=report,
             **evidence,
         )
     return info(
