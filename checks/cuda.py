@@ -536,6 +536,104 @@ def _ld_dirs_of(entries: list[dict]) -> set[str]:
     return {os.path.dirname(os.path.normpath(e["path"])) for e in entries}
 
 
+_FULL_FILE_VERSION = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
+
+
+def file_version(path: str) -> tuple[int, ...] | None:
+    """The full version a mapped library's file name carries (libcudnn.so.9.1.0 -> (9, 1, 0),
+    libcublasLt.so.12.4.5.8 -> (12, 4, 5, 8)); None for a bare soname such as the wheels' libcudnn.so.9."""
+    m = _FULL_FILE_VERSION.search(os.path.basename(path))
+    return versions.parse(m.group(1)) if m else None
+
+
+def built_with(facts, family: str) -> tuple[int, ...] | None:
+    """The version of `family` torch was built with, as far as its files' names can be compared with it:
+    cuDNN's compile-time version (major, minor); for CUDA 12 and later the CUDA runtime, cuBLAS and nvJitLink
+    carry the toolkit's major.minor in their file versions (libcublas.so.12.4.5.8 is CUDA 12.4's), so
+    torch.version.cuda is theirs. None where there is no such version (CUDA 11's cuBLAS 11.11 is CUDA 11.8's)."""
+    t = facts.torch
+    if family == "cudnn":
+        compiled = [v for v in t.get("cudnn_compile") or [] if isinstance(v, int)]
+        return tuple(compiled[:2]) if len(compiled) >= 2 else None
+    cuda = versions.parse(t.get("cuda"))
+    if family in ("cudart", "cublas", "nvjitlink") and cuda and len(cuda) >= 2 and cuda[0] >= 12:
+        return tuple(cuda[:2])
+    return None
+
+
+def loader_source(facts, path: str) -> str | None:
+    """How the dynamic loader came to a mapped file torch did not bring with it: 'LD_PRELOAD', 'LD_LIBRARY_PATH
+    entry <dir>' or 'the ld.so cache'; None when neither explains it (a RUNPATH, a dlopen by full path)."""
+    env = probe_env(facts)
+    folder = os.path.dirname(os.path.normpath(path))
+    preload = re.split(r"[\s:]+", env.get("LD_PRELOAD", "").strip())
+    if any(p and (os.path.normpath(p) == path or os.path.basename(p) == os.path.basename(path)) for p in preload):
+        return "LD_PRELOAD"
+    found = [e for entries in (facts.libraries.get("found") or {}).values() for e in entries]
+    for entry in [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]:
+        # the entry as written, or one whose files resolve (symlinks) into the mapped file's folder
+        if os.path.normpath(entry) == folder or any(
+            e.get("source") == "LD_LIBRARY_PATH"
+            and _entry_dir(e) == folder
+            and os.path.dirname(os.path.normpath(e["path"])) == os.path.normpath(entry)
+            for e in found
+        ):
+            return f"LD_LIBRARY_PATH entry {entry}"
+    if any(e.get("source") == "ldconfig" and _entry_dir(e) == folder for e in found):
+        return "the ld.so cache"
+    return None
+
+
+def _version_mismatch(facts, family: str, label: str, loaded: list[str]) -> Outcome | None:
+    """A file of `family` mapped from outside torch's own folders, found on the loader path, whose version is
+    not the one torch was built with: fail when older (torch needs what it was built against), warn when newer."""
+    built = built_with(facts, family)
+    if not built:
+        return None
+    bundled = _bundled_dirs(facts)
+    for path in loaded:
+        have = file_version(path)
+        source = loader_source(facts, path)
+        if have is None or source is None or os.path.dirname(os.path.normpath(path)) in bundled:
+            continue
+        if have[: len(built)] == built:
+            continue
+        wheel = _wheel_copies(facts, family)
+        evidence = {
+            "loaded": path,
+            "loaded_version": versions.fmt(have),
+            "built_with": versions.fmt(built),
+            "found_through": source,
+            "wheel_copies": wheel,
+            "ld_library_path": probe_env(facts).get("LD_LIBRARY_PATH"),
+        }
+        older = have[: len(built)] < built
+        what = (
+            f"torch's process mapped {label} {versions.fmt(have)} ({path}, found through {source}) but torch was "
+            f"built with {versions.fmt(built)}"
+        )
+        consequence = (
+            ": older than torch's, so functions torch calls are missing or refused ('undefined symbol: ...', "
+            "'cuDNN version incompatibility', CUBLAS_STATUS_INVALID_VALUE)"
+            if older
+            else ": a build torch was not tested with, found before torch's own copy"
+        )
+        return (fail if older else warn)(what + consequence, _loader_fix(facts, source, wheel), **evidence)
+    return None
+
+
+def _loader_fix(facts, source: str, wheel: list[str]):
+    """Take the folder off LD_LIBRARY_PATH; for the ld.so cache, put torch's own copy first."""
+    if source.startswith("LD_LIBRARY_PATH entry "):
+        return _ld_path_without(facts, {os.path.normpath(source.removeprefix("LD_LIBRARY_PATH entry "))})
+    if source == "the ld.so cache" and wheel:
+        # _wheel_copies names the files where the probe found them, else the folders
+        folders = list(dict.fromkeys(os.path.dirname(p) if ".so" in os.path.basename(p) else p for p in wheel))
+        current = [d for d in probe_env(facts).get("LD_LIBRARY_PATH", "").split(":") if d]
+        return set_env("LD_LIBRARY_PATH", ":".join([*folders, *current]), title="Put torch's own copy first")
+    return manual(f"Stop the {source} from handing the process another copy (LD_PRELOAD, ldconfig)")
+
+
 def _library_shadowing(facts, family: str, label: str, major: int | None, loaded: list[str]) -> Outcome | None:
     """The finding shared by the cuDNN and CUDA-library checks, or None when nothing is off."""
     loaded_dirs = {os.path.dirname(os.path.normpath(p)) for p in loaded}
@@ -548,6 +646,9 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
             None,
             **evidence,
         )
+    mismatch = _version_mismatch(facts, family, label, loaded)
+    if mismatch:
+        return mismatch
     bundled = _bundled_dirs(facts)
     wheel = _wheel_copies(facts, family)
     foreign = sorted(d for d in loaded_dirs if d not in bundled)
@@ -582,14 +683,19 @@ def _library_shadowing(facts, family: str, label: str, major: int | None, loaded
     title="torch loads the cuDNN it was built with",
     needs=["torch", "libraries", "env"],
     requires=["torch"],
-    what="Compares the cuDNN torch reports and the libcudnn files its process mapped with the cuDNN "
-    "copies on LD_LIBRARY_PATH and in the system library cache.",
+    what="Compares the cuDNN torch reports and the libcudnn files its process mapped (/proc/self/maps of the "
+    "target interpreter after torch.backends.cudnn.version()) with the cuDNN copies on LD_LIBRARY_PATH and in "
+    "the system library cache; a mapped file from outside torch's own folders that LD_LIBRARY_PATH, LD_PRELOAD "
+    "or the ld.so cache handed the process is compared with the cuDNN major.minor torch was compiled with.",
     why="The dynamic loader searches LD_LIBRARY_PATH before the folders torch's libraries point at, so "
     "a cuDNN of the same major version there (e.g. after `export LD_LIBRARY_PATH=$CUDA_HOME/lib64:...`) "
     "can replace or mix with the one torch ships: 'cuDNN version incompatibility: PyTorch was compiled "
     "against ... but found runtime version ...' or CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH at the first "
     "convolution. A cuDNN of another major version cannot replace torch's (the file name carries the "
-    "major version), so it concerns only other libraries in the process.",
+    "major version), so it concerns only other libraries in the process. torch accepts a runtime cuDNN of "
+    "its compile-time major version and at least its minor version (torch/backends/cudnn/__init__.py, "
+    "'cuDNN version incompatibility'): an older one is refused, a newer one is a build torch was not tested "
+    "with.",
     fix="Remove the folder holding the other cuDNN from LD_LIBRARY_PATH (pip and conda torch builds "
     "bring their own cuDNN), or install the cuDNN version torch was built against.",
 )
@@ -670,11 +776,16 @@ CUDA_FAMILIES = {"cudart": "the CUDA runtime (libcudart)", "cublas": "cuBLAS", "
     needs=["torch", "libraries", "env"],
     requires=["torch"],
     what="Looks at the libcudart, libcublas/libcublasLt and libnvJitLink files torch's process mapped, "
-    "and at the copies on LD_LIBRARY_PATH, against the ones NVIDIA's pip wheels installed for torch.",
+    "and at the copies on LD_LIBRARY_PATH, against the ones NVIDIA's pip wheels installed for torch. From "
+    "CUDA 12 their file versions carry the toolkit's major.minor (libcublas.so.12.4.5.8 is CUDA 12.4's), so a "
+    "mapped file that LD_LIBRARY_PATH, LD_PRELOAD or the ld.so cache supplied is compared with "
+    "torch.version.cuda.",
     why="A CUDA toolkit folder on LD_LIBRARY_PATH is searched before the wheel folders, so a library "
     "of the same major version there can be loaded instead of the wheel's: typical symptoms are "
-    "'undefined symbol: __nvJitLinkComplete_12_4' or cublasLt errors. Copies of another major version "
-    "cannot replace torch's (the file name carries the major version).",
+    "'undefined symbol: __nvJitLinkComplete_12_4' or cublasLt errors: an older cuBLAS than torch's fails at "
+    "import with 'undefined symbol: cublasLt...' (pytorch/pytorch#91067, #103832), and a system libcublasLt "
+    "beside the wheel's libcublas gives CUBLAS_STATUS_INVALID_VALUE (pytorch/pytorch#174320). Copies of another "
+    "major version cannot replace torch's (the file name carries the major version).",
     fix="Remove the CUDA toolkit's lib64 folder from LD_LIBRARY_PATH for training jobs: pip and conda "
     "torch builds bring their own CUDA libraries.",
 )

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from gpudoctor import versions
 from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
-from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout
+from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout, mark_several_hosts
 from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
@@ -329,13 +329,15 @@ def _endpoint_problem(rdv: dict, lay, env: dict):
             ),
         )
     if rdv.get("loopback") and lay.multi_node:
-        return fail(
-            f"MASTER_ADDR={addr!r} is a loopback address but the job spans {lay.nodes.value} nodes "
-            f"({lay.nodes.source}): ranks on other nodes connect to themselves and time out",
-            manual(
-                "Set MASTER_ADDR to the first node's host name",
-                'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-            ),
+        return mark_several_hosts(
+            fail(
+                f"MASTER_ADDR={addr!r} is a loopback address but the job spans {lay.nodes.value} nodes "
+                f"({lay.nodes.source}): ranks on other nodes connect to themselves and time out",
+                manual(
+                    "Set MASTER_ADDR to the first node's host name",
+                    'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                ),
+            )
         )
     port = rdv.get("port_check") or {}
     if port and not port.get("free"):
@@ -405,7 +407,7 @@ def rendezvous_endpoint_unreachable(facts, ctx):
     }
     problem = _endpoint_problem(rdv, lay, probe_env(facts))
     if problem is not None:
-        return replace(problem, evidence=evidence)
+        return replace(problem, evidence={**evidence, **problem.evidence})
     port = rdv.get("port_check")
     tail = f"; port {port['port']} is free here" if port else ""
     return passed(f"MASTER_ADDR={rdv['master_addr']} resolves to {', '.join(rdv['resolved'])}{tail}", **evidence)

@@ -10,12 +10,28 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpudoctor.job.compare import content, differing_keys, groups, ranks_text, where_text
+from gpudoctor.job.layout import SEVERAL_HOSTS_ONLY
 from gpudoctor.model import Outcome, Severity, fail, manual, passed, skip, warn
 from gpudoctor.registry import check
 
 
 def _members(job: dict) -> list[dict]:
     return job.get("members") or []
+
+
+# Host names that several machines may carry (an unconfigured image): they do not prove one machine.
+_GENERIC_HOSTNAMES = frozenset({"localhost", "localhost.localdomain", "(none)", ""})
+
+
+def one_host(job: dict) -> str | None:
+    """The host every rank of the job reported, when all arrived and share one (NCCL too tells nodes apart
+    by host name); None when several hosts, a missing rank or an unknown or generic host name."""
+    members = _members(job)
+    hosts = {m.get("hostname") for m in members}
+    if not members or job.get("missing_ranks") or len(hosts) != 1:
+        return None
+    host = hosts.pop()
+    return host if host and host.lower() not in _GENERIC_HOSTNAMES else None
 
 
 def _on_nodes(job: dict, nodes: set[str]) -> list[dict]:
@@ -415,10 +431,15 @@ def master_unreachable(facts, ctx):
 )
 def node_checks(facts, ctx):
     job = facts.sections["job"]
+    host = one_host(job)
     problems: dict = {}
+    moot: set[str] = set()
     for aspect, node_wide in (("findings", True), ("rank_findings", False)):
         for d, members in groups(job, aspect):
             for item in content(job, aspect, d) or []:
+                if host and item.get(SEVERAL_HOSTS_ONLY):
+                    moot.add(item["id"])
+                    continue
                 key = (item["id"], item["severity"])
                 entry = problems.setdefault(key, {"item": item, "members": {}})
                 holders = _on_nodes(job, {m["node"] for m in members}) if node_wide else members
@@ -426,7 +447,8 @@ def node_checks(facts, ctx):
                     entry["members"][m["rank"]] = m
     if not problems:
         nodes = {m["node"] for m in _members(job)}
-        return passed(f"pass on {len(nodes)} node(s)")
+        note = f" ({', '.join(sorted(moot))}: not a problem, every rank runs on {host})" if moot else ""
+        return passed(f"pass on {len(nodes)} node(s){note}", **({"one_host": host} if moot else {}))
     out = []
     for (cid, sev), entry in sorted(problems.items(), key=lambda kv: (-Severity(kv[0][1]).rank, kv[0][0])):
         members = list(entry["members"].values())

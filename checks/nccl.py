@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudoctor.job.env import job_env
-from gpudoctor.job.layout import layout
+from gpudoctor.job.layout import layout, mark_several_hosts, several_hosts_only
 from gpudoctor.job.target import in_job_environment
 from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.readers.cudavis import from_facts as visible_devices
 from gpudoctor.readers.ncclenv import (
     NCCL_DEBUG_LEVELS,
+    hca_port_selected,
     name_matches,
     nccl_flag,
     nccl_problems,
@@ -139,11 +140,13 @@ def nccl_socket_ifname_matches_nothing(facts, ctx):
         return sev(msg, unset_env("NCCL_SOCKET_IFNAME"), **evidence)
     reachable = [i["name"] for i in usable if i["name"] in chosen and not _host_local_only(i)]
     if lay.multi_node and not reachable:
-        return fail(
-            f"NCCL_SOCKET_IFNAME={value!r} selects only {', '.join(chosen)} on a {lay.nodes.value}-node job: "
-            "loopback and container bridges are not reachable from other nodes",
-            unset_env("NCCL_SOCKET_IFNAME"),
-            **evidence,
+        return mark_several_hosts(
+            fail(
+                f"NCCL_SOCKET_IFNAME={value!r} selects only {', '.join(chosen)} on a {lay.nodes.value}-node job: "
+                "loopback and container bridges are not reachable from other nodes",
+                unset_env("NCCL_SOCKET_IFNAME"),
+                **evidence,
+            )
         )
     exclude, exact, entries = parse_prefix_list(value)
     unmatched = [] if exclude else [e for e in entries if not _matches_any(e, usable, exact)]
@@ -224,6 +227,7 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     fix="Unset NCCL_IB_DISABLE (and NCCL_NET=Socket) on hosts with active InfiniBand/RoCE ports; check ports "
     "that are not ACTIVE with `ibstat`.",
 )
+@several_hosts_only
 def nccl_inter_node_falls_back_to_sockets(facts, ctx):
     env = job_env(facts, ctx)
     lay = layout(facts, ctx)
@@ -434,6 +438,10 @@ def nccl_socket_ifname_exclusion_keeps_loopback(facts, ctx):
         return passed(
             f"NCCL_SOCKET_IFNAME={value!r} leaves {', '.join(local)} selected; harmless on one node", **evidence
         )
+    return mark_several_hosts(_exclusion_keeps_host_local(value, usable, local, lay, fix, evidence))
+
+
+def _exclusion_keeps_host_local(value, usable, local, lay, fix, evidence):
     if any(i["name"] == n and i.get("loopback") for i in usable for n in local):
         return fail(
             f"NCCL_SOCKET_IFNAME={value!r} replaces NCCL's default exclusions and leaves the loopback interface "
@@ -533,15 +541,18 @@ def _rate_gbps(rate: str | None) -> float | None:
     title="Every InfiniBand/RoCE rail of a multi-node job is ACTIVE at full rate",
     needs=["env", "network", "nvidia"],
     scope="node",
-    what="On a multi-node job, compares the InfiniBand/RoCE ports NCCL may use (all, or those NCCL_IB_HCA selects) "
-    "of one link layer: ports that are not ACTIVE while others are, and ACTIVE ports at a lower rate than the "
-    "others.",
-    why="NCCL uses only ACTIVE ports and pairs each GPU with its nearest NIC; with one rail down its GPUs' traffic "
+    what="On a multi-node job where NCCL uses InfiniBand/RoCE (NCCL_IB_DISABLE and NCCL_NET=Socket unset), compares "
+    "the ports NCCL may use (all, or those NCCL_IB_HCA selects, read as NCCL does: prefixes, '=' exact names, "
+    "':port', '^' exclusions) of one link layer, from /sys/class/infiniband/*/ports/*/{state,phys_state,rate}: "
+    "ports that are not ACTIVE while others are, and ACTIVE ports at a lower rate than the others.",
+    why="NCCL takes only the ports ACTIVE when it starts (ncclIbInit in NCCL's src/transport/net_ib.cc skips the "
+    "others) and pairs each GPU with its nearest NIC; with one rail down its GPUs' traffic "
     "crosses PCIe/CPU to another NIC and shares it, and the all-reduce of the whole job runs at the pace of the "
     "slowest rail (NCCL docs, NCCL_IB_HCA; `ibstat`). A port that negotiated a lower rate (a bad cable) does the same.",
     fix="Check the port with `ibstat` / `ibstatus` (cable, switch port, subnet manager); drain the node until the "
     "rail is back, or restrict NCCL_IB_HCA to the healthy ports knowingly.",
 )
+@several_hosts_only
 def ib_port_down_on_multi_node_job(facts, ctx):
     env = job_env(facts, ctx)
     lay = layout(facts, ctx)
@@ -549,11 +560,14 @@ def ib_port_down_on_multi_node_job(facts, ctx):
         return skip(f"the network probe failed: {facts.network['error']}")
     if not lay.multi_node:
         return skip(f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'})", **lay.evidence())
-    ports = _ib_ports(facts)
+    if nccl_flag(env, "NCCL_IB_DISABLE") != 0 or str(env.get("NCCL_NET") or "").lower() == "socket":
+        return skip(
+            "NCCL does not use InfiniBand/RoCE here (NCCL_IB_DISABLE / NCCL_NET=Socket; see GD-NCCL-003)",
+            NCCL_IB_DISABLE=env.get("NCCL_IB_DISABLE"),
+            NCCL_NET=env.get("NCCL_NET"),
+        )
     hca = env.get("NCCL_IB_HCA")
-    if hca:
-        chosen = set(select_names(hca, sorted({str(p.get("device")) for p in ports})))
-        ports = [p for p in ports if p.get("device") in chosen]
+    ports = [p for p in _ib_ports(facts) if hca_port_selected(hca, str(p.get("device")), p.get("port"))]
     ports = [p for p in ports if str(p.get("phys_state") or "").lower() != "disabled"]  # switched off on purpose
     from gpudoctor.readers.cudavis import job_gpus
 
@@ -618,6 +632,15 @@ _VIRTUAL_NICS = (
     "kube",
 )
 
+# NCCL 2.28.3 (release notes; src/misc/socket.cc findInterfaces): interfaces without IFF_RUNNING are no longer
+# candidates (NVIDIA/nccl#1798: an interface that is down was chosen) and virbr* is tried only after docker* and lo.
+# Before it, any interface holding an address counted, up or not, a libvirt bridge included.
+NCCL_SKIPS_DEAD_AND_VIRBR = (2, 28, 3)
+# NCCL 2.29 inverted the subnet test that, with NCCL_COMM_ID set and no ib* interface, picks the interface in the
+# COMM_ID address's subnet: the right one is refused and another (lo) bound (NVIDIA/nccl#2047; src/os/linux.cc
+# matchSubnet, inverted in the v2.29.2-1..v2.29.7-1 tags, right again in v2.30.3-1).
+NCCL_SUBNET_MATCH_INVERTED = ((2, 29, 0), (2, 30, 3))
+
 
 def _virtual_nic(iface: dict) -> bool:
     name = iface["name"]
@@ -625,23 +648,69 @@ def _virtual_nic(iface: dict) -> bool:
     return name.startswith(_VIRTUAL_NICS) or (link_local and not iface.get("loopback"))
 
 
+def _running(iface: dict) -> bool:
+    """IFF_RUNNING as getifaddrs reports it: up, and an operational state of up or unknown (no carrier: down)."""
+    return bool(iface.get("up")) and iface.get("operstate") in (None, "up", "unknown")
+
+
+def _nccl_version(facts) -> tuple[int, ...] | None:
+    """The NCCL torch was built with (torch.cuda.nccl.version()); a 4th item is a suffix."""
+    numbers = tuple(v for v in (facts.torch.get("nccl") or ())[:3] if isinstance(v, int))
+    return numbers if len(numbers) == 3 else None
+
+
+def nccl_default_interfaces(interfaces: list[dict], nccl: tuple[int, ...] | None) -> list[dict]:
+    """The interfaces NCCL chooses among with NCCL_SOCKET_IFNAME unset, in the order it meets them (ncclFindInterfaces:
+    ib* first, else all but docker*/lo*; getifaddrs lists IPv4 addresses first, by interface index). The bootstrap
+    takes the first one. An unknown NCCL version is judged as the older, wider choice."""
+    newer = nccl is not None and nccl >= NCCL_SKIPS_DEAD_AND_VIRBR
+    with_address = [i for i in interfaces if i.get("addresses") and (_running(i) or not newer)]
+
+    def order(i: dict):
+        ipv4 = any("." in a and ":" not in a for a in i.get("addresses") or [])
+        return (not ipv4, i.get("ifindex") is None, i.get("ifindex") or 0, i["name"])
+
+    ordered = sorted(with_address, key=order)
+    ib = [i for i in ordered if i["name"].startswith("ib")]
+    if ib:
+        return ib
+    skipped = ("docker", "lo", "virbr") if newer else ("docker", "lo")
+    return [i for i in ordered if not i.get("loopback") and not i["name"].startswith(skipped)]
+
+
+def _unreachable(iface: dict, newer: bool) -> str | None:
+    if _virtual_nic(iface):
+        return "virtual, tunnel, USB or link-local"
+    if not newer and not _running(iface):
+        return f"no link ({iface.get('operstate') or 'down'})"
+    return None
+
+
 @check(
     id="GD-NCCL-010",
     name="nccl-default-interfaces-include-virtual-nics",
     category="nccl",
-    title="NCCL's own interface choice cannot land on a virtual or USB NIC",
-    needs=["env", "network"],
+    title="NCCL's own interface choice cannot land on a virtual, USB or dead NIC",
+    needs=["env", "network", "torch"],
     scope="node",
-    what="With NCCL_SOCKET_IFNAME unset on a multi-node job, applies NCCL's default choice (ib* interfaces first, "
-    "else every interface but lo and docker*) and looks for libvirt/container/overlay bridges, VPN tunnels and "
-    "USB or link-local-only NICs (a BMC's usb0 at 169.254.x.x) among the candidates.",
+    what="With NCCL_SOCKET_IFNAME unset on a multi-node job, applies NCCL's default choice for torch's NCCL version "
+    "(ib* interfaces first, else every interface with an address but lo* and docker*, in interface-index order; "
+    "the bootstrap binds the first) and looks for libvirt/container/overlay bridges, VPN tunnels, USB NICs "
+    "(enx*, usb0) and link-local-only ones (a BMC's 169.254.x.x) among the candidates, and, before NCCL 2.28.3, "
+    "interfaces without link.",
     why="NCCL lists the interfaces with an address and picks the first that matches its filter (NCCL maintainers "
     "on NVIDIA/nccl#519: a veth with an IPv6 address was picked); the socket transport uses every match. An "
     "address on virbr0, a tunnel or a USB NIC is not reachable from the other nodes: bootstrap hangs or the "
-    "all-reduce fails with 'connection refused' / timeouts (horovod#98 shows NCCL using docker0, br-* and veth*).",
+    "all-reduce fails with 'connection refused' / timeouts (horovod#98 shows NCCL using docker0, br-* and veth*; "
+    "uccl-project/uccl#1034: a GH200's link-local 169.254.3.1 NIC chosen, 'Connection refused' on two nodes). "
+    "NCCL before 2.28.3 also takes interfaces that are down or have no carrier, and virbr* like any other "
+    "(NVIDIA/nccl#1798; NCCL 2.28.3 release notes: only IFF_RUNNING interfaces, virbr* last). NCCL 2.29 with "
+    "NCCL_COMM_ID set refuses the interface in that address's subnet and may bind lo (NVIDIA/nccl#2047, right "
+    "again in 2.30.3).",
     fix="Set NCCL_SOCKET_IFNAME to the cluster interface (e.g. NCCL_SOCKET_IFNAME=eth0, or ib for IPoIB), or "
     "exclude the virtual ones: NCCL_SOCKET_IFNAME=^lo,docker,virbr,veth,usb.",
 )
+@several_hosts_only
 def nccl_default_interfaces_include_virtual_nics(facts, ctx):
     env = job_env(facts, ctx)
     if env.get("NCCL_SOCKET_IFNAME") is not None:
@@ -654,41 +723,83 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
             f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'}): one node needs no reachable interface",
             **lay.evidence(),
         )
-    usable = _usable_interfaces(facts)
-    ib = [i for i in usable if i["name"].startswith("ib")]
-    candidates = ib or [i for i in usable if not i.get("loopback") and not i["name"].startswith(("docker", "lo"))]
-    virtual = [i["name"] for i in candidates if _virtual_nic(i)]
-    evidence = {"candidates": [i["name"] for i in candidates], "virtual_or_usb": virtual, **lay.evidence()}
-    if not virtual:
-        return passed(
-            f"NCCL would choose among {', '.join(evidence['candidates']) or 'no interface'}: no virtual or USB NIC",
+    nccl = _nccl_version(facts)
+    newer = nccl is not None and nccl >= NCCL_SKIPS_DEAD_AND_VIRBR
+    candidates = nccl_default_interfaces(facts.network.get("interfaces") or [], nccl)
+    bad = {i["name"]: why for i in candidates if (why := _unreachable(i, newer))}
+    version = f"NCCL {'.'.join(map(str, nccl))}" if nccl else "NCCL (version unknown, judged as before 2.28.3)"
+    evidence = {
+        "nccl": version,
+        "candidates": [i["name"] for i in candidates],
+        "unreachable": bad,
+        "virtual_or_usb": sorted(n for n, why in bad.items() if not why.startswith("no link")),
+        **lay.evidence(),
+    }
+    low, fixed = NCCL_SUBNET_MATCH_INVERTED
+    ib_first = bool(candidates) and candidates[0]["name"].startswith("ib")
+    if env.get("NCCL_COMM_ID") and nccl and low <= nccl < fixed and not ib_first:
+        real = [n for n in evidence["candidates"] if n not in bad]
+        return warn(
+            f"{version} with NCCL_COMM_ID={env['NCCL_COMM_ID']} and no ib* interface: this release's subnet match "
+            "is inverted (NVIDIA/nccl#2047, right again in 2.30.3), so the bootstrap refuses the interface in "
+            "NCCL_COMM_ID's subnet and may bind another one, lo included",
+            set_env("NCCL_SOCKET_IFNAME", real[0], title="Name the interface")
+            if real
+            else manual("Set NCCL_SOCKET_IFNAME to the interface in NCCL_COMM_ID's subnet"),
+            NCCL_COMM_ID=env["NCCL_COMM_ID"],
             **evidence,
         )
-    real = [n for n in evidence["candidates"] if n not in virtual]
+    if not bad:
+        return passed(
+            f"{version} would choose among {', '.join(evidence['candidates']) or 'no interface'}: "
+            "no virtual, USB or dead NIC",
+            **evidence,
+        )
+    real = [n for n in evidence["candidates"] if n not in bad]
+    named = ", ".join(f"{n} ({why})" for n, why in bad.items())
     fix = set_env(
         "NCCL_SOCKET_IFNAME",
-        real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(virtual))),
+        real[0] if len(real) == 1 else "^lo,docker," + ",".join(sorted(set(bad))),
         title="Tell NCCL which interface to use",
     )
+    first = evidence["candidates"][0]
     active_ib = [p for p in _ib_ports(facts) if str(p.get("state") or "").upper() == "ACTIVE"]
-    if active_ib and real:
-        # data goes over InfiniBand/RoCE; only the bootstrap uses the first socket interface, normally the physical NIC
+    if active_ib and real and first not in bad:
+        # data goes over InfiniBand/RoCE; only the bootstrap uses the first socket interface, here a real one
         return info(
-            f"NCCL_SOCKET_IFNAME is unset and NCCL's bootstrap candidates include {', '.join(virtual)} beside "
-            f"{', '.join(real)}; with InfiniBand/RoCE active only the first one is used - set NCCL_SOCKET_IFNAME "
-            "if the bootstrap hangs",
+            f"NCCL_SOCKET_IFNAME is unset and {version}'s bootstrap candidates include {named} beside "
+            f"{', '.join(real)}; with InfiniBand/RoCE active only the first one ({first}) is used - set "
+            "NCCL_SOCKET_IFNAME if the bootstrap hangs",
             fix,
             **evidence,
         )
+    where = f"its bootstrap binds {first}, the first of them" if first in bad else "its socket transport uses them all"
     return warn(
-        f"NCCL_SOCKET_IFNAME is unset and NCCL's default choice includes {', '.join(virtual)} "
-        f"(virtual, tunnel or USB NIC) beside {', '.join(real) or 'nothing else'}: other nodes cannot reach it",
+        f"NCCL_SOCKET_IFNAME is unset and {version}'s default choice includes {named} beside "
+        f"{', '.join(real) or 'nothing else'}: {where}, and other nodes cannot reach it",
         fix,
         **evidence,
     )
 
 
 _GEFORCE = ("GeForce", "TITAN")
+
+# Driver branches on which consumer GPUs report PCIe P2P as available while NCCL over it hangs, each with its report.
+# 535 is left out on purpose: on the RTX 3090 of NVIDIA/nccl#1127 going back from 545 to 535 fixed the hang.
+_P2P_HANG_BRANCHES = (
+    (520, 529, "RTX 4090 with driver 525: all_reduce_perf hangs in cudaStreamQuery (NVIDIA/nccl-tests#117)"),
+    (
+        545,
+        569,
+        "RTX 3090 with 545 (535 works, NVIDIA/nccl#1127); NCCL hangs reproduced with 560, fixed with 570 "
+        "(dmlc/xgboost#11242)",
+    ),
+)
+
+
+def p2p_hang_report(branch: int) -> str | None:
+    """The report of P2P hangs on consumer GPUs for this driver branch (major version), if there is one."""
+    return next((why for low, high, why in _P2P_HANG_BRANCHES if low <= branch <= high), None)
 
 
 @check(
@@ -701,8 +812,9 @@ _GEFORCE = ("GeForce", "TITAN")
     what="For jobs on two or more GeForce/TITAN GPUs whose driver reports PCIe peer-to-peer as supported, reads "
     "the driver branch and NCCL_P2P_DISABLE / NCCL_P2P_LEVEL.",
     why="On consumer GPUs, drivers that report PCIe P2P as available while it does not work make NCCL hang at the "
-    "first all-reduce or return wrong data: RTX 4090 with drivers 520-525 (NVIDIA/nccl-tests#117), RTX 30/40 "
-    "with 545-560 (NVIDIA/nccl#1127, dmlc/xgboost#11242: fixed with 570). nvidia-smi shows nothing wrong.",
+    "first all-reduce or return wrong data: RTX 4090 with the 525 branch (NVIDIA/nccl-tests#117), RTX 3090 with "
+    "545 where 535 works (NVIDIA/nccl#1127), hangs reproduced with 560 and fixed with 570 (dmlc/xgboost#11242). "
+    "Branches 520-529 and 545-569 are judged bad; nvidia-smi shows nothing wrong.",
     fix="Upgrade the driver (570 or newer), or set NCCL_P2P_DISABLE=1 (NCCL then copies through host memory) and "
     "confirm with nccl-tests' all_reduce_perf.",
 )
@@ -737,11 +849,13 @@ def nccl_p2p_on_consumer_gpus(facts, ctx):
         )
     branch = (versions.parse(driver) or (0,))[0]
     fix = set_env("NCCL_P2P_DISABLE", "1", title="Turn NCCL peer-to-peer off (or upgrade the driver to 570+)")
-    if 520 <= branch < 570:
+    report = p2p_hang_report(branch)
+    if report:
         return warn(
-            f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}: with drivers 520-560 NCCL hangs or "
-            "corrupts data over consumer-GPU P2P (nccl-tests#117, xgboost#11242)",
+            f"driver {driver} reports PCIe P2P between GeForce GPUs {sorted(idx)}: on the {branch} branch NCCL hangs "
+            f"or corrupts data over consumer-GPU P2P ({report})",
             fix,
+            report=report,
             **evidence,
         )
     return info(

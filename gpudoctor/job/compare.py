@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.facts import Facts
-from gpudoctor.job.layout import env_int
+from gpudoctor.job.layout import SEVERAL_HOSTS_ONLY, env_int
 from gpudoctor.sanitize import clean, clean_tree
 
 # Environment settings every rank of a job must share (issue 12; NCCL reads its NCCL_* settings per
@@ -94,7 +94,14 @@ def env_of(facts: Facts) -> dict:
 def findings_of(findings) -> list[dict]:
     """A node's own verdicts, reduced to what is not a pass (the report groups them by node)."""
     keep = [f for f in findings if f.severity.value in ("warn", "fail", "error")]
-    return [{"id": f.id, "severity": f.severity.value, "title": f.title, "message": f.message} for f in keep]
+    return [_finding_item(f) for f in keep]
+
+
+def _finding_item(f) -> dict:
+    item = {"id": f.id, "severity": f.severity.value, "title": f.title, "message": f.message}
+    if f.evidence.get(SEVERAL_HOSTS_ONLY):
+        item[SEVERAL_HOSTS_ONLY] = True
+    return item
 
 
 # --- members: one rank (live) or one snapshot (compare) -------------------------------------------------

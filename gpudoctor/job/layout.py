@@ -18,12 +18,36 @@ Sources, first that answers:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpudoctor.job.env import job_env
-from gpudoctor.model import PER_GPU_LAUNCHERS
+from gpudoctor.model import PER_GPU_LAUNCHERS, Severity
 from gpudoctor.readers.ints import python_int
+
+# Evidence key of a finding that is a problem only when the job's ranks run on more than one host (a loopback
+# MASTER_ADDR, NCCL_SOCKET_IFNAME=lo): `check --job` knows every rank's host and drops it when they share one.
+SEVERAL_HOSTS_ONLY = "several_hosts_only"
+
+
+def mark_several_hosts(result):
+    """The outcome(s) of a check, each problem marked as one that exists only across hosts (SEVERAL_HOSTS_ONLY)."""
+    if isinstance(result, list):
+        return [mark_several_hosts(o) for o in result]
+    if result.severity in (Severity.PASS, Severity.SKIP):
+        return result
+    return replace(result, evidence={**result.evidence, SEVERAL_HOSTS_ONLY: True})
+
+
+def several_hosts_only(func):
+    """For a check (under @check) whose every problem is about reaching other hosts: marks them."""
+
+    @functools.wraps(func)
+    def judged(facts, ctx):
+        return mark_several_hosts(func(facts, ctx))
+
+    return judged
 
 
 def env_int(env: Mapping[str, str], name: str) -> int | None:

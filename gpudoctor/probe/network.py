@@ -10,6 +10,10 @@ SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
 
 
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
 def _interfaces() -> list[dict]:
     try:
         import psutil
@@ -28,6 +32,8 @@ def _interfaces() -> list[dict]:
                 "name": name,
                 "up": bool(st.isup) if st else operstate in ("up", "unknown"),
                 "operstate": operstate,
+                # getifaddrs() (which NCCL walks to choose) lists IPv4 addresses by interface index
+                "ifindex": _int(_read(os.path.join(SYS_NET, name, "ifindex"))),
                 "loopback": name == "lo" or _read(os.path.join(SYS_NET, name, "type")) == "772",
                 "mtu": st.mtu if st else None,
                 "speed_mbps": st.speed if st and st.speed else None,
@@ -37,12 +43,15 @@ def _interfaces() -> list[dict]:
     return out
 
 
-def _infiniband() -> list[dict]:
+def infiniband(root: str = SYS_IB) -> list[dict]:
+    """Every port of every RDMA device under root (/sys/class/infiniband/<dev>/ports/<n>/): state, phys_state,
+    rate and link_layer as the kernel's ib_core exports them, the values `ibstat` shows, without needing it.
+    Each file is read non-blocking and bounded (fileio.read_text); the whole probe runs under collect()'s deadline."""
     ports: list[dict] = []
-    if not os.path.isdir(SYS_IB):
+    if not os.path.isdir(root):
         return ports
-    for dev in sorted(os.listdir(SYS_IB)):
-        pdir = os.path.join(SYS_IB, dev, "ports")
+    for dev in sorted(os.listdir(root)):
+        pdir = os.path.join(root, dev, "ports")
         if not os.path.isdir(pdir):
             continue
         for port in sorted(os.listdir(pdir), key=lambda p: int(p) if p.isdigit() else 0):
@@ -62,5 +71,5 @@ def _infiniband() -> list[dict]:
     return ports
 
 
-def probe() -> dict:
-    return {"interfaces": _interfaces(), "infiniband": _infiniband()}
+def probe(ib_root: str = SYS_IB) -> dict:
+    return {"interfaces": _interfaces(), "infiniband": infiniband(ib_root)}

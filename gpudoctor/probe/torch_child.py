@@ -37,11 +37,13 @@ def _stage(name):
     sys.stderr.flush()
 
 
-def _loaded_libraries():
-    """Shared libraries this process has mapped (Linux), by family; real paths."""
+def _loaded_libraries(maps="/proc/self/maps"):
+    """Shared libraries a process has mapped (Linux; this one by default), by family. The kernel names each
+    mapping by the file the loader opened, symlinks resolved (libcudnn.so.9.1.0, not libcudnn.so.9), so these
+    are the files the process runs, wherever LD_LIBRARY_PATH, the ld.so cache or a RUNPATH found them."""
     found = {k: [] for k in LIBRARY_FAMILIES}
     try:
-        with open("/proc/self/maps") as fh:
+        with open(maps) as fh:
             for line in fh:
                 parts = line.split()
                 if len(parts) < 6:
@@ -226,6 +228,9 @@ def main():
             except Exception as e:  # a half-broken torch: record it, keep going
                 out.setdefault("probe_errors", []).append(step.__name__.strip("_") + ": " + _error(e))
     _stage("libraries")
+    # Read after the steps above: importing torch maps libcublas/libcublasLt (libtorch_cuda.so needs them) and
+    # torch.backends.cudnn.version() loads libcudnn; cuDNN's engine sub-libraries load only at a first GPU
+    # convolution, which a probe does not run (no CUDA context is created here).
     out["loaded_libraries"] = _loaded_libraries()
     out["wheel_lib_dirs"] = _wheel_lib_dirs()
     out["elapsed_seconds"] = round(time.monotonic() - t0, 3)

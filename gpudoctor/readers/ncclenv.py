@@ -105,6 +105,23 @@ def select_names(value: str, names: list[str]) -> list[str]:
     return [n for n in names if name_matches(n, entries, exact) != exclude]
 
 
+def hca_port_selected(value: str | None, device: str, port) -> bool:
+    """Whether NCCL_IB_HCA lets NCCL use this port of this device. Each entry is a device-name prefix (an exact
+    name after '='), ':N' limits it to port N, '^' turns the list into exclusions (NCCL src/misc/utils.cc
+    matchIfList/matchPort, used by ncclIbInit in src/transport/net_ib.cc); unset or empty selects every port."""
+    if not value:
+        return True
+    exclude = value.startswith("^")
+    rest = value[1:] if exclude else value
+    exact = rest.startswith("=")
+    rest = rest[1:] if exact else rest
+    for part in filter(None, rest.split(",")):
+        name, _, wanted = part.partition(":")
+        if name_matches(device, [name], exact) and (not wanted or wanted == str(port)):
+            return not exclude
+    return exclude
+
+
 # --- whole-environment problems (GD-NCCL-006) ---------------------------------------------
 
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")

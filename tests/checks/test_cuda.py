@@ -393,6 +393,61 @@ def test_cudnn_passes_on_healthy_node_and_names_the_folder():
     assert f"{WHEEL}/cudnn/lib" in finding.message
 
 
+def test_newer_cudnn_from_the_ld_so_cache_than_torch_was_built_with_warns_and_puts_the_wheel_first():
+    # issue 18: the distribution's libcudnn9 package (ld.so cache) answers before the wheel's copy
+    f = make_facts(
+        env={"LD_LIBRARY_PATH": "/opt/mpi/lib"},
+        patch={
+            "torch.cudnn": 91400,
+            "torch.cudnn_compile": [9, 1, 0],
+            "torch.loaded_libraries.cudnn": ["/usr/lib/x86_64-linux-gnu/libcudnn.so.9.14.0"],
+            "libraries.found.cudnn": [
+                lib(
+                    "/usr/lib/x86_64-linux-gnu/libcudnn.so.9",
+                    "9",
+                    "ldconfig",
+                    realpath="/usr/lib/x86_64-linux-gnu/libcudnn.so.9.14.0",
+                ),
+                lib(f"{WHEEL}/cudnn/lib/libcudnn.so.9", "9", "pip-wheel"),
+            ],
+        },
+    )
+    finding = one("GD-CUDA-005", f)
+    assert finding.severity is Severity.WARN, finding.message
+    assert "the the" not in finding.message
+    assert "found through the ld.so cache" in finding.message and "built with 9.1" in finding.message
+    assert finding.evidence["found_through"] == "the ld.so cache"
+    (action,) = finding.fix.actions
+    assert (action.target, action.value) == ("LD_LIBRARY_PATH", f"{WHEEL}/cudnn/lib:/opt/mpi/lib")
+
+
+def test_cudnn_of_the_version_torch_was_built_with_on_ld_library_path_passes():
+    f = make_facts(
+        env={"LD_LIBRARY_PATH": "/opt/cudnn/lib"},
+        patch={
+            "torch.cudnn": 90100,
+            "torch.cudnn_compile": [9, 1, 0],
+            "torch.loaded_libraries.cudnn": ["/opt/cudnn/lib/libcudnn.so.9.1.0"],
+            "libraries.found.cudnn": [lib("/opt/cudnn/lib/libcudnn.so.9.1.0", "9.1.0", "LD_LIBRARY_PATH")],
+        },
+    )
+    assert severity("GD-CUDA-005", f) is Severity.PASS  # no wheel copy and torch's own version: a system build
+
+
+def test_newer_cudnn_that_no_loader_path_explains_is_not_judged():
+    # a conda env's lib folder reached through torch's RUNPATH: the env's own, pinned cuDNN
+    f = make_facts(
+        patch={
+            "torch.cudnn": 90300,
+            "torch.cudnn_compile": [9, 1, 0],
+            "torch.loaded_libraries.cudnn": ["/opt/conda/envs/train/lib/libcudnn.so.9.3.0"],
+            "libraries.found.cudnn": [],
+            "torch.wheel_lib_dirs": [],
+        },
+    )
+    assert severity("GD-CUDA-005", f) is Severity.PASS
+
+
 # ---------------------------------------------------------------- GD-CUDA-006 CUDA runtime / cuBLAS
 
 
@@ -518,3 +573,55 @@ def test_every_cuda_check_is_documented(check_id):
     spec = load_all()[check_id]
     assert spec.category == "cuda"
     assert all(spec.docs.values())
+
+
+def test_older_cublas_through_an_ld_library_path_symlink_fails_and_names_the_entry():
+    # issue 18 (pytorch#91067, pytorch#103832): a toolkit's older cuBLAS answers before the wheel's
+    f = make_facts(
+        env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/opt/mpi/lib"},
+        patch={
+            "torch.cuda": "12.4",
+            "torch.loaded_libraries.cublas": [
+                "/usr/local/cuda-12.1/targets/x86_64-linux/lib/libcublas.so.12.1.3.1",
+                "/usr/local/cuda-12.1/targets/x86_64-linux/lib/libcublasLt.so.12.1.3.1",
+            ],
+            "libraries.found.cublas": [
+                lib(
+                    "/usr/local/cuda/lib64/libcublas.so.12",
+                    "12",
+                    "LD_LIBRARY_PATH",
+                    realpath="/usr/local/cuda-12.1/targets/x86_64-linux/lib/libcublas.so.12.1.3.1",
+                ),
+                lib(f"{WHEEL}/cublas/lib/libcublas.so.12", "12", "pip-wheel"),
+            ],
+        },
+    )
+    finding = one("GD-CUDA-006", f)
+    assert finding.severity is Severity.FAIL, finding.message
+    assert "cuBLAS 12.1.3.1" in finding.message and "built with 12.4" in finding.message
+    assert "LD_LIBRARY_PATH entry /usr/local/cuda/lib64" in finding.message
+    (action,) = finding.fix.actions
+    assert (action.target, action.value) == ("LD_LIBRARY_PATH", "/opt/mpi/lib")
+
+
+def test_cublas_of_torchs_cuda_minor_from_the_toolkit_is_not_a_version_problem():
+    f = make_facts(
+        env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.4/lib64"},
+        patch={
+            "torch.cuda": "12.4",
+            "torch.loaded_libraries.cublas": ["/usr/local/cuda-12.4/lib64/libcublas.so.12.4.5.8"],
+            "libraries.found.cublas": [lib("/usr/local/cuda-12.4/lib64/libcublas.so.12", "12", "LD_LIBRARY_PATH")],
+            "libraries.found.cudart": [],
+            "libraries.found.nvjitlink": [],
+            "torch.wheel_lib_dirs": [],
+        },
+    )
+    assert severity("GD-CUDA-006", f) is Severity.PASS
+
+
+def test_file_versions_and_build_versions():
+    from gpudoctor.checks.cuda import file_version
+
+    assert file_version("/x/libcudnn.so.9.1.0") == (9, 1, 0)
+    assert file_version("/x/libcublasLt.so.12.4.5.8") == (12, 4, 5, 8)
+    assert file_version("/x/libcudnn.so.9") is None  # the wheels' bare soname says only the major

@@ -718,3 +718,23 @@ def test_pcie_pairs_without_driver_p2p_are_info():
     patch = {"pci": _two_gpus_behind_a_switch(redirect=False), "nvidia.p2p": pairs}
     (f,) = run("GD-HW-009", make_facts(patch=patch, env={"CUDA_VISIBLE_DEVICES": "0,1"}), expect_gpus=2)
     assert f.severity is Severity.INFO and "chipset_not_supported" in f.message
+
+
+@pytest.mark.parametrize(
+    "driver, expected, source",
+    [
+        ("525.60.11", Severity.WARN, "nccl-tests#117"),
+        ("535.183.01", Severity.INFO, None),  # 535 fixed the hang of NVIDIA/nccl#1127
+        ("545.29.06", Severity.WARN, "nccl#1127"),
+        ("560.35.03", Severity.WARN, "xgboost#11242"),
+        ("570.124.06", Severity.INFO, None),
+    ],
+)
+def test_geforce_p2p_is_judged_by_the_driver_branches_with_reports(driver, expected, source):
+    facts = make_facts(
+        env={"CUDA_VISIBLE_DEVICES": "0,1"}, each_gpu={"name": "NVIDIA GeForce RTX 4090"}, patch=_geforce_pair(driver)
+    )
+    (f,) = run("GD-NCCL-011", facts, expect_gpus=2)
+    assert f.severity is expected, f.message
+    if source:
+        assert source in f.message and f"on the {driver.split('.')[0]} branch" in f.message

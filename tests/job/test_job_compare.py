@@ -231,3 +231,66 @@ def test_env_drift_is_gd_job_005(tmp_path, capsys):
     _, out, _ = _compare(capsys, a, b, json_out=True)
     (f,) = [f for f in json.loads(out)["findings"] if f["id"] == "GD-JOB-005" and f["severity"] != "pass"]
     assert "OMP_NUM_THREADS=2 where" in f["message"]
+
+
+# --- issue 18: a loopback rendezvous is a problem only across hosts --------------------------------------
+
+LOOPBACK_ENV = {
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+    "NCCL_SOCKET_IFNAME": "lo",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_WORLD_SIZE": "2",
+}
+LOOPBACK_RDV = {
+    "master_addr": "127.0.0.1",
+    "master_port": "29500",
+    "resolved": ["127.0.0.1"],
+    "loopback": True,
+    "resolve": {"seconds": 0.0},
+    "binds_port_here": False,
+    "binds_port_reason": "not rank 0",
+}
+
+
+def _loopback_node(tmp_path, name: str, host: str, rank: int) -> str:
+    env = {**LOOPBACK_ENV, "RANK": str(2 * rank), "GROUP_RANK": str(rank)}
+    patch = {"host.hostname": host, "rendezvous": {**LOOPBACK_RDV, "hostname": host}}
+    return _write(tmp_path, name, make_facts(env=env, patch=patch))
+
+
+def _node_problems(out: str) -> str:
+    findings = json.loads(out)["findings"]
+    return " ".join(f["message"] for f in findings if f["id"] == "GD-JOB-009" and f["severity"] != "pass")
+
+
+def test_loopback_rendezvous_on_two_hosts_is_named(tmp_path, capsys):
+    a = _loopback_node(tmp_path, "a.json", "gpu-node-01", 0)
+    b = _loopback_node(tmp_path, "b.json", "gpu-node-02", 1)
+    code, out, _ = _compare(capsys, a, b, json_out=True)
+    problems = _node_problems(out)
+    assert code == 1, out
+    assert "GD-DIST-003" in problems and "loopback" in problems
+    assert "GD-NCCL-002" in problems and "selects only lo" in problems
+
+
+def test_loopback_rendezvous_on_one_host_is_fine(tmp_path, capsys):
+    a = _loopback_node(tmp_path, "a.json", "gpu-node-01", 0)
+    b = _loopback_node(tmp_path, "b.json", "gpu-node-01", 1)
+    code, out, _ = _compare(capsys, a, b, json_out=True)
+    problems = _node_problems(out)
+    assert "GD-DIST-003" not in problems and "GD-NCCL-002" not in problems, problems
+    (node_check,) = [f for f in json.loads(out)["findings"] if f["id"] == "GD-JOB-009"]
+    assert node_check["severity"] == "pass" and "every rank runs on gpu-node-01" in node_check["message"]
+    assert code == 0, out
+
+
+def test_one_host_needs_every_rank_and_a_real_host_name():
+    from gpudoctor.checks.job import one_host
+
+    members = [{"rank": 0, "hostname": "n1"}, {"rank": 1, "hostname": "n1"}]
+    assert one_host({"members": members}) == "n1"
+    assert one_host({"members": members, "missing_ranks": [2]}) is None  # rank 2 may be elsewhere
+    assert one_host({"members": [*members, {"rank": 2, "hostname": "n2"}]}) is None
+    assert one_host({"members": [{"rank": 0, "hostname": "localhost"}, {"rank": 1, "hostname": "localhost"}]}) is None

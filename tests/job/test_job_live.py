@@ -6,9 +6,9 @@ starts and a refused store connection must be named within the timeout.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,6 +23,9 @@ pytest.importorskip("torch.distributed")
 
 GD = [sys.executable, "-m", "gpudoctor", "check", "--job", "--expect-gpus", "0"]
 HOST = socket.gethostname()
+# torchrun of this interpreter: a `torchrun` on PATH may belong to another Python (a pyenv shim) and run
+# another gpudoctor than the one under test.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 def _free_port() -> int:
@@ -45,7 +48,6 @@ def _package_dir(tmp_path: Path, name: str, version: str) -> Path:
 
 
 def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
-    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     port = _free_port()
     drift = {
         "NCCL_SOCKET_IFNAME": "gd-no-such-if0",
@@ -56,7 +58,7 @@ def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     started = time.monotonic()
     for node in (0, 1):
         cmd = [
-            torchrun,
+            *TORCHRUN,
             "--nnodes",
             "2",
             "--node-rank",
@@ -101,7 +103,10 @@ def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     node = f"{HOST}#{drifting} (ranks {2 * drifting}–{2 * drifting + 1})"
     assert f"on {node}: " in report and "OMP_NUM_THREADS=3 where" in report
     assert re.search(rf"on {re.escape(node)}: .*accelerate=0\.99\.0 where {re.escape(HOST)}#{other} ", report), report
-    assert all(a.returncode != 0 for a in agents), "every rank exits with the job's verdict (fail)"
+    # every rank exits with the job's verdict: the drift is a warn, and the store at 127.0.0.1 is fine because
+    # both "nodes" run on this host (issue 18: it used to fail as a loopback MASTER_ADDR on a 2-node job)
+    assert "GD-DIST-003" not in report.split("pass on")[0], report
+    assert [a.returncode for a in agents] == [0, 0], outs
     assert elapsed < 90
 
 
@@ -113,7 +118,6 @@ def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
 
     from torch.distributed import TCPStore
 
-    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     port, refused = _free_port(), _free_port()
     # The test hosts the rendezvous store (is_host=false on both agents), so the agent of the failing node
     # exiting early cannot take the store rank 0 still uses with it.
@@ -128,7 +132,7 @@ def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
     started = time.monotonic()
     for node in (0, 1):
         cmd = [
-            torchrun,
+            *TORCHRUN,
             "--nnodes=2",
             f"--node-rank={node}",
             "--nproc-per-node=2",
@@ -238,3 +242,42 @@ def test_agreeing_ranks_pass_and_every_rank_exits_0(tmp_path):
 def test_job_outside_a_launcher_is_a_usage_error(tmp_path):
     r = subprocess.run([*GD, "--timeout", "5"], env=_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--job" in r.stderr
+
+
+def test_a_loopback_rendezvous_of_two_nodes_on_one_host_is_not_flagged(tmp_path):
+    """Issue 18: torchrun's static rendezvous at 127.0.0.1 with NCCL_SOCKET_IFNAME=lo, two agents (two
+    "nodes" by GROUP_WORLD_SIZE) on this one host. Each node alone would call the loopback a multi-node
+    problem; the gather sees every rank on one host and keeps the verdict clean."""
+    port = _free_port()
+    agents = []
+    for node in (0, 1):
+        cmd = [
+            *TORCHRUN,
+            "--nnodes=2",
+            f"--node-rank={node}",
+            "--nproc-per-node=1",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            "--max-restarts=0",
+            "-m",
+            "gpudoctor",
+            *GD[3:],
+            "--select",
+            "distributed,nccl",
+            "--timeout",
+            "40",
+            "--json",
+        ]
+        env = _env({"OMP_NUM_THREADS": "1", "NCCL_SOCKET_IFNAME": "lo"})
+        agents.append(
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        )
+    outs = [a.communicate(timeout=120) for a in agents]
+    reports = [out for out, _ in outs if out.strip().startswith("{")]
+    assert len(reports) == 1, outs
+    report = json.loads(reports[0])
+    node_checks = [f for f in report["findings"] if f["id"] == "GD-JOB-009"]
+    assert [f["severity"] for f in node_checks] == ["pass"], [f["message"] for f in node_checks]
+    assert f"every rank runs on {HOST}" in node_checks[0]["message"], node_checks  # the local verdicts did fire
+    assert "GD-DIST-003" in node_checks[0]["message"] and "GD-NCCL-002" in node_checks[0]["message"]
+    assert [a.returncode for a in agents] == [0, 0], outs
