@@ -80,11 +80,21 @@ def _judge_conf(name: str, value: str, tv, source: str | None = None):
     }
     if conf.errors:
         corrected = allocconf.suggest_correction(value, tv)
-        fix = (
-            set_env(name, corrected)
-            if corrected
-            else manual(f"Correct or unset {name} (see `gpudoctor explain GD-ALLOC-001`)", f"unset {name}")
-        )
+        if corrected:
+            fix = set_env(name, corrected)
+        else:
+            # The value cannot run at all (torch raises on it), so dropping what it rejects is safe.
+            kept, dropped = allocconf.valid_entries(value, tv)
+            shown = ", ".join(_quoted(d, 60) for d in dropped)
+            fix = (
+                set_env(
+                    name,
+                    kept,
+                    f"Keep the entries torch {_version_text(tv)} accepts: export {name}={kept} (drops {shown})",
+                )
+                if kept
+                else unset_env(name, f"unset {name}: torch {_version_text(tv)} accepts none of its entries ({shown})")
+            )
         return fail(
             f"{name}={_quoted(value)}: {'; '.join(conf.errors)}",
             fix,

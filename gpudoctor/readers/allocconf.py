@@ -443,13 +443,47 @@ def suggest_correction(text: str, torch_version: tuple[int, ...] | None = None) 
     case), or None when those are not the problem or the result is still invalid."""
     if len(text) > MAX_CONF_CHARS:
         return None
-    # The lookbehind anchors each key at its first letter: without it a long run of letters is rescanned
-    # from every position (quadratic; 120k characters took minutes).
-    fixed = re.sub(r"(?<![A-Za-z_])([A-Za-z_]+)\s*=\s*", r"\1:", text).replace(";", ",")
-    fixed = re.sub(r":\s*(true|false|TRUE|FALSE)\b", lambda m: ":" + m.group(1).capitalize(), fixed)
+    fixed = _repaired(text)
     if fixed == text or parse_alloc_conf(fixed, torch_version).errors:
         return None
     return fixed
+
+
+def _repaired(text: str) -> str:
+    """The common slips mended: key=value -> key:value, ';' -> ',', true/false -> True/False."""
+    # The lookbehind anchors each key at its first letter: without it a long run of letters is rescanned
+    # from every position (quadratic; 120k characters took minutes).
+    fixed = re.sub(r"(?<![A-Za-z_])([A-Za-z_]+)\s*=\s*", r"\1:", text).replace(";", ",")
+    return re.sub(r":\s*(true|false|TRUE|FALSE)\b", lambda m: ":" + m.group(1).capitalize(), fixed)
+
+
+def _entries(text: str) -> list[str]:
+    """The top-level comma-separated entries, a '[...]' list kept whole (roundup_power2_divisions:[256:1,512:2])."""
+    out, depth, buf = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth <= 0:
+            out.append(buf)
+            buf = ""
+        else:
+            buf += ch
+    out.append(buf)
+    return [e.strip() for e in out if e.strip()]
+
+
+def valid_entries(text: str, torch_version: tuple[int, ...] | None = None) -> tuple[str, list[str]]:
+    """(the value with only the entries this torch accepts, the entries dropped), slips mended first.
+
+    torch rejects the whole value for one bad entry (its first CUDA allocation raises), so the rest can only
+    run once the bad ones are gone. ('', [all]) when none is valid or the kept ones are invalid together."""
+    if len(text) > MAX_CONF_CHARS:
+        return "", [text]
+    entries = _entries(_repaired(text))
+    kept = [e for e in entries if not parse_alloc_conf(e, torch_version).errors]
+    value = ",".join(kept)
+    if not kept or parse_alloc_conf(value, torch_version).errors:
+        return "", entries
+    return value, [e for e in entries if e not in kept]
 
 
 def _fmt(v) -> str:

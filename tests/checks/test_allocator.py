@@ -360,3 +360,65 @@ def test_numbers_beyond_torchs_integer_parser_raise(text, torch_version, ok):
 
 def test_non_ascii_digits_are_not_numbers_to_torch():
     assert not parse_alloc_conf("max_split_size_mb:１２８", (2, 13)).ok
+
+
+# --------------------------------------------------------------- issue 18: the fix keeps what torch accepts
+
+
+@pytest.mark.parametrize(
+    "text, kept, dropped",
+    [
+        ("expandable_segments:True,bogus_key:1", "expandable_segments:True", ["bogus_key:1"]),
+        (  # a list's own commas stay inside it; slips are mended before judging
+            "roundup_power2_divisions:[256:1,512:2],max_split_size_mb:10;expandable_segments=true",
+            "roundup_power2_divisions:[256:1,512:2],expandable_segments:True",
+            ["max_split_size_mb:10"],
+        ),
+        ("bogus:1,other:2", "", ["bogus:1", "other:2"]),
+        ("garbage_collection_threshold:1.5", "", ["garbage_collection_threshold:1.5"]),
+    ],
+)
+def test_valid_entries_keep_what_torch_accepts(text, kept, dropped):
+    from gpudoctor.readers.allocconf import valid_entries
+
+    assert valid_entries(text, (2, 13)) == (kept, dropped)
+    if kept:
+        assert parse_alloc_conf(kept, (2, 13)).ok
+
+
+def test_an_invalid_value_is_fixed_by_dropping_its_invalid_entries():
+    value = "expandable_segments:True,max_split_size_mb:10,bogus_key:1"
+    (f,) = run("GD-ALLOC-001", make_facts(RECORDED_CPU, env={"PYTORCH_CUDA_ALLOC_CONF": value}))
+    assert f.severity is Severity.FAIL and f.fix is not None and f.fix.safety.value == "safe"
+    (action,) = f.fix.actions
+    assert (action.kind, action.target, action.value) == (
+        "set_env",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "expandable_segments:True",
+    )
+    assert "max_split_size_mb:10" in f.fix.title and "bogus_key:1" in f.fix.title
+
+
+def test_a_value_with_no_valid_entry_is_unset():
+    (f,) = run("GD-ALLOC-001", make_facts(RECORDED_CPU, env={"PYTORCH_CUDA_ALLOC_CONF": "bogus:1,other:2"}))
+    (action,) = f.fix.actions
+    assert (action.kind, action.target) == ("unset_env", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def test_fix_shell_and_the_scripts_export_keep_the_valid_entries(tmp_path):
+    from tests.cliutil import run_gpudoctor
+
+    value = "expandable_segments:True,max_split_size_mb:10,bogus_key:1"
+    r = run_gpudoctor(
+        "fix", "--select", "allocator", "--expect-gpus", "0", "--shell", env={"PYTORCH_CUDA_ALLOC_CONF": value}
+    )
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in r.stdout, r.stdout + r.stderr
+    script = tmp_path / "job.slurm"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH --gres=gpu:1\nexport PYTORCH_CUDA_ALLOC_CONF={value}\nsrun python train.py\n"
+    )
+    r = run_gpudoctor("fix", "--sbatch", str(script), "--select", "allocator", "--apply")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" in script.read_text()
+    r = run_gpudoctor("check", "--sbatch", str(script), "--select", "allocator")
+    assert r.returncode == 0, r.stdout
