@@ -54,6 +54,8 @@ def run(args) -> int:
 
     if sum(bool(x) for x in (args.json, args.shell, args.diff)) > 1:
         raise _usage("choose one of --json, --shell, --diff")
+    if getattr(args, "sbatch", None) and _dos_line_breaks(args, writer):
+        return ExitCode.FAIL
     # The facts, context and checks exactly as `gpudoctor check` gets them; fix keeps only what check's
     # verdict is about (before submission, this login host's driver or torch is not the job's to fix).
     facts, ctx, specs, target = judged_inputs(args, progress=False)
@@ -104,6 +106,42 @@ def run(args) -> int:
     if args.apply and any(f.severity is Severity.FAIL for f in plan.after):
         return ExitCode.FAIL  # as `ruff check --fix`: 0 only when nothing the verdict counts is left
     return ExitCode.OK
+
+
+def _dos_line_breaks(args, writer) -> bool:
+    """sbatch refuses a script with DOS line breaks ("Batch script contains DOS line breaks (\\r\\n) instead of
+    expected UNIX line breaks (\\n)", SLURM 22.05 on the test cluster), and so does check: the one whole-file
+    problem fix mends before judging. With --apply the script is converted (backup kept, atomic) and then
+    judged and fixed as usual; without, the plan says so and the run ends (True: exit 1, the script cannot be
+    submitted as it is). False when the script has no \\r\\n (or cannot be read: the usual input error follows)."""
+    from gpudoctor.fileio import FileIOError, read_input_bytes
+    from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES
+
+    try:
+        data = read_input_bytes(args.sbatch, "--sbatch", MAX_SCRIPT_BYTES)
+    except FileIOError:
+        return False
+    count = data.count(b"\r\n")
+    if not count:
+        return False
+    if not args.apply:
+        print(
+            f"{args.sbatch}: {count} DOS line break(s) (\\r\\n), which sbatch refuses; `gpudoctor fix --sbatch "
+            f"{args.sbatch} --apply` converts them to UNIX ones (a backup kept), then judges and fixes the rest",
+            file=sys.stderr,
+        )
+        return True
+    fixed = data.replace(b"\r\n", b"\n").decode("utf-8", errors="surrogateescape")
+    try:
+        backups = writer.write_all([writer.Planned(args.sbatch, data, fixed)])
+    except writer.WriteRefused as e:
+        raise _usage(str(e)) from None
+    print(
+        f"{args.sbatch}: converted {count} DOS line break(s) to UNIX ones (sbatch refuses \\r\\n); "
+        f"original kept as {backups.get(args.sbatch)}",
+        file=sys.stderr,
+    )
+    return False
 
 
 def _usage(message: str) -> Exception:

@@ -156,7 +156,6 @@ def test_json_matches_its_schema(seed_fixed, capsys):
 @pytest.mark.parametrize(
     "content, why",
     [
-        (b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\npython train.py\r\n", "DOS line breaks"),
         (b"", "empty"),
         (b"#!/bin/bash\n#SBATCH --ntasks=abc\npython train.py\n", "ntasks"),
     ],
@@ -169,6 +168,22 @@ def test_malformed_script_is_exit_2_and_untouched(tmp_path, capsys, content, why
     assert len(err.strip().splitlines()) == 1 and why in err
     assert p.read_bytes() == content
     assert os.listdir(tmp_path) == ["bad.slurm"]
+
+
+def test_dos_line_breaks_are_converted_with_a_backup_then_the_rest_is_fixed(tmp_path, capsys):
+    """sbatch 22.05 refuses the file ("Batch script contains DOS line breaks (\\r\\n)"): the conversion is a fix."""
+    p = tmp_path / "job.slurm"
+    original = b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\nexport NCCL_DEBUG=INFO\r\npython train.py\r\n"
+    p.write_bytes(original)
+    assert fix("--sbatch", str(p)) == 1  # the plan: nothing written
+    assert "4 DOS line break(s)" in capsys.readouterr().err and p.read_bytes() == original
+    assert fix("--sbatch", str(p), "--apply") == 0
+    assert "converted 4 DOS line break(s)" in capsys.readouterr().err
+    assert (tmp_path / "job.slurm.gpudoctor.bak").read_bytes() == original
+    text = p.read_text()
+    assert "\r" not in text and "export NCCL_DEBUG=WARN" in text  # then judged and fixed as usual
+    assert fix("--sbatch", str(p), "--apply") == 0  # a second --apply changes nothing
+    assert sorted(os.listdir(tmp_path)) == ["job.slurm", "job.slurm.gpudoctor.bak", "job.slurm.gpudoctor.bak.1"]
 
 
 def test_broken_yaml_config_is_exit_2_and_untouched(tmp_path, seed_fixed, capsys):

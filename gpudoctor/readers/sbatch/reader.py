@@ -690,7 +690,10 @@ def _check_sbatch_accepts(text: str, path: str) -> None:
             f"--sbatch {path}: the first line must start with #! and an interpreter (#!/bin/bash); sbatch refuses it"
         )
     if "\r\n" in text:
-        raise SbatchError(f"--sbatch {path}: DOS line breaks (\\r\\n); sbatch refuses it: run dos2unix {path}")
+        raise SbatchError(
+            f"--sbatch {path}: DOS line breaks (\\r\\n); sbatch refuses it: "
+            f"gpudoctor fix --sbatch {path} --apply converts them (a backup kept), or run dos2unix {path}"
+        )
 
 
 _SHELL_INTERPRETERS = {"bash", "sh"}
