@@ -157,6 +157,65 @@ def test_a_fix_that_makes_another_check_worse_is_not_kept(tmp_path):
     assert plan.final.texts[path] == script.read_text() and not plan.pending
 
 
+def _closure_script(tmp_path):
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --ntasks=1\npython t.py\n")
+    return str(script), Context(sbatch=parse_sbatch(script.read_text(), str(script)), sbatch_path=str(script))
+
+
+def test_a_fix_is_kept_together_with_the_fix_of_what_it_causes(tmp_path):
+    """Issue 18: GD-SLURM-005's srun fix causing GD-SLURM-007 (which has its own safe fix) was refused."""
+    path, ctx = _closure_script(tmp_path)
+
+    def run(facts, ctx):
+        tasks, cpus = ctx.sbatch.options.get("ntasks"), ctx.sbatch.options.get("cpus-per-task")
+        eight = Fix("8 tasks", Safety.UNSAFE, (Action(ActionKind.SBATCH_SET, path, "8", "ntasks"),))
+        cpus16 = Fix("16 cpus", Safety.SAFE, (Action(ActionKind.SBATCH_SET, path, "16", "cpus-per-task"),))
+        return [
+            _finding("GD-TEST-001", Severity.FAIL if tasks != "8" else Severity.PASS, eight),
+            _finding("GD-TEST-002", Severity.WARN if tasks == "8" and cpus != "16" else Severity.PASS, cpus16),
+        ]
+
+    plan = make_plan(run, make_facts(), ctx, frozenset({Safety.SAFE, Safety.UNSAFE}))
+    kept = {d.finding.id: d.reason for d in plan.decisions if d.kept}
+    assert set(kept) == {"GD-TEST-001", "GD-TEST-002"}
+    assert (
+        "with GD-TEST-002's fix" in kept["GD-TEST-001"] and "needed by the fix for GD-TEST-001" in kept["GD-TEST-002"]
+    )
+    assert "#SBATCH --ntasks=8" in plan.final.texts[path] and "#SBATCH --cpus-per-task=16" in plan.final.texts[path]
+    assert [f.id for f in plan.after if f.severity is not Severity.PASS] == []
+
+
+@pytest.mark.parametrize("follower", ["no fix", "a fix that does not help", "an unsafe fix, safe only allowed"])
+def test_a_group_whose_consequence_stays_is_refused(tmp_path, follower):
+    path, ctx = _closure_script(tmp_path)
+    allowed = frozenset({Safety.SAFE, Safety.UNSAFE})
+
+    def run(facts, ctx):
+        tasks = ctx.sbatch.options.get("ntasks")
+        eight = Fix("8 tasks", Safety.SAFE, (Action(ActionKind.SBATCH_SET, path, "8", "ntasks"),))
+        other = {
+            "no fix": None,
+            "a fix that does not help": Fix(
+                "time", Safety.SAFE, (Action(ActionKind.SBATCH_SET, path, "1:00", "time"),)
+            ),
+            "an unsafe fix, safe only allowed": Fix(
+                "x", Safety.UNSAFE, (Action(ActionKind.SBATCH_SET, path, "2", "nodes"),)
+            ),
+        }[follower]
+        return [
+            _finding("GD-TEST-001", Severity.FAIL if tasks != "8" else Severity.PASS, eight),
+            _finding("GD-TEST-002", Severity.WARN if tasks == "8" else Severity.PASS, other),
+        ]
+
+    if follower.startswith("an unsafe"):
+        allowed = frozenset({Safety.SAFE})
+    plan = make_plan(run, make_facts(), ctx, allowed)
+    (decision,) = [d for d in plan.decisions if d.finding.id == "GD-TEST-001"]
+    assert not decision.kept and "it would cause GD-TEST-002 warn" in decision.reason
+    assert not any(d.kept for d in plan.decisions) and not plan.pending
+
+
 def test_typo_option_is_renamed_keeping_value_and_comment():
     text = "#!/bin/bash\n#SBATCH --ntask-per-node=8   # one per GPU\n#SBATCH --gres=gpu:8\nsrun python t.py\n"
     assert parse_sbatch(text).unknown_directives
