@@ -54,7 +54,7 @@ def run(args) -> int:
 
     if sum(bool(x) for x in (args.json, args.shell, args.diff)) > 1:
         raise _usage("choose one of --json, --shell, --diff")
-    if getattr(args, "sbatch", None) and _dos_line_breaks(args, writer):
+    if getattr(args, "sbatch", None) and _dos_line_breaks(args):
         return ExitCode.FAIL
     # The facts, context and checks exactly as `gpudoctor check` gets them; fix keeps only what check's
     # verdict is about (before submission, this login host's driver or torch is not the job's to fix).
@@ -108,13 +108,14 @@ def run(args) -> int:
     return ExitCode.OK
 
 
-def _dos_line_breaks(args, writer) -> bool:
+def _dos_line_breaks(args) -> bool:
     """sbatch refuses a script with DOS line breaks ("Batch script contains DOS line breaks (\\r\\n) instead of
     expected UNIX line breaks (\\n)", SLURM 22.05 on the test cluster), and so does check: the one whole-file
     problem fix mends before judging. With --apply the script is converted (backup kept, atomic) and then
     judged and fixed as usual; without, the plan says so and the run ends (True: exit 1, the script cannot be
     submitted as it is). False when the script has no \\r\\n (or cannot be read: the usual input error follows)."""
     from gpudoctor.fileio import FileIOError, read_input_bytes
+    from gpudoctor.fixes import apply as writer
     from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES
 
     try:

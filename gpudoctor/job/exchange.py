@@ -53,24 +53,24 @@ def _object(raw: bytes | str, limit: int) -> dict:
     return value
 
 
-def writer_of(raw: bytes | str) -> str | None:
-    """The gpudoctor version an unreadable entry names, where it names one (for the finding's wording)."""
+def _claimed(raw: bytes | str, name: str, limit: int) -> str | None:
+    """A text field an unreadable entry still claims (cleaned, bounded), for the finding's wording."""
     try:
         value = json.loads(bytes(raw.encode() if isinstance(raw, str) else raw)[:MAX_MEMBER_BYTES])
     except (ValueError, UnicodeDecodeError):
         return None
-    writer = value.get("gpudoctor") if isinstance(value, dict) else None
-    return bounded(clean(writer), 40) if isinstance(writer, str) else None
+    text = value.get(name) if isinstance(value, dict) else None
+    return bounded(clean(text), limit) if isinstance(text, str) and text else None
+
+
+def writer_of(raw: bytes | str) -> str | None:
+    """The gpudoctor version an unreadable entry names, where it names one."""
+    return _claimed(raw, "gpudoctor", 40)
 
 
 def host_of(raw: bytes | str) -> str | None:
-    """The host name an unreadable entry claims, cleaned, where it has one."""
-    try:
-        value = json.loads(bytes(raw.encode() if isinstance(raw, str) else raw)[:MAX_MEMBER_BYTES])
-    except (ValueError, UnicodeDecodeError):
-        return None
-    host = value.get("hostname") if isinstance(value, dict) else None
-    return bounded(clean(host), 253) if isinstance(host, str) and host else None
+    """The host name an unreadable entry claims, where it has one."""
+    return _claimed(raw, "hostname", 253)
 
 
 _FIELDS: dict[str, tuple[type, ...]] = {
