@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sbatch", metavar="FILE", help="audit a SLURM batch script before submitting it")
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
+    c.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        help="also write the verdict as Prometheus metrics (node_exporter textfile collector), atomically",
+    )
     c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
     c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
     c.add_argument(
@@ -221,6 +226,18 @@ def cmd_check(args) -> int:
         from gpudoctor.report import junit
 
         write_output(args.junit, junit.render(for_junit(findings, target), strict=args.strict), what="--junit")
+    code = target_exit_code(findings, target, strict=args.strict)
+    if getattr(args, "prometheus", None):
+        import time
+
+        from gpudoctor.fileio import write_output
+        from gpudoctor.job.target import split
+        from gpudoctor.report import prometheus
+        from gpudoctor.sanitize import clean
+
+        judged = split(findings, target)[0]  # the verdict's findings, as the exit code counts them
+        host = clean(facts.host.get("hostname") or "") or None
+        write_output(args.prometheus, prometheus.render(judged, code, time.time(), host), what="--prometheus")
     if args.json:
         from gpudoctor.report import json_report
 
@@ -232,7 +249,7 @@ def cmd_check(args) -> int:
         detail = "all" if args.verbose else ("problems" if args.quiet else "default")
         view = preflight.view(__version__, facts, ctx, target, args)
         text.render(findings, file=sys.stdout, verbose=detail, view=view)
-    return target_exit_code(findings, target, strict=args.strict)
+    return code
 
 
 def _source(facts, args) -> dict:
