@@ -130,8 +130,10 @@ SMOKE_VERDICTS = (
         name="straggler-rank",
         category="hardware",
         title="No rank computes much slower than the others",
-        what="Compares each rank's own forward+backward time with the median over ranks; the slowest rank above "
-        "a fixed ratio (sample_train/report.py STRAGGLER_RATIO) is a warning on GPUs, info on CPUs.",
+        what="Compares each rank's own forward+backward rate (DDP no_sync: no waiting for the others) with the job's "
+        "median (sample_train/outliers.py: below the median by more than 3.5 robust deviations and by a minimum gap, "
+        "13 % on GPUs, 50 % on CPU ranks that share cores), and names the rank with its host, GPU index and UUID, and "
+        "the reason NVML (or the CPU's cgroup quota) gives.",
         why="Every DDP step waits for the slowest rank at the gradient all-reduce, so one slow GPU (thermal or "
         "power slowdown, a degraded link) slows the whole job down to its speed.",
         fix="Look at the slow rank's GPU: `nvidia-smi -q -d PERFORMANCE` shows its clocks and slowdown reasons "
@@ -190,8 +192,8 @@ SMOKE_VERDICTS = (
         category="hardware",
         title="No node computes much slower than the median node",
         what="Per node (the launcher's node: GROUP_RANK/SLURM_NODEID, else the host), the tokens per second of its "
-        "ranks' own forward+backward; names the slowest node and how far below the median node it is (a warning "
-        "beyond sample_train/report.py SLOW_NODE_BELOW_MEDIAN on GPUs, info on CPUs).",
+        "ranks' own forward+backward; names the nodes below the median node by the robust rule of GD-SMOKE-010 "
+        "(sample_train/slowness.py MIN_GAP), and puts them in the run's --exclude line.",
         why="Under DDP every step waits for the slowest rank, so one slow node (throttled GPUs, a bad PCIe link, a "
         "noisy neighbour) sets the pace of the whole job; the per-rank view hides which node it is.",
         fix="Drain or inspect the named node (`nvidia-smi -q -d PERFORMANCE`, GD-HW-003/004); exclude it "
@@ -199,4 +201,79 @@ SMOKE_VERDICTS = (
     ),
 )
 
-declare(SMOKE_VERDICTS, source="smoke", judged_by="the smoke run (gpudoctor smoke)")
+SPEED_VERDICTS = (
+    Verdict(
+        id="GD-SMOKE-016",
+        name="slow-part",
+        category="hardware",
+        title="No rank's GPU, memory or host link is much slower than the job's median",
+        what="Before training every rank measures its own parts briefly: a square bf16 matmul and the model's FFN "
+        "matmul (TFLOP/s), a device memory copy (GB/s, read + write), and on GPUs pinned host-to-device and "
+        "device-to-host copies. Each figure is compared with the job's median (median and MAD, and a minimum gap) "
+        "and the slow rank is named with its host, GPU index and UUID, and the reason NVML gives at that moment "
+        "(clock slowdown reasons, SM clock against its maximum, PCIe width and generation against the maximum, a "
+        "lowered power limit, other processes on the GPU with their PIDs).",
+        why="A throttled GPU, a GPU shared with a stray process, or a link trained at x4 keeps working, just slower, "
+        "and every synchronous rank waits for it: the job runs at the slowest part's pace without an error.",
+        fix="Exclude the named host (the report's `sbatch --exclude=` line) and look at the GPU: "
+        "`nvidia-smi -q -d PERFORMANCE,CLOCK`, `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`, "
+        "`lspci -vv` for the link; reseat or RMA a GPU whose link stays degraded.",
+    ),
+    Verdict(
+        id="GD-SMOKE-017",
+        name="below-expectation",
+        category="hardware",
+        title="Each rank's parts reach what its GPU model (or the fleet baseline) should",
+        what="Compares every rank's figures with a fleet baseline given with --baseline (saved by --save-baseline on "
+        "a known-good node; the same GPU model, world size and model), else with the reference table of its GPU "
+        "model (sample_train/peaks.py, docs/gpu_peaks.md: the datasheet figure times the fraction healthy devices "
+        "reach). A GPU model missing from the table is info, never a fail.",
+        why="The job's own median cannot see a fault every rank shares (all GPUs power-capped, a node type whose "
+        "links all trained at a lower generation); an expectation from outside the job can.",
+        fix="Save a baseline on a node known to be good (`gpudoctor smoke --save-baseline base.json`) and judge "
+        "others against it (`--baseline base.json`); for a GPU the table lacks pass --peak-tflops.",
+    ),
+    Verdict(
+        id="GD-SMOKE-018",
+        scope="job",
+        name="slow-link",
+        category="distributed",
+        title="No node or link between nodes is much slower than the others",
+        what="After the all-reduce benchmarks, disjoint pairs of nodes send and receive at once, in rounds (at "
+        "least log2 of the node count, every node meeting two others; all pairs with --deep). A node slow with "
+        "every partner while the others reach more elsewhere is named; a pair slower than both of its ends reach "
+        "with other partners is a slow link between them; with two nodes the data cannot say which end is at "
+        "fault, and the report says so.",
+        why="One node whose NIC runs at a fraction of the others' speed slows every all-reduce of the job; the "
+        "job's all-reduce bandwidth shows that something is slow, not which node.",
+        fix="Exclude the named node (the `sbatch --exclude=` line) and look at its NIC (`ibstat`, `ethtool`, "
+        "link speed, errors); for a slow link between two healthy nodes, the switch port or cable between them.",
+    ),
+    Verdict(
+        id="GD-SMOKE-019",
+        scope="job",
+        name="scaling-efficiency",
+        category="distributed",
+        title="Scaling efficiency meets the --min-scaling floor",
+        what="The median rank's own forward+backward time (no gradient all-reduce) over the synchronised step time "
+        "(the slowest rank's, median step): the 1 -> N efficiency; the rest of the step is waiting for others, "
+        "the gradient all-reduce, data and the optimizer. A fail only below --min-scaling.",
+        why="A job that scales badly spends its GPUs waiting: the share of the step that is not compute is what "
+        "more GPUs will not speed up.",
+        fix="Look at the all-reduce bandwidth (GD-SMOKE-014, NCCL's transport), the data wait per step, and "
+        "overlap of communication with compute (DDP bucket size, gradient accumulation).",
+    ),
+    Verdict(
+        id="GD-SMOKE-020",
+        name="part-below-floor",
+        category="hardware",
+        title="Each part meets the floors given (--min-matmul-tflops, --min-membw, --min-hostbw, --min-linkbw)",
+        what="With these floors, compares every rank's square matmul, device memory copy and pinned host<->device "
+        "copies (either direction), and every node pair's send/recv, with the floor, and names those below it.",
+        why="A fleet knows what its nodes should reach: a floor turns a slow part into a failed preflight in CI or a "
+        "prolog instead of a slow night.",
+        fix="Exclude the named hosts (the `sbatch --exclude=` line) and inspect them (GD-SMOKE-016's fix).",
+    ),
+)
+
+declare(SMOKE_VERDICTS + SPEED_VERDICTS, source="smoke", judged_by="the smoke run (gpudoctor smoke)")

@@ -13,34 +13,56 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, seconds: float, windows: int = 5) -> float:
-    """Peak TFLOP/s of n x n x n matmuls in dtype: the best of several timed windows, after a
-    warm-up that lets GPU clocks ramp up (the best window, so that a moment of CPU contention
-    on a shared host does not pass for the hardware's peak)."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
-
-    def burst(k: int) -> None:
-        for _ in range(k):
-            torch.mm(a, b, out=out)
-
-    warm_until = time.perf_counter() + seconds / 3
+def best_rate(op, amount: float, device: torch.device, seconds: float, windows: int, warm_s: float = 0.0) -> float:
+    """amount per second of op(): the best of several timed windows, after one call (and warm_s of calls,
+    which lets GPU clocks ramp up). The best window, so that a moment of CPU contention on a shared host
+    does not pass for the hardware's figure."""
+    op()
+    synchronize(device)
+    warm_until = time.perf_counter() + warm_s
     while time.perf_counter() < warm_until:
-        burst(4)
+        op()
         synchronize(device)
     best = 0.0
     for _ in range(windows):
         count, start = 0, time.perf_counter()
         while True:
-            burst(4)
-            count += 4
+            op()
+            count += 1
             synchronize(device)
             elapsed = time.perf_counter() - start
             if elapsed >= seconds / windows:
                 break
-        best = max(best, 2 * n**3 * count / elapsed / 1e12)
+        best = max(best, amount * count / elapsed)
     return best
+
+
+def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, seconds: float, windows: int = 5) -> float:
+    """Peak TFLOP/s of n x n x n matmuls in dtype (a third of the time warms the clocks up)."""
+    return gemm_tflops(device, dtype, n, n, n, seconds, windows, warm_s=seconds / 3)
+
+
+def gemm_tflops(
+    device: torch.device, dtype: torch.dtype, m: int, k: int, n: int, seconds: float, windows: int, warm_s: float = 0
+) -> float:
+    """TFLOP/s of (m x k) @ (k x n) in dtype, four products per timed call."""
+    a = torch.randn(m, k, device=device, dtype=dtype)
+    b = torch.randn(k, n, device=device, dtype=dtype)
+    out = torch.empty(m, n, device=device, dtype=dtype)
+
+    def four() -> None:
+        for _ in range(4):
+            torch.mm(a, b, out=out)
+
+    return best_rate(four, 4 * 2 * m * k * n / 1e12, device, seconds, windows, warm_s)
+
+
+def copy_gbps(src: torch.Tensor, dst: torch.Tensor, device: torch.device, seconds: float, windows: int = 3) -> float:
+    """GB/s of dst.copy_(src): between device memory and itself (counted as read + write, as
+    nvbandwidth and STREAM's copy do) or across the host link (pinned memory, bytes once)."""
+    nbytes = src.numel() * src.element_size()
+    moved = 2 * nbytes if src.device == dst.device else nbytes
+    return best_rate(lambda: dst.copy_(src, non_blocking=True), moved / 1e9, device, seconds, windows)
 
 
 def first_allreduce(device: torch.device, world_size: int) -> float:
@@ -72,3 +94,28 @@ def allreduce_seconds(
         dist.all_reduce(x, group=group)
     synchronize(device)
     return (time.perf_counter() - start) / iters
+
+
+def exchange_gbps(device: torch.device, peer: int | None, payload_bytes: int, iters: int) -> float | None:
+    """Both directions at once with one peer rank (send and receive payload_bytes, iters times after one
+    warm-up); GB/s per direction as this rank saw it. peer None: this rank sits the round out. Every rank
+    ends at a barrier, so rounds of disjoint pairs do not overlap."""
+    rate = None
+    if peer is not None:
+        out = torch.ones(payload_bytes, device=device, dtype=torch.uint8)
+        into = torch.empty(payload_bytes, device=device, dtype=torch.uint8)
+
+        def swap() -> None:
+            ops = [dist.P2POp(dist.isend, out, peer), dist.P2POp(dist.irecv, into, peer)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+        swap()
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(iters):
+            swap()
+        synchronize(device)
+        rate = payload_bytes * iters / (time.perf_counter() - start) / 1e9
+    dist.barrier()
+    return rate

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gpudoctor.model import ExitCode
+from gpudoctor.sample_train import baseline
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
 
 
@@ -157,6 +158,46 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
         help="fail below this all-reduce bus bandwidth in GB/s (nccl-tests' busbw)",
     )
     p.add_argument(
+        "--min-scaling",
+        type=_fraction,
+        metavar="F",
+        help="fail below this scaling efficiency (0.8 or 80%%): each rank's own compute time over the synchronised "
+        "step time",
+    )
+    p.add_argument(
+        "--min-matmul-tflops", type=_positive_float, metavar="X", help="fail a rank whose square matmul is below X"
+    )
+    p.add_argument(
+        "--min-membw", type=_positive_float, metavar="GBPS", help="fail a rank whose device memory copy is below GB/s"
+    )
+    p.add_argument(
+        "--min-hostbw",
+        type=_positive_float,
+        metavar="GBPS",
+        help="fail a GPU whose pinned host<->device copy (either direction) is below GB/s",
+    )
+    p.add_argument(
+        "--min-linkbw",
+        type=_positive_float,
+        metavar="GBPS",
+        help="fail a node pair whose send/recv (each direction) is below GB/s",
+    )
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also measure every node pair and every GPU pair inside each node (send/recv)",
+    )
+    p.add_argument(
+        "--save-baseline",
+        metavar="FILE",
+        help="write this run's per-part figures as a fleet baseline (run it on a known-good node)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="judge each part against a baseline saved with --save-baseline (same GPU model and world size)",
+    )
+    p.add_argument(
         "--peak-tflops",
         type=_positive_float,
         metavar="X",
@@ -205,6 +246,15 @@ def options_from_args(args) -> SmokeOptions:
         min_tokens_per_s=args.min_tokens_per_s,
         min_busbw_gbps=args.min_busbw,
         peak_tflops=args.peak_tflops,
+        min_scaling=args.min_scaling,
+        min_matmul_tflops=args.min_matmul_tflops,
+        min_membw_gbps=args.min_membw,
+        min_hostbw_gbps=args.min_hostbw,
+        min_linkbw_gbps=args.min_linkbw,
+        deep=args.deep,
+        save_baseline=args.save_baseline,
+        baseline=baseline.load(args.baseline) if args.baseline else None,
+        baseline_path=args.baseline,
         seed=args.seed,
         json=args.json,
         loader=loader,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import peaks, placement
+from gpudoctor.sample_train import outliers, peaks, placement
 from gpudoctor.sample_train.findings import failed, make, ranks_text
 from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, SIZES, GPTConfig, size_for_gpu
 
@@ -26,8 +26,11 @@ STAGES = (
     "init process group",
     "first all-reduce",
     "matmul benchmark",
+    "part benchmarks",
     "all-reduce benchmark",
     "all-reduce inside and across nodes",  # two nodes or more
+    "node pairs",  # two nodes or more
+    "GPU pairs inside nodes",  # --deep
     "model broadcast (DDP)",
     "straggler probe",
     "training",
@@ -126,12 +129,17 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
             "fp32": "fp32 (asked for with --precision fp32)",
         }[precision]
     cfg = _apply_overrides(SIZES[size], opts)
+    nodes = node_layout(joins)
+    deep = getattr(opts, "deep", False)
+    widest = max(len(ranks) for ranks in nodes)
     return {
         "go": True,
         "model": cfg.to_dict(),
         "precision": precision,
         "precision_reason": why,
-        "nodes": node_layout(joins),
+        "nodes": nodes,
+        "node_rounds": outliers.pair_rounds(len(nodes), every=deep),
+        "local_rounds": outliers.pair_rounds(widest, every=True) if deep else [],
     }
 
 

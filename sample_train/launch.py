@@ -21,8 +21,8 @@ from datetime import timedelta
 
 from gpudoctor.facts import redact_value  # MASTER_ADDR=user:password@host: reports show the host only
 from gpudoctor.job.world import World, new_namespace, spawned
-from gpudoctor.model import Severity
-from gpudoctor.sample_train import exits, faults, report
+from gpudoctor.model import ExitCode, Severity
+from gpudoctor.sample_train import baseline, exits, faults, report
 from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, read_json
 from gpudoctor.sample_train.findings import make, ranks_text
 from gpudoctor.sample_train.options import SmokeOptions
@@ -45,11 +45,43 @@ def default_timeout(device: str, compile_model: bool) -> float:
 
 
 def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
+    if rep.get("refused"):  # a baseline of another kind of run: nothing is judged, one line, exit 2
+        print(f"gpudoctor smoke: {rep['refused']}", file=sys.stderr)
+        return ExitCode.USAGE
+    if opts.save_baseline:
+        _save_baseline(rep, opts.save_baseline)
     if opts.json:
         report.print_json(rep, file)
     else:
         report.render_text(rep, file)
     return rep["exit_code"]
+
+
+def _save_baseline(rep: dict, path: str) -> None:
+    """Writes the run's figures as a baseline, only from a run that passed; says so on stderr either way."""
+    from gpudoctor.fileio import FileIOError, write_output
+
+    if not rep["ok"] or not rep.get("expectations"):
+        print(f"gpudoctor smoke: --save-baseline {path}: not saved, the run did not pass", file=sys.stderr)
+        return
+    try:
+        write_output(path, json.dumps(baseline.from_report(rep), indent=2) + "\n", "--save-baseline")
+    except FileIOError as e:
+        print(f"gpudoctor smoke: {e}", file=sys.stderr)
+        rep["exit_code"] = ExitCode.FAIL
+        return
+    print(f"gpudoctor smoke: baseline saved to {path}", file=sys.stderr)
+
+
+def refuse_baseline(opts: SmokeOptions, world_size: int, device: str) -> int | None:
+    """Exit 2 before any rank starts when --baseline is from another world size or device type."""
+    if opts.baseline is None:
+        return None
+    why = baseline.early_mismatch(opts.baseline, world_size, device)
+    if why is None:
+        return None
+    print(f"gpudoctor smoke: --baseline {opts.baseline_path}: {why}", file=sys.stderr)
+    return ExitCode.USAGE
 
 
 # -- spawn mode ----------------------------------------------------------------------------
@@ -138,6 +170,9 @@ def _run_spawn(opts: SmokeOptions) -> int:
             ),
             started,
         )
+    refused = refuse_baseline(opts, nprocs, opts.device)
+    if refused is not None:
+        return refused
     opts.timeout = opts.timeout or default_timeout(opts.device, opts.compile)
     deadline = started + opts.timeout
     store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.timeout), wait_for_workers=False)
@@ -266,6 +301,9 @@ class NoCoordinator(Exception):
 def run_in_world(world: World, opts: SmokeOptions) -> int:
     """This process is one rank of a torchrun/srun world. Ends the process (os._exit)."""
     started = time.monotonic()
+    refused = refuse_baseline(opts, world.world_size, "cpu" if opts.device == "cpu" else "cuda")
+    if refused is not None:
+        return refused
     opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile)
     deadline = started + opts.timeout
     exits.last_resort(

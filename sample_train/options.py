@@ -38,6 +38,15 @@ class SmokeOptions:
     min_tokens_per_s: float | None = None
     min_busbw_gbps: float | None = None  # --min-busbw: all-reduce bus bandwidth floor, GB/s
     peak_tflops: float | None = None
+    min_scaling: float | None = None  # --min-scaling: own compute time / synchronised step time
+    min_matmul_tflops: float | None = None  # per rank, the square matmul
+    min_membw_gbps: float | None = None  # per rank, device memory copy
+    min_hostbw_gbps: float | None = None  # per rank, pinned host<->device, each direction
+    min_linkbw_gbps: float | None = None  # per node pair, send/recv each direction
+    deep: bool = False  # every node pair, and the GPU pairs inside each node
+    save_baseline: str | None = None
+    baseline: dict | None = None  # the loaded --baseline file (sample_train/baseline.py)
+    baseline_path: str | None = None
     seed: int = 1234
     json: bool = False
     loader: LoaderSettings = field(default_factory=LoaderSettings)

@@ -69,3 +69,13 @@ def lookup(device_name: str | None) -> Peak | None:
 
 def table() -> list[Peak]:
     return [peak for _, peak in _TABLE]
+
+
+def identify(name: str | None, memory_bytes: int | None = None, power_limit_w: float | None = None) -> Peak | None:
+    """The table's row for a GPU (by name for now; memory and power limit tell form factors apart later)."""
+    return lookup(name)
+
+
+def expectation(ref: Peak, figure: str):
+    """What a healthy device of this model reaches for a measured figure; None: no published figure yet."""
+    return None

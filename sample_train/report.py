@@ -7,13 +7,12 @@ import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import metrics, peaks
+from gpudoctor.sample_train import baseline, metrics, peaks, slowness
 from gpudoctor.sample_train.findings import failed, make, ranks_text
 
 SCHEMA = "gpudoctor.smoke/1"
 LOSS_DROP = 0.05  # the last steps' mean loss must be at least 5% below the first steps'
 LOSS_WINDOW = 3
-STRAGGLER_RATIO = 1.15  # a rank whose own fwd+bwd takes 15% longer than the median
 
 
 def build(verdict, opts, launch: dict, wall_s: float) -> dict:
@@ -33,12 +32,19 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "stragglers": None,
         "nodes": None,
         "slowest_node": None,
+        "parts": None,
+        "links": None,
+        "expectations": None,
+        "scaling": None,
+        "exclude": None,
     }
+    refused = None
     if verdict.ok:
         body = _measurements(verdict, plan, opts)
-        findings += _judge(body, plan, opts)
+        findings += _judge(body, plan, opts) + body.pop("_slowness_findings")
+        body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
     ok = verdict.ok and not failed(findings)
-    return {
+    rep = {
         "schema": SCHEMA,
         "tool": {"name": "gpudoctor", "version": __version__},
         "ok": ok,
@@ -52,9 +58,19 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
             "min_mfu": opts.min_mfu,
             "min_tokens_per_s": opts.min_tokens_per_s,
             "min_busbw_gbps": opts.min_busbw_gbps,
+            "min_scaling": opts.min_scaling,
+            "min_matmul_tflops": opts.min_matmul_tflops,
+            "min_membw_gbps": opts.min_membw_gbps,
+            "min_hostbw_gbps": opts.min_hostbw_gbps,
+            "min_linkbw_gbps": opts.min_linkbw_gbps,
         },
         "findings": [f.to_dict() for f in findings],
     }
+    if opts.baseline is not None and verdict.ok:
+        refused = baseline.mismatch(opts.baseline, rep)
+    if refused:
+        rep.update(ok=False, exit_code=2, refused=f"--baseline {opts.baseline_path}: {refused}")
+    return rep
 
 
 def _run_section(plan: dict, verdict, opts) -> dict | None:
@@ -111,7 +127,9 @@ def _per_rank(r: dict, join: dict, flops_per_step: int, spec: float | None) -> d
         "local_rank": r.get("local_rank"),
         "device": join.get("device"),
         "gpu_name": join.get("gpu_name"),
+        "gpu_index": join.get("device_index"),
         "gpu_uuid": join.get("gpu_uuid"),
+        "gpu_memory_bytes": join.get("gpu_memory_bytes"),
         "tokens_per_s": r["tokens_per_step"] * len(steps) / busy,
         "samples_per_s": r["samples_per_step"] * len(steps) / busy,
         "step_time_s": {"p50": metrics.percentile(steps, 50), "p95": metrics.percentile(steps, 95)},
@@ -119,6 +137,9 @@ def _per_rank(r: dict, join: dict, flops_per_step: int, spec: float | None) -> d
         "local_compute_s_p50": metrics.median(r["local_compute_s"]),
         "achieved_tflops": achieved,
         "matmul_tflops": r["matmul"]["tflops"],
+        **_part_figures(r.get("parts") or {}),
+        "compute_tokens_per_s": metrics.ratio(r["tokens_per_step"], metrics.median(r["local_compute_s"])),
+        "condition": r.get("condition"),
         "mfu_vs_spec": metrics.ratio(achieved, spec),
         "mfu_vs_measured_matmul": metrics.ratio(achieved, r["matmul"]["tflops"]),
         "first_allreduce_s": r["first_allreduce_s"],
@@ -130,6 +151,18 @@ def _per_rank(r: dict, join: dict, flops_per_step: int, spec: float | None) -> d
     }
 
 
+def _part_figures(parts: dict) -> dict:
+    def figure(name: str, unit: str) -> float | None:
+        return (parts.get(name) or {}).get(unit)
+
+    return {
+        "ffn_gemm_tflops": figure("ffn_gemm", "tflops"),
+        "memory_copy_gbps": figure("memory_copy", "gbps"),
+        "h2d_gbps": figure("h2d", "gbps"),
+        "d2h_gbps": figure("d2h", "gbps"),
+    }
+
+
 def _measurements(verdict, plan: dict, opts) -> dict:
     cfg = plan["model"]
     results = [verdict.results[r] for r in sorted(verdict.results)]
@@ -137,13 +170,18 @@ def _measurements(verdict, plan: dict, opts) -> dict:
     flops_per_step = metrics.flops_per_token(cfg["n_layer"], cfg["d_model"], cfg["seq_len"], cfg["vocab"]) * tokens
     spec, spec_source, spec_missing = _spec_peak(verdict, opts)
     ranks = [_per_rank(r, verdict.joins[r["rank"]], flops_per_step, spec) for r in results]
+    pids: dict = {}
+    for j in verdict.joins.values():
+        pids.setdefault(j.get("host"), set()).add(j.get("pid"))
+    for row in ranks:
+        row["job_pids"] = sorted(p for p in pids.get(row["host"], ()) if p is not None)
     warmup = results[0]["warmup"]
     world_steps = [max(step) for step in zip(*(r["step_times"][warmup:] for r in results), strict=False)]
     total_tflops = sum(r["achieved_tflops"] for r in ranks)
     total_matmul = sum(r["matmul_tflops"] for r in ranks)
     losses = [sum(step) / len(step) for step in zip(*(r["losses"] for r in results), strict=False)]
     checksums = {r["rank"]: r["param_checksum"] for r in ranks}
-    return {
+    body = {
         "ranks": ranks,
         "throughput": {
             "tokens_per_s": sum(r["tokens_per_s"] for r in ranks),
@@ -189,6 +227,23 @@ def _measurements(verdict, plan: dict, opts) -> dict:
         "stragglers": _stragglers(ranks),
         **_nodes(ranks, tokens, results),
     }
+    body = {**body, **_slowness(body, results, plan, opts)}
+    return body
+
+
+def _slowness(body: dict, results: list[dict], plan: dict, opts) -> dict:
+    sections, findings = slowness.judge(body["ranks"], body["nodes"], results, plan, opts, body["step_time_s"]["p50"])
+    medians = dict(sections["parts"]["job_medians"])
+    links = sections["links"] or {}
+    medians.update(
+        tokens_per_s=body["throughput"]["tokens_per_s"],
+        busbw_gbps=body["allreduce"].get("busbw_gbps"),
+        inter_node_busbw_gbps=body["allreduce"].get("inter_node_busbw_gbps_min"),
+        node_pair_gbps=links.get("median_gbps"),
+        scaling=sections["scaling"]["efficiency"],
+    )
+    sections["expectations"]["job_medians"] = medians
+    return {**sections, "_slowness_findings": findings}
 
 
 def _max_or_none(values) -> int | None:
@@ -287,8 +342,6 @@ def _judge(body: dict, plan: dict, opts) -> list:
         )
     )
     out += _floors(body, opts)
-    out.append(_slow_node_finding(body["slowest_node"], body["ranks"]))
-    out.append(_straggler_finding(body["stragglers"], body["ranks"]))
     precision = plan["precision"]
     out.append(make("GD-SMOKE-011", Severity.PASS if precision == "bf16" else Severity.INFO, plan["precision_reason"]))
     return out
@@ -338,9 +391,6 @@ def _floors(body: dict, opts) -> list:
             )
         )
     return out
-
-
-SLOW_NODE_BELOW_MEDIAN = 1 - 1 / STRAGGLER_RATIO  # the straggler rule, per node: 13% below the median node
 
 
 def _group_busbw(results: list[dict], key: str) -> list[dict]:
@@ -435,46 +485,6 @@ def _nodes(ranks: list[dict], tokens_per_step: int, results: list[dict] | None =
     }
 
 
-def _slow_node_finding(s: dict | None, ranks: list[dict]):
-    if s is None:
-        return make("GD-SMOKE-015", Severity.SKIP, "one node: nothing to compare")
-    text = (
-        f"slowest node {s['node']} ({ranks_text(s['ranks'])}): {s['compute_tokens_per_s']:,.0f} compute tokens/s, "
-        f"{s['below_median']:.0%} below the median node ({s['median_compute_tokens_per_s']:,.0f})"
-    )
-    if s["below_median"] <= SLOW_NODE_BELOW_MEDIAN:
-        return make("GD-SMOKE-015", Severity.PASS, text)
-    cpu = ranks[0]["device"] == "cpu"  # CPU ranks share cores with everything else: noise, not a finding
-    return make(
-        "GD-SMOKE-015",
-        Severity.INFO if cpu else Severity.WARN,
-        text + ("" if cpu else ": the whole job runs at its pace; drain it or look at its GPUs' clocks"),
-        node=s["node"],
-        below_median=s["below_median"],
-    )
-
-
-def _straggler_finding(s: dict, ranks: list[dict]):
-    ratio = s["slowest_vs_median"]
-    if len(ranks) < 2 or ratio is None:
-        return make("GD-SMOKE-010", Severity.SKIP, "one rank: nothing to compare")
-    text = (
-        f"slowest rank {s['slowest_rank']} {s['slowest_s'] * 1e3:.1f} ms vs median {s['median_s'] * 1e3:.1f} ms "
-        f"for its own forward+backward ({ratio:.2f}x)"
-    )
-    if ratio <= STRAGGLER_RATIO:
-        return make("GD-SMOKE-010", Severity.PASS, text)
-    cpu = ranks[0]["device"] == "cpu"
-    # CPU ranks share cores with everything else on the machine: timing noise, not a finding.
-    severity = Severity.INFO if cpu else Severity.WARN
-    hint = (
-        ""
-        if cpu
-        else ": every step waits for it. Look at its GPU's clocks, temperature and power (nvidia-smi -q -d PERFORMANCE)"
-    )
-    return make("GD-SMOKE-010", severity, text + hint, slowest_rank=s["slowest_rank"], ratio=ratio)
-
-
 # -- text output ---------------------------------------------------------------------------
 def _fmt(value, unit: str = "", scale: float = 1.0, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value * scale:,.{digits}f}{unit}"
@@ -513,6 +523,13 @@ def render_text(report: dict, file=None) -> None:
     if report.get("throughput"):
         _print_metrics(console, report, escape)
     text.render([Finding.from_dict(f) for f in report["findings"]], file=file or sys.stdout)
+    exclude = report.get("exclude")
+    if exclude:
+        console.print(escape(f"next: leave out the slow host(s): sbatch {exclude['sbatch']} ..."), style="bold")
+        if exclude["keep_hosts"]:
+            console.print(escape(f"      hosts to keep (hostfile launchers): {' '.join(exclude['keep_hosts'])}"))
+        elif exclude["note"]:
+            console.print(escape(f"      {exclude['note']}"))
     console.print("[bold green]smoke run passed[/]" if report["ok"] else "[bold red]smoke run failed[/]")
 
 
@@ -569,16 +586,51 @@ def _print_metrics(console, report: dict, escape) -> None:
                     f"  all-reduce across nodes: busbw {across} (slowest group), inside nodes {inside} (slowest node)"
                 )
             )
+    for line in _speed_lines(report):
+        console.print("  " + escape(line))
+    slow = {s["rank"] for s in (report.get("parts") or {}).get("slow", [])}
     for r in report["ranks"]:
         console.print(
             escape(
                 f"    rank {r['rank']} {r['host']} {r['device']}: {r['tokens_per_s']:,.0f} tok/s, "
                 f"step p50 {_fmt(r['step_time_s']['p50'], ' ms', 1e3)}, "
                 f"{r['achieved_tflops']:.2f} TFLOP/s, matmul {r['matmul_tflops']:.2f}, "
-                f"data wait p50 {_fmt(r['data_wait_s_p50'], ' ms', 1e3)}"
+                f"FFN {_fmt(r.get('ffn_gemm_tflops'), digits=2)}, memory {_fmt(r.get('memory_copy_gbps'), ' GB/s')}"
+                + (
+                    f", H2D {_fmt(r['h2d_gbps'], ' GB/s')}, D2H {_fmt(r.get('d2h_gbps'), ' GB/s')}"
+                    if r.get("h2d_gbps") is not None
+                    else ""
+                )
+                + f", data wait p50 {_fmt(r['data_wait_s_p50'], ' ms', 1e3)}"
+                + (" <- slow" if r["rank"] in slow else "")
             ),
-            style="dim",
+            style="bold" if r["rank"] in slow else "dim",
         )
+
+
+def _speed_lines(report: dict) -> list[str]:
+    """The parts' medians, the node pairs and the scaling, one line each."""
+    lines = []
+    parts = report.get("parts")
+    if parts:
+        med = parts["job_medians"]
+        shown = [
+            f"{f['what']} {_fmt(med.get(f['key']), ' ' + f['unit'], digits=2)}"
+            for f in parts["figures"]
+            if med.get(f["key"]) is not None
+        ]
+        lines.append("parts (median over ranks): " + ", ".join(shown))
+    links = report.get("links")
+    if links:
+        pairs = ", ".join(f"{p['nodes'][0]}-{p['nodes'][1]} {p['gbps']:.3g}" for p in links["pairs"])
+        lines.append(f"node pairs (GB/s each way, {links['rounds']} round(s)): {pairs}")
+    scaling = report.get("scaling")
+    if scaling and scaling.get("efficiency") is not None:
+        lines.append(
+            f"scaling: {scaling['efficiency']:.0%} of each step is the rank's own compute "
+            f"({scaling['communication_share']:.0%} waiting, all-reduce, data, optimizer)"
+        )
+    return lines
 
 
 def print_json(report: dict, file=None) -> None:

@@ -36,6 +36,7 @@ from gpudoctor.sample_train.sizes import GPTConfig
 HEARTBEAT_S = 0.5
 GRACE_S = 10.0  # past the deadline, a rank ends itself if nobody has stopped it
 STRAGGLER_PROBE_STEPS = 4  # the first is warm-up (kernel selection, allocations) and is dropped
+PART_SECONDS_GPU, PART_SECONDS_CPU = 0.3, 0.1  # each part benchmark's timed windows together
 
 
 class Stopped(Exception):
@@ -186,6 +187,17 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
     return torch.device("cuda", index), record
 
 
+def _condition(record: dict) -> dict:
+    """What sets this rank's speed, read right after its work: its GPU's state through NVML, or its CPU share."""
+    if record.get("pci_bus_id"):
+        from gpudoctor.probe import nvidia
+
+        return {"gpu": nvidia.device_state(record["pci_bus_id"])}
+    from gpudoctor.probe import host
+
+    return {"cpu": host.cpu_share()}
+
+
 def _nccl_version() -> str | None:
     try:
         return ".".join(map(str, torch.cuda.nccl.version())) if dist.is_nccl_available() else None
@@ -279,11 +291,19 @@ class Rank:
             "tflops": bench.matmul_tflops(device, dtype, n, seconds),
         }
 
+        wd.set_phase("part benchmarks")
+        result["parts"] = self._parts(device, dtype, cfg)
+
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
         if len(plan.get("nodes") or []) > 1:
             wd.set_phase("all-reduce inside and across nodes")
             result.update(self._node_allreduce_bench(device, plan["nodes"]))
+            wd.set_phase("node pairs")
+            result["node_pairs"] = self._exchanges(device, plan["nodes"], plan["node_rounds"], across=True)
+        if plan.get("local_rounds"):
+            wd.set_phase("GPU pairs inside nodes")
+            result["local_pairs"] = self._exchanges(device, plan["nodes"], plan["local_rounds"], across=False)
 
         if cuda:  # the benchmarks' buffers are not the training's peak
             torch.cuda.empty_cache()
@@ -321,6 +341,50 @@ class Rank:
             "iterations": iters,
             "seconds": seconds,
         }
+
+    def _parts(self, device: torch.device, dtype: torch.dtype, cfg: GPTConfig) -> dict:
+        """This rank's own parts, briefly: the model's FFN matmul, device memory copy, pinned host<->device copies."""
+        cuda = device.type == "cuda"
+        seconds = PART_SECONDS_GPU if cuda else PART_SECONDS_CPU
+        tokens = cfg.batch_size * cfg.seq_len
+        parts: dict = {
+            "ffn_gemm": {
+                "shape": [tokens, cfg.d_model, 4 * cfg.d_model],
+                "tflops": bench.gemm_tflops(device, dtype, tokens, cfg.d_model, 4 * cfg.d_model, seconds, 3),
+            }
+        }
+        size = 512 * 2**20 if cuda else 64 * 2**20
+        src = torch.ones(size, dtype=torch.uint8, device=device)
+        parts["memory_copy"] = {"bytes": size, "gbps": bench.copy_gbps(src, torch.zeros_like(src), device, seconds)}
+        del src
+        if cuda:
+            host = torch.ones(256 * 2**20, dtype=torch.uint8).pin_memory()
+            on_gpu = torch.zeros_like(host, device=device)
+            parts["h2d"] = {"bytes": host.numel(), "gbps": bench.copy_gbps(host, on_gpu, device, seconds)}
+            parts["d2h"] = {"bytes": host.numel(), "gbps": bench.copy_gbps(on_gpu, host, device, seconds)}
+            del host, on_gpu
+        return parts
+
+    def _exchanges(self, device: torch.device, nodes: list[list[int]], rounds: list, across: bool) -> list[dict]:
+        """Rounds of disjoint pairs sending and receiving at once. across: node pairs (the i-th rank of one node
+        with the i-th of the other); else the ranks of each node in pairs (every node at once)."""
+        rank = self.world.rank
+        payload, iters = (64 * 2**20, 5) if device.type == "cuda" else (2**20, 3)
+        mine = next(i for i, ranks in enumerate(nodes) if rank in ranks)
+        position = nodes[mine].index(rank)
+        out = []
+        for number, pairs in enumerate(rounds):
+            peer = None
+            for a, b in pairs:
+                if across and mine in (a, b):
+                    other = nodes[b if mine == a else a]
+                    peer = other[position] if position < len(other) else None
+                elif not across and position in (a, b) and max(a, b) < len(nodes[mine]):
+                    peer = nodes[mine][b if position == a else a]
+            gbps = bench.exchange_gbps(device, peer, payload, iters)
+            if peer is not None:
+                out.append({"round": number, "peer": peer, "gbps": gbps, "payload_bytes": payload, "iterations": iters})
+        return out
 
     def _node_allreduce_bench(self, device: torch.device, nodes: list[list[int]]) -> dict:
         """The same all-reduce inside each node (all nodes at once) and across nodes (one group per local
@@ -472,6 +536,7 @@ def run_rank(
         if device is None:  # the coordinator stops a run with a rank that has no device; never trains without one
             raise Stopped(record.get("device_error") or "this rank has no device")
         result = rank.train(device, plan)
+        result["condition"] = _condition(record)
         watchdog.set_phase("finished")
         result.update(host=record["host"], local_rank=world.local_rank, stage_seconds=watchdog.stage_seconds)
         watchdog.stop()  # our last store write is the result: nothing may touch the store after

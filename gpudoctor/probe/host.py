@@ -162,3 +162,17 @@ def _os_release() -> str | None:
         if line.startswith("PRETTY_NAME="):
             return line.split("=", 1)[1].strip('"')
     return None
+
+
+def cpu_share() -> dict:
+    """The CPU this process may use now, for naming why a CPU rank is slow: its cgroup quota (a SLURM job's or
+    a container's cpu.max / cfs_quota_us, in CPUs), the CPUs it may run on, and the load on the machine."""
+    try:
+        affinity: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
+    return {"cpu_limit": _cgroup_limits()["cpu_limit"], "affinity_cpus": affinity, "load_1m": load}

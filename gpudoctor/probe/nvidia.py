@@ -214,6 +214,30 @@ def _gpu(nvml, index: int) -> dict:
             "single_bit": None if sbe is None else len(sbe),
         }
 
+    _performance(nvml, call, h, g)
+
+    links = []
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
+        try:
+            state = nvml.nvmlDeviceGetNvLinkState(h, link)
+        except nvml.NVMLError as e:
+            if getattr(e, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
+                continue  # no NVLink, or a link this SKU does not have (H800s enable fewer)
+            break  # INVALID_ARGUMENT: past the GPU's last link
+        links.append({"link": link, "active": bool(state)})
+    g["nvlink"] = links
+
+    g["processes"] = _processes(call, h)
+    g["fabric"] = _fabric(nvml, call, h)
+
+    g["unsupported"] = sorted(set(call.unsupported))
+    if call.errors:
+        g["errors"] = call.errors
+    return g
+
+
+def _performance(nvml, call, h, g: dict) -> None:
+    """What sets the GPU's speed now: temperature, power draw and limit, clock slowdown reasons, PCIe link."""
     g["temperature_c"] = call("nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
     power = call("nvmlDeviceGetPowerUsage", h)
     g["power_draw_w"] = None if power is None else power / 1000.0
@@ -236,25 +260,6 @@ def _gpu(nvml, index: int) -> dict:
         "width_current": call("nvmlDeviceGetCurrPcieLinkWidth", h),
         "width_max": call("nvmlDeviceGetMaxPcieLinkWidth", h),
     }
-
-    links = []
-    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
-        try:
-            state = nvml.nvmlDeviceGetNvLinkState(h, link)
-        except nvml.NVMLError as e:
-            if getattr(e, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
-                continue  # no NVLink, or a link this SKU does not have (H800s enable fewer)
-            break  # INVALID_ARGUMENT: past the GPU's last link
-        links.append({"link": link, "active": bool(state)})
-    g["nvlink"] = links
-
-    g["processes"] = _processes(call, h)
-    g["fabric"] = _fabric(nvml, call, h)
-
-    g["unsupported"] = sorted(set(call.unsupported))
-    if call.errors:
-        g["errors"] = call.errors
-    return g
 
 
 P2P_STATUS = {
@@ -374,3 +379,36 @@ def probe() -> dict:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def device_state(pci_bus_id: str) -> dict:
+    """One GPU's condition now, for naming why it is slow: temperature, power, slowdown reasons, PCIe link,
+    SM clock against its maximum, and the processes on it. {"error": ...} when NVML cannot tell; never raises.
+    The smoke run calls it in a rank, on the rank's own GPU, right after the rank's timed work."""
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except (Exception, SystemExit) as e:
+        return {"error": f"NVML: {type(e).__name__}: {str(e)[:200]}"}
+    try:
+        call = _Calls(nvml)
+        h = nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if isinstance(pci_bus_id, str) else pci_bus_id)
+        g: dict = {"pci_bus_id": pci_bus_id, "name": _text(call("nvmlDeviceGetName", h))}
+        g["power_limit_default_w"] = _milli(call("nvmlDeviceGetPowerManagementDefaultLimit", h))
+        _performance(nvml, call, h, g)
+        g["sm_clock_mhz"] = call("nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM)
+        g["sm_clock_max_mhz"] = call("nvmlDeviceGetMaxClockInfo", h, nvml.NVML_CLOCK_SM)
+        g["processes"] = _processes(call, h)
+        return g
+    except Exception as e:  # a GPU NVML cannot open by that address (a container's remapped bus ids)
+        return {"error": f"NVML: {type(e).__name__}: {str(e)[:200]}"}
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _milli(value) -> float | None:
+    return None if value is None else value / 1000.0

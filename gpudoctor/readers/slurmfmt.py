@@ -164,6 +164,37 @@ def expand_nodelist(text: str) -> list[str]:
     return hosts
 
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress_hostlist(hosts) -> str:
+    """Host names -> a SLURM host list, as `scontrol show hostlistsorted` writes it: names that differ only in
+    a trailing number of the same width share a bracket, ranges collapse: ['gpu01', 'gpu02', 'gpu04', 'cpu'] ->
+    'cpu,gpu[01-02,04]'. expand_nodelist() gives the names back (sorted, each once)."""
+    groups: dict[tuple[str, int], set[int]] = {}
+    plain = set()
+    for host in hosts:
+        m = _NUMBERED.match(host)
+        if m is None or any(c in host for c in "[],"):
+            plain.add(host)
+        else:
+            groups.setdefault((m.group(1), len(m.group(2))), set()).add(int(m.group(2)))
+    parts = sorted(plain)
+    for (prefix, width), numbers in sorted(groups.items()):
+        ordered = sorted(numbers)
+        if len(ordered) == 1:
+            parts.append(f"{prefix}{ordered[0]:0{width}d}")
+            continue
+        runs, start = [], ordered[0]
+        for i, cur in enumerate(ordered):
+            if i + 1 == len(ordered) or ordered[i + 1] != cur + 1:  # a run ends here
+                runs.append(f"{start:0{width}d}" + (f"-{cur:0{width}d}" if cur != start else ""))
+                if i + 1 < len(ordered):
+                    start = ordered[i + 1]
+        parts.append(f"{prefix}[{','.join(runs)}]")
+    return ",".join(parts)
+
+
 # ---------------------------------------------------------------- GPU indices and requests
 
 

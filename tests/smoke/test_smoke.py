@@ -442,13 +442,18 @@ def test_floors():
     assert found["GD-SMOKE-009"]["severity"] == "pass" and rep["ok"]
 
 
-def test_straggler_on_gpu_warns():
+def test_a_straggler_rank_is_named_with_its_host_and_the_exclude_line():
     slow = fake_result(1, FALLING)
-    slow["local_compute_s"] = [0.09] * 3
-    results = [fake_result(0, FALLING), slow, fake_result(2, FALLING)]
-    ranks = [{"rank": r["rank"], "local_compute_s_p50": r["local_compute_s"][0], "device": "cuda:0"} for r in results]
-    f = report._straggler_finding(report._stragglers(ranks), ranks)
-    assert f.id == "GD-SMOKE-010" and f.severity is Severity.WARN and "slowest rank 1" in f.message
+    slow["local_compute_s"] = [0.2] * 3  # 4x the others' 0.05 s: past the CPU ranks' 50 % gap
+    rep, found = judged([fake_result(0, FALLING), slow, fake_result(2, FALLING)])
+    f = found["GD-SMOKE-010"]
+    assert f["severity"] == "warn" and f["evidence"]["ranks"] == [1] and "rank 1 on h" in f["message"]
+    assert "75% below the job's median" in f["message"]
+    assert rep["exclude"]["sbatch"] == "--exclude=h" and rep["exclude"]["because"] == {"h": ["GD-SMOKE-010"]}
+    healthy = fake_result(1, FALLING)
+    healthy["local_compute_s"] = [0.06] * 3  # 17 % slower: CPU jitter, nobody named
+    rep, found = judged([fake_result(0, FALLING), healthy, fake_result(2, FALLING)])
+    assert found["GD-SMOKE-010"]["severity"] == "pass" and rep["exclude"] is None
 
 
 def test_precision_verdict_says_which_precision_ran_and_why():

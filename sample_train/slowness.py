@@ -1,0 +1,478 @@
+"""Will it run fast: every rank's parts, node and link against the job's median, the GPU model's expectation and
+a fleet baseline; the slow ones named with the reason their device gives, and the --exclude line (no torch).
+
+In a synchronous DDP job every step waits for the slowest rank, so one slow part slows all of them. Each figure
+is a rate (higher is better) measured by the rank itself before training (sample_train/worker.py): the square
+matmul and the model's FFN matmul, a device memory copy, pinned host<->device copies (GPUs), and its own
+forward+backward without the gradient all-reduce. Node pairs exchange in rounds (outliers.pair_rounds) to
+name a slow node or link.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model import Severity
+from gpudoctor.readers.slurmfmt import compress_hostlist
+from gpudoctor.sample_train import metrics, outliers, peaks
+from gpudoctor.sample_train.findings import make, ranks_text
+
+# (rank row key, what it is, unit, the reference table's figure): the parts every rank measures.
+PARTS = (
+    ("matmul_tflops", "square matmul", "TFLOP/s", "gemm"),
+    ("ffn_gemm_tflops", "the model's FFN matmul", "TFLOP/s", None),
+    ("memory_copy_gbps", "device memory copy", "GB/s", "memory_bandwidth"),
+    ("h2d_gbps", "host-to-device copy (pinned)", "GB/s", "h2d"),
+    ("d2h_gbps", "device-to-host copy (pinned)", "GB/s", "d2h"),
+)
+COMPUTE = ("compute_tokens_per_s", "own forward+backward", "tokens/s")
+# The least shortfall below the job's median that names a part: GPUs of one model agree within a few per cent
+# when healthy (the straggler rule's 1.15x); CPU ranks share cores with each other and the machine, and jitter
+# far more (docs/benchmarks.md has the false-alarm runs behind these figures).
+MIN_GAP = {"cuda": 0.13, "cpu": 0.5}
+LINK_GAP = {"cuda": 0.25, "cpu": 0.5}
+BASELINE_GAP = {"cuda": 0.13, "cpu": 0.5}
+IDLE_REASONS = {"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost"}
+
+
+def judge(ranks: list[dict], nodes: list[dict], results: list[dict], plan: dict, opts, step_p50: float | None):
+    """(report sections, findings)."""
+    device = "cpu" if ranks[0].get("device") == "cpu" else "cuda"
+    sections: dict = {}
+    findings = []
+    slow_parts, part_medians = _parts_vs_median(ranks, device)
+    sections["parts"] = {
+        "figures": [{"key": k, "what": w, "unit": u} for k, w, u, _ in (*PARTS, (*COMPUTE, None))],
+        "job_medians": part_medians,
+        "min_gap": MIN_GAP[device],
+        "slow": slow_parts,
+        "rule": "below the job's median by more than 3.5 robust deviations (1.4826 x MAD) and by min_gap",
+    }
+    findings.append(straggler_finding([s for s in slow_parts if s["part"] == COMPUTE[0]], len(ranks), device))
+    findings.append(_slow_parts_finding([s for s in slow_parts if s["part"] != COMPUTE[0]], len(ranks), device))
+    findings.append(slow_node_finding(nodes, device))
+    links = _links(results, plan, nodes, device, opts)
+    sections["links"] = links
+    findings.append(_links_finding(links, len(nodes)))
+    expected = _expected(ranks, device, opts)
+    sections["expectations"] = expected
+    findings.append(_expectation_finding(expected, device))
+    scaling = _scaling(ranks, step_p50, opts)
+    sections["scaling"] = scaling
+    findings.append(_scaling_finding(scaling, len(ranks)))
+    floors = _floors(ranks, links, opts)
+    if floors is not None:
+        findings.append(floors)
+    return sections, findings
+
+
+# -- each rank's parts against the job's median --------------------------------------------------
+def _parts_vs_median(ranks: list[dict], device: str) -> tuple[list[dict], dict]:
+    slow, medians = [], {}
+    for key, what, unit, _ in (*PARTS, (*COMPUTE, None)):
+        values = {r["rank"]: r.get(key) for r in ranks}
+        found, reference = outliers.slow_ones(values, MIN_GAP[device])
+        medians[key] = metrics.median([v for v in values.values() if v is not None])
+        for s in found:
+            row = next(r for r in ranks if r["rank"] == s.key)
+            slow.append(
+                {
+                    **identity(row),
+                    "part": key,
+                    "what": what,
+                    "unit": unit,
+                    "value": s.value,
+                    "job_median": reference,
+                    "shortfall": s.shortfall,
+                    "reason": reason(row),
+                }
+            )
+    return slow, medians
+
+
+def identity(row: dict) -> dict:
+    return {k: row.get(k) for k in ("rank", "host", "node_index", "device", "gpu_index", "gpu_uuid")}
+
+
+def where(row: dict) -> str:
+    text = f"rank {row['rank']} on {row.get('host')}"
+    if row.get("gpu_index") is not None:
+        text += f" GPU {row['gpu_index']}"
+    if row.get("gpu_uuid"):
+        text += f" ({row['gpu_uuid']})"
+    return text
+
+
+def reason(row: dict) -> str | None:
+    """Why the device is slow, as it says itself at that moment; None when it gives no reason."""
+    condition = row.get("condition") or {}
+    gpu, cpu = condition.get("gpu"), condition.get("cpu")
+    said = []
+    if gpu and not gpu.get("error"):
+        active = [r for r in (gpu.get("throttle_reasons") or {}).get("active", []) if r not in IDLE_REASONS]
+        if active:
+            said.append("clocks held down: " + ", ".join(active))
+        clock, top = gpu.get("sm_clock_mhz"), gpu.get("sm_clock_max_mhz")
+        if clock and top and clock < 0.9 * top:
+            said.append(f"SM clock {clock} of {top} MHz")
+        pcie = gpu.get("pcie") or {}
+        if pcie.get("width_current") and pcie.get("width_max") and pcie["width_current"] < pcie["width_max"]:
+            said.append(f"PCIe link x{pcie['width_current']} of x{pcie['width_max']}")
+        if pcie.get("gen_current") and pcie.get("gen_max") and pcie["gen_current"] < pcie["gen_max"]:
+            said.append(f"PCIe gen {pcie['gen_current']} of {pcie['gen_max']}")
+        limit, default = gpu.get("power_limit_w"), gpu.get("power_limit_default_w")
+        if limit and default and limit < 0.95 * default:
+            said.append(f"power limit {limit:.0f} W of its default {default:.0f} W")
+        others = [p["pid"] for p in gpu.get("processes") or [] if p.get("pid") not in row.get("job_pids", ())]
+        if others:
+            said.append(f"other processes on the GPU: PID {', '.join(map(str, others))}")
+    if cpu:
+        if cpu.get("cpu_limit") and cpu["cpu_limit"] < 1:
+            said.append(f"its cgroup's CPU quota is {cpu['cpu_limit']:g} CPU")
+        if cpu.get("load_1m") and cpu.get("affinity_cpus") and cpu["load_1m"] > 2 * cpu["affinity_cpus"]:
+            said.append(f"load {cpu['load_1m']:g} on its {cpu['affinity_cpus']} CPU(s)")
+    return "; ".join(said) or None
+
+
+def straggler_finding(slow: list[dict], n: int, device: str):
+    """GD-SMOKE-010: a rank whose own forward+backward (DDP no_sync: no waiting for others) is an outlier."""
+    if n < 2:
+        return make("GD-SMOKE-010", Severity.SKIP, "one rank: nothing to compare")
+    if not slow:
+        return make(
+            "GD-SMOKE-010",
+            Severity.PASS,
+            f"every rank's own forward+backward within {MIN_GAP[device]:.0%} of the job's median (or its usual spread)",
+        )
+    text = "; ".join(
+        f"{where(s)}: own forward+backward at {_num(s['value'])} tokens/s, {s['shortfall']:.0%} below the job's "
+        f"median {_num(s['job_median'])}" + (f" ({s['reason']})" if s["reason"] else "")
+        for s in slow
+    )
+    hint = (
+        "; look at its GPU's clocks, temperature and power (nvidia-smi -q -d PERFORMANCE)"
+        if device == "cuda"
+        else "; look at its CPU share (cgroup quota, other processes on its cores)"
+    )
+    return make(
+        "GD-SMOKE-010",
+        Severity.WARN,
+        text + ": every step waits for it" + hint,
+        slow=slow,
+        ranks=sorted(s["rank"] for s in slow),
+    )
+
+
+def slow_node_finding(nodes: list[dict], device: str):
+    """GD-SMOKE-015: a node whose ranks' own compute, summed, is an outlier among nodes."""
+    if len(nodes) < 2:
+        return make("GD-SMOKE-015", Severity.SKIP, "one node: nothing to compare")
+    found, reference = outliers.slow_ones({n["node"]: n["compute_tokens_per_s"] for n in nodes}, MIN_GAP[device])
+    if not found:
+        return make(
+            "GD-SMOKE-015",
+            Severity.PASS,
+            f"{len(nodes)} nodes' own compute within {MIN_GAP[device]:.0%} of the median node (or its usual spread)",
+        )
+    by_name = {n["node"]: n for n in nodes}
+    text = "; ".join(
+        f"node {s.key} ({ranks_text(by_name[s.key]['ranks'])}): {_num(s.value)} compute tokens/s, "
+        f"{s.shortfall:.0%} below the median node ({_num(reference)})"
+        for s in found
+    )
+    return make(
+        "GD-SMOKE-015",
+        Severity.WARN,
+        text + ": the whole job runs at its pace",
+        slow_nodes=[s.key for s in found],
+        below_median={s.key: s.shortfall for s in found},
+    )
+
+
+def _slow_parts_finding(slow: list[dict], n: int, device: str):
+    if n < 2:
+        return make("GD-SMOKE-016", Severity.SKIP, "one rank: no job median to compare with")
+    if not slow:
+        return make(
+            "GD-SMOKE-016",
+            Severity.PASS,
+            f"every rank's parts within {MIN_GAP[device]:.0%} of the job's median (or its usual spread)",
+        )
+    lines = [
+        f"{where(s)}: {s['what']} {_num(s['value'])} {s['unit']}, {s['shortfall']:.0%} below the job's median "
+        f"{_num(s['job_median'])}" + (f" ({s['reason']})" if s["reason"] else "")
+        for s in slow
+    ]
+    return make(
+        "GD-SMOKE-016",
+        Severity.WARN,
+        "; ".join(lines) + ": every step waits for the slowest rank",
+        slow=slow,
+        ranks=sorted({s["rank"] for s in slow}),
+    )
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+# -- node pairs --------------------------------------------------------------------------------
+def _links(results: list[dict], plan: dict, nodes: list[dict], device: str, opts) -> dict | None:
+    measured: dict[tuple[int, int], list[float]] = {}
+    node_of = {rank: i for i, ranks in enumerate(plan.get("nodes") or []) for rank in ranks}
+    for r in results:
+        for e in r.get("node_pairs") or []:
+            pair = tuple(sorted((node_of[r["rank"]], node_of[e["peer"]])))
+            if e.get("gbps") is not None:
+                measured.setdefault(pair, []).append(e["gbps"])  # type: ignore[arg-type]
+    if not measured:
+        return None
+    names = [n["node"] for n in nodes]
+    # a pair's rate is its slowest path's: the end that received slowest, on the slowest local position
+    rates = {pair: min(v) for pair, v in measured.items()}
+    found = outliers.localise(rates, LINK_GAP[device])
+    below_floor = [p for p, v in rates.items() if opts.min_linkbw_gbps is not None and v < opts.min_linkbw_gbps]
+    return {
+        "metric": "send and receive at once between the i-th ranks of two nodes; GB/s each way, the slowest end",
+        "rounds": len(plan.get("node_rounds") or []),
+        "pairs": [{"nodes": [names[a], names[b]], "gbps": v} for (a, b), v in sorted(rates.items())],
+        "median_gbps": metrics.median(list(rates.values())),
+        "min_gap": LINK_GAP[device],
+        "slow_nodes": [
+            {
+                "node": names[s.key],
+                "host": nodes[s.key]["host"],
+                "best_gbps": s.value,
+                "others_median_gbps": s.reference,
+            }
+            for s in found.slow_nodes
+        ],
+        "slow_links": [
+            {"nodes": [names[a], names[b]], "gbps": v, "ends_reach_gbps": reach}
+            for (a, b), v, reach in found.slow_links
+        ],
+        "undecided": [{"nodes": [names[a], names[b]], "gbps": rates[(a, b)]} for a, b in found.undecided],
+        "below_floor": [{"nodes": [names[a], names[b]], "gbps": rates[(a, b)]} for a, b in sorted(below_floor)],
+    }
+
+
+def _links_finding(links: dict | None, n_nodes: int):
+    if links is None:
+        return make("GD-SMOKE-018", Severity.SKIP, "one node: no link between nodes to measure")
+    parts = []
+    for s in links["slow_nodes"]:
+        parts.append(
+            f"node {s['node']} is slow with every partner: at best {s['best_gbps']:.3g} GB/s, the other nodes reach "
+            f"{s['others_median_gbps']:.3g} GB/s (median)"
+        )
+    for s in links["slow_links"]:
+        a, b = s["nodes"]
+        parts.append(
+            f"the link between {a} and {b} runs at {s['gbps']:.3g} GB/s while both reach {s['ends_reach_gbps']:.3g} "
+            "GB/s with other partners: the path between them (a switch port, a cable, routing), not either node"
+        )
+    if parts:
+        return make(
+            "GD-SMOKE-018",
+            Severity.WARN,
+            "; ".join(parts) + f" ({links['rounds']} round(s) of node pairs)",
+            slow_nodes=[s["node"] for s in links["slow_nodes"]],
+            slow_links=[s["nodes"] for s in links["slow_links"]],
+        )
+    text = (
+        f"{len(links['pairs'])} node pair(s) in {links['rounds']} round(s): {links['median_gbps']:.3g} GB/s median, "
+        f"none slower than both its ends reach elsewhere"
+    )
+    if links["undecided"]:
+        text += (
+            "; with two nodes the data cannot tell a slow node from a slow link or say which end is at fault "
+            "(judge the pair against a baseline or --min-linkbw)"
+        )
+    return make("GD-SMOKE-018", Severity.PASS, text)
+
+
+# -- expectations: the GPU model's reference and the fleet baseline ------------------------------
+def _expected(ranks: list[dict], device: str, opts) -> dict:
+    rows, missing = [], set()
+    base = (opts.baseline or {}).get("figures") or {}
+    for r in ranks:
+        for key, what, unit, ref_figure in (*PARTS, (*COMPUTE, None)):
+            value = r.get(key)
+            if value is None:
+                continue
+            if base.get(key):
+                floor = base[key] * (1 - BASELINE_GAP[device])
+                basis = f"baseline {opts.baseline_path}: {_num(base[key])} {unit}, less {BASELINE_GAP[device]:.0%}"
+                rows.append(_expect_row(r, key, what, unit, value, floor, basis, "baseline"))
+                continue
+            if device != "cuda" or ref_figure is None:
+                continue
+            ref = peaks.identify(r.get("gpu_name"), r.get("gpu_memory_bytes"), _power_limit(r))
+            expect = peaks.expectation(ref, ref_figure) if ref else None
+            if expect is None:
+                missing.add(r.get("gpu_name") or "?")
+                continue
+            rows.append(_expect_row(r, key, what, unit, value, expect.value, expect.basis, "reference"))
+    return {
+        "checked": rows,
+        "below": [row for row in rows if row["below"]],
+        "baseline": opts.baseline_path,
+        "no_reference": sorted(missing),
+        "job_medians": {},  # filled by report: the figures a --save-baseline keeps
+    }
+
+
+def _power_limit(row: dict) -> float | None:
+    gpu = (row.get("condition") or {}).get("gpu") or {}
+    return gpu.get("power_limit_default_w") or gpu.get("power_limit_w")
+
+
+def _expect_row(r, key, what, unit, value, expected, basis, source) -> dict:
+    return {
+        **identity(r),
+        "part": key,
+        "what": what,
+        "unit": unit,
+        "value": value,
+        "expected_at_least": expected,
+        "basis": basis,
+        "source": source,
+        "below": value < expected,
+        "reason": reason(r),
+    }
+
+
+def _expectation_finding(expected: dict, device: str):
+    below = expected["below"]
+    if below:
+        text = "; ".join(
+            f"{where(b)}: {b['what']} {_num(b['value'])} {b['unit']}, below the {_num(b['expected_at_least'])} "
+            f"expected ({b['basis']})" + (f" ({b['reason']})" if b["reason"] else "")
+            for b in below
+        )
+        return make("GD-SMOKE-017", Severity.WARN, text, below=below, ranks=sorted({b["rank"] for b in below}))
+    if expected["checked"]:
+        sources = sorted({c["source"] for c in expected["checked"]})
+        return make(
+            "GD-SMOKE-017",
+            Severity.PASS,
+            f"{len(expected['checked'])} figure(s) at or above what is expected ({' and '.join(sources)})",
+        )
+    if device == "cpu":
+        return make(
+            "GD-SMOKE-017",
+            Severity.SKIP,
+            "CPU ranks: no reference figures for CPUs; compare with a fleet baseline (--baseline)",
+        )
+    names = ", ".join(expected["no_reference"]) or "this GPU"
+    return make(
+        "GD-SMOKE-017",
+        Severity.INFO,
+        f"no reference for {names}: give --baseline (saved with --save-baseline on a known-good node) or --peak-tflops",
+    )
+
+
+# -- scaling -----------------------------------------------------------------------------------
+def _scaling(ranks: list[dict], step_p50: float | None, opts) -> dict:
+    own = metrics.median([r["local_compute_s_p50"] for r in ranks if r.get("local_compute_s_p50")])
+    efficiency = metrics.ratio(own, step_p50)
+    return {
+        "own_compute_s_p50": own,
+        "step_s_p50": step_p50,
+        "efficiency": min(1.0, efficiency) if efficiency is not None else None,
+        "communication_share": max(0.0, 1 - efficiency) if efficiency is not None else None,
+        "floor": opts.min_scaling,
+        "metric": "the median rank's own forward+backward (no gradient all-reduce) over the synchronised step time "
+        "(the slowest rank's, p50): the 1 -> N efficiency; the rest of the step is waiting for others, the "
+        "all-reduce, data and the optimizer",
+    }
+
+
+def _scaling_finding(s: dict, n: int):
+    eff = s["efficiency"]
+    if eff is None:
+        return make("GD-SMOKE-019", Severity.SKIP, "no step timings to compare")
+    text = (
+        f"scaling efficiency {eff:.0%}: own forward+backward {s['own_compute_s_p50'] * 1e3:.1f} ms of a "
+        f"{s['step_s_p50'] * 1e3:.1f} ms step over {n} rank(s) ({s['communication_share']:.0%} waiting, "
+        "all-reduce, data, optimizer)"
+    )
+    if s["floor"] is None:
+        return make("GD-SMOKE-019", Severity.PASS if n > 1 else Severity.INFO, text, efficiency=eff)
+    good = eff >= s["floor"]
+    return make(
+        "GD-SMOKE-019",
+        Severity.PASS if good else Severity.FAIL,
+        text + f"; floor {s['floor']:.0%}",
+        efficiency=eff,
+        floor=s["floor"],
+    )
+
+
+# -- floors on the parts -------------------------------------------------------------------------
+def _floors(ranks: list[dict], links: dict | None, opts):
+    rules = (
+        ("matmul_tflops", opts.min_matmul_tflops, "--min-matmul-tflops", "TFLOP/s"),
+        ("memory_copy_gbps", opts.min_membw_gbps, "--min-membw", "GB/s"),
+        ("h2d_gbps", opts.min_hostbw_gbps, "--min-hostbw", "GB/s"),
+        ("d2h_gbps", opts.min_hostbw_gbps, "--min-hostbw", "GB/s"),
+    )
+    asked = [rule for rule in rules if rule[1] is not None] + (
+        [("link", opts.min_linkbw_gbps, "--min-linkbw", "GB/s")] if opts.min_linkbw_gbps is not None else []
+    )
+    if not asked:
+        return None
+    below, measured = [], 0
+    for key, floor, flag, unit in asked:
+        if key == "link":
+            for p in (links or {}).get("pairs", []):
+                measured += 1
+                if p["gbps"] < floor:
+                    below.append(f"nodes {p['nodes'][0]} - {p['nodes'][1]}: {p['gbps']:.3g} {unit} < {flag} {floor:g}")
+            continue
+        for r in ranks:
+            if r.get(key) is None:
+                continue
+            measured += 1
+            if r[key] < floor:
+                below.append(f"{where(r)}: {key} {_num(r[key])} {unit} < {flag} {floor:g}")
+    if below:
+        return make("GD-SMOKE-020", Severity.FAIL, "; ".join(below), below=below)
+    if not measured:
+        return make("GD-SMOKE-020", Severity.SKIP, "the floors given apply to nothing this run measures")
+    return make("GD-SMOKE-020", Severity.PASS, f"{measured} figure(s) at or above their floors")
+
+
+# -- what to exclude -----------------------------------------------------------------------------
+def _named_hosts(findings: list, by_rank: dict, nodes: list[dict]) -> dict[str, set[str]]:
+    """host -> the checks that named it (a rank's or a node's)."""
+    named: dict[str, set[str]] = {}
+    host_of_node = {n["node"]: n["host"] for n in nodes}
+    for f in findings:
+        if f.severity not in (Severity.WARN, Severity.FAIL):
+            continue
+        for rank in f.evidence.get("ranks", []):
+            named.setdefault(by_rank[rank]["host"], set()).add(f.id)
+        for node in f.evidence.get("slow_nodes", []):
+            named.setdefault(host_of_node[node], set()).add(f.id)
+    return named
+
+
+def _exclude(named: dict[str, set[str]], ranks: list[dict]) -> dict | None:
+    if not named:
+        return None
+    hosts = sorted(named)
+    every = sorted({r["host"] for r in ranks})
+    keep = [h for h in every if h not in named]
+    return {
+        "hosts": hosts,
+        "sbatch": f"--exclude={compress_hostlist(hosts)}",
+        "keep_hosts": keep,
+        "because": {h: sorted(ids) for h, ids in named.items()},
+        "note": None if keep else "every host of this run was named: nothing is left to run on",
+    }
+
+
+def exclude_from(findings: list, ranks: list[dict], nodes: list[dict]) -> dict | None:
+    """The --exclude line from every finding that named a rank or a node (GD-SMOKE-010/015/016/017/018/020)."""
+    return _exclude(_named_hosts(findings, {r["rank"]: r for r in ranks}, nodes), ranks)
