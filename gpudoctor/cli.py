@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="audit this machine and job set-up; a verdict per check")
     c.add_argument("--snapshot", metavar="FILE", help="replay facts from a snapshot instead of probing")
     c.add_argument("--python", metavar="PATH", help="audit the torch of another interpreter (default: this one)")
+    c.add_argument(
+        "--local-torch",
+        action="store_true",
+        help="with --sbatch/--config: also judge this interpreter's torch (before submission torch is judged only "
+        "with --python, the training environment's interpreter; without either it is not imported)",
+    )
     c.add_argument("--select", type=_csv, metavar="LIST", help="only these categories or check ids (comma-separated)")
     c.add_argument("--ignore", type=_csv, metavar="LIST", help="skip these categories or check ids")
     c.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
