@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gpudoctor.facts import Facts
-from gpudoctor.model import Context, Finding, Outcome, Severity
+from gpudoctor.model import Context, Finding, Location, Outcome, Severity
 from gpudoctor.registry import REQUIREMENTS, CheckSpec, registered
 
 
@@ -131,10 +131,12 @@ def run_check(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Finding]:
                 ),
             )
         ]
-    return [_finding(spec, o) for o in outcomes]
+    from gpudoctor.job.locate import locate
+
+    return [_finding(spec, o, locate(o, ctx)) for o in outcomes]
 
 
-def _finding(spec: CheckSpec, o: Outcome) -> Finding:
+def _finding(spec: CheckSpec, o: Outcome, location: Location | None = None) -> Finding:
     return Finding(
         id=spec.id,
         name=spec.name,
@@ -144,6 +146,7 @@ def _finding(spec: CheckSpec, o: Outcome) -> Finding:
         message=o.message,
         evidence=o.evidence,
         fix=o.fix,
+        location=location,
     )
 
 
