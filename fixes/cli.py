@@ -18,7 +18,7 @@ from gpudoctor.model import ExitCode, Safety, Severity
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
 HELP = "show the fixes as diffs; --apply writes the safe ones (backup kept)"
-_REPORT_ONLY = {"json", "junit", "prometheus", "verbose", "quiet", "strict", "help", "job", "timeout"}
+_REPORT_ONLY = {"json", "format", "junit", "prometheus", "verbose", "quiet", "strict", "help", "job", "timeout"}
 
 
 def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser) -> None:

@@ -37,6 +37,7 @@ def _csv(text: str) -> list[str]:
 
 
 LAUNCHERS = CLI_LAUNCHERS  # model.LAUNCHER_TABLE, the one launcher table
+REPORT_FORMATS = ("text", "json", "github", "concise")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="audit this machine and job set-up; a verdict per check")
     c.add_argument("--snapshot", metavar="FILE", help="replay facts from a snapshot instead of probing")
     c.add_argument("--python", metavar="PATH", help="audit the torch of another interpreter (default: this one)")
+    c.add_argument(
+        "--local-torch",
+        action="store_true",
+        help="with --sbatch/--config: also judge this interpreter's torch (before submission torch is judged only "
+        "with --python, the training environment's interpreter; without either it is not imported)",
+    )
     c.add_argument("--select", type=_csv, metavar="LIST", help="only these categories or check ids (comma-separated)")
     c.add_argument("--ignore", type=_csv, metavar="LIST", help="skip these categories or check ids")
     c.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
@@ -59,7 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--launcher", choices=LAUNCHERS, help="how the job will be launched")
     c.add_argument("--config", metavar="FILE", help="training config (YAML or JSON) to audit dataloader settings")
     c.add_argument("--sbatch", metavar="FILE", help="audit a SLURM batch script before submitting it")
-    c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
+    c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object (--format json)")
+    c.add_argument(
+        "--format",
+        choices=REPORT_FORMATS,
+        default="text",
+        help="text (default); json; github: workflow commands (::error file=F,line=N::...) that annotate a pull "
+        "request; concise: one `path:line: GD-ID message` line per problem (ruff/flake8 style). github and "
+        "concise write the verdict's findings; one with no line of its own goes on line 1 of the script "
+        "(or config), one about no file has none",
+    )
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     c.add_argument(
         "--prometheus",
@@ -216,7 +232,9 @@ def cmd_check(args) -> int:
         from gpudoctor.job import gather
 
         return gather.run(args, specs_for(args), context_for(args), probe_kwargs(args), UsageError)
-    facts, ctx, specs, target = judged_inputs(args, progress=not args.json)
+    if args.json:
+        args.format = "json"
+    facts, ctx, specs, target = judged_inputs(args, progress=args.format == "text")
     findings = run_checks(specs, facts, ctx)
     from gpudoctor.job.target import exit_code as target_exit_code
 
@@ -238,7 +256,13 @@ def cmd_check(args) -> int:
         judged = split(findings, target)[0]  # the verdict's findings, as the exit code counts them
         host = clean(facts.host.get("hostname") or "") or None
         write_output(args.prometheus, prometheus.render(judged, code, time.time(), host), what="--prometheus")
-    if args.json:
+    if args.format in ("github", "concise"):
+        from gpudoctor.job.target import split
+        from gpudoctor.report import annotations
+
+        render = annotations.github if args.format == "github" else annotations.concise
+        sys.stdout.write(render(split(findings, target)[0], ctx))
+    elif args.format == "json":
         from gpudoctor.report import json_report
 
         extra = {"target": preflight.json_target(target, findings)}

@@ -40,6 +40,23 @@ def probe_kwargs(args) -> dict:
     return kw
 
 
+def probes_torch(args) -> bool:
+    """Whether this run imports torch (in a child of the target interpreter) and reads its version.
+
+    Before submission (--sbatch or --config, outside any job) the job's torch is the training
+    environment's, not this interpreter's: judging this one would give verdicts about the wrong torch,
+    and importing it costs ~1 s and ~200 MB in a pre-commit hook or CI step that needs neither. So it
+    is probed only when asked: --python PATH (the training environment) or --local-torch. Inside a job
+    (SLURM allocation or launcher variables) this interpreter is the job's, as it is for a plain check."""
+    from gpudoctor.job.target import in_job_environment
+
+    if args.python or getattr(args, "local_torch", False):
+        return True
+    if not (args.sbatch or args.config):
+        return True
+    return in_job_environment(dict(os.environ))
+
+
 def context_for(args):
     from gpudoctor.model import Context
 
@@ -82,7 +99,8 @@ def judged_inputs(args, progress: bool):
     if args.snapshot and args.python:
         raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
     torch_probe = None
-    if not args.snapshot and not args.select:
+    probe_torch = probes_torch(args)
+    if not args.snapshot and not args.select and probe_torch:
         from gpudoctor.probe import start_torch_probe
 
         torch_probe = start_torch_probe(**probe_kwargs(args))
@@ -100,10 +118,12 @@ def judged_inputs(args, progress: bool):
         needed = {n for s in specs for n in s.needs}
         if progress:
             import rich.console  # noqa: F401  (the report's import, done while torch loads in the child)
-        what = "probing this machine" + (" and importing torch" if "torch" in needed else "")
+        what = "probing this machine" + (" and importing torch" if "torch" in needed and probe_torch else "")
         with spinner(what, enabled=progress):
             partition = partition_of(ctx)
-            facts = collect(needed, torch_probe=torch_probe, partition=partition, **probe_kwargs(args))
+            facts = collect(
+                needed, torch_probe=torch_probe, partition=partition, probe_torch=probe_torch, **probe_kwargs(args)
+            )
     local_host = facts.host.get("hostname") or (None if args.snapshot else os.uname().nodename)
     node_snapshot = getattr(args, "node_snapshot", None)
     if node_snapshot:

@@ -139,6 +139,29 @@ def manual(title: str, *commands: str) -> Fix:
 
 
 @dataclass(frozen=True)
+class Location:
+    """Where in a file a finding points: a batch script's or training config's line. Lines and columns are
+    1-based, as editors, GitHub annotations and ruff/flake8 output count them; the end is inclusive of the
+    line and exclusive of the column. line None: the file as a whole."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+    end_line: int | None = None
+    end_column: int | None = None
+
+    def to_dict(self) -> dict:
+        fields = ("file", "line", "column", "end_line", "end_column")
+        return {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Location | None:
+        if not d:
+            return None
+        return cls(d["file"], d.get("line"), d.get("column"), d.get("end_line"), d.get("end_column"))
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What a check function returns: the verdict without the check's identity."""
 
@@ -146,6 +169,7 @@ class Outcome:
     message: str
     evidence: dict = field(default_factory=dict)
     fix: Fix | None = None
+    location: Location | None = None  # None: the runner derives it from the fix and evidence (job/locate.py)
 
 
 def passed(message: str, **evidence) -> Outcome:
@@ -178,9 +202,10 @@ class Finding:
     message: str
     evidence: dict = field(default_factory=dict)
     fix: Fix | None = None
+    location: Location | None = None  # the line of the batch script or config the finding is about
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "id": self.id,
             "name": self.name,
             "category": self.category,
@@ -190,6 +215,9 @@ class Finding:
             "evidence": self.evidence,
             "fix": self.fix.to_dict() if self.fix else None,
         }
+        if self.location is not None:  # optional, so reports without it keep their shape
+            d["location"] = self.location.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Finding:
@@ -202,6 +230,7 @@ class Finding:
             message=d["message"],
             evidence=d.get("evidence", {}),
             fix=Fix.from_dict(d.get("fix")),
+            location=Location.from_dict(d.get("location")),
         )
 
 

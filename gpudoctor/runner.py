@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gpudoctor.facts import Facts
-from gpudoctor.model import Context, Finding, Outcome, Severity
+from gpudoctor.model import Context, Finding, Location, Outcome, Severity
 from gpudoctor.registry import REQUIREMENTS, CheckSpec, registered
 
 
@@ -35,6 +35,8 @@ def _torch(facts: Facts, ctx: Context) -> str | None:
     status = facts.torch.get("status")
     if status == "ok":
         return None
+    if status is None and facts.torch_meta.get("not_asked"):
+        return f"torch not known here: {facts.torch_meta['not_asked']}"
     return f"torch could not be imported ({status or facts.torch.get('error') or 'not probed'}; see GD-CUDA-001)"
 
 
@@ -83,7 +85,9 @@ def _outcomes(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Outcome]:
     """The check's outcomes with its policies applied; exceptions propagate to the caller."""
     missing = [s for s in spec.needs if not facts.has(s)]
     if missing:
-        return [Outcome(Severity.SKIP, f"not probed: {', '.join(missing)}", {"missing_facts": missing})]
+        why = facts.torch_meta.get("not_asked") if "torch" in missing else None  # probe.collect(probe_torch=False)
+        message = f"torch not known here: {why}" if why else f"not probed: {', '.join(missing)}"
+        return [Outcome(Severity.SKIP, message, {"missing_facts": missing})]
     for requirement in spec.requires:
         reason = UNMET[requirement](facts, ctx)
         if reason is not None:
@@ -127,10 +131,12 @@ def run_check(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Finding]:
                 ),
             )
         ]
-    return [_finding(spec, o) for o in outcomes]
+    from gpudoctor.job.locate import locate
+
+    return [_finding(spec, o, locate(o, ctx)) for o in outcomes]
 
 
-def _finding(spec: CheckSpec, o: Outcome) -> Finding:
+def _finding(spec: CheckSpec, o: Outcome, location: Location | None = None) -> Finding:
     return Finding(
         id=spec.id,
         name=spec.name,
@@ -140,6 +146,7 @@ def _finding(spec: CheckSpec, o: Outcome) -> Finding:
         message=o.message,
         evidence=o.evidence,
         fix=o.fix,
+        location=location,
     )
 
 

@@ -15,6 +15,12 @@ from gpudoctor.facts import SECTIONS, Facts, collectable_env
 
 DEFAULT_PROBE_TIMEOUT = 15.0
 DEFAULT_TORCH_TIMEOUT = 60.0
+# Why torch was left alone (the torch_meta section says it, the runner's skips repeat it): before submission
+# the job's torch is the training environment's, which this interpreter's need not be.
+TORCH_NOT_ASKED = (
+    "before submission this interpreter's torch is not the job's; give --python PATH "
+    "(the training environment's interpreter) or --local-torch to judge this one"
+)
 
 
 def _env_probe() -> dict:
@@ -47,6 +53,10 @@ def _in_thread(fn: Callable[[], dict]) -> Callable[[float], dict]:
     return wait
 
 
+def _torch_not_asked() -> dict:
+    return {"version": None, "not_asked": TORCH_NOT_ASKED}
+
+
 def start_torch_probe(python: str | None = None, torch_timeout: float = DEFAULT_TORCH_TIMEOUT):
     """Start importing torch in a child now, so that the caller's own start-up overlaps it."""
     from gpudoctor.probe.torch_probe import TorchProbe
@@ -61,10 +71,12 @@ def collect(
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT,
     torch_probe=None,
     partition: str | None = None,
+    probe_torch: bool = True,
 ) -> Facts:
     """torch_probe: a TorchProbe the caller started earlier (see start_torch_probe); partition: the
-    SLURM partition whose nodes the cluster section describes (default: the cluster's default one)."""
-    wanted = [s for s in SECTIONS if s in set(sections)]
+    SLURM partition whose nodes the cluster section describes (default: the cluster's default one);
+    probe_torch=False: torch is neither imported nor read (no torch section; torch_meta says why)."""
+    wanted = [s for s in SECTIONS if s in set(sections) and (probe_torch or s != "torch")]
     started = getattr(torch_probe, "started", None) or time.monotonic()
     if "torch" in wanted and torch_probe is None:  # first: the slowest, and it runs in another process
         torch_probe = start_torch_probe(python, torch_timeout)
@@ -82,7 +94,7 @@ def collect(
     runners = {
         "host": lazy("gpudoctor.probe.host"),
         "nvidia": lazy("gpudoctor.probe.nvidia"),
-        "torch_meta": lazy("gpudoctor.probe.torch_probe", "torch_meta", python),
+        "torch_meta": lazy("gpudoctor.probe.torch_probe", "torch_meta", python) if probe_torch else _torch_not_asked,
         "libraries": lazy("gpudoctor.probe.libraries"),
         "env": _env_probe,
         "network": lazy("gpudoctor.probe.network"),

@@ -1,0 +1,67 @@
+"""The line of the batch script a finding is about, from what the check already says in data.
+
+A check may set Outcome.location itself. Otherwise the location is derived, in this order, from:
+1. its fix's actions on the script (the #SBATCH option it sets or removes, the unknown option it renames,
+   the late #SBATCH line it moves, the broken continuation it repairs, the export it drops, the launch
+   line it edits or exports before, a variable the script assigns that the fix sets or unsets): the line
+   the fix writes is the line the problem is on;
+2. its evidence naming the launch line ("launch line": "line N: ...", every shape-based SLURM check);
+otherwise it has none, and output formats that need a line (github, concise) say where they put it.
+Spans come from the reader (gpudoctor/readers/sbatch/script.py: Span lines 1-based, columns 0-based).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.model import ActionKind, Context, Location, Outcome
+
+LAUNCH_EVIDENCE = "launch line"  # the evidence key of the shape-based checks (checks/slurm.py _ev)
+
+
+def _at(path: str, span) -> Location:
+    return Location(path, span.line, span.column + 1, span.end_line, span.end_column + 1)
+
+
+def _action_span(action, script):
+    kind = ActionKind(action.kind)
+    if kind in (ActionKind.SBATCH_SET, ActionKind.SBATCH_REMOVE):
+        found = [d for d in script.directives if d.option == action.key]
+        return found[-1].span if found else None  # sbatch takes the last one written
+    if kind is ActionKind.SBATCH_RENAME:
+        return next((u.span for u in script.unknown_directives if action.key in u.options), None)
+    if kind is ActionKind.SBATCH_HOIST:
+        return next((d.span for d in script.late_directives if d.text == action.value), None)
+    if kind is ActionKind.CONTINUATION_REPAIR:
+        return next((b.backslash for b in script.broken_continuations if b.text == action.value), None)
+    if kind is ActionKind.EXPORT_REMOVE:
+        found = [a for a in script.assignments if a.name == action.key]
+        return found[-1].span if found else None
+    if kind in (ActionKind.SRUN_PREFIX, ActionKind.OVERRIDE_SET, ActionKind.EXPORT_SET) and script.launch:
+        return script.launch.span  # the line it edits, or writes the export above
+    return None
+
+
+def _assignment_span(action, script):
+    """A fix that sets or unsets a variable the script itself assigns: the problem is that assignment."""
+    if ActionKind(action.kind) not in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
+        return None
+    found = [a for a in script.assignments if a.name == action.target]
+    return found[-1].span if found else None  # the last one is what the launch sees
+
+
+def locate(outcome: Outcome, ctx: Context) -> Location | None:
+    """The outcome's own location, else the one its fix or evidence names in ctx's batch script."""
+    if outcome.location is not None:
+        return outcome.location
+    script: Any = ctx.sbatch  # a readers.sbatch BatchScript (Context types it loosely)
+    path = ctx.sbatch_path
+    if script is None or not path or not hasattr(script, "directives"):
+        return None
+    for action in outcome.fix.actions if outcome.fix else ():
+        span = _action_span(action, script) if action.target == path else _assignment_span(action, script)
+        if span is not None:
+            return _at(path, span)
+    if LAUNCH_EVIDENCE in outcome.evidence and script.launch is not None:
+        return _at(path, script.launch.span)
+    return None

@@ -1,0 +1,105 @@
+"""Findings on their file and line: Finding.location (job/locate.py), the JSON report's optional
+"location", and the github / concise output formats (report/annotations.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+
+from gpudoctor.model import Context, Finding, Location, Severity
+from gpudoctor.report import annotations
+from tests.cliutil import run_gpudoctor
+from tests.factsutil import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT_SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+SEED = FIXTURES / "sbatch" / "seed-broken-gres1-ntasks8.slurm"  # line 6: --gres=gpu:h200:1; line 15: srun ...
+GOOD = FIXTURES / "sbatch" / "correct-srun-ntasks8-gres8.slurm"
+
+# Every command of the batch body below the first one runs; the late #SBATCH line (7) is ignored by sbatch,
+# line 9 exports CUDA_VISIBLE_DEVICES over SLURM's choice, line 10 launches without srun.
+BROKEN = """#!/bin/bash
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:4
+
+module load cuda
+#SBATCH --time=01:00:00
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true
+export CUDA_VISIBLE_DEVICES=0,1,2,3
+torchrun --nproc-per-node=4 train.py
+"""
+
+
+def _check(*args: str):
+    return run_gpudoctor("check", *args)
+
+
+def _findings(path) -> dict[str, dict]:
+    r = _check("--sbatch", str(path), "--json")
+    report = json.loads(r.stdout)
+    jsonschema.validate(report, REPORT_SCHEMA)
+    return {f["id"]: f for f in report["findings"]}
+
+
+def test_findings_about_a_script_carry_the_line_the_fix_or_launch_names():
+    found = _findings(SEED)
+    assert found["GD-SLURM-002"]["location"] == {
+        "file": str(SEED),
+        "line": 6,
+        "column": 9,
+        "end_line": 6,
+        "end_column": 26,
+    }  # `--gres=gpu:h200:1`, the option the fix rewrites
+    assert found["GD-SLURM-007"]["location"]["line"] == 15  # the launch line (evidence "launch line")
+    assert "location" not in found["GD-DRV-001"]  # about this machine: no file
+
+
+def test_each_kind_of_script_problem_lands_on_its_own_line(tmp_path):
+    script = tmp_path / "broken.slurm"
+    script.write_text(BROKEN)
+    lines = {f["id"]: f.get("location", {}).get("line") for f in _findings(script).values()}
+    assert lines["GD-SLURM-011"] == 7  # the late #SBATCH line, which the fix moves
+    assert lines["GD-ALLOC-001"] == 8  # the export the fix replaces (lower-case true)
+    assert lines["GD-SLURM-010"] == 9  # the export the fix removes
+    assert lines["GD-SLURM-012"] == 10  # the launch line without srun
+
+
+def test_concise_prints_one_path_line_id_message_per_problem(tmp_path):
+    r = _check("--sbatch", str(SEED), "--format", "concise")
+    assert r.returncode == 1
+    out = r.stdout.splitlines()
+    assert all(re.match(rf"^{re.escape(str(SEED))}:\d+: GD-[A-Z]+-\d{{3}} ", line) for line in out), out
+    assert f"{SEED}:6: GD-SLURM-002 8 tasks per node but only 1 GPU(s)" in r.stdout
+    assert "GD-DRV-001" not in r.stdout  # the submit host's missing driver is outside the verdict
+    good = _check("--sbatch", str(GOOD), "--format", "concise")
+    assert (good.returncode, good.stdout) == (0, "")
+
+
+def test_github_format_writes_workflow_commands_on_the_line():
+    r = _check("--sbatch", str(SEED), "--format", "github")
+    assert r.returncode == 1
+    first = r.stdout.splitlines()[0]
+    assert first.startswith(
+        f"::error file={SEED},line=6,col=9,endLine=6,endColumn=26,title=GD-SLURM-002 several-tasks-share-one-gpu::"
+    )
+    assert "::notice file=" in r.stdout and ",line=15," in r.stdout  # GD-SLURM-007 is info
+
+
+def test_workflow_command_escaping_is_the_toolkits():
+    """actions/toolkit packages/core/src/command.ts: escapeData %, CR, LF; escapeProperty also ':' and ','."""
+    f = Finding("GD-X-001", "a,b", "slurm", Severity.WARN, "t", "50% done\r\nnext: a,b")
+    line = annotations.github_line(f, Context(sbatch_path="dir:1/job,v2.slurm"))
+    assert line == "::warning file=dir%3A1/job%2Cv2.slurm,line=1,title=GD-X-001 a%2Cb::50%25 done%0D%0Anext: a,b"
+
+
+def test_a_finding_without_a_line_goes_on_line_1_of_the_script_or_on_no_file():
+    f = Finding("GD-X-001", "n", "slurm", Severity.FAIL, "t", "multi\nline")
+    assert annotations.concise_line(f, Context(sbatch_path="job.slurm")) == "job.slurm:1: GD-X-001 multi line"
+    assert annotations.concise_line(f, Context()) == "gpudoctor: GD-X-001 multi line"
+    at = Finding("GD-X-001", "n", "slurm", Severity.WARN, "t", "m", location=Location("c.yaml", 4))
+    assert annotations.concise_line(at, Context(sbatch_path="job.slurm")) == "c.yaml:4: GD-X-001 warning: m"
+    assert Finding.from_dict(at.to_dict()) == at
