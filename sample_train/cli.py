@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from gpudoctor.model import ExitCode
@@ -232,6 +233,10 @@ def options_from_args(args) -> SmokeOptions:
         except ConfigError as e:
             raise OptionsError(str(e)) from None
     loader = merge_loader(loader_config or LoaderSettings(), flags)
+    if args.save_baseline and not os.path.isdir(os.path.dirname(os.path.abspath(args.save_baseline))):
+        raise OptionsError(f"--save-baseline {args.save_baseline}: no such directory")
+    if args.save_baseline and os.path.isdir(args.save_baseline):
+        raise OptionsError(f"--save-baseline {args.save_baseline}: a directory, not a file")
     return SmokeOptions(
         device=args.device,
         nprocs=args.nprocs,

@@ -48,8 +48,9 @@ def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
     if rep.get("refused"):  # a baseline of another kind of run: nothing is judged, one line, exit 2
         print(f"gpudoctor smoke: {rep['refused']}", file=sys.stderr)
         return ExitCode.USAGE
-    if opts.save_baseline:
-        _save_baseline(rep, opts.save_baseline)
+    saved = _save_baseline(rep, opts.save_baseline) if opts.save_baseline else True
+    if not saved:
+        rep.update(ok=False, exit_code=ExitCode.FAIL)
     if opts.json:
         report.print_json(rep, file)
     else:
@@ -57,20 +58,21 @@ def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
     return rep["exit_code"]
 
 
-def _save_baseline(rep: dict, path: str) -> None:
-    """Writes the run's figures as a baseline, only from a run that passed; says so on stderr either way."""
+def _save_baseline(rep: dict, path: str) -> bool:
+    """Writes the run's figures as a baseline, only from a run that passed; says so on stderr either way.
+    False: it could not be written (the run then fails: the user asked for a file that is not there)."""
     from gpudoctor.fileio import FileIOError, write_output
 
     if not rep["ok"] or not rep.get("expectations"):
         print(f"gpudoctor smoke: --save-baseline {path}: not saved, the run did not pass", file=sys.stderr)
-        return
+        return True
     try:
         write_output(path, json.dumps(baseline.from_report(rep), indent=2) + "\n", "--save-baseline")
     except FileIOError as e:
         print(f"gpudoctor smoke: {e}", file=sys.stderr)
-        rep["exit_code"] = ExitCode.FAIL
-        return
+        return False
     print(f"gpudoctor smoke: baseline saved to {path}", file=sys.stderr)
+    return True
 
 
 def refuse_baseline(opts: SmokeOptions, world_size: int, device: str) -> int | None:

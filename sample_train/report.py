@@ -615,7 +615,7 @@ def _speed_lines(report: dict) -> list[str]:
     if parts:
         med = parts["job_medians"]
         shown = [
-            f"{f['what']} {_fmt(med.get(f['key']), ' ' + f['unit'], digits=2)}"
+            f"{f['what']} {_fmt(med.get(f['key']), ' ' + f['unit'], digits=2 if med[f['key']] < 100 else 0)}"
             for f in parts["figures"]
             if med.get(f["key"]) is not None
         ]
