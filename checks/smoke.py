@@ -132,7 +132,7 @@ SMOKE_VERDICTS = (
         title="No rank computes much slower than the others",
         what="Compares each rank's own forward+backward rate (DDP no_sync: no waiting for the others) with the job's "
         "median (sample_train/outliers.py: below the median by more than 3.5 robust deviations and by a minimum gap, "
-        "13 % on GPUs, 50 % on CPU ranks that share cores), and names the rank with its host, GPU index and UUID, and "
+        "13 % on GPUs, 60 % on CPU ranks that share cores), and names the rank with its host, GPU index and UUID, and "
         "the reason NVML (or the CPU's cgroup quota) gives.",
         why="Every DDP step waits for the slowest rank at the gradient all-reduce, so one slow GPU (thermal or "
         "power slowdown, a degraded link) slows the whole job down to its speed.",

@@ -17,6 +17,9 @@ from gpudoctor.sample_train import metrics
 
 MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of normally distributed data
 Z_LIMIT = 3.5  # Iglewicz & Hoaglin (1993): |modified z| > 3.5 is an outlier
+# Below this many values the MAD says little (with four, one slow and one lucky rank make it as wide as the
+# gap itself), so the minimum gap alone decides.
+MIN_FOR_SPREAD = 6
 
 
 @dataclass(frozen=True)
@@ -30,17 +33,18 @@ class Slow:
 def slow_ones(values: dict, min_gap: float) -> tuple[list[Slow], float | None]:
     """The keys whose rate is an outlier below the others, worst first; and the reference they were held to.
 
-    Three values or more: against the median (robust z and min_gap). Two: the lower against the higher, by
-    min_gap alone (one of two cannot be told an outlier by dispersion; slowness, not speed, is the fault).
+    Three values or more: against the median, by min_gap, and from MIN_FOR_SPREAD values on also by the robust
+    z-score. Two: the lower against the higher, by min_gap alone (slowness, not speed, is the fault).
     """
     known = {k: v for k, v in values.items() if v is not None and math.isfinite(v) and v >= 0}
     if len(known) < 2:
         return [], None
     if len(known) == 2:
         reference = max(known.values())
-        spread = 0.0
     else:
         reference = metrics.median(list(known.values())) or 0.0
+    spread = 0.0
+    if len(known) >= MIN_FOR_SPREAD:
         spread = Z_LIMIT * MAD_SCALE * (metrics.median([abs(v - reference) for v in known.values()]) or 0.0)
     if reference <= 0:
         return [], reference

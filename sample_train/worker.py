@@ -369,7 +369,7 @@ class Rank:
         """Rounds of disjoint pairs sending and receiving at once. across: node pairs (the i-th rank of one node
         with the i-th of the other); else the ranks of each node in pairs (every node at once)."""
         rank = self.world.rank
-        payload, iters = (64 * 2**20, 5) if device.type == "cuda" else (2**20, 3)
+        payload, iters = (64 * 2**20, 5) if device.type == "cuda" else (2**20, 5)
         mine = next(i for i, ranks in enumerate(nodes) if rank in ranks)
         position = nodes[mine].index(rank)
         out = []

@@ -444,7 +444,7 @@ def test_floors():
 
 def test_a_straggler_rank_is_named_with_its_host_and_the_exclude_line():
     slow = fake_result(1, FALLING)
-    slow["local_compute_s"] = [0.2] * 3  # 4x the others' 0.05 s: past the CPU ranks' 50 % gap
+    slow["local_compute_s"] = [0.2] * 3  # 4x the others' 0.05 s: past the CPU ranks' 60 % gap
     rep, found = judged([fake_result(0, FALLING), slow, fake_result(2, FALLING)])
     f = found["GD-SMOKE-010"]
     assert f["severity"] == "warn" and f["evidence"]["ranks"] == [1] and "rank 1 on h" in f["message"]

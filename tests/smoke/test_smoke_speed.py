@@ -29,8 +29,10 @@ def test_healthy_jitter_names_nobody_and_one_slow_value_is_named():
 
 
 def test_a_wide_spread_raises_the_bar_and_the_gap_is_a_floor():
-    spread = {0: 100.0, 1: 60.0, 2: 140.0, 3: 80.0, 4: 120.0}  # no outlier: the whole job varies this much
+    spread = {0: 100.0, 1: 60.0, 2: 140.0, 3: 80.0, 4: 120.0, 5: 100.0}  # no outlier: the job varies this much
     assert outliers.slow_ones(spread, 0.13)[0] == []
+    few = {0: 100.0, 1: 60.0, 2: 140.0, 3: 100.0}  # too few values for a spread: the gap alone decides
+    assert [s.key for s in outliers.slow_ones(few, 0.13)[0]] == [1]
     assert outliers.slow_ones({0: 100.0, 1: 100.0, 2: 100.0, 3: 90.0}, 0.13)[0] == []  # 10 % < the 13 % gap
 
 

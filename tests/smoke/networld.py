@@ -1,0 +1,200 @@
+"""Several "nodes" on this one machine, for real: network namespaces on a bridge, a slow link, a CPU quota.
+
+Each node is a network namespace (ip-netns(8)) joined to a Linux bridge in the root namespace by a veth pair
+(its inside end is `eth0`, 10.213.0.<i+2>/24; the subnet repeats in every world, since each world's bridge is
+its own segment), with its own host name: commands run through `ip netns exec NS unshare --uts`, so
+socket.gethostname() in them is the node's name. Real slowness, no mocks:
+- a slow link: tc-tbf(8) on both ends of the node's veth (traffic toward it and from it); netem is not built
+  into these kernels, tbf is;
+- a slow CPU: the node's processes run in a cgroup with a CPU quota (cgroup v1 cpu.cfs_quota_us /
+  cpu.cfs_period_us, or v2 cpu.max; the kernel's Documentation/scheduler/sched-bwc.rst), joined before exec so
+  that every child (torchrun's workers) inherits it.
+Needs root, iproute2 and `unshare`; the world skips its test with the reason otherwise. Everything it made is
+removed on the way out, also after a failure. Names carry a per-process prefix (tests run under xdist).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+SUBNET = "10.213.0"
+TBF_BURST = "32kbit"  # at least rate / HZ for the rates used here, so tbf really holds the rate
+TBF_LATENCY = "400ms"
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, timeout=20)
+
+
+def _cgroup_root() -> tuple[str, str] | None:
+    """(directory under which to make a CPU cgroup, 'v1'|'v2'), or None."""
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return "/sys/fs/cgroup", "v2"
+    for root in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
+        if os.path.exists(f"{root}/cpu.cfs_quota_us"):
+            return root, "v1"
+    return None
+
+
+def usable() -> str | None:
+    """Why a world cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, tc, cgroups)"
+    for tool in ("ip", "tc", "unshare", "nsenter", "taskset"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+@dataclass
+class NetWorld:
+    """n nodes named f"{prefix}node{i+1}"; slow_mbit: {node: Mbit/s of its link}; cpu_quota: {node: CPUs}."""
+
+    n: int
+    prefix: str = field(default_factory=lambda: f"gw{os.getpid() % 100000}")
+    slow_mbit: dict[int, float] = field(default_factory=dict)
+    cpu_quota: dict[int, float] = field(default_factory=dict)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    cgroups: dict[int, str] = field(default_factory=dict)
+
+    def ns(self, i: int) -> str:
+        return f"{self.prefix}n{i}"
+
+    def host(self, i: int) -> str:
+        return f"{self.prefix}node{i + 1}"
+
+    def address(self, i: int) -> str:
+        return f"{SUBNET}.{i + 2}"
+
+    @property
+    def hosts_file(self) -> str:
+        return f"/tmp/{self.prefix}-hosts"
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.prefix}br"
+
+    def __enter__(self) -> NetWorld:
+        why = usable()
+        if why:
+            pytest.skip(why)
+        try:
+            self._build()
+        except Exception:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _build(self) -> None:
+        # Every node resolves every node's name, as on a cluster: each node's commands see this world's hosts file
+        # bind-mounted over /etc/hosts in a mount namespace of their own.
+        with open(self.hosts_file, "w") as fh:
+            fh.write("127.0.0.1 localhost\n" + "".join(f"{self.address(i)} {self.host(i)}\n" for i in range(self.n)))
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "link", "set", self.bridge, "up")
+        for i in range(self.n):
+            ns, outside = self.ns(i), f"{self.prefix}v{i}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _run("ip", "link", "set", outside, "master", self.bridge, "up")
+            _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            if i in self.slow_mbit:
+                rate = f"{self.slow_mbit[i]}mbit"
+                for where in (["dev", outside], ["-n", ns, "dev", "eth0"]):
+                    netns = where[:2] if where[0] == "-n" else []
+                    dev = where[2:] if netns else where
+                    _run("tc", *netns, "qdisc", "add", *dev, "root", "tbf", "rate", rate, "burst", TBF_BURST,
+                         "latency", TBF_LATENCY)  # fmt: skip
+            if i in self.cpu_quota:
+                self.cgroups[i] = self._cgroup(i, self.cpu_quota[i])
+
+    def _cgroup(self, i: int, cpus: float) -> str:
+        found = _cgroup_root()
+        if found is None:
+            pytest.skip("no cgroup CPU controller here")
+        root, version = found
+        path = os.path.join(root, f"{self.prefix}q{i}")
+        os.makedirs(path, exist_ok=True)
+        period = 20_000  # short periods: a rank's 10 ms bursts are throttled too, not only sustained work
+        if version == "v2":
+            with open(os.path.join(root, "cgroup.subtree_control"), "w") as fh:
+                fh.write("+cpu")
+            with open(os.path.join(path, "cpu.max"), "w") as fh:
+                fh.write(f"{int(cpus * period)} {period}")
+        else:
+            with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
+                fh.write(str(period))
+            with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
+                fh.write(str(int(cpus * period)))
+        return os.path.join(path, "cgroup.procs")
+
+    def popen(self, i: int, argv: list[str], env: dict[str, str], **kw) -> subprocess.Popen:
+        """Runs argv on node i: in its cgroup, its network namespace (nsenter: unlike `ip netns exec`, it leaves
+        /sys and so the cgroup files as they are), its own host name and hosts file, on CPU i % CPUs (a node of
+        its own CPU, shared with the nodes of the same parity: no node oversubscribes another's threads);
+        gloo on its eth0."""
+        env = {**env, "GLOO_SOCKET_IFNAME": "eth0", "GPUDOCTOR_NETWORLD_CGROUP": self.cgroups.get(i, "")}
+        cpus = sorted(os.sched_getaffinity(0))
+        join = 'if [ -n "$GPUDOCTOR_NETWORLD_CGROUP" ]; then echo $$ > "$GPUDOCTOR_NETWORLD_CGROUP"; fi; exec "$@"'
+        inside = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+        chain = ["sh", "-c", join, "sh", "taskset", "-c", str(cpus[i % len(cpus)])]
+        chain += [
+            "nsenter",
+            f"--net=/run/netns/{self.ns(i)}",
+            "unshare",
+            "--uts",
+            "--mount",
+            "--propagation",
+            "private",
+        ]
+        chain += ["sh", "-c", inside, "sh", self.hosts_file, self.host(i), *argv]
+        p = subprocess.Popen(chain, env=env, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for i in range(self.n):
+            subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True, timeout=20)
+            subprocess.run(["ip", "link", "del", f"{self.prefix}v{i}"], capture_output=True, timeout=20)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=20)
+        if os.path.exists(self.hosts_file):
+            os.unlink(self.hosts_file)
+        for procs in self.cgroups.values():
+            path = os.path.dirname(procs)
+            for _ in range(50):  # the killed processes leave the cgroup a moment later
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+    def leftovers(self) -> list[str]:
+        """What of this world is still on the machine (for a test that the clean-up is complete)."""
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        left = [ns for ns in (self.ns(i) for i in range(self.n)) if ns in netns.split()]
+        left += [name for name in (self.bridge, *(f"{self.prefix}v{i}" for i in range(self.n))) if f" {name}" in links]
+        left += [os.path.dirname(p) for p in self.cgroups.values() if os.path.exists(os.path.dirname(p))]
+        left += [self.hosts_file] if os.path.exists(self.hosts_file) else []
+        return left
