@@ -55,7 +55,8 @@ def main() -> int:
     walls = [r["wall_s"] for r in runs]
     where = f"{platform.node()} ({os.cpu_count()} CPUs), {args.device}, {args.gpus} ranks"
     if args.markdown:
-        print(f"| {where} | runs | runs naming somebody | worst shortfall per figure | new phases s (median) | wall s |")
+        header = "runs | runs naming somebody | worst shortfall per figure | new phases s (median) | wall s"
+        print(f"| {where} | {header} |")
         print("|---|---:|---:|---|---:|---:|")
         shown = ", ".join(f"{k} {v:.0%}" for k, v in worst.items())
         print(
