@@ -115,8 +115,8 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
             else "fp32: this CPU has no native bf16 (avx512_bf16/amx_bf16), where bf16 matmuls run in slow emulation",
         }[precision]
     else:
-        names = {r.get("gpu_name") for r in records}
-        spec = [p.tflops for p in map(peaks.lookup, names) if p]
+        gpus = {(r.get("gpu_name"), r.get("gpu_memory_bytes")) for r in records}
+        spec = [p.tflops for p in (peaks.identify(name, memory) for name, memory in gpus) if p]
         memory = min(r.get("gpu_memory_bytes") or 0 for r in records)
         size = size_for_gpu(memory, min(spec) if spec else None) if opts.size == "auto" else opts.size
         native = all(r.get("bf16_native") for r in records)

@@ -106,10 +106,10 @@ def _spec_peak(verdict, opts) -> tuple[float | None, str | None, str | None]:
                 "fp32 matmul peak applies); pass --peak-tflops for your GPU's fp32 peak"
             ),
         )
-    names = {j.get("gpu_name") for j in verdict.joins.values()}
-    found = [peaks.lookup(n) for n in names]
+    gpus = {(j.get("gpu_name"), j.get("gpu_memory_bytes")) for j in verdict.joins.values()}
+    found = [peaks.identify(name, memory) for name, memory in gpus]
     if any(p is None for p in found):
-        unknown = sorted(n for n, p in zip(names, found, strict=True) if p is None)
+        unknown = sorted({str(name) for (name, _), p in zip(gpus, found, strict=True) if p is None})
         return None, None, f"no spec peak known for {', '.join(map(str, unknown))}: pass --peak-tflops"
     slowest = min(found, key=lambda p: p.tflops)
     return slowest.tflops, f"{slowest.model} dense {slowest.dtype} ({slowest.source})", None

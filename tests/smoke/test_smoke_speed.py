@@ -256,3 +256,67 @@ def test_a_baseline_path_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, fl
 
     r = run_gpudoctor("smoke", "--device", "cpu", flag, str(tmp_path / target), timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and flag in r.stderr
+
+
+# -- a GPU-shaped run: NVML's reasons and the model's reference --------------------------------------------------
+def h100_world(slow_rank: int):
+    from tests.smoke.test_smoke_gpu_path import gpu_join, gpu_result
+
+    opts = SmokeOptions(device="cuda")
+    joins = {r: {**gpu_join(r, uuid=f"GPU-{r}"), "device_index": r, "pid": 7000 + r} for r in range(8)}
+    plan = plan_run(joins, opts)
+    results = {}
+    for r in range(8):
+        res = gpu_result(r, 0.3)
+        slow = r == slow_rank
+        res["parts"] = {
+            "ffn_gemm": {"tflops": 620.0},
+            "memory_copy": {"gbps": 1000.0 if slow else 2900.0},
+            "h2d": {"gbps": 20.0 if slow else 52.0},
+            "d2h": {"gbps": 51.0},
+        }
+        res["condition"] = {
+            "gpu": {
+                "throttle_reasons": {"active": ["hw_slowdown", "gpu_idle"] if slow else ["gpu_idle"]},
+                "sm_clock_mhz": 1200 if slow else 1980,
+                "sm_clock_max_mhz": 1980,
+                "pcie": {"gen_current": 5, "gen_max": 5, "width_current": 8 if slow else 16, "width_max": 16},
+                "power_limit_w": 700.0,
+                "power_limit_default_w": 700.0,
+                "processes": [{"pid": 7000 + r}, *([{"pid": 4242}] if slow else [])],
+            }
+        }
+        results[r] = res
+    return opts, joins, plan, results
+
+
+def test_a_slow_gpu_is_named_with_nvmls_reasons_and_its_models_expectation():
+    rep, found = build(*h100_world(5))
+    f = found["GD-SMOKE-016"]
+    assert f["severity"] == "warn" and f["evidence"]["ranks"] == [5]
+    message = f["message"]
+    assert "rank 5 on n1 GPU 5 (GPU-5): device memory copy 1,000 GB/s, 66% below the job's median 2,900" in message
+    for reason in ("clocks held down: hw_slowdown", "SM clock 1200 of 1980 MHz", "PCIe link x8 of x16"):
+        assert reason in message
+    assert "other processes on the GPU: PID 4242" in message and "7005" not in message  # its own PID is not "other"
+    expected = found["GD-SMOKE-017"]
+    assert expected["severity"] == "warn" and expected["evidence"]["ranks"] == [5]
+    assert "H100 SXM" in expected["message"]
+    below = {(b["rank"], b["part"]) for b in rep["expectations"]["below"]}
+    assert below == {(5, "memory_copy_gbps"), (5, "h2d_gbps")}
+    assert rep["exclude"]["sbatch"] == "--exclude=n1" and rep["exclude"]["note"]  # the only host of the run
+
+
+def test_a_healthy_gpu_world_meets_its_reference_and_names_nobody():
+    rep, found = build(*h100_world(-1))
+    assert found["GD-SMOKE-016"]["severity"] == "pass" and found["GD-SMOKE-017"]["severity"] == "pass"
+    assert rep["exclude"] is None and rep["ok"]
+
+
+def test_a_gpu_without_reference_is_info_never_a_fail():
+    opts, joins, plan, results = h100_world(-1)
+    for j in joins.values():
+        j["gpu_name"] = "NVIDIA Imaginary X1"
+    rep, found = build(opts, joins, plan, results)
+    f = found["GD-SMOKE-017"]
+    assert f["severity"] == "info" and "no reference for NVIDIA Imaginary X1: give --baseline" in f["message"]
