@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     kind, rest = args[0], args[1:]
     options = [a for a in rest if a.startswith("-")]  # e.g. --strict, --select=slurm (hook `args:`)
     files = [a for a in rest if not a.startswith("-")]
+    if kind == "config" and not any(o.startswith("--expect-gpus") for o in options):
+        # A config alone judges this machine (job.target.decide); with the GPU count stated it is a job
+        # judged before submission, so the committer's machine (its driver, its torch) stays out of it.
+        options += ["--expect-gpus", "1"]
     worst = 0
     for path in files:
         if kind == "sbatch" and not is_batch_script(path):

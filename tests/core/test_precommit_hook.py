@@ -116,3 +116,15 @@ def test_many_files_in_one_call_exit_with_the_worst(tmp_path, capsys, monkeypatc
     assert main(["sbatch", str(BROKEN), str(dos)]) == 2  # sbatch refuses DOS line breaks: bad input
     out = capsys.readouterr()
     assert f"{BROKEN}:6: GD-SLURM-002" in out.out and "DOS line breaks" in out.err
+
+
+def test_the_config_hook_judges_the_job_not_this_machine(tmp_path, capsys, monkeypatch):
+    """A config alone would judge this machine (no driver here: GD-DRV-001 fails); the hook judges the job."""
+    monkeypatch.setenv("SLURM_CONF", os.devnull)
+    plain = tmp_path / "other.yaml"
+    plain.write_text("repos: []\n")
+    assert main(["config", str(plain), str(FIXTURES / "configs" / "synthetic-good-dataloader.yaml")]) == 0
+    assert "GD-DRV-001" not in capsys.readouterr().out
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: b: c\n")
+    assert main(["config", str(broken)]) == 2
