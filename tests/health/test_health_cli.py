@@ -65,6 +65,11 @@ def test_a_warn_does_not_take_the_node_out_of_service(tmp_path):
     assert "warn GD-HW-001" in r.stdout
 
 
+def test_a_node_that_lost_a_gpu_is_unhealthy_with_expect_gpus(tmp_path):
+    r = run_gpudoctor("health", "--expect-gpus", "9", "--snapshot", snapshot(tmp_path))  # the node has 8
+    assert r.returncode == 1 and "UNHEALTHY: GD-DEV-002" in r.stdout, r.stdout
+
+
 def test_job_settings_are_not_judged(tmp_path):
     """A broken job environment (GD-ALLOC-001, GD-DIST-002) says nothing about the node's health."""
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:maybe", "MASTER_PORT": "99999"}
