@@ -126,6 +126,8 @@ def run(args) -> int:
     if args.node is not None and not _NODE_NAME.match(args.node):
         raise UsageError(f"--node {args.node!r}: expected one SLURM node name (letters, digits, '.', '_', '-')")
     specs = node_checks(specs_for(args))
+    if not specs:  # --select named only checks about a job: an empty run would say "healthy"
+        raise UsageError("--select: none of these checks is about the node (scope machine or node; see gpudoctor list)")
     facts = _facts(args, specs, started)
     findings = run_checks(specs, facts, Context(expect_gpus=args.expect_gpus))
     verdict = judge(findings, [] if args.snapshot else overrun_sections(facts), args.budget)

@@ -119,6 +119,7 @@ def test_a_probe_past_the_budget_is_a_failure():
         (["--node", "n1 State=RESUME"], "--node"),
         (["--snapshot", "/nonexistent/facts.json"], "/nonexistent/facts.json"),
         (["--select", "no-such-check"], "no-such-check"),
+        (["--select", "slurm,GD-JOB-001"], "none of these checks is about the node"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, says):
