@@ -103,6 +103,7 @@ class SlurmCluster:
         cpus: int = CPUS,
         name: str | None = None,
         gpu_type: str = GPU_TYPE,
+        extra_conf: str = "",
     ):
         self.root = Path(root)
         self.gpus = gpus
@@ -112,6 +113,7 @@ class SlurmCluster:
         self.hostname = socket.gethostname()
         self.conf = self.root / "etc" / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
+        self.extra_conf = extra_conf  # slurm.conf lines appended as given (HealthCheckProgram, Prolog, ...)
         self._pids: dict[str, int] = {}
 
     # ------------------------------------------------------------ set-up
@@ -189,7 +191,7 @@ KillWait=2
 MinJobAge=30
 {node}
 PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-"""
+{self.extra_conf}"""
         (etc / "slurm.conf").write_text(conf)
         gres = "".join(
             f"NodeName={self.node} Name=gpu Type={self.gpu_type} File={r}/dev/nvidia{i}\n" for i in range(self.gpus)
