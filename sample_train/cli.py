@@ -207,6 +207,11 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
     p.add_argument("--seed", type=_seed, default=1234, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/1 JSON report")
     p.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        help="also write the figures and verdicts in node_exporter's textfile format (atomically)",
+    )
+    p.add_argument(
         "--python",
         metavar="PATH",
         help="train in another interpreter (the training env's; it needs torch and gpudoctor)",
@@ -233,10 +238,11 @@ def options_from_args(args) -> SmokeOptions:
         except ConfigError as e:
             raise OptionsError(str(e)) from None
     loader = merge_loader(loader_config or LoaderSettings(), flags)
-    if args.save_baseline and not os.path.isdir(os.path.dirname(os.path.abspath(args.save_baseline))):
-        raise OptionsError(f"--save-baseline {args.save_baseline}: no such directory")
-    if args.save_baseline and os.path.isdir(args.save_baseline):
-        raise OptionsError(f"--save-baseline {args.save_baseline}: a directory, not a file")
+    for flag, path in (("--save-baseline", args.save_baseline), ("--prometheus", args.prometheus)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise OptionsError(f"{flag} {path}: no such directory")
+        if path and os.path.isdir(path):
+            raise OptionsError(f"{flag} {path}: a directory, not a file")
     return SmokeOptions(
         device=args.device,
         nprocs=args.nprocs,
@@ -260,6 +266,7 @@ def options_from_args(args) -> SmokeOptions:
         save_baseline=args.save_baseline,
         baseline=baseline.load(args.baseline) if args.baseline else None,
         baseline_path=args.baseline,
+        prometheus=args.prometheus,
         seed=args.seed,
         json=args.json,
         loader=loader,

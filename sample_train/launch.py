@@ -49,6 +49,8 @@ def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
         print(f"gpudoctor smoke: {rep['refused']}", file=sys.stderr)
         return ExitCode.USAGE
     saved = _save_baseline(rep, opts.save_baseline) if opts.save_baseline else True
+    if opts.prometheus:
+        saved = _write_prometheus(rep, opts.prometheus) and saved
     if not saved:
         rep.update(ok=False, exit_code=ExitCode.FAIL)
     if opts.json:
@@ -72,6 +74,18 @@ def _save_baseline(rep: dict, path: str) -> bool:
         print(f"gpudoctor smoke: {e}", file=sys.stderr)
         return False
     print(f"gpudoctor smoke: baseline saved to {path}", file=sys.stderr)
+    return True
+
+
+def _write_prometheus(rep: dict, path: str) -> bool:
+    from gpudoctor.fileio import FileIOError, write_output
+    from gpudoctor.report import prometheus
+
+    try:
+        write_output(path, prometheus.render_smoke(rep, time.time()), "--prometheus")
+    except FileIOError as e:
+        print(f"gpudoctor smoke: {e}", file=sys.stderr)
+        return False
     return True
 
 

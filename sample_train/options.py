@@ -47,6 +47,7 @@ class SmokeOptions:
     save_baseline: str | None = None
     baseline: dict | None = None  # the loaded --baseline file (sample_train/baseline.py)
     baseline_path: str | None = None
+    prometheus: str | None = None  # node_exporter textfile to write the figures to
     seed: int = 1234
     json: bool = False
     loader: LoaderSettings = field(default_factory=LoaderSettings)

@@ -28,42 +28,96 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
 
 
-def render(findings: list[Finding], exit_code: int, timestamp: float, hostname: str | None = None) -> str:
-    """The metrics of one check run: one gauge per check (its worst finding), counts, the exit code, the time."""
+def render(
+    findings: list[Finding], exit_code: int, timestamp: float, hostname: str | None = None, prefix: str = "gpudoctor"
+) -> str:
+    """The metrics of one check run: one gauge per check (its worst finding), counts, the exit code, the time.
+    prefix: the metric names' (gpudoctor_smoke for a smoke run's verdicts)."""
     worst: dict[str, Finding] = {}
     for f in findings:
         if f.id not in worst or f.severity.rank > worst[f.id].severity.rank:
             worst[f.id] = f
     ranks = ", ".join(f"{s.rank} {s.value}" for s in sorted(Severity, key=lambda s: s.rank))
     lines = [
-        f"# HELP gpudoctor_check The worst verdict of each gpudoctor check ({ranks}).",
-        "# TYPE gpudoctor_check gauge",
+        f"# HELP {prefix}_check The worst verdict of each gpudoctor check ({ranks}).",
+        f"# TYPE {prefix}_check gauge",
     ]
     for f in sorted(worst.values(), key=lambda f: f.id):
         labels = _labels(id=f.id, name=f.name, category=f.category, severity=f.severity.value)
-        lines.append(f"gpudoctor_check{labels} {f.severity.rank}")
+        lines.append(f"{prefix}_check{labels} {f.severity.rank}")
     lines += [
-        "# HELP gpudoctor_check_problem 1 when the check's verdict is warn, fail or error, else 0 (for alerts).",
-        "# TYPE gpudoctor_check_problem gauge",
+        f"# HELP {prefix}_check_problem 1 when the check's verdict is warn, fail or error, else 0 (for alerts).",
+        f"# TYPE {prefix}_check_problem gauge",
     ]
     bad = (Severity.WARN, Severity.FAIL, Severity.ERROR)
     for f in sorted(worst.values(), key=lambda f: f.id):
-        lines.append(f"gpudoctor_check_problem{_labels(id=f.id, category=f.category)} {int(f.severity in bad)}")
+        lines.append(f"{prefix}_check_problem{_labels(id=f.id, category=f.category)} {int(f.severity in bad)}")
     counts = Counter(f.severity.value for f in findings)
-    lines += ["# HELP gpudoctor_findings Findings of the last run by severity.", "# TYPE gpudoctor_findings gauge"]
-    lines += [f"gpudoctor_findings{_labels(severity=s.value)} {counts.get(s.value, 0)}" for s in Severity]
+    lines += [f"# HELP {prefix}_findings Findings of the last run by severity.", f"# TYPE {prefix}_findings gauge"]
+    lines += [f"{prefix}_findings{_labels(severity=s.value)} {counts.get(s.value, 0)}" for s in Severity]
     lines += [
-        "# HELP gpudoctor_exit_code The exit code of the last `gpudoctor check` (0 ok, 1 a fail).",
-        "# TYPE gpudoctor_exit_code gauge",
-        f"gpudoctor_exit_code {int(exit_code)}",
-        "# HELP gpudoctor_last_run_timestamp_seconds When the last check ran (Unix time).",
-        "# TYPE gpudoctor_last_run_timestamp_seconds gauge",
-        f"gpudoctor_last_run_timestamp_seconds {timestamp:.3f}",
+        f"# HELP {prefix}_exit_code The exit code of the last run (0 ok, 1 a fail).",
+        f"# TYPE {prefix}_exit_code gauge",
+        f"{prefix}_exit_code {int(exit_code)}",
+        f"# HELP {prefix}_last_run_timestamp_seconds When the last run ended (Unix time).",
+        f"# TYPE {prefix}_last_run_timestamp_seconds gauge",
+        f"{prefix}_last_run_timestamp_seconds {timestamp:.3f}",
     ]
     if hostname:
         lines += [
-            "# HELP gpudoctor_info The host the facts were probed on.",
-            "# TYPE gpudoctor_info gauge",
-            f"gpudoctor_info{_labels(hostname=hostname)} 1",
+            f"# HELP {prefix}_info The host the facts were probed on.",
+            f"# TYPE {prefix}_info gauge",
+            f"{prefix}_info{_labels(hostname=hostname)} 1",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _gauge(name: str, help_text: str, samples: list[tuple[dict, float | None]]) -> list[str]:
+    known = [(labels, value) for labels, value in samples if value is not None]
+    if not known:
+        return []
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    return lines + [f"{name}{_labels(**labels) if labels else ''} {float(value):.6g}" for labels, value in known]
+
+
+def render_smoke(report: dict, timestamp: float) -> str:
+    """A smoke run's figures (gpudoctor.smoke/1 report) as gauges, then its verdicts as render() writes them."""
+    throughput, mfu = report.get("throughput") or {}, report.get("mfu") or {}
+    allreduce, scaling = report.get("allreduce") or {}, report.get("scaling") or {}
+    parts = []
+    for row in report.get("ranks") or []:
+        where = {"rank": str(row["rank"]), "host": str(row.get("host")), "gpu": str(row.get("gpu_uuid") or "")}
+        for f in (report.get("parts") or {}).get("figures", []):
+            parts.append(({**where, "part": f["key"], "unit": f["unit"]}, row.get(f["key"])))
+    links = [
+        ({"a": p["nodes"][0], "b": p["nodes"][1]}, p["gbps"]) for p in (report.get("links") or {}).get("pairs", [])
+    ]
+    excluded = [({"host": h}, 1) for h in (report.get("exclude") or {}).get("hosts", [])]
+    lines = [
+        *_gauge("gpudoctor_smoke_ok", "1 when the smoke run passed.", [({}, int(bool(report.get("ok"))))]),
+        *_gauge(
+            "gpudoctor_smoke_tokens_per_second",
+            "Tokens per second over all ranks.",
+            [({}, throughput.get("tokens_per_s"))],
+        ),
+        *_gauge(
+            "gpudoctor_smoke_mfu",
+            "Model FLOP utilisation against the spec peak and the measured matmul peak.",
+            [({"basis": "spec"}, mfu.get("vs_spec")), ({"basis": "measured_matmul"}, mfu.get("vs_measured_matmul"))],
+        ),
+        *_gauge(
+            "gpudoctor_smoke_busbw_gbps",
+            "All-reduce bus bandwidth (nccl-tests' busbw), GB/s.",
+            [({}, allreduce.get("busbw_gbps"))],
+        ),
+        *_gauge(
+            "gpudoctor_smoke_scaling_efficiency",
+            "Own compute over the synchronised step.",
+            [({}, scaling.get("efficiency"))],
+        ),
+        *_gauge("gpudoctor_smoke_part", "Each rank's measured parts (see the unit label).", parts),
+        *_gauge("gpudoctor_smoke_link_gbps", "Send/recv between two nodes, GB/s each way.", links),
+        *_gauge("gpudoctor_smoke_excluded", "1 for a host the run says to exclude.", excluded),
+    ]
+    findings = [Finding.from_dict(f) for f in report.get("findings") or []]
+    return "\n".join(lines) + "\n" + render(findings, report.get("exit_code", 1), timestamp, prefix="gpudoctor_smoke")

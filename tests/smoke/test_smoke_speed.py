@@ -12,6 +12,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor.readers.slurmfmt import compress_hostlist, expand_nodelist
 from gpudoctor.sample_train import baseline, outliers, report
@@ -228,8 +229,17 @@ def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(tmp_path)
     from tests.cliutil import run_gpudoctor
 
     base = tmp_path / "base.json"
-    r = run_gpudoctor("smoke", "--device", "cpu", "--json", "--save-baseline", str(base), timeout=200, cwd=tmp_path)
+    prom = tmp_path / "smoke.prom"
+    r = run_gpudoctor(
+        "smoke", "--device", "cpu", "--json", "--save-baseline", str(base), "--prometheus", str(prom),
+        timeout=200, cwd=tmp_path,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert families["gpudoctor_smoke_ok"].samples[0].value == 1
+    parts = {(s.labels["rank"], s.labels["part"]) for s in families["gpudoctor_smoke_part"].samples}
+    assert ("1", "memory_copy_gbps") in parts and ("0", "matmul_tflops") in parts
+    assert any(s.labels["id"] == "GD-SMOKE-016" for s in families["gpudoctor_smoke_check"].samples)
     assert f"baseline saved to {base}" in r.stderr
     saved = baseline.load(str(base))
     assert saved["kind"] == {**saved["kind"], "device_type": "cpu", "world_size": 2, "model": "tiny"}
@@ -320,3 +330,17 @@ def test_a_gpu_without_reference_is_info_never_a_fail():
     rep, found = build(opts, joins, plan, results)
     f = found["GD-SMOKE-017"]
     assert f["severity"] == "info" and "no reference for NVIDIA Imaginary X1: give --baseline" in f["message"]
+
+
+def test_the_smoke_figures_as_prometheus_gauges():
+    from gpudoctor.report import prometheus
+
+    rep, _ = build(*world(4, 1, slow_link=2))
+    families = {f.name: f for f in text_string_to_metric_families(prometheus.render_smoke(rep, 1764000000.0))}
+    assert families["gpudoctor_smoke_ok"].samples[0].value == 1
+    assert {s.labels["host"] for s in families["gpudoctor_smoke_excluded"].samples} == {"node3"}
+    links = {(s.labels["a"], s.labels["b"]): s.value for s in families["gpudoctor_smoke_link_gbps"].samples}
+    assert links[("node1", "node3")] == 0.01 and links[("node1", "node4")] == 1.0
+    assert families["gpudoctor_smoke_last_run_timestamp_seconds"].samples[0].value == 1764000000.0
+    problem = {s.labels["id"]: s.value for s in families["gpudoctor_smoke_check_problem"].samples}
+    assert problem["GD-SMOKE-018"] == 1 and problem["GD-SMOKE-006"] == 0
