@@ -92,9 +92,11 @@ def render_smoke(report: dict, timestamp: float) -> str:
     links = [
         ({"a": p["nodes"][0], "b": p["nodes"][1]}, p["gbps"]) for p in (report.get("links") or {}).get("pairs", [])
     ]
-    excluded = [({"host": h}, 1) for h in (report.get("exclude") or {}).get("hosts", [])]
+    excluded: list[tuple[dict, float | None]] = [
+        ({"host": h}, 1.0) for h in (report.get("exclude") or {}).get("hosts", [])
+    ]
     lines = [
-        *_gauge("gpudoctor_smoke_ok", "1 when the smoke run passed.", [({}, int(bool(report.get("ok"))))]),
+        *_gauge("gpudoctor_smoke_ok", "1 when the smoke run passed.", [({}, float(bool(report.get("ok"))))]),
         *_gauge(
             "gpudoctor_smoke_tokens_per_second",
             "Tokens per second over all ranks.",
