@@ -34,6 +34,7 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "slowest_node": None,
         "parts": None,
         "links": None,
+        "local_pairs": None,
         "expectations": None,
         "scaling": None,
         "exclude": None,

@@ -51,7 +51,8 @@ def judge(ranks: list[dict], nodes: list[dict], results: list[dict], plan: dict,
     findings.append(slow_node_finding(nodes, device))
     links = _links(results, plan, nodes, device, opts)
     sections["links"] = links
-    findings.append(_links_finding(links, len(nodes)))
+    sections["local_pairs"] = _local_pairs(results, plan, nodes, device)
+    findings.append(_links_finding(links, sections["local_pairs"]))
     expected = _expected(ranks, device, opts)
     sections["expectations"] = expected
     findings.append(_expectation_finding(expected, device))
@@ -256,10 +257,38 @@ def _links(results: list[dict], plan: dict, nodes: list[dict], device: str, opts
     }
 
 
-def _links_finding(links: dict | None, n_nodes: int):
-    if links is None:
+def _local_pairs(results: list[dict], plan: dict, nodes: list[dict], device: str) -> list[dict] | None:
+    """--deep: every pair of ranks inside each node (GPU to GPU: NVLink or PCIe P2P through NCCL), and the pairs
+    or ranks of a node that are slow against that node's other pairs (outliers.localise over local ranks)."""
+    if not plan.get("local_rounds"):
+        return None
+    out = []
+    for index, ranks in enumerate(plan.get("nodes") or []):
+        measured: dict[tuple[int, int], list[float]] = {}
+        for r in results:
+            if r["rank"] not in ranks:
+                continue
+            for e in r.get("local_pairs") or []:
+                if e.get("gbps") is not None:
+                    measured.setdefault(tuple(sorted((r["rank"], e["peer"]))), []).append(e["gbps"])  # type: ignore[arg-type]
+        rates = {pair: min(v) for pair, v in measured.items()}
+        found = outliers.localise(rates, LINK_GAP[device])
+        out.append(
+            {
+                "node": nodes[index]["node"],
+                "pairs": [{"ranks": list(pair), "gbps": v} for pair, v in sorted(rates.items())],
+                "slow_ranks": [s.key for s in found.slow_nodes],
+                "slow_pairs": [list(pair) for pair, _, _ in found.slow_links],
+            }
+        )
+    return out
+
+
+def _links_finding(links: dict | None, local: list[dict] | None):
+    if links is None and not local:
         return make("GD-SMOKE-018", Severity.SKIP, "one node: no link between nodes to measure")
-    parts = []
+    links = links or {"slow_nodes": [], "slow_links": [], "pairs": [], "undecided": [], "rounds": 0}
+    parts, ranks = [], []
     for s in links["slow_nodes"]:
         parts.append(
             f"node {s['node']} is slow with every partner: at best {s['best_gbps']:.3g} GB/s, the other nodes reach "
@@ -271,18 +300,30 @@ def _links_finding(links: dict | None, n_nodes: int):
             f"the link between {a} and {b} runs at {s['gbps']:.3g} GB/s while both reach {s['ends_reach_gbps']:.3g} "
             "GB/s with other partners: the path between them (a switch port, a cable, routing), not either node"
         )
+    for node in local or []:
+        for rank in node["slow_ranks"]:
+            parts.append(f"inside node {node['node']}, rank {rank} is slow with every peer (send/recv between ranks)")
+            ranks.append(rank)
+        for a, b in node["slow_pairs"]:
+            parts.append(f"inside node {node['node']}, ranks {a} and {b} exchange slower than either does with others")
     if parts:
         return make(
             "GD-SMOKE-018",
             Severity.WARN,
-            "; ".join(parts) + f" ({links['rounds']} round(s) of node pairs)",
+            "; ".join(parts),
             slow_nodes=[s["node"] for s in links["slow_nodes"]],
             slow_links=[s["nodes"] for s in links["slow_links"]],
+            ranks=sorted(ranks),
         )
-    text = (
-        f"{len(links['pairs'])} node pair(s) in {links['rounds']} round(s): {links['median_gbps']:.3g} GB/s median, "
-        f"none slower than both its ends reach elsewhere"
-    )
+    said = []
+    if links["pairs"]:
+        said.append(
+            f"{len(links['pairs'])} node pair(s) in {links['rounds']} round(s): {links['median_gbps']:.3g} GB/s "
+            "median, none slower than both its ends reach elsewhere"
+        )
+    if local:
+        said.append(f"{sum(len(n['pairs']) for n in local)} rank pair(s) inside nodes, none slow")
+    text = "; ".join(said)
     if links["undecided"]:
         text += (
             "; with two nodes the data cannot tell a slow node from a slow link or say which end is at fault "

@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -43,6 +44,15 @@ def _cgroup_root() -> tuple[str, str] | None:
     return None
 
 
+def _has_socket(pid: int) -> bool:
+    """Whether the process holds a socket (psutil's connection list reads this namespace's /proc/net, so it
+    sees nothing of a process in another network namespace; its fds tell)."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
 def usable() -> str | None:
     """Why a world cannot be made here, or None."""
     if os.geteuid() != 0:
@@ -61,8 +71,10 @@ class NetWorld:
     prefix: str = field(default_factory=lambda: f"gw{os.getpid() % 100000}")
     slow_mbit: dict[int, float] = field(default_factory=dict)
     cpu_quota: dict[int, float] = field(default_factory=dict)
+    late_quota: bool = False  # the quota only from throttle_once_connected() on
     procs: list[subprocess.Popen] = field(default_factory=list)
     cgroups: dict[int, str] = field(default_factory=dict)
+    _versions: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def ns(self, i: int) -> str:
         return f"{self.prefix}n{i}"
@@ -98,6 +110,13 @@ class NetWorld:
         with open(self.hosts_file, "w") as fh:
             fh.write("127.0.0.1 localhost\n" + "".join(f"{self.address(i)} {self.host(i)}\n" for i in range(self.n)))
         _run("ip", "link", "add", self.bridge, "type", "bridge")
+        # Bridged frames skip the host's iptables (a Docker-style FORWARD DROP would drop the nodes' traffic)
+        # where br_netfilter is loaded; without it the file is absent and nothing filters them anyway.
+        for table in ("iptables", "ip6tables", "arptables"):
+            knob = f"/sys/class/net/{self.bridge}/bridge/nf_call_{table}"
+            if os.path.exists(knob):
+                with open(knob, "w") as fh:
+                    fh.write("0")
         _run("ip", "link", "set", self.bridge, "up")
         for i in range(self.n):
             ns, outside = self.ns(i), f"{self.prefix}v{i}"
@@ -115,26 +134,65 @@ class NetWorld:
                     _run("tc", *netns, "qdisc", "add", *dev, "root", "tbf", "rate", rate, "burst", TBF_BURST,
                          "latency", TBF_LATENCY)  # fmt: skip
             if i in self.cpu_quota:
-                self.cgroups[i] = self._cgroup(i, self.cpu_quota[i])
+                self.cgroups[i] = self._cgroup(i, None if self.late_quota else self.cpu_quota[i])
 
-    def _cgroup(self, i: int, cpus: float) -> str:
+    def throttle_once_connected(self, i: int, marker: str, timeout: float = 120) -> threading.Thread:
+        """Gives node i's cgroup its quota only once a process of the node whose command line holds marker (and
+        not torchrun's: the rank itself) holds a socket (its rendezvous store's): the rank has imported torch and
+        reached its rendezvous at full speed, and is slowed for the run itself (a CPU quota from the start would
+        spend most of the test importing torch at a tenth of a CPU)."""
+        import psutil
+
+        procs_file, quota = self.cgroups[i], self.cpu_quota[i]
+
+        def wait_then_throttle() -> None:
+            until = time.monotonic() + timeout
+            while time.monotonic() < until:
+                try:
+                    with open(procs_file) as fh:
+                        pids = [int(x) for x in fh.read().split()]
+                except OSError:
+                    return
+                for pid in pids:
+                    try:
+                        proc = psutil.Process(pid)
+                        command = " ".join(proc.cmdline())
+                        if marker in command and "torchrun" not in command and _has_socket(pid):
+                            self._set_quota(i, quota)
+                            return
+                    except (psutil.Error, OSError):
+                        continue
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=wait_then_throttle, daemon=True)
+        thread.start()
+        return thread
+
+    def _set_quota(self, i: int, cpus: float | None) -> None:
+        """cpus of quota per period (None: no limit)."""
+        path, version = self._versions[i]
+        period = 20_000  # short periods: a rank's 10 ms bursts are throttled too, not only sustained work
+        if version == "v2":
+            with open(os.path.join(path, "cpu.max"), "w") as fh:
+                fh.write(f"{'max' if cpus is None else int(cpus * period)} {period}")
+            return
+        with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
+            fh.write(str(period))
+        with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
+            fh.write(str(-1 if cpus is None else int(cpus * period)))
+
+    def _cgroup(self, i: int, cpus: float | None) -> str:
         found = _cgroup_root()
         if found is None:
             pytest.skip("no cgroup CPU controller here")
         root, version = found
         path = os.path.join(root, f"{self.prefix}q{i}")
         os.makedirs(path, exist_ok=True)
-        period = 20_000  # short periods: a rank's 10 ms bursts are throttled too, not only sustained work
         if version == "v2":
             with open(os.path.join(root, "cgroup.subtree_control"), "w") as fh:
                 fh.write("+cpu")
-            with open(os.path.join(path, "cpu.max"), "w") as fh:
-                fh.write(f"{int(cpus * period)} {period}")
-        else:
-            with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
-                fh.write(str(period))
-            with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
-                fh.write(str(int(cpus * period)))
+        self._versions[i] = (path, version)
+        self._set_quota(i, cpus)
         return os.path.join(path, "cgroup.procs")
 
     def popen(self, i: int, argv: list[str], env: dict[str, str], **kw) -> subprocess.Popen:

@@ -344,3 +344,32 @@ def test_the_smoke_figures_as_prometheus_gauges():
     assert families["gpudoctor_smoke_last_run_timestamp_seconds"].samples[0].value == 1764000000.0
     problem = {s.labels["id"]: s.value for s in families["gpudoctor_smoke_check_problem"].samples}
     assert problem["GD-SMOKE-018"] == 1 and problem["GD-SMOKE-006"] == 0
+
+
+def test_deep_names_a_rank_slow_with_every_peer_inside_its_node():
+    opts, joins, plan, results = world(1, 4)
+    opts.deep = True
+    plan["local_rounds"] = outliers.pair_rounds(4, every=True)
+    for rank, r in results.items():
+        r["local_pairs"] = [
+            {"peer": b if rank == a else a, "gbps": 0.02 if 2 in (a, b) else 2.0}
+            for pairs in plan["local_rounds"]
+            for a, b in pairs
+            if rank in (a, b)
+        ]
+    rep, found = build(opts, joins, plan, results)
+    assert [n["slow_ranks"] for n in rep["local_pairs"]] == [[2]] and len(rep["local_pairs"][0]["pairs"]) == 6
+    f = found["GD-SMOKE-018"]
+    assert f["severity"] == "warn" and f["evidence"]["ranks"] == [2] and "inside node node1, rank 2" in f["message"]
+
+
+def test_deep_on_a_real_spawned_run_measures_every_pair_of_ranks(tmp_path):
+    from tests.cliutil import run_gpudoctor
+
+    r = run_gpudoctor("smoke", "--device", "cpu", "--gpus", "3", "--deep", "--json", timeout=200, cwd=tmp_path)
+    rep = json.loads(r.stdout)
+    assert rep["ok"], [f["message"] for f in rep["findings"] if f["severity"] in ("warn", "fail")]
+    (node,) = rep["local_pairs"]
+    assert sorted(p["ranks"] for p in node["pairs"]) == [[0, 1], [0, 2], [1, 2]] and all(
+        p["gbps"] > 0 for p in node["pairs"]
+    )
