@@ -270,7 +270,7 @@ def _local_pairs(results: list[dict], plan: dict, nodes: list[dict], device: str
                 continue
             for e in r.get("local_pairs") or []:
                 if e.get("gbps") is not None:
-                    measured.setdefault(tuple(sorted((r["rank"], e["peer"]))), []).append(e["gbps"])  # type: ignore[arg-type]
+                    measured.setdefault(tuple(sorted((r["rank"], e["peer"]))), []).append(e["gbps"])
         rates = {pair: min(v) for pair, v in measured.items()}
         found = outliers.localise(rates, LINK_GAP[device])
         out.append(
