@@ -265,6 +265,12 @@ class Gatherer:
             from gpudoctor.report import junit
 
             write_output(self.args.junit, junit.render(findings, strict=self.args.strict), what="--junit")
+        if getattr(self.args, "prometheus", None):  # the job's verdict, written by rank 0 only
+            from gpudoctor.fileio import write_output
+            from gpudoctor.report import prometheus
+
+            text = prometheus.render(findings, code, time.time(), self.hostname)
+            write_output(self.args.prometheus, text, what="--prometheus")
         sys.stdout.flush()
         self.store.set(self.key("verdict"), exchange.encode({"exit": code}))
         # keep the store up until the others have read the verdict (bounded: a dead rank never reads it)

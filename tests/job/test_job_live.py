@@ -181,7 +181,13 @@ def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
 
 
 def _env_ranks(
-    tmp_path: Path, world: int, ranks: list[int], port: int, timeout: float, port_of: dict | None = None
+    tmp_path: Path,
+    world: int,
+    ranks: list[int],
+    port: int,
+    timeout: float,
+    port_of: dict | None = None,
+    extra: tuple[str, ...] = (),
 ) -> list[subprocess.Popen]:
     procs = []
     for r in ranks:
@@ -197,7 +203,7 @@ def _env_ranks(
         )
         procs.append(
             subprocess.Popen(
-                [*GD, "--timeout", str(timeout), "--select", "distributed"],
+                [*GD, "--timeout", str(timeout), "--select", "distributed", *extra],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -210,12 +216,19 @@ def _env_ranks(
 
 def test_a_rank_that_never_starts_is_named_within_the_timeout(tmp_path):
     started = time.monotonic()
-    procs = _env_ranks(tmp_path, 3, [0, 1], _free_port(), timeout=6)
+    procs = _env_ranks(tmp_path, 3, [0, 1], _free_port(), timeout=6, extra=("--prometheus", "job.prom"))
     outs = [p.communicate(timeout=90) for p in procs]
     elapsed = time.monotonic() - started
     assert "rank 2 of a world of 3 never reported within 6 s (2 arrived)" in outs[0][0], outs
     assert [p.returncode for p in procs] == [1, 1]
     assert elapsed < 6 + 40, "bounded: the timeout plus the fixed margins, never a hang"
+    # rank 0 writes the job's verdict for node_exporter (issue 19)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families((tmp_path / "job.prom").read_text())}
+    assert families["gpudoctor_exit_code"].samples[0].value == 1
+    problems = {s.labels["id"] for s in families["gpudoctor_check_problem"].samples if s.value == 1}
+    assert problems and all(p.startswith("GD-JOB-") for p in problems)
 
 
 def test_a_refused_store_connection_is_named_bounded(tmp_path):
