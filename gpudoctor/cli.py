@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --sbatch/--config: also judge this interpreter's torch (before submission torch is judged only "
         "with --python, the training environment's interpreter; without either it is not imported)",
     )
+    c.add_argument(
+        "--before-submission",
+        action="store_true",
+        help="with --config and --expect-gpus/--launcher: judge the job before submission even on a machine with "
+        "GPUs (without it, a config on a GPU machine is judged as this machine's job)",
+    )
     c.add_argument("--select", type=_csv, metavar="LIST", help="only these categories or check ids (comma-separated)")
     c.add_argument("--ignore", type=_csv, metavar="LIST", help="skip these categories or check ids")
     c.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")

@@ -38,10 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     kind, rest = args[0], args[1:]
     options = [a for a in rest if a.startswith("-")]  # e.g. --strict, --select=slurm (hook `args:`)
     files = [a for a in rest if not a.startswith("-")]
-    if kind == "config" and not any(o.startswith("--expect-gpus") for o in options):
-        # A config alone judges this machine (job.target.decide); with the GPU count stated it is a job
-        # judged before submission, so the committer's machine (its driver, its torch) stays out of it.
-        options += ["--expect-gpus", "1"]
+    if kind == "config":
+        # A config alone judges this machine (job.target.decide); with the GPU count stated and
+        # --before-submission it is a job judged before submission, also on a GPU workstation, so the
+        # committer's machine (its driver, its torch) stays out of the verdict.
+        if not any(o.startswith("--expect-gpus") for o in options):
+            options += ["--expect-gpus", "1"]
+        options.append("--before-submission")
     worst = 0
     for path in files:
         if kind == "sbatch" and not is_batch_script(path):

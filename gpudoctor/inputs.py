@@ -82,6 +82,7 @@ def context_for(args):
         config_path=args.config,
         sbatch=sbatch,
         sbatch_path=args.sbatch,
+        before_submission=bool(getattr(args, "before_submission", False)),
     )
 
 

@@ -255,6 +255,9 @@ class Context:
     # --node-snapshot F: the machine/node facts were recorded on a node the job runs on, so node-scope
     # verdicts are about the job's node even before submission (gpudoctor/job/target.py).
     node_facts: str | None = None
+    # --before-submission: the job described by --sbatch/--config, judged before it is submitted even where this
+    # machine has GPUs (a pre-commit hook on a GPU workstation must not judge the committer's machine).
+    before_submission: bool = False
 
     @property
     def gpus_expected(self) -> bool:

@@ -95,7 +95,7 @@ def decide(facts, ctx, node_snapshot: str | None = None, local_hostname: str | N
             host,
         )
     job_described = bool(ctx.sbatch) or (bool(ctx.config) and (ctx.expect_gpus is not None or bool(ctx.launcher)))
-    if job_described and (ctx.sbatch or not facts.nvidia.get("available")):
+    if job_described and (ctx.sbatch or ctx.before_submission or not facts.nvidia.get("available")):
         return Target(
             "job",
             f"{what} (before submission, from {host})",

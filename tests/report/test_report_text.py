@@ -108,6 +108,12 @@ def test_target_decision():
     assert decide(inside, Context(sbatch=sb, sbatch_path="job.slurm")).machine_in_verdict
     ranked = make_facts(RECORDED_CPU, env={"RANK": "1", "WORLD_SIZE": "2"})
     assert decide(ranked, Context()).machine_in_verdict
+    # a config on a GPU machine is that machine's job, unless it is judged before submission (the pre-commit hook)
+    gpu = make_facts("recorded-h100x1-driver580-torch2.11-cu130", env={})
+    config = {"config": {"trainer": {}}, "config_path": "c.yaml", "expect_gpus": 1}
+    assert decide(gpu, Context(**config)).machine_in_verdict
+    before = decide(gpu, Context(**config, before_submission=True))
+    assert before.kind == "job" and not before.machine_in_verdict
 
 
 # ---------------------------------------------------------------- the job's resources
