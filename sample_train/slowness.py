@@ -307,14 +307,12 @@ def _links_finding(links: dict | None, local: list[dict] | None):
         for a, b in node["slow_pairs"]:
             parts.append(f"inside node {node['node']}, ranks {a} and {b} exchange slower than either does with others")
     if parts:
-        return make(
-            "GD-SMOKE-018",
-            Severity.WARN,
-            "; ".join(parts),
-            slow_nodes=[s["node"] for s in links["slow_nodes"]],
-            slow_links=[s["nodes"] for s in links["slow_links"]],
-            ranks=sorted(ranks),
-        )
+        named = {
+            "slow_nodes": [s["node"] for s in links["slow_nodes"]],
+            "slow_links": [s["nodes"] for s in links["slow_links"]],
+            "ranks": sorted(ranks),
+        }
+        return make("GD-SMOKE-018", Severity.WARN, "; ".join(parts), **{k: v for k, v in named.items() if v})
     said = []
     if links["pairs"]:
         said.append(
