@@ -37,6 +37,11 @@ HEARTBEAT_S = 0.5
 GRACE_S = 10.0  # past the deadline, a rank ends itself if nobody has stopped it
 STRAGGLER_PROBE_STEPS = 4  # the first is warm-up (kernel selection, allocations) and is dropped
 PART_SECONDS_GPU, PART_SECONDS_CPU = 0.3, 0.1  # each part benchmark's timed windows together
+# A CPU rank stands in for a GPU: one intra-op thread. Ranks (and "nodes" sharing a machine) each see every CPU;
+# with several threads each they oversubscribe the cores, and OpenMP's spinning workers then make a rank's
+# timings differ 30x from run to run (measured on 4 netns nodes x 2 threads on 2 cores), which no comparison
+# between ranks survives. The tiny CPU model gains nothing from more threads.
+CPU_RANK_THREADS = 1
 
 
 class Stopped(Exception):
@@ -143,7 +148,7 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         "device_error": None,
     }
     if opts.device == "cpu":
-        record.update(device="cpu", bf16_native=cpu_has_bf16(), cpu_threads=_cpu_threads(world))
+        record.update(device="cpu", bf16_native=cpu_has_bf16(), cpu_threads=CPU_RANK_THREADS)
         return torch.device("cpu"), record
     for var in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         if env.get(var):
@@ -268,7 +273,7 @@ class Rank:
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
         else:
-            torch.set_num_threads(_cpu_threads(world))
+            torch.set_num_threads(CPU_RANK_THREADS)
         backend = "nccl" if cuda else "gloo"
         wd.set_phase("init process group")
         store = dist.PrefixStore(self.keys.pg_prefix, self.store)

@@ -72,6 +72,7 @@ class NetWorld:
     slow_mbit: dict[int, float] = field(default_factory=dict)
     cpu_quota: dict[int, float] = field(default_factory=dict)
     late_quota: bool = False  # the quota only from throttle_once_connected() on
+    pin_cpus: bool = True  # each node on CPU i % CPUs (False: every node sees every CPU, as an unpinned world)
     procs: list[subprocess.Popen] = field(default_factory=list)
     cgroups: dict[int, str] = field(default_factory=dict)
     _versions: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -204,7 +205,7 @@ class NetWorld:
         cpus = sorted(os.sched_getaffinity(0))
         join = 'if [ -n "$GPUDOCTOR_NETWORLD_CGROUP" ]; then echo $$ > "$GPUDOCTOR_NETWORLD_CGROUP"; fi; exec "$@"'
         inside = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
-        chain = ["sh", "-c", join, "sh", "taskset", "-c", str(cpus[i % len(cpus)])]
+        chain = ["sh", "-c", join, "sh"] + (["taskset", "-c", str(cpus[i % len(cpus)])] if self.pin_cpus else [])
         chain += [
             "nsenter",
             f"--net=/run/netns/{self.ns(i)}",

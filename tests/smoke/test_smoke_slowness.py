@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.ddp, pytest.mark.skipif(usable() is not None, reason=s
 PORT = 29400
 
 
-def run_world(world: NetWorld, *smoke_args: str, timeout: float = 200, throttle: int | None = None) -> dict:
+def run_world(
+    world: NetWorld, *smoke_args: str, timeout: float = 200, throttle: int | None = None, per_node: int = 1
+) -> dict:
     """One torchrun agent per node; returns the report the coordinating rank printed. throttle: the node whose
     quota starts once its rank is connected."""
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
@@ -33,7 +35,7 @@ def run_world(world: NetWorld, *smoke_args: str, timeout: float = 200, throttle:
                 "--nnodes",
                 str(world.n),
                 "--nproc-per-node",
-                "1",
+                str(per_node),
                 "--rdzv-backend",
                 "c10d",
                 "--rdzv-endpoint",
@@ -98,11 +100,12 @@ def test_a_rank_slowed_by_a_cpu_quota_is_named_with_its_host_and_the_reason():
     assert world.leftovers() == []
 
 
-def test_a_healthy_world_of_the_same_shape_names_nobody():
-    with NetWorld(4) as world:
-        rep = run_world(world, "--steps", "10")
+def test_a_healthy_world_names_nobody():
+    # another shape: 3 nodes of 2 ranks, unpinned (every node sees both CPUs, as nodes sharing a host do)
+    with NetWorld(3, pin_cpus=False) as world:
+        rep = run_world(world, "--steps", "10", per_node=2)
         found = by_id(rep)
         assert rep["exclude"] is None, [(f["id"], f["message"]) for f in rep["findings"] if f["severity"] == "warn"]
-        assert found["GD-SMOKE-018"]["severity"] == "pass" and len(rep["links"]["pairs"]) == 4
-        assert {r["host"] for r in rep["ranks"]} == {world.host(i) for i in range(4)}
+        assert found["GD-SMOKE-018"]["severity"] == "pass" and len(rep["links"]["pairs"]) == 3
+        assert {r["host"] for r in rep["ranks"]} == {world.host(i) for i in range(3)} and len(rep["ranks"]) == 6
     assert world.leftovers() == []
