@@ -26,6 +26,12 @@ m, t, s = r.get("mfu") or {}, r.get("throughput") or {}, r.get("step_time_s") or
 print(f"  ok={r['ok']} wall={r['wall_s']} model={(r.get('run') or {}).get('model', {}).get('name')} tokens/s={t.get('tokens_per_s')} "
       f"p50={s.get('p50')} mfu_spec={m.get('vs_spec')} mfu_matmul={m.get('vs_measured_matmul')} matmul={m.get('measured_matmul_tflops_median')} "
       f"peak_mem={(r.get('memory') or {}).get('peak_bytes_max')} loss={(r.get('loss') or {}).get('first')}->{(r.get('loss') or {}).get('last')}")
+for row in r.get("ranks") or []:  # issue 17: the parts, their cost, and what NVML said
+    stages = row.get("stage_seconds") or {}
+    parts = {k: row.get(k) for k in ("matmul_tflops", "ffn_gemm_tflops", "memory_copy_gbps", "h2d_gbps", "d2h_gbps")}
+    print(f"  rank {row['rank']} parts={parts} part_benchmarks_s={stages.get('part benchmarks')} "
+          f"condition={json.dumps(row.get('condition'))[:400]}")
+print(f"  expectations_below={(r.get('expectations') or {}).get('below')} exclude={r.get('exclude')}")
 for f in r.get("findings", []):
     if f.get("severity") != "pass":
         print("  ", f.get("severity"), f.get("id"), (f.get("message") or "")[:300])
@@ -34,6 +40,7 @@ PY
 smoke large
 smoke medium --size medium
 smoke compile --compile
+smoke baseline --save-baseline "$OUT/baseline-h.json"   # issue 17: a known-good node's figures
 $PY benchmarks/bench_check.py --runs 5 >"$OUT/bench_check.md" 2>&1; echo "bench rc=$?"; cat "$OUT/bench_check.md"
 timeout 240 $PY -P -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests -k "not slurm" >"$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"
