@@ -231,7 +231,7 @@ def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(tmp_path)
     base = tmp_path / "base.json"
     prom = tmp_path / "smoke.prom"
     r = run_gpudoctor(
-        "smoke", "--device", "cpu", "--json", "--save-baseline", str(base), "--prometheus", str(prom),
+        "smoke", "--device", "cpu", "--steps", "10", "--json", "--save-baseline", str(base), "--prometheus", str(prom),
         timeout=200, cwd=tmp_path,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
@@ -245,7 +245,9 @@ def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(tmp_path)
     assert saved["kind"] == {**saved["kind"], "device_type": "cpu", "world_size": 2, "model": "tiny"}
     assert saved["figures"]["memory_copy_gbps"] > 0 and saved["figures"]["compute_tokens_per_s"] > 0
 
-    r = run_gpudoctor("smoke", "--device", "cpu", "--json", "--baseline", str(base), timeout=200, cwd=tmp_path)
+    r = run_gpudoctor(
+        "smoke", "--device", "cpu", "--steps", "10", "--json", "--baseline", str(base), timeout=200, cwd=tmp_path
+    )
     rep = json.loads(r.stdout)
     checked = rep["expectations"]["checked"]
     assert {c["source"] for c in checked} == {"baseline"} and {c["rank"] for c in checked} == {0, 1}
@@ -366,7 +368,9 @@ def test_deep_names_a_rank_slow_with_every_peer_inside_its_node():
 def test_deep_on_a_real_spawned_run_measures_every_pair_of_ranks(tmp_path):
     from tests.cliutil import run_gpudoctor
 
-    r = run_gpudoctor("smoke", "--device", "cpu", "--gpus", "3", "--deep", "--json", timeout=200, cwd=tmp_path)
+    r = run_gpudoctor(
+        "smoke", "--device", "cpu", "--gpus", "3", "--steps", "10", "--deep", "--json", timeout=200, cwd=tmp_path
+    )
     rep = json.loads(r.stdout)
     assert rep["ok"], [f["message"] for f in rep["findings"] if f["severity"] in ("warn", "fail")]
     (node,) = rep["local_pairs"]
