@@ -83,7 +83,14 @@ def context_for(args):
         sbatch=sbatch,
         sbatch_path=args.sbatch,
         before_submission=bool(getattr(args, "before_submission", False)),
+        config_lines=_config_lines(args.config) if config is not None else None,
     )
+
+
+def _config_lines(path: str) -> dict:
+    from gpudoctor.readers.trainconfig import key_lines
+
+    return key_lines(path)
 
 
 def judged_inputs(args, progress: bool):

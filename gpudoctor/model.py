@@ -258,6 +258,9 @@ class Context:
     # --before-submission: the job described by --sbatch/--config, judged before it is submitted even where this
     # machine has GPUs (a pre-commit hook on a GPU workstation must not judge the committer's machine).
     before_submission: bool = False
+    # --config's keys and their lines (dotted path -> 1-based line; readers/trainconfig.key_lines), for findings'
+    # locations
+    config_lines: dict | None = None
 
     @property
     def gpus_expected(self) -> bool:

@@ -51,9 +51,27 @@ def _assignment_span(action, script):
 
 
 def locate(outcome: Outcome, ctx: Context) -> Location | None:
-    """The outcome's own location, else the one its fix or evidence names in ctx's batch script."""
+    """The outcome's own location, else the one its fix or evidence names in ctx's batch script or config."""
     if outcome.location is not None:
         return outcome.location
+    return _in_script(outcome, ctx) or _in_config(outcome, ctx)
+
+
+def _in_config(outcome: Outcome, ctx: Context) -> Location | None:
+    """The config key the fix sets (YAML_SET), else the setting the evidence says has a problem, else a setting
+    of the evidence that the message names (readers/dlconfig's evidence: {setting: {value, path, problem}})."""
+    lines, path = ctx.config_lines or {}, ctx.config_path
+    if not lines or not path:
+        return None
+    keys = [a.key for a in (outcome.fix.actions if outcome.fix else ()) if ActionKind(a.kind) is ActionKind.YAML_SET]
+    settings = [v for v in outcome.evidence.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
+    keys += [v["path"] for v in settings if v.get("problem")]
+    keys += [v["path"] for v in settings if v["path"] in outcome.message]
+    line = next((lines[k] for k in keys if k in lines), None)
+    return Location(path, line) if line else None
+
+
+def _in_script(outcome: Outcome, ctx: Context) -> Location | None:
     script: Any = ctx.sbatch  # a readers.sbatch BatchScript (Context types it loosely)
     path = ctx.sbatch_path
     if script is None or not path or not hasattr(script, "directives"):

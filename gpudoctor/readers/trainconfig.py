@@ -73,3 +73,36 @@ def _unreadable(e: Exception) -> str:
     if isinstance(e, RecursionError):
         return "nested too deeply to read"
     return f"cannot read ({str(e).split(';')[0]})"
+
+
+def key_lines(path: str) -> dict[str, int]:
+    """Each key's line in the config (1-based), by its dotted path as readers/dlconfig names settings
+    ('data.loader.num_workers'; list items by index): where a finding about that setting points. YAML's
+    composer keeps every node's position (JSON is read the same way); {} when the file cannot be composed,
+    since a finding without a line still stands."""
+    import yaml
+
+    from gpudoctor.fileio import FileIOError, read_input
+
+    try:
+        root = yaml.compose(read_input(path, "--config"), Loader=yaml.SafeLoader)
+    except (FileIOError, yaml.YAMLError, ValueError, RecursionError):
+        return {}
+    lines: dict[str, int] = {}
+    stack: list[tuple[object, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack and len(lines) < MAX_VALUES:
+        node, prefix = stack.pop()
+        if id(node) in seen:  # an alias (the anchor comes first in the document): its keys are where the anchor is
+            continue
+        seen.add(id(node))
+        children: list[tuple[object, str]] = []
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = f"{prefix}.{key.value}" if prefix else str(key.value)
+                lines.setdefault(name, key.start_mark.line + 1)
+                children.append((value, name))
+        elif isinstance(node, yaml.SequenceNode):
+            children = [(item, f"{prefix}.{i}" if prefix else str(i)) for i, item in enumerate(node.value)]
+        stack.extend(reversed(children))  # depth first in document order: an anchor before its aliases
+    return lines

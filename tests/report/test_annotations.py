@@ -103,3 +103,37 @@ def test_a_finding_without_a_line_goes_on_line_1_of_the_script_or_on_no_file():
     at = Finding("GD-X-001", "n", "slurm", Severity.WARN, "t", "m", location=Location("c.yaml", 4))
     assert annotations.concise_line(at, Context(sbatch_path="job.slurm")) == "c.yaml:4: GD-X-001 warning: m"
     assert Finding.from_dict(at.to_dict()) == at
+
+
+CONFIG = """trainer:
+  devices: 8
+data:
+  loader:
+    num_workers: 4
+    pin_memory: true
+    prefetch_factor: 0
+"""
+
+
+def test_a_config_finding_lands_on_its_key_line(tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text(CONFIG)
+    r = _check("--config", str(config), "--expect-gpus", "8", "--before-submission", "--format", "concise")
+    assert f"{config}:7: GD-DL-008 " in r.stdout, r.stdout + r.stderr  # prefetch_factor: 0, on line 7
+    as_json = tmp_path / "train.json"  # JSON is read the same way
+    as_json.write_text(json.dumps({"data": {"loader": {"num_workers": 4, "prefetch_factor": 0}}}, indent=1))
+    r = _check("--config", str(as_json), "--expect-gpus", "8", "--before-submission", "--format", "concise")
+    assert f"{as_json}:5: GD-DL-008 " in r.stdout, r.stdout + r.stderr
+
+
+def test_key_lines_of_yaml_and_json_and_nothing_for_a_broken_file(tmp_path):
+    from gpudoctor.readers.trainconfig import key_lines
+
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG + "callbacks:\n  - name: ckpt\n    every: 10\nbase: &b {lr: 1}\nother: *b\n")
+    lines = key_lines(str(config))
+    assert lines["data.loader.prefetch_factor"] == 7 and lines["trainer.devices"] == 2
+    assert lines["callbacks.0.every"] == 10 and lines["base.lr"] == 11
+    broken = tmp_path / "b.yaml"
+    broken.write_text("a: [1, 2\n")
+    assert key_lines(str(broken)) == {} and key_lines(str(tmp_path / "missing.yaml")) == {}
