@@ -276,7 +276,8 @@ class _Renderer:
 
     def finding(self, f: Finding, indent: int = 4) -> None:
         mark, style = MARKS[f.severity]
-        self.out.text(indent, f"{mark} {f.title}  {f.id}", style if f.severity in PROBLEMS else None)
+        where = f"  {f.location.file}:{f.location.line}" if f.location and f.location.line else ""
+        self.out.text(indent, f"{mark} {f.title}  {f.id}{where}", style if f.severity in PROBLEMS else None)
         self.out.text(indent + 4, f.message)
         limit = None if self.detail == "all" else DEFAULT_EVIDENCE_LINES
         if f.severity in PROBLEMS or self.detail == "all":  # a note with advice: its message and fix suffice

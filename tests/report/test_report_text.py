@@ -294,6 +294,9 @@ def test_next_steps_hold_shell_commands_and_one_fix_line():
 
 
 def test_split_keeps_job_findings_in_the_verdict():
+    from gpudoctor.registry import load_all
+
+    load_all()  # the checks' scopes decide the split: registered, as the CLI has them (not left to test order)
     target = Target("job", "the job", False, "test", "login1")
     job = Finding("GD-SLURM-002", "several-tasks-share-one-gpu", "slurm", Severity.FAIL, "t", "m")
     machine = Finding("GD-DRV-001", "nvidia-driver-missing", "driver", Severity.FAIL, "t", "m")
