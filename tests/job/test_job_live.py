@@ -173,8 +173,10 @@ def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
     ) in report, outs
     # the failing node's ranks say so on their own stderr, naming the port that refused them
     errs = "".join(err for _, err in outs)
-    for rank in (2, 3):
-        assert re.search(rf"rank {rank} on \S+ \(node 1\) could not reach the job's store", errs), errs
+    # Both of node 1's ranks give up at the same moment; torchrun SIGTERMs the other as soon as one exits, so
+    # the second may be stopped before it says so itself (then it says it was terminated).
+    said = [r for r in (2, 3) if re.search(rf"rank {r} on \S+ \(node 1\) could not reach the job's store", errs)]
+    assert said and (len(said) == 2 or "gpudoctor: terminated (SIGTERM)" in errs), errs
     assert re.search(rf"store at \S+:{refused} did not accept a connection within {timeout} s", errs), errs
     assert all(a.returncode != 0 for a in agents)
     assert elapsed < timeout + 60, "bounded: the timeout plus startup and the fixed margins"
