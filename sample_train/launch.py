@@ -63,26 +63,27 @@ def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
 def _save_baseline(rep: dict, path: str) -> bool:
     """Writes the run's figures as a baseline, only from a run that passed; says so on stderr either way.
     False: it could not be written (the run then fails: the user asked for a file that is not there)."""
-    from gpudoctor.fileio import FileIOError, write_output
-
     if not rep["ok"] or not rep.get("expectations"):
         print(f"gpudoctor smoke: --save-baseline {path}: not saved, the run did not pass", file=sys.stderr)
         return True
-    try:
-        write_output(path, json.dumps(baseline.from_report(rep), indent=2) + "\n", "--save-baseline")
-    except FileIOError as e:
-        print(f"gpudoctor smoke: {e}", file=sys.stderr)
+    if not _write(path, json.dumps(baseline.from_report(rep), indent=2) + "\n", "--save-baseline"):
         return False
     print(f"gpudoctor smoke: baseline saved to {path}", file=sys.stderr)
     return True
 
 
 def _write_prometheus(rep: dict, path: str) -> bool:
-    from gpudoctor.fileio import FileIOError, write_output
     from gpudoctor.report import prometheus
 
+    return _write(path, prometheus.render_smoke(rep, time.time()), "--prometheus")
+
+
+def _write(path: str, text: str, what: str) -> bool:
+    """fileio.write_output (atomic); a file that cannot be written is one line on stderr and False."""
+    from gpudoctor.fileio import FileIOError, write_output
+
     try:
-        write_output(path, prometheus.render_smoke(rep, time.time()), "--prometheus")
+        write_output(path, text, what)
     except FileIOError as e:
         print(f"gpudoctor smoke: {e}", file=sys.stderr)
         return False
