@@ -143,11 +143,7 @@ def straggler_finding(slow: list[dict], n: int, device: str):
             Severity.PASS,
             f"every rank's own forward+backward within {MIN_GAP[device]:.0%} of the job's median (or its usual spread)",
         )
-    text = "; ".join(
-        f"{where(s)}: own forward+backward at {_num(s['value'])} tokens/s, {s['shortfall']:.0%} below the job's "
-        f"median {_num(s['job_median'])}" + (f" ({s['reason']})" if s["reason"] else "")
-        for s in slow
-    )
+    text = "; ".join(f"{where(s)}: own forward+backward at {_num(s['value'])} tokens/s, {_below(s)}" for s in slow)
     hint = (
         "; look at its GPU's clocks, temperature and power (nvidia-smi -q -d PERFORMANCE)"
         if device == "cuda"
@@ -197,17 +193,20 @@ def _slow_parts_finding(slow: list[dict], n: int, device: str):
             Severity.PASS,
             f"every rank's parts within {MIN_GAP[device]:.0%} of the job's median (or its usual spread)",
         )
-    lines = [
-        f"{where(s)}: {s['what']} {_num(s['value'])} {s['unit']}, {s['shortfall']:.0%} below the job's median "
-        f"{_num(s['job_median'])}" + (f" ({s['reason']})" if s["reason"] else "")
-        for s in slow
-    ]
+    lines = [f"{where(s)}: {s['what']} {_num(s['value'])} {s['unit']}, {_below(s)}" for s in slow]
     return make(
         "GD-SMOKE-016",
         Severity.WARN,
         "; ".join(lines) + ": every step waits for the slowest rank",
         slow=slow,
         ranks=sorted({s["rank"] for s in slow}),
+    )
+
+
+def _below(s: dict) -> str:
+    """How far a slow part is below the job's median, and its device's reason."""
+    return f"{s['shortfall']:.0%} below the job's median {_num(s['job_median'])}" + (
+        f" ({s['reason']})" if s["reason"] else ""
     )
 
 
@@ -219,18 +218,11 @@ def _num(x: float | None) -> str:
 
 # -- node pairs --------------------------------------------------------------------------------
 def _links(results: list[dict], plan: dict, nodes: list[dict], device: str, opts) -> dict | None:
-    measured: dict[tuple[int, int], list[float]] = {}
     node_of = {rank: i for i, ranks in enumerate(plan.get("nodes") or []) for rank in ranks}
-    for r in results:
-        for e in r.get("node_pairs") or []:
-            pair = tuple(sorted((node_of[r["rank"]], node_of[e["peer"]])))
-            if e.get("gbps") is not None:
-                measured.setdefault(pair, []).append(e["gbps"])  # type: ignore[arg-type]
-    if not measured:
+    rates = _pair_rates(results, "node_pairs", node_of.__getitem__)
+    if not rates:
         return None
     names = [n["node"] for n in nodes]
-    # a pair's rate is its slowest path's: the end that received slowest, on the slowest local position
-    rates = {pair: min(v) for pair, v in measured.items()}
     found = outliers.localise(rates, LINK_GAP[device])
     below_floor = [p for p, v in rates.items() if opts.min_linkbw_gbps is not None and v < opts.min_linkbw_gbps]
     return {
@@ -257,6 +249,18 @@ def _links(results: list[dict], plan: dict, nodes: list[dict], device: str, opts
     }
 
 
+def _pair_rates(results: list[dict], key: str, end_of) -> dict[tuple[int, int], float]:
+    """Each pair's rate from the exchanges the ranks wrote under key, a pair's ends being end_of(rank) (a node,
+    or the rank itself): its slowest path's, the end that received slowest, on the slowest local position."""
+    measured: dict[tuple[int, int], list[float]] = {}
+    for r in results:
+        for e in r.get(key) or []:
+            if e.get("gbps") is not None:
+                a, b = sorted((end_of(r["rank"]), end_of(e["peer"])))
+                measured.setdefault((a, b), []).append(e["gbps"])
+    return {pair: min(v) for pair, v in measured.items()}
+
+
 def _local_pairs(results: list[dict], plan: dict, nodes: list[dict], device: str) -> list[dict] | None:
     """--deep: every pair of ranks inside each node (GPU to GPU: NVLink or PCIe P2P through NCCL), and the pairs
     or ranks of a node that are slow against that node's other pairs (outliers.localise over local ranks)."""
@@ -264,14 +268,7 @@ def _local_pairs(results: list[dict], plan: dict, nodes: list[dict], device: str
         return None
     out = []
     for index, ranks in enumerate(plan.get("nodes") or []):
-        measured: dict[tuple[int, int], list[float]] = {}
-        for r in results:
-            if r["rank"] not in ranks:
-                continue
-            for e in r.get("local_pairs") or []:
-                if e.get("gbps") is not None:
-                    measured.setdefault(tuple(sorted((r["rank"], e["peer"]))), []).append(e["gbps"])
-        rates = {pair: min(v) for pair, v in measured.items()}
+        rates = _pair_rates([r for r in results if r["rank"] in ranks], "local_pairs", lambda rank: rank)
         found = outliers.localise(rates, LINK_GAP[device])
         out.append(
             {
@@ -335,6 +332,9 @@ def _expected(ranks: list[dict], device: str, opts) -> dict:
     rows, missing = [], set()
     base = (opts.baseline or {}).get("figures") or {}
     for r in ranks:
+        ref = (
+            peaks.identify(r.get("gpu_name"), r.get("gpu_memory_bytes"), _power_limit(r)) if device == "cuda" else None
+        )
         for key, what, unit, ref_figure in (*PARTS, (*COMPUTE, None)):
             value = r.get(key)
             if value is None:
@@ -346,7 +346,6 @@ def _expected(ranks: list[dict], device: str, opts) -> dict:
                 continue
             if device != "cuda" or ref_figure is None:
                 continue
-            ref = peaks.identify(r.get("gpu_name"), r.get("gpu_memory_bytes"), _power_limit(r))
             expect = peaks.expectation(ref, ref_figure) if ref else None
             if expect is None:
                 missing.add(r.get("gpu_name") or "?")
@@ -456,25 +455,23 @@ def _floors(ranks: list[dict], links: dict | None, opts):
         ("h2d_gbps", opts.min_hostbw_gbps, "--min-hostbw", "GB/s"),
         ("d2h_gbps", opts.min_hostbw_gbps, "--min-hostbw", "GB/s"),
     )
-    asked = [rule for rule in rules if rule[1] is not None] + (
-        [("link", opts.min_linkbw_gbps, "--min-linkbw", "GB/s")] if opts.min_linkbw_gbps is not None else []
-    )
-    if not asked:
+    asked = [rule for rule in rules if rule[1] is not None]
+    if not asked and opts.min_linkbw_gbps is None:
         return None
     below, measured = [], 0
     for key, floor, flag, unit in asked:
-        if key == "link":
-            for p in (links or {}).get("pairs", []):
-                measured += 1
-                if p["gbps"] < floor:
-                    below.append(f"nodes {p['nodes'][0]} - {p['nodes'][1]}: {p['gbps']:.3g} {unit} < {flag} {floor:g}")
-            continue
         for r in ranks:
             if r.get(key) is None:
                 continue
             measured += 1
             if r[key] < floor:
                 below.append(f"{where(r)}: {key} {_num(r[key])} {unit} < {flag} {floor:g}")
+    if opts.min_linkbw_gbps is not None and links:  # _links compared each pair with the floor
+        measured += len(links["pairs"])
+        below += [
+            f"nodes {p['nodes'][0]} - {p['nodes'][1]}: {p['gbps']:.3g} GB/s < --min-linkbw {opts.min_linkbw_gbps:g}"
+            for p in links["below_floor"]
+        ]
     if below:
         return make("GD-SMOKE-020", Severity.FAIL, "; ".join(below), below=below)
     if not measured:
