@@ -34,9 +34,7 @@ def kind_of(report: dict) -> dict:
     placement = report.get("placement") or []
     run = report.get("run") or {}
     model = run.get("model") or {}
-    gpu_models = sorted(
-        {p.get("gpu_model") or p.get("gpu_name") or "?" for p in placement if p.get("device_type") == "cuda"}
-    )
+    gpu_models = sorted({p.get("gpu_name") or "?" for p in placement if p.get("device_type") == "cuda"})
     return {
         "device_type": placement[0].get("device_type") if placement else None,
         "gpu_model": ", ".join(gpu_models) if gpu_models else "cpu",

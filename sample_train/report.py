@@ -42,7 +42,9 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
     refused = None
     if verdict.ok:
         body = _measurements(verdict, plan, opts)
-        findings += _judge(body, plan, opts) + body.pop("_slowness_findings")
+        sections, speed = _slowness(body, [verdict.results[r] for r in sorted(verdict.results)], plan, opts)
+        body.update(sections)
+        findings += _judge(body, plan, opts) + speed
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
     ok = verdict.ok and not failed(findings)
     rep = {
@@ -183,7 +185,7 @@ def _measurements(verdict, plan: dict, opts) -> dict:
     total_matmul = sum(r["matmul_tflops"] for r in ranks)
     losses = [sum(step) / len(step) for step in zip(*(r["losses"] for r in results), strict=False)]
     checksums = {r["rank"]: r["param_checksum"] for r in ranks}
-    body = {
+    return {
         "ranks": ranks,
         "throughput": {
             "tokens_per_s": sum(r["tokens_per_s"] for r in ranks),
@@ -229,11 +231,10 @@ def _measurements(verdict, plan: dict, opts) -> dict:
         "stragglers": _stragglers(ranks),
         **_nodes(ranks, tokens, results),
     }
-    body = {**body, **_slowness(body, results, plan, opts)}
-    return body
 
 
-def _slowness(body: dict, results: list[dict], plan: dict, opts) -> dict:
+def _slowness(body: dict, results: list[dict], plan: dict, opts) -> tuple[dict, list]:
+    """The report sections and findings of slowness.judge; the job medians a --save-baseline keeps."""
     sections, findings = slowness.judge(body["ranks"], body["nodes"], results, plan, opts, body["step_time_s"]["p50"])
     medians = dict(sections["parts"]["job_medians"])
     links = sections["links"] or {}
@@ -245,7 +246,7 @@ def _slowness(body: dict, results: list[dict], plan: dict, opts) -> dict:
         scaling=sections["scaling"]["efficiency"],
     )
     sections["expectations"]["job_medians"] = medians
-    return {**sections, "_slowness_findings": findings}
+    return sections, findings
 
 
 def _max_or_none(values) -> int | None:
