@@ -19,6 +19,33 @@ SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "smoke.schema.json").r
 HOST = socket.gethostname()
 
 
+def cpu_smoke_agent(torchrun: str, nodes: int, per_node: int, endpoint: str, rdzv_id: str, *smoke_args: str):
+    """One node's torchrun agent of a CPU smoke run across nodes (c10d rendezvous, no restarts), JSON report."""
+    return [
+        torchrun,
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        rdzv_id,
+        "--max-restarts",
+        "0",
+        "-m",
+        "gpudoctor",
+        "smoke",
+        "--device",
+        "cpu",
+        "--json",
+        *smoke_args,
+    ]
+
+
+@pytest.mark.xdist_group("multi-node-worlds")  # not beside the netns worlds (pyproject.toml: --dist loadgroup)
 def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     with socket.socket() as s:
@@ -27,29 +54,7 @@ def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
     env = clean_env()
     agents = [
         subprocess.Popen(
-            [
-                torchrun,
-                "--nnodes",
-                "2",
-                "--nproc-per-node",
-                "2",
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                f"127.0.0.1:{port}",
-                "--rdzv-id",
-                f"smoke-{port}",
-                "--max-restarts",
-                "0",
-                "-m",
-                "gpudoctor",
-                "smoke",
-                "--device",
-                "cpu",
-                "--json",
-                "--min-busbw",
-                "1000000",
-            ],
+            cpu_smoke_agent(torchrun, 2, 2, f"127.0.0.1:{port}", f"smoke-{port}", "--min-busbw", "1000000"),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -14,9 +14,13 @@ import pytest
 
 from tests.cliutil import clean_env
 from tests.smoke.networld import NetWorld, usable
-from tests.smoke.test_smoke_nodes import SCHEMA
+from tests.smoke.test_smoke_nodes import SCHEMA, cpu_smoke_agent
 
-pytestmark = [pytest.mark.ddp, pytest.mark.skipif(usable() is not None, reason=str(usable()))]
+pytestmark = [
+    pytest.mark.ddp,
+    pytest.mark.skipif(usable() is not None, reason=str(usable())),
+    pytest.mark.xdist_group("multi-node-worlds"),  # one world at a time (pyproject.toml: --dist loadgroup)
+]
 PORT = 29400
 
 
@@ -30,28 +34,7 @@ def run_world(
     agents = [
         world.popen(
             i,
-            [
-                torchrun,
-                "--nnodes",
-                str(world.n),
-                "--nproc-per-node",
-                str(per_node),
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                f"{world.address(0)}:{PORT}",
-                "--rdzv-id",
-                world.prefix,
-                "--max-restarts",
-                "0",
-                "-m",
-                "gpudoctor",
-                "smoke",
-                "--device",
-                "cpu",
-                "--json",
-                *smoke_args,
-            ],
+            cpu_smoke_agent(torchrun, world.n, per_node, f"{world.address(0)}:{PORT}", world.prefix, *smoke_args),
             env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -91,7 +74,8 @@ def test_a_rank_slowed_by_a_cpu_quota_is_named_with_its_host_and_the_reason():
         rep = run_world(world, "--steps", "10", throttle=1)
         found = by_id(rep)
         naming = [found[i] for i in ("GD-SMOKE-010", "GD-SMOKE-016") if found[i]["severity"] == "warn"]
-        assert naming, [(f["id"], f["message"]) for f in rep["findings"]]
+        figures = [(r["rank"], r["compute_tokens_per_s"], r["matmul_tflops"], r["condition"]) for r in rep["ranks"]]
+        assert naming, figures
         for f in naming:  # its own compute, its matmuls and memory copy: whichever fell short names it
             assert f["evidence"]["ranks"] == [1] and f"rank 1 on {world.host(1)}" in f["message"]
             assert "its cgroup's CPU quota is 0.1 CPU" in f["message"]
