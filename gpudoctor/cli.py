@@ -1,4 +1,4 @@
-"""Command line: thin glue over probe -> checks -> report. Exit codes as in DESIGN.md."""
+"""Command line: thin glue over probe -> checks -> report. Exit codes as in docs/architecture.md."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ _RANK = {
 
 
 class ExitCode(enum.IntEnum):
-    """The process exit status of every command (DESIGN.md: contracts users and CI rely on)."""
+    """The process exit status of every command (docs/architecture.md: contracts)."""
 
     OK = 0  # no fail
     FAIL = 1  # at least one fail (or warn with --strict); for smoke: the run failed; fix --diff: changes pending

@@ -1,4 +1,4 @@
-"""The layering holds (DESIGN.md): the core (gpudoctor/) imports nothing of the packages above it
+"""The layering holds (docs/architecture.md): the core (gpudoctor/) imports nothing of the packages above it
 (checks, fixes, sample_train), and no two modules import each other, directly or round a circle —
 counting imports made inside functions, which hide a circle without removing it."""
 
