@@ -205,7 +205,7 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
         help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks",
     )
     p.add_argument("--seed", type=_seed, default=1234, help=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/1 JSON report")
+    p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/2 JSON report")
     p.add_argument(
         "--prometheus",
         metavar="FILE",

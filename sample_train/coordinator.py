@@ -27,6 +27,7 @@ STAGES = (
     "first all-reduce",
     "matmul benchmark",
     "part benchmarks",
+    "correctness",
     "all-reduce benchmark",
     "all-reduce inside and across nodes",  # two nodes or more
     "node pairs",  # two nodes or more

@@ -2,8 +2,9 @@
 
 Set GPUDOCTOR_SMOKE_FAULT="rank=1,at=start,do=hang" (several faults separated by ';').
   at: start (before the rank joins the rendezvous: a rank that never starts),
-      first-allreduce, step:N (at the forward pass of step N)
-  do: hang (sleep until killed), crash (raise an exception), exit (die without a word, exit 17)
+      first-allreduce, step:N (at the forward pass of step N), selftest, memory (the correctness tests)
+  do: hang (sleep until killed), crash (raise an exception), exit (die without a word, exit 17),
+      corrupt (at selftest or memory: one wrong value, as a faulty device would compute or store it)
 Nothing reads this variable but the smoke worker; users have no reason to set it.
 """
 
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 ENV = "GPUDOCTOR_SMOKE_FAULT"
-ACTIONS = ("hang", "crash", "exit")
+ACTIONS = ("hang", "crash", "exit", "corrupt")
 
 
 class FaultSpecError(ValueError):
@@ -47,8 +48,13 @@ def parse(text: str | None) -> list[Fault]:
 def maybe_inject(rank: int, at: str) -> None:
     """Called by the worker at each injection point; does nothing unless the variable names it."""
     for fault in parse(os.environ.get(ENV)):
-        if fault.rank == rank and fault.at == at:
+        if fault.rank == rank and fault.at == at and fault.do != "corrupt":
             _act(fault)
+
+
+def corrupts(rank: int, at: str) -> bool:
+    """Whether a test should compute one value wrong on this rank (a correctness test's own injection point)."""
+    return any(f.rank == rank and f.at == at and f.do == "corrupt" for f in parse(os.environ.get(ENV)))
 
 
 def _act(fault: Fault) -> None:

@@ -1,4 +1,4 @@
-"""From the coordinator's verdict to the gpudoctor.smoke/1 report and its verdicts (no torch)."""
+"""From the coordinator's verdict to the gpudoctor.smoke/2 report and its verdicts (no torch)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import baseline, metrics, peaks, slowness
+from gpudoctor.sample_train import baseline, correctness, metrics, peaks, slowness
 from gpudoctor.sample_train.findings import failed, make, ranks_text
 
-SCHEMA = "gpudoctor.smoke/1"
+SCHEMA = "gpudoctor.smoke/2"
 LOSS_DROP = 0.05  # the last steps' mean loss must be at least 5% below the first steps'
 LOSS_WINDOW = 3
 
@@ -38,13 +38,17 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "expectations": None,
         "scaling": None,
         "exclude": None,
+        "correctness": None,
     }
     refused = None
     if verdict.ok:
         body = _measurements(verdict, plan, opts)
-        sections, speed = _slowness(body, [verdict.results[r] for r in sorted(verdict.results)], plan, opts)
+        results = [verdict.results[r] for r in sorted(verdict.results)]
+        sections, speed = _slowness(body, results, plan, opts)
         body.update(sections)
         findings += _judge(body, plan, opts) + speed
+        body["correctness"], right = correctness.judge(body["ranks"], verdict.joins, results)
+        findings += right
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
     ok = verdict.ok and not failed(findings)
     rep = {
@@ -589,6 +593,13 @@ def _print_metrics(console, report: dict, escape) -> None:
                     f"  all-reduce across nodes: busbw {across} (slowest group), inside nodes {inside} (slowest node)"
                 )
             )
+    right = report.get("correctness")
+    if right:
+        memory = [r["memory"]["bytes"] for r in right["per_rank"] if (r.get("memory") or {}).get("bytes")]
+        lines_right = f"correctness: {right['verdict']} ({right['compared']}"
+        if memory:
+            lines_right += f"; device memory patterns over {min(memory) / 2**20:,.0f} MiB or more per rank"
+        console.print("  " + escape(lines_right + ")"))
     for line in _speed_lines(report):
         console.print("  " + escape(line))
     slow = {s["rank"] for s in (report.get("parts") or {}).get("slow", [])}

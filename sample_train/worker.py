@@ -6,7 +6,6 @@ by launch.run_in_world under torchrun/srun.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -25,7 +24,7 @@ from gpudoctor.job.compare import node_index
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.job.world import World
 from gpudoctor.readers import slurmfmt
-from gpudoctor.sample_train import bench, faults
+from gpudoctor.sample_train import bench, faults, selftest
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
 from gpudoctor.sample_train.exits import die, finish, last_resort
@@ -148,7 +147,9 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         "device_error": None,
     }
     if opts.device == "cpu":
-        record.update(device="cpu", bf16_native=cpu_has_bf16(), cpu_threads=CPU_RANK_THREADS)
+        from gpudoctor.probe.host import cpu_model
+
+        record.update(device="cpu", bf16_native=cpu_has_bf16(), cpu_threads=CPU_RANK_THREADS, cpu_model=cpu_model())
         return torch.device("cpu"), record
     for var in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         if env.get(var):
@@ -185,6 +186,7 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         pci_bus_id=pci_address(getattr(props, "pci_domain_id", 0), bus, getattr(props, "pci_device_id", 0)),
         gpu_memory_bytes=props.total_memory,
         compute_capability=[props.major, props.minor],
+        multiprocessors=getattr(props, "multi_processor_count", None),
         bf16_native=props.major >= 8,
         cuda=torch.version.cuda,
         nccl=_nccl_version(),
@@ -298,6 +300,9 @@ class Rank:
 
         wd.set_phase("part benchmarks")
         result["parts"] = self._parts(device, dtype, cfg)
+
+        wd.set_phase("correctness")
+        result["correctness"] = selftest.run(device, world.rank)
 
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
@@ -486,25 +491,8 @@ class Rank:
 
 
 def param_checksum(model: torch.nn.Module) -> str:
-    """An exact fingerprint of every parameter's bits, computed where the parameters live.
-
-    Integer sums of 16-bit halves of each float's bit pattern (plain and position-weighted):
-    order-independent, so reduction order cannot make equal parameters look different.
-    """
-    digest = hashlib.sha256()
-    chunk = 1 << 24
-    for name, p in sorted(model.named_parameters()):
-        flat = p.detach().reshape(-1)
-        bits = flat.view(torch.int32) if flat.element_size() == 4 else flat.view(torch.int16).to(torch.int32)
-        sums = [0, 0, 0, 0]
-        for start in range(0, bits.numel(), chunk):
-            b = bits[start : start + chunk].to(torch.int64)
-            w = torch.arange(start, start + b.numel(), device=b.device) % 251 + 1
-            lo, hi = b & 0xFFFF, (b >> 16) & 0xFFFF
-            part = torch.stack([lo.sum(), hi.sum(), (lo * w).sum(), (hi * w).sum()]).tolist()
-            sums = [s + q for s, q in zip(sums, part, strict=True)]
-        digest.update(f"{name}:{p.dtype}:{tuple(p.shape)}:{sums};".encode())
-    return digest.hexdigest()[:16]
+    """An exact fingerprint of every parameter's bits (selftest.fingerprint), computed where they live."""
+    return selftest.fingerprint(sorted(model.named_parameters()))
 
 
 def peak_memory(device: torch.device) -> dict:
