@@ -9,6 +9,7 @@ import sys
 from gpudoctor.model import ExitCode
 from gpudoctor.sample_train import baseline
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
+from gpudoctor.sample_train.sizes import QUICK_STEPS
 
 
 def _whole(text: str, low: int) -> int:
@@ -184,6 +185,12 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
         help="fail a node pair whose send/recv (each direction) is below GB/s",
     )
     p.add_argument(
+        "--quick",
+        action="store_true",
+        help="node qualification in seconds (a prolog, an init container): the part benchmarks, the correctness "
+        f"tests and {QUICK_STEPS} training steps of a small model (tiny on CPU), with shorter benchmarks",
+    )
+    p.add_argument(
         "--deep",
         action="store_true",
         help="also measure every node pair and every GPU pair inside each node (send/recv)",
@@ -219,6 +226,8 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
 
 
 def options_from_args(args) -> SmokeOptions:
+    if args.quick and args.deep:
+        raise OptionsError("--quick and --deep ask for opposite things: a short run, and every pair of ranks")
     if args.warmup is not None and args.steps is not None and args.warmup > args.steps - 3:
         raise OptionsError(f"--warmup {args.warmup} leaves fewer than 3 of --steps {args.steps} to measure")
     flags = {
@@ -263,6 +272,7 @@ def options_from_args(args) -> SmokeOptions:
         min_hostbw_gbps=args.min_hostbw,
         min_linkbw_gbps=args.min_linkbw,
         deep=args.deep,
+        quick=args.quick,
         save_baseline=args.save_baseline,
         baseline=baseline.load(args.baseline) if args.baseline else None,
         baseline_path=args.baseline,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from gpudoctor.model import Severity
 from gpudoctor.sample_train import outliers, peaks, placement
 from gpudoctor.sample_train.findings import failed, make, ranks_text
-from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, SIZES, GPTConfig, size_for_gpu
+from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, QUICK_STEPS, QUICK_WARMUP, SIZES, GPTConfig, size_for_gpu
 
 STAGES = (
     "start",
@@ -120,6 +120,8 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
         spec = [p.tflops for p in (peaks.identify(name, memory) for name, memory in gpus) if p]
         memory = min(r.get("gpu_memory_bytes") or 0 for r in records)
         size = size_for_gpu(memory, min(spec) if spec else None) if opts.size == "auto" else opts.size
+        if opts.quick and opts.size == "auto":
+            size = "small"
         native = all(r.get("bf16_native") for r in records)
         precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp16")
         why = {
@@ -155,8 +157,9 @@ def node_layout(joins: dict[int, dict]) -> list[list[int]]:
 
 
 def _apply_overrides(cfg: GPTConfig, opts) -> GPTConfig:
-    steps = opts.steps or cfg.steps
-    warmup = cfg.warmup if opts.warmup is None else opts.warmup
+    quick = getattr(opts, "quick", False)
+    steps = opts.steps or (QUICK_STEPS if quick else cfg.steps)
+    warmup = (QUICK_WARMUP if quick else cfg.warmup) if opts.warmup is None else opts.warmup
     warmup = max(0, min(warmup, steps - MIN_MEASURED_STEPS))
     return replace(
         cfg,

@@ -90,6 +90,7 @@ def _run_section(plan: dict, verdict, opts) -> dict | None:
         "precision_reason": plan["precision_reason"],
         "optimizer": first.get("optimizer"),
         "compile": opts.compile,
+        "quick": opts.quick,
         "backend": first.get("backend"),
         "dataloader": first.get("dataloader"),
         "timeout_s": opts.timeout,
@@ -525,6 +526,7 @@ def render_text(report: dict, file=None) -> None:
                 f"{m['steps']} steps ({m['warmup']} warm-up) · {run['precision']}"
                 + (f" · {run['optimizer']}" if run["optimizer"] else "")
                 + (" · compiled" if run["compile"] else "")
+                + (" · --quick" if run.get("quick") else "")
             )
         )
     if report.get("throughput"):

@@ -48,6 +48,9 @@ SIZES = {
     "large": GPTConfig("large", 32768, 4096, 6, 32, 2048, 8, 40, 10, 3e-4),
 }
 MIN_MEASURED_STEPS = 3
+# --quick: enough steps for the loss to fall measurably (GD-SMOKE-006) and 7 timed ones; the small model on a GPU
+# (its DDP broadcast and first steps take a fraction of a second where the large one's take seconds).
+QUICK_STEPS, QUICK_WARMUP = 10, 3
 
 
 def size_for_gpu(memory_bytes: int | None, spec_tflops: float | None) -> str:

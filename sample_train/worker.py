@@ -292,6 +292,8 @@ class Rank:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
         wd.set_phase("matmul benchmark")
         n, seconds = (8192, 1.0) if cuda else (256, 0.2)
+        if self.opts.quick:
+            seconds /= 3
         result["matmul"] = {
             "n": n,
             "dtype": str(dtype).replace("torch.", ""),
@@ -344,6 +346,8 @@ class Rank:
         cuda = device.type == "cuda"
         payload, dtype = (256 * 2**20, torch.bfloat16) if cuda else (4 * 2**20, torch.float32)
         iters, warmup = (20, 5) if cuda else (5, 2)
+        if self.opts.quick:
+            iters, warmup = max(3, iters // 3), 2
         seconds = bench.allreduce_seconds(device, payload, dtype, iters, warmup, group)
         return {
             "payload_bytes": payload,

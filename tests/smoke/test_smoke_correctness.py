@@ -86,9 +86,10 @@ def test_memory_errors_fail_and_a_test_that_could_not_run_is_a_warning_not_a_pas
 
 
 @pytest.mark.ddp
-def test_a_rank_that_computes_wrong_and_one_whose_memory_flips_a_bit_are_named_in_a_real_run():
+def test_a_rank_that_computes_wrong_and_one_whose_memory_flips_a_bit_are_named_in_a_real_quick_run():
+    """--quick keeps the correctness tests and the parts, with 10 training steps."""
     fault = "rank=1,at=selftest,do=corrupt;rank=2,at=memory,do=corrupt"
-    r, _elapsed, _marker = smoke("--gpus", "3", env={"GPUDOCTOR_SMOKE_FAULT": fault})
+    r, _elapsed, _marker = smoke("--gpus", "3", "--quick", env={"GPUDOCTOR_SMOKE_FAULT": fault})
     rep = report_of(r)
     validate(rep)
     f = findings(rep)
@@ -96,3 +97,5 @@ def test_a_rank_that_computes_wrong_and_one_whose_memory_flips_a_bit_are_named_i
     assert f["GD-SMOKE-021"]["severity"] == "fail" and f["GD-SMOKE-021"]["evidence"]["ranks"] == [1]
     assert f["GD-SMOKE-022"]["severity"] == "fail" and f["GD-SMOKE-022"]["evidence"]["ranks"] == [2]
     assert [w["rank"] for w in rep["correctness"]["wrong"]] == [1]
+    assert rep["run"]["quick"] is True and rep["run"]["model"]["steps"] == 10
+    assert all(r["ffn_gemm_tflops"] and r["memory_copy_gbps"] for r in rep["ranks"])

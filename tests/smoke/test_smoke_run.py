@@ -239,6 +239,7 @@ def test_throughput_floor_fails_and_config_dataloader_settings_are_used(tmp_path
         (["--config", "/nonexistent/train.yaml"], {}, "no such file"),
         (["--steps", "12", "--warmup", "10"], {}, "fewer than 3"),
         (["--steps", "4"], {}, "expected 10 or more"),
+        (["--quick", "--deep"], {}, "--quick and --deep"),
         (["--num-workers", "0", "--prefetch-factor", "2"], {}, "prefetch_factor=2 needs num_workers > 0"),
         (
             [],
