@@ -278,6 +278,22 @@ SPEED_VERDICTS = (
 
 CORRECTNESS_VERDICTS = (
     Verdict(
+        id="GD-SMOKE-023",
+        name="gpu-memory-held-by-another-process",
+        category="devices",
+        title="The GPUs' memory is free for the run",
+        what="As each rank joins, reads its GPU's free memory (torch.cuda.mem_get_info) and the processes NVML sees on "
+        "it. A process that is not one of the run's ranks and holds memory (or free memory below 90 % of the total "
+        "with no process shown: another container) is named with its PID and how much it holds; the model is then "
+        "sized from the free memory, and below what the smallest model needs (about 6 GiB) the run stops before "
+        "training.",
+        why="A GPU shared with a forgotten process (a notebook's kernel, a previous job's orphan) gives a training job "
+        "half its speed and a fraction of its memory: it fails with CUDA out of memory, or runs slowly, with nothing "
+        "in its own logs to say why.",
+        fix="See what holds the GPU: `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`, "
+        "then `ps -o user,pid,etime,cmd -p PID`; stop it if it is yours, or run on another node.",
+    ),
+    Verdict(
         id="GD-SMOKE-021",
         name="wrong-results",
         category="hardware",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import outliers, peaks, placement
+from gpudoctor.sample_train import fit, outliers, peaks, placement
 from gpudoctor.sample_train.findings import failed, make, ranks_text
 from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, QUICK_STEPS, QUICK_WARMUP, SIZES, GPTConfig, size_for_gpu
 
@@ -101,8 +101,9 @@ class _Stop(Exception):
         self.finding = finding
 
 
-def plan_run(joins: dict[int, dict], opts) -> dict:
-    """The model and precision every rank trains with, decided once from all ranks' reports."""
+def plan_run(joins: dict[int, dict], opts, fits: str | None = None) -> dict:
+    """The model and precision every rank trains with, decided once from all ranks' reports. fits: the largest
+    model the GPUs' free memory allows, where another process holds some (fit.judge)."""
     records = list(joins.values())
     if all(r["device_type"] == "cpu" for r in records):
         size = "tiny" if opts.size == "auto" else opts.size
@@ -120,8 +121,8 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
         spec = [p.tflops for p in (peaks.identify(name, memory) for name, memory in gpus) if p]
         memory = min(r.get("gpu_memory_bytes") or 0 for r in records)
         size = size_for_gpu(memory, min(spec) if spec else None) if opts.size == "auto" else opts.size
-        if opts.quick and opts.size == "auto":
-            size = "small"
+        if opts.size == "auto":
+            size = min((size, fits or size, "small" if opts.quick else size), key=list(SIZES).index)
         native = all(r.get("bf16_native") for r in records)
         precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp16")
         why = {
@@ -206,10 +207,12 @@ class Coordinator:
         try:
             self._await("join", self.joins, self.keys.join)
             findings = [make("GD-SMOKE-001", Severity.PASS, self._joined_text()), *placement.check(self.joins)]
+            fits, fitting = fit.judge(self.joins, self.opts)
+            findings += fitting
             if failed(findings):
                 self._publish(self.keys.plan, {"go": False, "reason": "placement"})
                 return self._verdict(False, findings)
-            self.plan = plan_run(self.joins, self.opts)
+            self.plan = plan_run(self.joins, self.opts, fits)
             self._publish(self.keys.plan, self.plan)
             self._await("result", self.results, self.keys.result)
         except _Stop as stop:

@@ -191,7 +191,25 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         cuda=torch.version.cuda,
         nccl=_nccl_version(),
     )
+    record.update(_memory_in_use(index, str(record["pci_bus_id"] or "")))
     return torch.device("cuda", index), record
+
+
+def _memory_in_use(index: int, pci_bus_id: str) -> dict:
+    """The GPU's free memory and the processes NVML sees on it, as this rank joins (sample_train/fit.py sizes the
+    run from them and names a process that is not the job's)."""
+    out: dict = {"gpu_free_bytes": None, "gpu_processes": None}
+    try:
+        out["gpu_free_bytes"] = int(torch.cuda.mem_get_info(index)[0])
+    except Exception:  # a GPU that cannot say: the model is sized from its total, as before
+        pass
+    if pci_bus_id:
+        from gpudoctor.probe import nvidia
+
+        state = nvidia.device_state(pci_bus_id)
+        if not state.get("error"):
+            out["gpu_processes"] = state.get("processes")
+    return out
 
 
 def _condition(record: dict) -> dict:
