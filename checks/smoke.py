@@ -278,6 +278,21 @@ SPEED_VERDICTS = (
 
 CORRECTNESS_VERDICTS = (
     Verdict(
+        id="GD-SMOKE-024",
+        name="speed-falls-under-load",
+        category="hardware",
+        title="Every rank holds its speed under sustained load (--soak)",
+        what="With --soak, every rank measures its square matmul and its device memory copy again and again after "
+        "training, reading clocks, temperature and throttle reasons (or, on a CPU rank, its CPU quota) after each. "
+        "A rank whose figure stays below both its own first minute and the other ranks at the same moment (13 % on "
+        "a GPU, 40 % on a CPU, three samples in a row) is named with when it fell and why its device says; every "
+        "rank falling together names the node.",
+        why="A short run misses a GPU that throttles once hot (a clogged heat sink, a failing fan, a power brake): "
+        "in synchronous training every step waits for it, hours into the job.",
+        fix="Look at the named GPU's cooling and power and its clocks under load (`nvidia-smi -q -d "
+        "PERFORMANCE,TEMPERATURE,POWER`, `nvidia-smi dmon -s pucm`); exclude the host until it is repaired.",
+    ),
+    Verdict(
         id="GD-SMOKE-023",
         name="gpu-memory-held-by-another-process",
         category="devices",

@@ -36,6 +36,7 @@ STAGES = (
     "straggler probe",
     "training",
     "parameter checksum",
+    "soak",  # --soak
     "finished",
 )
 TRAINING = STAGES.index("training")
@@ -74,7 +75,7 @@ class Keys:
 
 
 def phase(stage: str, step: int | None = None, part: str | None = None) -> dict:
-    label = stage if stage != "training" else f"step {step} ({part})"
+    label = f"step {step} ({part})" if stage == "training" else (f"soak sample {step}" if stage == "soak" else stage)
     return {
         "label": label,
         "order": [STAGES.index(stage), step or 0, STEP_PARTS.index(part) if part else 0],

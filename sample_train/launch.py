@@ -39,9 +39,9 @@ LAST_RESORT_S = 30.0  # past --timeout: the coordinator and watchdogs act long b
 LOG_TAIL_CHARS = 1500
 
 
-def default_timeout(device: str, compile_model: bool) -> float:
-    """Whole-run bound: torch import, NCCL set-up and a short run, with room for slow file systems."""
-    return (120.0 if device == "cpu" else 180.0) + (300.0 if compile_model else 0.0)
+def default_timeout(device: str, compile_model: bool, soak_s: float | None = None) -> float:
+    """Whole-run bound: torch import, NCCL set-up and a short run, with room for slow file systems; and the soak."""
+    return (120.0 if device == "cpu" else 180.0) + (300.0 if compile_model else 0.0) + (soak_s or 0.0)
 
 
 def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
@@ -190,7 +190,7 @@ def _run_spawn(opts: SmokeOptions) -> int:
     refused = refuse_baseline(opts, nprocs, opts.device)
     if refused is not None:
         return refused
-    opts.timeout = opts.timeout or default_timeout(opts.device, opts.compile)
+    opts.timeout = opts.timeout or default_timeout(opts.device, opts.compile, opts.soak)
     deadline = started + opts.timeout
     store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.timeout), wait_for_workers=False)
     namespace = new_namespace()
@@ -321,7 +321,7 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     refused = refuse_baseline(opts, world.world_size, "cpu" if opts.device == "cpu" else "cuda")
     if refused is not None:
         return refused
-    opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile)
+    opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile, opts.soak)
     deadline = started + opts.timeout
     exits.last_resort(
         opts.timeout + LAST_RESORT_S,

@@ -7,7 +7,7 @@ import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import baseline, correctness, metrics, peaks, slowness
+from gpudoctor.sample_train import baseline, correctness, metrics, peaks, slowness, soak
 from gpudoctor.sample_train.findings import failed, make, ranks_text
 
 SCHEMA = "gpudoctor.smoke/2"
@@ -39,6 +39,7 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "scaling": None,
         "exclude": None,
         "correctness": None,
+        "soak": None,
     }
     refused = None
     if verdict.ok:
@@ -48,7 +49,8 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         body.update(sections)
         findings += _judge(body, plan, opts) + speed
         body["correctness"], right = correctness.judge(body["ranks"], verdict.joins, results)
-        findings += right
+        body["soak"], held = soak.judge(body["ranks"], results, verdict.joins[0]["device_type"], opts.soak or 0)
+        findings += right + held
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
     ok = verdict.ok and not failed(findings)
     rep = {
@@ -602,7 +604,7 @@ def _print_metrics(console, report: dict, escape) -> None:
         if memory:
             lines_right += f"; device memory patterns over {min(memory) / 2**20:,.0f} MiB or more per rank"
         console.print("  " + escape(lines_right + ")"))
-    for line in _speed_lines(report):
+    for line in _speed_lines(report) + _soak_lines(report.get("soak")):
         console.print("  " + escape(line))
     slow = {s["rank"] for s in (report.get("parts") or {}).get("slow", [])}
     for r in report["ranks"]:
@@ -645,6 +647,28 @@ def _speed_lines(report: dict) -> list[str]:
         lines.append(
             f"scaling: {scaling['efficiency']:.0%} of each step is the rank's own compute "
             f"({scaling['communication_share']:.0%} waiting, all-reduce, data, optimizer)"
+        )
+    return lines
+
+
+def _soak_lines(section: dict | None) -> list[str]:
+    """Each rank's figures over the soak: its first and last samples' matmul, and its clock or CPU share then."""
+    if not section:
+        return []
+    lines = [
+        f"soak: {section['duration_s']:g} s, {section['samples_per_rank']} samples per rank ({section['reference']})"
+    ]
+    for r in section["per_rank"]:
+        first, last = r["samples"][0], r["samples"][-1]
+        clock = (
+            f", SM clock {first.get('sm_clock_mhz')} -> {last.get('sm_clock_mhz')} MHz, "
+            f"{first.get('temperature_c')} -> {last.get('temperature_c')} °C"
+            if first.get("sm_clock_mhz") is not None
+            else ""
+        )
+        lines.append(
+            f"  rank {r['rank']}: matmul {first['matmul_tflops']:.3g} -> {last['matmul_tflops']:.3g} TFLOP/s, "
+            f"memory copy {first['memory_copy_gbps']:.3g} -> {last['memory_copy_gbps']:.3g} GB/s{clock}"
         )
     return lines
 

@@ -36,6 +36,7 @@ HEARTBEAT_S = 0.5
 GRACE_S = 10.0  # past the deadline, a rank ends itself if nobody has stopped it
 STRAGGLER_PROBE_STEPS = 4  # the first is warm-up (kernel selection, allocations) and is dropped
 PART_SECONDS_GPU, PART_SECONDS_CPU = 0.3, 0.1  # each part benchmark's timed windows together
+SOAK_WINDOW_GPU_S, SOAK_WINDOW_CPU_S = 1.0, 0.4  # one soak sample's matmul window (its memory copy: a quarter)
 # A CPU rank stands in for a GPU: one intra-op thread. Ranks (and "nodes" sharing a machine) each see every CPU;
 # with several threads each they oversubscribe the cores, and OpenMP's spinning workers then make a rank's
 # timings differ 30x from run to run (measured on 4 netns nodes x 2 threads on 2 cores), which no comparison
@@ -223,6 +224,23 @@ def _condition(record: dict) -> dict:
     return {"cpu": host.cpu_share()}
 
 
+def _brief(record: dict) -> dict:
+    """What a soak sample keeps of the device's condition: clocks, temperature, power and throttle reasons, or the
+    CPU quota and load."""
+    condition = _condition(record)
+    gpu, cpu = condition.get("gpu"), condition.get("cpu")
+    if gpu and not gpu.get("error"):
+        keep = ("sm_clock_mhz", "sm_clock_max_mhz", "temperature_c", "power_draw_w", "power_limit_w")
+        return {
+            **{k: gpu.get(k) for k in keep},
+            "throttle": (gpu.get("throttle_reasons") or {}).get("active", []),
+            "processes": [p.get("pid") for p in gpu.get("processes") or []],
+        }
+    if cpu:
+        return {k: cpu.get(k) for k in ("cpu_limit", "load_1m", "affinity_cpus")}
+    return {}
+
+
 def _nccl_version() -> str | None:
     try:
         return ".".join(map(str, torch.cuda.nccl.version())) if dist.is_nccl_available() else None
@@ -359,6 +377,29 @@ class Rank:
         result["tokens_per_step"] = cfg.batch_size * cfg.seq_len
         result["samples_per_step"] = cfg.batch_size
         return result
+
+    def soak(self, device: torch.device, plan: dict, record: dict) -> list[dict]:
+        """Sustained speed: the square matmul and the device memory copy measured again and again for --soak
+        seconds (each sample the mean over its window: a throttling GPU is slow on average, not in its best
+        moment), with the device's condition read after each."""
+        cuda = device.type == "cuda"
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
+        n, window = (8192, SOAK_WINDOW_GPU_S) if cuda else (256, SOAK_WINDOW_CPU_S)
+        size = 512 * 2**20 if cuda else 64 * 2**20
+        src = torch.ones(size, dtype=torch.uint8, device=device)
+        dst = torch.zeros_like(src)
+        faults.maybe_inject(self.world.rank, "soak")
+        samples: list[dict] = []
+        start = time.monotonic()
+        end = min(start + (self.opts.soak or 0.0), self.deadline - GRACE_S)
+        while time.monotonic() < end:
+            self.wd.set_phase("soak", step=len(samples))
+            t = time.monotonic() - start
+            matmul = bench.gemm_tflops(device, dtype, n, n, n, window, 1)
+            copy = bench.copy_gbps(src, dst, device, window / 4, 1)
+            samples.append({"t": round(t, 2), "matmul_tflops": matmul, "memory_copy_gbps": copy, **_brief(record)})
+        del src, dst
+        return samples
 
     def _allreduce_bench(self, device: torch.device, group=None) -> dict:
         cuda = device.type == "cuda"
@@ -552,6 +593,9 @@ def run_rank(
             raise Stopped(record.get("device_error") or "this rank has no device")
         result = rank.train(device, plan)
         result["condition"] = _condition(record)
+        if opts.soak:
+            watchdog.set_phase("soak", step=0)
+            result["soak"] = rank.soak(device, plan, record)
         watchdog.set_phase("finished")
         result.update(host=record["host"], local_rank=world.local_rank, stage_seconds=watchdog.stage_seconds)
         watchdog.stop()  # our last store write is the result: nothing may touch the store after
