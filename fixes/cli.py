@@ -91,6 +91,8 @@ def run(args) -> int:
     if args.shell:
         text = "\n".join(envfile.lines(plan.env_changes))
         sys.stdout.write(text + ("\n" if text else ""))
+        for note in envfile.left_out(plan.env_changes):
+            print(f"gpudoctor fix: {note}", file=sys.stderr)
         _summary_line(plan, args, backups, sys.stderr)
     elif args.json:
         report = to_json(plan, args, backups, env_file_backup, validation)
@@ -266,6 +268,8 @@ def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> 
         w(f"\nEnvironment changes ({where}):\n")
         for line in envfile.lines(plan.env_changes):
             w(f"  {line}\n")
+        for note in envfile.left_out(plan.env_changes):
+            w(f"  # {note}\n")
     kept = [d for d in plan.decisions if d.kept]
     refused = [d for d in plan.decisions if not d.kept]
     if kept:

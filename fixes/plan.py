@@ -28,7 +28,7 @@ from gpudoctor.facts import Facts
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
-from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
+from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity, export_title
 
 ENV = "<environment>"  # the destination of env changes that no file of the job holds
 MAX_ROUNDS = 20
@@ -50,7 +50,9 @@ class Edit:
 
     def describe(self) -> str:
         if self.dest == ENV:
-            return f"export {self.key}={self.value}" if self.op == "env_set" else f"unset {self.key}"
+            return export_title(str(self.key), self._text()) if self.op == "env_set" else f"unset {self.key}"
+        if self.op == ActionKind.EXPORT_SET.value:
+            return f"{self.dest}: {export_title(str(self.key), self._text())}"
         what = {
             ActionKind.SBATCH_SET.value: f"#SBATCH --{self.key}={self.value}",
             ActionKind.SBATCH_REMOVE.value: f"remove #SBATCH --{self.key}",
@@ -58,12 +60,14 @@ class Edit:
             ActionKind.CONTINUATION_REPAIR.value: f"nothing after the backslash of `{self.value}`",
             ActionKind.SBATCH_RENAME.value: f"rename #SBATCH {self.key} to --{self.value}",
             ActionKind.SRUN_PREFIX.value: "start the launch line with srun" + (f" {self.value}" if self.value else ""),
-            ActionKind.EXPORT_SET.value: f"export {self.key}={self.value}",
             ActionKind.EXPORT_REMOVE.value: f"drop export {self.key}",
             ActionKind.OVERRIDE_SET.value: f"launch-line override {self.key}={self.value}",
             "config_set": f"{self.key}: {self.value}",
         }.get(self.op, self.op)
         return f"{self.dest}: {what}"
+
+    def _text(self) -> str:
+        return self.value if isinstance(self.value, str) else str(self.value)  # a Reference stays one
 
     @property
     def slot(self) -> tuple:
@@ -246,14 +250,14 @@ def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[E
         name = action.target
         if script:
             if kind is ActionKind.SET_ENV:
-                return [Edit(script, ActionKind.EXPORT_SET.value, name, str(action.value))]
+                return [Edit(script, ActionKind.EXPORT_SET.value, name, action.env_value)]
             return [Edit(script, ActionKind.EXPORT_REMOVE.value, name, name in facts.env)]
         return [
             Edit(
                 ENV,
                 "env_set" if kind is ActionKind.SET_ENV else "env_unset",
                 name,
-                str(action.value) if kind is ActionKind.SET_ENV else None,
+                action.env_value if kind is ActionKind.SET_ENV else None,
             )
         ]
     if kind is ActionKind.YAML_SET:
@@ -292,7 +296,8 @@ def apply_edits(ws: Workspace, edits: list[Edit]) -> Workspace:
     out = ws.copy()
     for e in edits:
         if e.dest == ENV:
-            out.env[str(e.key)] = str(e.value) if e.op == "env_set" else None
+            # the value as resolved: a str, or a shellquote.Reference the shell line keeps live
+            out.env[str(e.key)] = e.value if e.op == "env_set" and isinstance(e.value, str) else None
         elif e.op == "config_set":
             out.texts[e.dest] = config_edit.set_key(out.texts[e.dest], e.dest, e.key, e.value)
         else:
