@@ -334,9 +334,12 @@ def new_problems(before: list[Finding], after: list[Finding], target_id: str) ->
 
 
 def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple[bool, str]:
-    """Kept when the target finding gets better and no check gets a new warn/fail."""
+    """Kept when the target finding gets better and no check gets a new warn/fail. Better: its check's worst
+    severity drops, or stays while fewer of its findings have it (one check reports each deprecated variable
+    as a finding of its own; renaming one of two leaves the other's)."""
     was, now = _worst(before, target.id), _worst(after, target.id)
-    if now >= was:
+    fewer = now == was and _count(after, target.id, now) < _count(before, target.id, was)
+    if now > was or (now == was and not fewer):
         sev = next((f.severity.value for f in after if f.id == target.id and f.severity.rank == now), "pass")
         return False, f"{target.id} is still {sev} after it"
     worse = new_problems(before, after, target.id)
@@ -345,7 +348,14 @@ def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple
             f"{f.id} {f.severity.value}: {_clip(f.message)}" for f in after if f.id in worse and f.severity in _BAD
         )
         return False, f"it would cause {detail}"
+    if fewer:
+        sev = _sev_name(after, target.id, now)
+        return True, f"{target.id} {sev} x{_count(before, target.id, was)} -> {sev} x{_count(after, target.id, now)}"
     return True, f"{target.id} {_sev_name(before, target.id, was)} -> {_sev_name(after, target.id, now)}"
+
+
+def _count(findings: list[Finding], check_id: str, rank: int) -> int:
+    return sum(1 for f in findings if f.id == check_id and f.severity.rank == rank)
 
 
 _WEIGHT = {Severity.FAIL: 1000, Severity.ERROR: 100, Severity.WARN: 10, Severity.INFO: 1}
