@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 
 from gpudoctor import versions
+from gpudoctor.facts import REDACTED
 from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
 from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout, mark_several_hosts
 from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
@@ -517,6 +518,12 @@ def _rename_findings(env: dict, torch_version):
 
 
 def _rename_fix(old: str, new: str, value: str):
+    if REDACTED in value:
+        # gpudoctor never holds the credential, so it cannot write the value: the shell copies its own bytes
+        return manual(
+            f"Rename {old} to {new} (its value holds a credential gpudoctor does not copy)",
+            f'export {new}="${old}"; unset {old}',
+        )
     return Fix(
         f"{export_title(new, value)} and unset {old}",  # the user's value, quoted as the shell line keeps it
         Safety.SAFE,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpudoctor.facts import Facts
+from gpudoctor.facts import REDACTED, Facts
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
@@ -248,6 +248,10 @@ def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[E
     script = ctx.sbatch_path if ctx.sbatch_path in ws.texts else None
     if kind in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
         name = action.target
+        if kind is ActionKind.SET_ENV and REDACTED in action.env_value:
+            # a value with a credential reaches gpudoctor blanked (facts.redact_value): writing it would
+            # replace the real value with the blank
+            raise EditError(f"the value of {name} holds a credential gpudoctor does not copy; set it by hand")
         if script:
             if kind is ActionKind.SET_ENV:
                 return [Edit(script, ActionKind.EXPORT_SET.value, name, action.env_value)]

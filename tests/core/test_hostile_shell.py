@@ -251,3 +251,24 @@ def test_fix_apply_writes_exports_bash_reads_back_exactly(tmp_path):
     got = _read_back(body, news, {**_shell_env(marker), **dict(zip(olds, values, strict=True))}, tmp_path)
     assert got == [v.encode("utf-8", "surrogateescape") for v in values]
     assert not marker.exists()
+
+
+def test_a_value_gpudoctor_only_saw_redacted_is_never_written_as_the_blank(tmp_path):
+    """A credential reaches gpudoctor blanked (`<redacted>@host`): copying it would replace the user's value
+    with the blank, so the rename is a manual step in which the shell copies its own bytes."""
+    value = "user:pass@host"
+    env = clean_env({"NCCL_ASYNC_ERROR_HANDLING": value}, drop=("TORCH_NCCL_", "ENABLE_NCCL"))
+    fix = _gpudoctor("fix", "--select", "distributed", "--shell")
+    got = _read_back(f'eval "$({fix})"', ["TORCH_NCCL_ASYNC_ERROR_HANDLING"], env, tmp_path)
+    assert got == [b"<unset>"]  # nothing written for it
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "fix", "--select", "distributed"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    command = 'export TORCH_NCCL_ASYNC_ERROR_HANDLING="$NCCL_ASYNC_ERROR_HANDLING"; unset NCCL_ASYNC_ERROR_HANDLING'
+    assert command in r.stdout and "user:pass" not in r.stdout + r.stderr, r.stdout
+    assert _read_back(command, ["TORCH_NCCL_ASYNC_ERROR_HANDLING"], env, tmp_path) == [value.encode()]
