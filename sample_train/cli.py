@@ -11,6 +11,7 @@ from gpudoctor.model import ExitCode
 from gpudoctor.sample_train import baseline
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
 from gpudoctor.sample_train.sizes import QUICK_STEPS
+from gpudoctor.sanitize import clean
 
 
 def _whole(text: str, low: int) -> int:
@@ -321,7 +322,7 @@ def run(args) -> int:
         faults.parse(os.environ.get(faults.ENV))
         here = world.detect()
     except (OptionsError, world.WorldError, faults.FaultSpecError) as e:
-        print(f"gpudoctor smoke: {e}", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: {e}"), file=sys.stderr)
         return ExitCode.USAGE
     from gpudoctor.sample_train import interpreter, launch
 
@@ -334,7 +335,7 @@ def run(args) -> int:
         try:
             return launch.run_spawn(opts)
         except launch.TooManyRanks as e:
-            print(f"gpudoctor smoke: {e}", file=sys.stderr)
+            print(clean(f"gpudoctor smoke: {e}"), file=sys.stderr)
             return ExitCode.USAGE
     if opts.nprocs is not None and opts.nprocs != here.local_world_size:
         print(

@@ -27,6 +27,7 @@ from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, read_
 from gpudoctor.sample_train.findings import make, ranks_text
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.progress import Progress
+from gpudoctor.sanitize import clean
 
 # Host memory one spawned rank needs: a CPU rank of the tiny model peaked at 340 MiB RSS (torch, gloo, the
 # model, a batch; measured with psutil on torch 2.13 CPU), GPU ranks hold the CUDA context's host side too.
@@ -46,7 +47,7 @@ def default_timeout(device: str, compile_model: bool, soak_s: float | None = Non
 
 def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
     if rep.get("refused"):  # a baseline of another kind of run: nothing is judged, one line, exit 2
-        print(f"gpudoctor smoke: {rep['refused']}", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: {rep['refused']}"), file=sys.stderr)
         return ExitCode.USAGE
     saved = _save_baseline(rep, opts.save_baseline) if opts.save_baseline else True
     if opts.prometheus:
@@ -64,11 +65,11 @@ def _save_baseline(rep: dict, path: str) -> bool:
     """Writes the run's figures as a baseline, only from a run that passed; says so on stderr either way.
     False: it could not be written (the run then fails: the user asked for a file that is not there)."""
     if not rep["ok"] or not rep.get("expectations"):
-        print(f"gpudoctor smoke: --save-baseline {path}: not saved, the run did not pass", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: --save-baseline {path}: not saved, the run did not pass"), file=sys.stderr)
         return True
     if not _write(path, json.dumps(baseline.from_report(rep), indent=2) + "\n", "--save-baseline"):
         return False
-    print(f"gpudoctor smoke: baseline saved to {path}", file=sys.stderr)
+    print(clean(f"gpudoctor smoke: baseline saved to {path}"), file=sys.stderr)
     return True
 
 
@@ -85,7 +86,7 @@ def _write(path: str, text: str, what: str) -> bool:
     try:
         write_output(path, text, what)
     except FileIOError as e:
-        print(f"gpudoctor smoke: {e}", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: {e}"), file=sys.stderr)
         return False
     return True
 
@@ -97,7 +98,7 @@ def refuse_baseline(opts: SmokeOptions, world_size: int, device: str) -> int | N
     why = baseline.early_mismatch(opts.baseline, world_size, device)
     if why is None:
         return None
-    print(f"gpudoctor smoke: --baseline {opts.baseline_path}: {why}", file=sys.stderr)
+    print(clean(f"gpudoctor smoke: --baseline {opts.baseline_path}: {why}"), file=sys.stderr)
     return ExitCode.USAGE
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
 from gpudoctor.sample_train import baseline, correctness, metrics, peaks, slowness, soak
 from gpudoctor.sample_train.findings import failed, make, ranks_text
+from gpudoctor.sanitize import json_text
 
 SCHEMA = "gpudoctor.smoke/2"
 LOSS_DROP = 0.05  # the last steps' mean loss must be at least 5% below the first steps'
@@ -677,5 +677,5 @@ def print_json(report: dict, file=None) -> None:
     from gpudoctor.report.json_report import strict_json  # NaN/Infinity (a diverged loss) as strings: strict JSON
 
     out = file or sys.stdout
-    out.write(json.dumps(strict_json(report), indent=2, default=str, allow_nan=False) + "\n")
+    out.write(json_text(strict_json(report), indent=2, default=str, allow_nan=False) + "\n")
     out.flush()
