@@ -13,7 +13,7 @@ import difflib
 import json
 import sys
 
-from gpudoctor.model import ExitCode, Safety, Severity
+from gpudoctor.model import BLOCKING, ExitCode, Safety
 
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
@@ -103,7 +103,7 @@ def run(args) -> int:
         return ExitCode.FAIL
     if args.diff and plan.pending and not args.apply:
         return ExitCode.FAIL
-    if args.apply and any(f.severity is Severity.FAIL for f in plan.after):
+    if args.apply and any(f.severity in BLOCKING for f in plan.after):
         return ExitCode.FAIL  # as `ruff check --fix`: 0 only when nothing the verdict counts is left
     return ExitCode.OK
 
