@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from gpudoctor.model import Context, Severity
 from gpudoctor.readers import slurmfmt
 from gpudoctor.registry import load_all
 from gpudoctor.runner import run_checks
-from tests.cliutil import install_plugin, run_gpudoctor
+from tests.cliutil import clean_env, install_plugin, run_gpudoctor
 from tests.factsutil import make_facts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,3 +100,52 @@ def test_a_check_that_crashes_fails_the_verdict_and_is_named(tmp_path):
     assert r.returncode == 1 and "ACME-BOOM-001" in r.stdout
     r = run_gpudoctor("health", "--select", "ACME-BOOM-001", env=env)
     assert r.returncode == 1 and "UNHEALTHY: ACME-BOOM-001" in r.stdout and "error ACME-BOOM-001" in r.stdout
+
+
+# ---------------------------------------------------------------- a closed standard output
+
+COMMANDS = [
+    ["check", "--select", "driver", "--json"],
+    ["snapshot"],
+    ["list"],
+    ["explain", "GD-DRV-001"],
+    ["docs"],
+    ["health", "--select", "driver", "--expect-gpus", "0"],
+    ["smoke", "--help"],
+    ["--version"],
+]
+BROKEN_SCRIPT = ROOT / "tests/fixtures/sbatch/seed-broken-gres1-ntasks8.slurm"
+HOOK = str(Path(sys.executable).with_name("gpudoctor-hook"))
+
+
+def _gpudoctor_with_stdout(redirect: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """argv run by a real bash with its standard output redirected (closed: `>&-`)."""
+    return subprocess.run(
+        ["bash", "-c", f'"$@" {redirect}', "bash", *argv],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "redirect,commands",
+    [
+        (">&-", [*COMMANDS, ["fix", "--sbatch", str(BROKEN_SCRIPT)]]),
+        ("1</dev/null", [["--help"], ["--version"], ["list"]]),
+        (">/dev/full", [["--help"], ["smoke", "--help"], ["--version"]]),
+    ],
+    ids=["closed", "read-only", "full"],
+)
+def test_an_unwritable_stdout_is_one_line_and_exit_2_for_every_command(redirect, commands):
+    """`gpudoctor snapshot >&-` was exit 3 ("internal error: AttributeError"); argparse's --help and --version
+    dropped their text and exited 0. As coreutils' close_stdout: one line, a failure status (2, as /dev/full)."""
+    runs = [[sys.executable, "-m", "gpudoctor", *c] for c in commands]
+    runs.append([HOOK, "sbatch", str(BROKEN_SCRIPT)])
+    for argv in runs:
+        r = _gpudoctor_with_stdout(redirect, argv)
+        assert r.returncode == 2, (argv, r.returncode, r.stderr)
+        assert r.stderr.startswith("gpudoctor: cannot write the output: ") and r.stderr.count("\n") == 1, r.stderr
