@@ -11,6 +11,7 @@ from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
 from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout, mark_several_hosts
 from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, unset_env, warn
+from gpudoctor.redact import REDACTED
 from gpudoctor.registry import check
 
 # --- GD-DIST-001 ---------------------------------------------------------------------------
@@ -496,13 +497,15 @@ def _rename_findings(env: dict, torch_version):
                 (
                     "warn",
                     f"{new} has no effect on torch {versions.fmt(torch_version)}, which reads only {old}",
-                    set_env(old, env[new]),
+                    None if REDACTED in env[new] else set_env(old, env[new]),
                 )
             )
     return out
 
 
 def _rename_fix(old: str, new: str, value: str):
+    if REDACTED in value:  # gpudoctor never saw the value (gpudoctor/redact.py): a fix cannot copy it
+        return None
     return Fix(
         f"export {new}={value} and unset {old}",
         Safety.SAFE,

@@ -14,6 +14,7 @@ import json
 import sys
 
 from gpudoctor.model import BLOCKING, ExitCode, Safety
+from gpudoctor.redact import redact_strings, redact_text
 
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
@@ -93,7 +94,7 @@ def run(args) -> int:
         sys.stdout.write(text + ("\n" if text else ""))
         _summary_line(plan, args, backups, sys.stderr)
     elif args.json:
-        report = to_json(plan, args, backups, env_file_backup, validation)
+        report = redact_strings(to_json(plan, args, backups, env_file_backup, validation))
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         render_text(plan, args, backups, env_file_backup, sys.stdout)
@@ -155,7 +156,8 @@ def diff(plan, path: str) -> str:
     a = plan.original.texts[path].splitlines(keepends=True)
     b = plan.final.texts[path].splitlines(keepends=True)
     out = "".join(difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}"))
-    return out if out.endswith("\n") or not out else out + "\n\\ No newline at end of file\n"
+    out = out if out.endswith("\n") or not out else out + "\n\\ No newline at end of file\n"
+    return redact_text(out)  # the diff quotes the user's file: shown as check shows it, written unredacted
 
 
 def _status(plan) -> dict:
@@ -256,7 +258,9 @@ def to_json(plan, args, backups: dict, env_file_backup: str | None, validation=N
 def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> None:
     from gpudoctor.fixes import envfile
 
-    w = out.write
+    def w(text: str) -> None:  # the plan quotes the user's files and environment: one redaction rule
+        out.write(redact_text(text))
+
     for p in plan.changed_files:
         w(diff(plan, p))
         if p in backups:
