@@ -7,7 +7,6 @@ import re
 from dataclasses import replace
 
 from gpudoctor import versions
-from gpudoctor.facts import REDACTED
 from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
 from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout, mark_several_hosts
 from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
@@ -26,6 +25,7 @@ from gpudoctor.model import (
     unset_env,
     warn,
 )
+from gpudoctor.redact import REDACTED
 from gpudoctor.registry import check
 
 # --- GD-DIST-001 ---------------------------------------------------------------------------
@@ -490,7 +490,7 @@ RENAMED_IN = (2, 2)
 def _rename_findings(env: dict, torch_version):
     new_torch = torch_version is not None and torch_version[:2] >= RENAMED_IN
     old_torch = torch_version is not None and torch_version[:2] < RENAMED_IN
-    out = []
+    out: list[tuple[str, str, Fix | None]] = []
     for old, new in TORCH_NCCL_RENAMES.items():
         has_old, has_new = old in env, new in env
         if has_old and has_new and env[old] != env[new] and not old_torch:
@@ -511,7 +511,7 @@ def _rename_findings(env: dict, torch_version):
                 (
                     "warn",
                     f"{new} has no effect on torch {versions.fmt(torch_version)}, which reads only {old}",
-                    set_env(old, env[new]),
+                    None if REDACTED in env[new] else set_env(old, env[new]),
                 )
             )
     return out

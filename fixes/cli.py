@@ -13,7 +13,8 @@ import difflib
 import sys
 
 from gpudoctor import shellquote
-from gpudoctor.model import ExitCode, Safety, Severity
+from gpudoctor.model import BLOCKING, ExitCode, Safety
+from gpudoctor.redact import redact_strings, redact_text
 from gpudoctor.sanitize import clean, json_text
 
 SCHEMA = "gpudoctor.fix/1"
@@ -96,7 +97,7 @@ def run(args) -> int:
             print(f"gpudoctor fix: {note}", file=sys.stderr)
         _summary_line(plan, args, backups, sys.stderr)
     elif args.json:
-        report = to_json(plan, args, backups, env_file_backup, validation)
+        report = redact_strings(to_json(plan, args, backups, env_file_backup, validation))
         sys.stdout.write(json_text(report, indent=2) + "\n")
     else:
         render_text(plan, args, backups, env_file_backup, sys.stdout)
@@ -106,7 +107,7 @@ def run(args) -> int:
         return ExitCode.FAIL
     if args.diff and plan.pending and not args.apply:
         return ExitCode.FAIL
-    if args.apply and any(f.severity is Severity.FAIL for f in plan.after):
+    if args.apply and any(f.severity in BLOCKING for f in plan.after):
         return ExitCode.FAIL  # as `ruff check --fix`: 0 only when nothing the verdict counts is left
     return ExitCode.OK
 
@@ -161,7 +162,8 @@ def diff(plan, path: str) -> str:
     a = plan.original.texts[path].splitlines(keepends=True)
     b = plan.final.texts[path].splitlines(keepends=True)
     out = "".join(difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}"))
-    return out if out.endswith("\n") or not out else out + "\n\\ No newline at end of file\n"
+    out = out if out.endswith("\n") or not out else out + "\n\\ No newline at end of file\n"
+    return redact_text(out)  # the diff quotes the user's file: shown as check shows it, written unredacted
 
 
 def _status(plan) -> dict:
@@ -262,8 +264,8 @@ def to_json(plan, args, backups: dict, env_file_backup: str | None, validation=N
 def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> None:
     from gpudoctor.fixes import envfile
 
-    def w(text: str) -> None:
-        out.write(clean(text))  # the diff quotes the user's files: no escape sequence reaches the terminal raw
+    def w(text: str) -> None:  # the plan quotes the user's files and environment: redacted, and no escape
+        out.write(clean(redact_text(text)))  # sequence reaches the terminal raw
 
     for p in plan.changed_files:
         w(diff(plan, p))

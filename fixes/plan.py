@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpudoctor.facts import REDACTED, Facts
+from gpudoctor.facts import Facts
+from gpudoctor.redact import REDACTED
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError

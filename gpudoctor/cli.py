@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import io
 import os
 import sys
 
@@ -21,6 +22,12 @@ class _Parser(argparse.ArgumentParser):
         from gpudoctor.report.usage import did_you_mean
 
         raise UsageError(f"{self.prog}: {did_you_mean(message)} (see --help)")
+
+    def _print_message(self, message, file=None):
+        # argparse drops a failed write of --help or --version (exit 0, no text); let main() report it
+        if message:
+            (file or sys.stderr).write(message)
+            (file or sys.stderr).flush()
 
 
 def _non_negative_int(text: str) -> int:
@@ -175,8 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     from gpudoctor.report.usage import SIGTERM_EXIT, Terminated, raise_on_sigterm
 
     raise_on_sigterm()
+    if not stdout_usable():
+        return ExitCode.USAGE
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as e:  # --help, --version or argparse's usage error: its text is out, flush it here
+            sys.stdout.flush()
+            return e.code if isinstance(e.code, int) else ExitCode.USAGE
         args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: `smoke --python` re-runs it there
         if args.command is None:  # as argparse does for a missing required argument: usage error, on stderr
             names = [*COMMANDS, *plugged_commands()]
@@ -200,12 +213,40 @@ def main(argv: list[str] | None = None) -> int:
         _discard_stdout()
         return ExitCode.OK
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG) or not _discard_stdout():
+        if e.errno not in _OUTPUT_ERRNOS or not _discard_stdout():
             return _internal_error(e)
         print(f"gpudoctor: cannot write the output: {e.strerror or e}", file=sys.stderr)
         return ExitCode.USAGE
     except Exception as e:
         return _internal_error(e)
+
+
+# A standard output that cannot take the report: full, over quota, failing, or a descriptor not open for
+# writing (`gpudoctor list 1</dev/null`). As `> /dev/full`: one line, exit 2 (coreutils' close_stdout says
+# "write error" and fails the same way), never exit 3.
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EBADF)
+
+
+def stdout_usable() -> bool:
+    """False (after one line on stderr) when standard output is closed -- Python then sets sys.stdout to None
+    (`gpudoctor snapshot >&-`) -- or open only for reading (`1</dev/null`: argparse's --help and --version
+    would lose their text silently). Checked before any work, so `fix --apply` writes nothing it cannot report."""
+    problem = None
+    if sys.stdout is None:
+        problem = "standard output is closed"
+    else:
+        try:
+            import fcntl
+
+            if fcntl.fcntl(sys.stdout.fileno(), fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+                problem = "standard output is not open for writing"
+        except (OSError, ValueError, AttributeError, ImportError, io.UnsupportedOperation):
+            pass  # no descriptor of its own (a caller's StringIO): its writes will say
+    if problem is None:
+        return True
+    if sys.stderr is not None:
+        print(f"gpudoctor: cannot write the output: {problem}", file=sys.stderr)
+    return False
 
 
 def _discard_stdout() -> bool:

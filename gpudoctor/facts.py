@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.redact import is_credential_name, redact_value
 from gpudoctor.sanitize import json_text
 
 SCHEMA = "gpudoctor.facts/1"
@@ -91,92 +92,6 @@ ENV_NAMES = frozenset(
         "HOSTNAME",
     }
 )
-# A credential word anywhere in the name, or PASS/PWD/PW as a whole part of it (DB_PASS, SMTP_PWD, PW_FILE;
-# BYPASS or PASSES name no password). Bounded by lookarounds, not ^/$: readers/sbatch searches whole script
-# text with this pattern (upper-cased, so it must stay upper case).
-_CREDENTIAL = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|PASSWD|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION|SIGNATURE"
-    r"|(?<![A-Z0-9])(?:PASS|PWD|PW|PSWD)(?![A-Z0-9])",
-    re.I,
-)
-
-
-# Settings whose names merely contain a credential word (an InfiniBand partition key is no secret).
-_NOT_CREDENTIALS = frozenset({"NCCL_IB_PKEY", "PWD"})  # PWD: the shell's working directory
-
-
-def is_credential_name(name: str) -> bool:
-    return name not in _NOT_CREDENTIALS and bool(_CREDENTIAL.search(name))
-
-
-# Credentials inside a value: HF_ENDPOINT=https://user:token@mirror, MASTER_ADDR=alice:pw@10.0.0.1,
-# https://host/x?token=... . Scanned word by word with str methods, never with a backtracking regex over the
-# whole value (a pasted 120k-character value must cost linear time).
-# With a ':' a URL's password may itself hold '/' or '@' (RFC 3986 wants them escaped; people paste them raw),
-# so everything up to the URL's last '@' goes; a bare token@ stops at the first '/'.
-_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
-# A query parameter whose name is credential-like (?token=, &access_token=, &sig=, X-Amz-Signature=).
-_QUERY_SECRET = re.compile(r"([?&;])([^=&;#\s]+)=([^&;#\s]*)")
-_QUERY_SECRET_NAMES = frozenset({"sig", "signature", "code", "pw", "pwd", "pass", "apikey", "api_key", "key"})
-REDACTED = "<redacted>"
-
-
-def redact_value(value: str) -> str:
-    """value with credentials inside it blanked: URL and bare user:password@, credential query parameters."""
-    if "@" in value:
-        value = "".join(_redact_word(w) if "@" in w else w for w in re.split(r"(\s+)", value))
-    if "=" in value and ("?" in value or "&" in value):
-        value = _QUERY_SECRET.sub(_redact_query, value)
-    return value
-
-
-def _redact_word(word: str) -> str:
-    if "://" not in word:
-        # user:password@host without a scheme, in a list item or after NAME=
-        return "".join(_redact_userinfo(piece, bare=True) for piece in re.split(r"([,;=])", word))
-    out, start = [], 0
-    marks = []
-    pos = word.find("://")
-    while pos >= 0:
-        marks.append(pos)
-        pos = word.find("://", pos + 3)
-    for n, mark in enumerate(marks):
-        end = len(word)
-        if n + 1 < len(marks):  # this URL ends where the next one's scheme begins
-            end = marks[n + 1]
-            while end > mark + 3 and word[end - 1] in _SCHEME_CHARS:
-                end -= 1
-        out.append(word[start : mark + 3])
-        out.append(_redact_userinfo(word[mark + 3 : end], bare=False))
-        start = end
-    out.append(word[start:])
-    return "".join(out)
-
-
-def _redact_userinfo(rest: str, bare: bool) -> str:
-    """rest (what follows scheme://, or a bare word) with a leading user:password@ or token@ blanked."""
-    last_at = rest.rfind("@")
-    if last_at < 0:
-        return rest
-    colon, slash = rest.find(":"), rest.find("/")
-    if 0 < colon < last_at and (slash < 0 or colon < slash):
-        return REDACTED + rest[last_at:]
-    first_at = rest.find("@")
-    if not bare and first_at > 0 and (slash < 0 or first_at < slash):
-        return REDACTED + rest[first_at:]
-    return rest
-
-
-def _redact_query(m: re.Match) -> str:
-    name = m.group(2)
-    plain = name.lower().replace("-", "_")
-    if (
-        is_credential_name(name.replace("-", "_"))
-        or plain in _QUERY_SECRET_NAMES
-        or plain.startswith(("x_amz_", "x_goog_"))
-    ):
-        return f"{m.group(1)}{name}={REDACTED}"
-    return m.group(0)
 
 
 def collectable_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -7,11 +7,12 @@ of --budget, and a probe that overruns it is a failure (a node whose NVML or /pr
 healthy). LBNL NHC's watchdog is 30 s by default (its README, "Supported Variables": TIMEOUT) and slurmd
 kills the HealthCheckProgram after 60 s (slurm.conf(5)); the default budget here is well inside both.
 
-Exit codes: 0 healthy (no fail; a warn does not take a node out of service), 1 a fail (or the budget
-overrun), 2 bad input, 3 internal error. In a Prolog, 1 is what makes slurmd drain the node and requeue
-the job held (slurm.conf(5), Prolog). With --drain a failing run sets the node to DRAIN with a reason
-naming the check ("gpudoctor GD-DRV-001: ..."); with --resume a passing run resumes the node only when
-its reason is ours (NHC's node-mark-online rule: a node drained by someone else stays drained).
+Exit codes: 0 healthy (no fail; a warn does not take a node out of service), 1 a fail, a check that could
+not run (error: never a pass) or the budget overrun, 2 bad input, 3 internal error. In a Prolog, 1 is what
+makes slurmd drain the node and requeue the job held (slurm.conf(5), Prolog). With --drain a failing run
+sets the node to DRAIN with a reason naming the check ("gpudoctor GD-DRV-001: ..."); with --resume a passing
+run resumes the node only when its reason is ours (NHC's node-mark-online rule: a node drained by someone
+else stays drained).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from gpudoctor.model import ExitCode, Finding, Severity
+from gpudoctor.model import BLOCKING, ExitCode, Finding, Severity
 
 HELP = "the node's verdict for SLURM's HealthCheckProgram/Prolog; --drain takes a failing node out of service"
 DEFAULT_BUDGET_S = 10.0
@@ -108,7 +109,8 @@ class Verdict:
 
 def judge(findings: list[Finding], overrun: list[str], budget: float) -> Verdict:
     return Verdict(
-        fails=[f for f in findings if f.severity is Severity.FAIL],
+        # a check that could not run (error) is never a pass: it fails the node's verdict as a fail does
+        fails=[f for f in findings if f.severity in BLOCKING],
         warns=[f for f in findings if f.severity is Severity.WARN],
         overrun=overrun,
         budget=budget,
@@ -204,7 +206,7 @@ def render_text(verdict: Verdict, host: str | None, elapsed: float, action: dict
         problems = [f.id for f in verdict.fails] + [f"{s} probe over budget" for s in verdict.overrun]
         lines = [f"gpudoctor health: {where} UNHEALTHY: {', '.join(problems)} ({timing})"]
     for f in verdict.fails:
-        lines.append(f"  fail {f.id} {f.name}: {clean(f.message)}")
+        lines.append(f"  {f.severity.value} {f.id} {f.name}: {clean(f.message)}")
     for f in verdict.warns:
         lines.append(f"  warn {f.id} {f.name}: {clean(f.message)}")
     if action:

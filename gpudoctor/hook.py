@@ -30,7 +30,10 @@ def is_batch_script(path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     from gpudoctor.cli import main as gpudoctor
+    from gpudoctor.cli import stdout_usable
 
+    if not stdout_usable():
+        return 2
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ("sbatch", "config"):
         print("gpudoctor-hook: usage: gpudoctor-hook sbatch|config [CHECK OPTIONS] FILE...", file=sys.stderr)

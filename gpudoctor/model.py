@@ -351,7 +351,13 @@ MULTI_PROCESS_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if l
 SPAWNING_LAUNCHERS = tuple(n for n, launcher in LAUNCHER_TABLE.items() if launcher.spawns_workers)
 
 
+# A check that could not run (severity error) judged nothing: it is never a pass, so it fails the verdict as a
+# fail does (exit 1, and the report names it); exit 3 stays for gpudoctor itself failing.
+BLOCKING = frozenset({Severity.FAIL, Severity.ERROR})
+
+
 def exit_code(findings: list[Finding], strict: bool = False) -> ExitCode:
-    """The verdict's exit status: OK with no fail; FAIL with at least one fail (or warn with --strict)."""
-    bad = {Severity.FAIL, Severity.WARN} if strict else {Severity.FAIL}
+    """The verdict's exit status: OK with no fail and no error; FAIL with at least one fail or a check that
+    could not run (error), or a warn with --strict."""
+    bad = BLOCKING | {Severity.WARN} if strict else BLOCKING
     return ExitCode.FAIL if any(f.severity in bad for f in findings) else ExitCode.OK

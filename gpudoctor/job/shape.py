@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.readers import slurmfmt
+from gpudoctor.readers.ints import small_int
 
 if TYPE_CHECKING:
     from gpudoctor.readers.sbatch import BatchScript, Launch
@@ -566,8 +567,9 @@ def _as_int(value) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
-        return int(value)
+    if isinstance(value, str):
+        n = small_int(value)
+        return n if n is not None and n >= 0 else None
     if isinstance(value, (list, tuple)):
         return len(value)  # devices=[0, 1]
     return None

@@ -15,6 +15,7 @@ import re
 import shutil
 
 from gpudoctor.probe.slurm import _run, parse_scontrol_record
+from gpudoctor.readers.ints import small_int
 
 COMMAND_TIMEOUT = 5.0
 PARTITION_FIELDS = (
@@ -74,10 +75,6 @@ def _gres_gpus(gres: str) -> tuple[int | None, str | None]:
     return (req.count, req.type) if req is not None else (0, None)
 
 
-def _int(text) -> int | None:
-    return int(text) if isinstance(text, str) and text.isdigit() else None
-
-
 def node_type(record: dict) -> dict:
     """The part of a node record that says what a job gets there."""
     gpus, gpu_type = _gres_gpus(record.get("Gres", ""))
@@ -86,8 +83,8 @@ def node_type(record: dict) -> dict:
         "gres": record.get("Gres") if record.get("Gres") not in (None, "(null)") else None,
         "gpus": gpus,
         "gpu_type": gpu_type,
-        "cpus": _int(record.get("CPUTot")),
-        "memory_mb": _int(record.get("RealMemory")),
+        "cpus": small_int(record.get("CPUTot")),
+        "memory_mb": small_int(record.get("RealMemory")),
         "features": [] if features in ("", "(null)") else sorted(features.split(",")),
     }
 

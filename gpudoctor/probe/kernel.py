@@ -21,6 +21,7 @@ import subprocess
 import time
 
 from gpudoctor.fileio import read_text
+from gpudoctor.redact import redact_cmdline
 
 WINDOW_HOURS = 24
 MAX_EVENTS = 50  # per kind: enough to judge, small enough for a snapshot
@@ -235,19 +236,6 @@ def kernel_log(
             "attempts": attempts,
         }
     return {"readable": False, "source": None, "window_hours": hours, "attempts": attempts}
-
-
-def redact_cmdline(cmdline: str) -> str:
-    """The kernel command line with the values of credential-like parameters blanked (an iSCSI or
-    network-boot password can sit there: key=value words, keys judged like environment names)."""
-    from gpudoctor.facts import is_credential_name
-
-    words = []
-    for word in cmdline.split(" "):
-        key, eq, _ = word.partition("=")
-        secret = eq and is_credential_name(key.replace(".", "_").replace("-", "_"))
-        words.append(f"{key}=<redacted>" if secret else word)
-    return " ".join(words)
 
 
 def probe(proc_root: str = "/proc", kmsg_path: str = "/dev/kmsg", path: str | None = None) -> dict:

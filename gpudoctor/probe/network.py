@@ -5,13 +5,10 @@ from __future__ import annotations
 import os
 
 from gpudoctor.fileio import read_text as _read
+from gpudoctor.readers.ints import small_int
 
 SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
 
 
 def _interfaces() -> list[dict]:
@@ -33,7 +30,7 @@ def _interfaces() -> list[dict]:
                 "up": bool(st.isup) if st else operstate in ("up", "unknown"),
                 "operstate": operstate,
                 # getifaddrs() (which NCCL walks to choose) lists IPv4 addresses by interface index
-                "ifindex": _int(_read(os.path.join(SYS_NET, name, "ifindex"))),
+                "ifindex": small_int(_read(os.path.join(SYS_NET, name, "ifindex"))),
                 "loopback": name == "lo" or _read(os.path.join(SYS_NET, name, "type")) == "772",
                 "mtu": st.mtu if st else None,
                 "speed_mbps": st.speed if st and st.speed else None,

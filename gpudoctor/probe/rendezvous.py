@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from gpudoctor.facts import redact_value
+from gpudoctor.redact import redact_value
 
 RESOLVE_TIMEOUT = 5.0
 

@@ -196,7 +196,7 @@ def _resolve(value, path: tuple, config: dict, env: dict, depth: int = 0):
     if expr.startswith(("oc.env:", "env:")):
         name, _, default = expr.split(":", 1)[1].partition(",")
         name, default = name.strip(), default.strip().strip("'\"")
-        from gpudoctor.facts import is_credential_name
+        from gpudoctor.redact import is_credential_name
 
         if is_credential_name(name):  # a secret is never a loader setting, and never read into a report
             return None, f"{value[:200]} reads a credential from the environment; gpudoctor does not evaluate it"

@@ -3,6 +3,10 @@
 Readers that model another parser keep their own: C's strtoll (readers/ncclenv.c_strtoll, NCCL),
 C's stoi (readers/allocconf, torch's allocator settings), SLURM's (readers/slurmfmt.parse_int), and
 config values that may be YAML numbers (readers/dlconfig).
+
+small_int is for numbers that are never large (a count, a port, a node's CPUs): ASCII digits only, at most
+MAX_INT_DIGITS of them, so a hostile 5,000-digit value is "not a number" instead of int()'s ValueError past
+4,300 digits (and '²', which str.isdigit() accepts, is no number either).
 """
 
 from __future__ import annotations
@@ -16,3 +20,17 @@ def python_int(text: str | None) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+MAX_INT_DIGITS = 18  # larger numbers are unknown: no SLURM count, port or CPU count is that big
+
+
+def small_int(text: str | None) -> int | None:
+    """A whole number of at most MAX_INT_DIGITS ASCII digits, an optional sign, blanks around it; else None."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    if not digits.isdigit() or not digits.isascii() or len(digits) > MAX_INT_DIGITS:
+        return None
+    return int(text)

@@ -40,18 +40,41 @@ class SlurmFormatError(ValueError):
 MAX_EXPANSION = 100_000
 
 
-def parse_int(text: str | int | None, what: str = "value", minimum: int = 0) -> int:
-    """A whole number as SLURM writes it ('8', ' 8 '); anything else is an error."""
+# SLURM reads its counts with strtol() and refuses a negative one or one above INT_MAX ("Numeric argument
+# (%ld) to big for %s", src/common/proc_args.c parse_int / get_resource_arg_range); a host list's numbers are
+# unsigned longs (src/common/hostlist.c, strtoul). Digits are ASCII only: strtol reads no other digit.
+INT_MAX = 2**31 - 1
+ULONG_MAX = 2**64 - 1
+
+
+def whole_number(digits: str, what: str, maximum: int = INT_MAX) -> int:
+    """ASCII digits (already matched) -> their value, refused above maximum as SLURM refuses it; the length is
+    compared first, so 5,000 digits cost nothing (Python's int() would raise past 4,300)."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(maximum)) or int(significant) > maximum:
+        shown = digits if len(digits) <= 24 else f"{digits[:12]}...({len(digits)} digits)"
+        raise SlurmFormatError(f"{what}: {shown} is too large (SLURM refuses a value above {maximum})")
+    return int(significant)
+
+
+def parse_int(text: str | int | None, what: str = "value", minimum: int = 0, maximum: int = INT_MAX) -> int:
+    """A whole number as SLURM writes it ('8', ' 8 ', at most INT_MAX); anything else is an error."""
     if isinstance(text, int) and not isinstance(text, bool):
         n = text
+        if n > maximum:
+            raise SlurmFormatError(f"{what}: {n} is too large (SLURM refuses a value above {maximum})")
     else:
         s = str(text).strip() if text is not None else ""
-        if not re.fullmatch(r"[+]?\d+", s):
-            raise SlurmFormatError(f"{what}: expected a whole number, got {text!r}")
-        n = int(s)
+        if not _DIGITS.fullmatch(s):
+            shown = repr(text) if len(s) <= 40 else f"{s[:20]!r}...({len(s)} characters)"
+            raise SlurmFormatError(f"{what}: expected a whole number, got {shown}")
+        n = whole_number(s.lstrip("+"), what, maximum)
     if n < minimum:
         raise SlurmFormatError(f"{what}: expected at least {minimum}, got {n}")
     return n
+
+
+_DIGITS = re.compile(r"[+]?[0-9]+")
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -79,7 +102,7 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
 
 # ---------------------------------------------------------------- task and CPU counts
 
-_REPEAT = re.compile(r"^\s*(\d+)\s*(?:\(\s*x\s*(\d+)\s*\))?\s*$")
+_REPEAT = re.compile(r"^\s*([0-9]+)\s*(?:\(\s*x\s*([0-9]+)\s*\))?\s*$")
 
 
 def parse_tasks_per_node(text: str, what: str = "SLURM_TASKS_PER_NODE") -> list[int]:
@@ -95,7 +118,7 @@ def parse_tasks_per_node(text: str, what: str = "SLURM_TASKS_PER_NODE") -> list[
         m = _REPEAT.match(part)
         if not m:
             raise SlurmFormatError(f"{what}: cannot read {part.strip()!r} in {text!r} (expected N or N(xM))")
-        count, repeat = int(m.group(1)), int(m.group(2) or 1)
+        count, repeat = whole_number(m.group(1), what), whole_number(m.group(2) or "1", what)
         if repeat < 1:
             raise SlurmFormatError(f"{what}: repeat count (x{repeat}) must be at least 1 in {text!r}")
         if len(out) + repeat > MAX_EXPANSION:
@@ -106,7 +129,7 @@ def parse_tasks_per_node(text: str, what: str = "SLURM_TASKS_PER_NODE") -> list[
 
 # ---------------------------------------------------------------- host lists
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
 
 
 def _expand_brackets(body: str, whole: str) -> list[str]:
@@ -121,7 +144,7 @@ def _expand_brackets(body: str, whole: str) -> list[str]:
         if hi_s is None:
             out.append(lo_s)
             continue
-        lo, hi = int(lo_s), int(hi_s)
+        lo, hi = (whole_number(n, f"node list {whole!r}", ULONG_MAX) for n in (lo_s, hi_s))
         if hi < lo:
             raise SlurmFormatError(f"node list {whole!r}: range {item!r} runs backwards")
         if len(out) + hi - lo >= MAX_EXPANSION:
@@ -164,7 +187,7 @@ def expand_nodelist(text: str) -> list[str]:
     return hosts
 
 
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_NUMBERED = re.compile(r"^(.*?)([0-9]{1,20})$")
 
 
 def compress_hostlist(hosts) -> str:
@@ -207,8 +230,8 @@ def parse_index_list(text: str, what: str = "GPU index list") -> list[int]:
         m = _RANGE.match(item.strip())
         if not m:
             raise SlurmFormatError(f"{what}: cannot read {item.strip()!r} in {text!r}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
+        lo = whole_number(m.group(1), what)
+        hi = whole_number(m.group(2), what) if m.group(2) is not None else lo
         if hi < lo:
             raise SlurmFormatError(f"{what}: range {item.strip()!r} runs backwards")
         if len(out) + hi - lo >= MAX_EXPANSION:
@@ -230,7 +253,7 @@ class GpuRequest:
         return f"{self.count} {kind}GPU{'s' if self.count != 1 else ''}"
 
 
-_COUNT = re.compile(r"^(\d+)([kKmMgG]?)$")
+_COUNT = re.compile(r"^([0-9]+)([kKmMgG]?)$")
 _SUFFIX = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
@@ -238,7 +261,7 @@ def _count(text: str, whole: str) -> int:
     m = _COUNT.match(text)
     if not m:
         raise SlurmFormatError(f"GPU request {whole!r}: cannot read count {text!r}")
-    return int(m.group(1)) * _SUFFIX[m.group(2).lower()]
+    return whole_number(m.group(1), f"GPU request {whole!r}") * _SUFFIX[m.group(2).lower()]
 
 
 def _one_gres(spec: str, whole: str) -> tuple[str, GpuRequest] | None:

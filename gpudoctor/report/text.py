@@ -378,7 +378,11 @@ def _verdict(findings: list[Finding], target, subject: str | None = None) -> tup
         return f"✗ {what}: {', '.join(parts)} — it will not run as intended" + (
             " (exit 1)" if target else ""
         ), "bold red"
-    if c[Severity.WARN] or c[Severity.ERROR]:
+    if c[Severity.ERROR]:  # a check that could not run judged nothing: never a pass (model.exit_code)
+        failed = sorted({f.id for f in findings if f.severity is Severity.ERROR})
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        return f"✗ {what}: {', '.join(parts)} — could not run: {shown}" + (" (exit 1)" if target else ""), "bold red"
+    if c[Severity.WARN]:
         return f"! {what}: {', '.join(parts)} — it runs, with the problems above", "bold yellow"
     if not findings:
         return "no checks ran", "dim"

@@ -11,7 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudoctor.facts import SCHEMA, SECTIONS, collectable_env, is_credential_name
+from gpudoctor.facts import SCHEMA, SECTIONS, collectable_env
+from gpudoctor.redact import is_credential_name
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DOC = json.loads((ROOT / "docs" / "facts.schema.json").read_text())

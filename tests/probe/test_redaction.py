@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.facts import collectable_env, is_credential_name, redact_value
+from gpudoctor.facts import collectable_env
 from gpudoctor.probe import rendezvous
 from gpudoctor.readers.dlconfig import find_settings
+from gpudoctor.redact import is_credential_name, redact_value
 from tests.cliutil import run_gpudoctor
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -327,7 +327,7 @@ def test_credentials_in_directives_are_redacted_where_they_are_shown():
 
 def test_the_fast_credential_prefilter_matches_the_facts_rule():
     # reader.redact searches upper-cased text with facts' pattern, compiled case-sensitive: it must stay upper case.
-    from gpudoctor.facts import _CREDENTIAL, is_credential_name
+    from gpudoctor.redact import _CREDENTIAL, is_credential_name
 
     assert _CREDENTIAL.pattern == _CREDENTIAL.pattern.upper()
     for name in ("wandb_api_key", "HfToken", "db_password", "MY_SECRET", "x_auth"):

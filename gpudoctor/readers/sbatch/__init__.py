@@ -34,10 +34,8 @@ from gpudoctor.readers.sbatch.reader import (
     implied_slurm_env,
     load_sbatch,
     parse_sbatch,
-    redact,
 )
 from gpudoctor.readers.sbatch.script import (
-    REDACTED,
     Assignment,
     BashSyntax,
     BatchScript,
@@ -49,6 +47,7 @@ from gpudoctor.readers.sbatch.script import (
     Span,
     SrunStep,
 )
+from gpudoctor.redact import REDACTED, redact
 
 __all__ = [
     "ALIASES",

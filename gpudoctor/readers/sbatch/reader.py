@@ -8,7 +8,7 @@ trailing `# comment` allowed; #SBATCH lines below the first command are ignored 
 reported as late_directives.
 
 The body is read with the bash lexer of shell.py. The batch shell is task 0 on node 0, so
-`$SLURM_PROCID` there expands to 0. Credential-named variables (gpudoctor.facts.is_credential_name)
+`$SLURM_PROCID` there expands to 0. Credential-named variables (gpudoctor.redact.is_credential_name)
 are never expanded and their values never kept: evidence shows `$WANDB_API_KEY` or <redacted>.
 
 A script that cannot be read, or whose directive values sbatch itself would reject, raises
@@ -21,12 +21,10 @@ import os
 import re
 from types import MappingProxyType
 
-from gpudoctor.facts import _CREDENTIAL, is_credential_name
 from gpudoctor.readers import slurmfmt
 from gpudoctor.readers.sbatch.launch import describe_launch, side_step, trains
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
-    REDACTED,
     Assignment,
     BashSyntax,
     BatchScript,
@@ -49,6 +47,7 @@ from gpudoctor.readers.sbatch.shell import (
     tokenize,
     unquote,
 )
+from gpudoctor.redact import REDACTED, is_credential_name, redact, redact_words
 
 MAX_SCRIPT_BYTES = 8 * 1024 * 1024  # real batch scripts are kilobytes; this bounds memory and time
 BASH_TIMEOUT_S = 5.0
@@ -68,84 +67,6 @@ def expand_vars(text: str, known: dict[str, str]) -> str:
     shell expands them to its own values.
     """
     return Expander().expand(text, known, PER_TASK_VARS)
-
-
-# ---------------------------------------------------------------- redaction
-
-# facts' credential-name rule, matched against upper-cased text (a case-insensitive search is far slower on 3 MB).
-_CREDENTIAL_WORD = re.compile(_CREDENTIAL.pattern)
-# A value that only names a variable ($WANDB_API_KEY) shows no secret: it stays as written.
-_REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1""")
-_CRED_ASSIGN = re.compile(r"""(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|'[^']*'|[^\s;&|]*)""")
-_CRED_OPTION = re.compile(r"""(?<![\w])(--?[A-Za-z][\w.-]*)(=|[ \t]+)("[^"]*"|'[^']*'|[^\s;&|-][^\s;&|]*)""")
-
-
-# Up to the last @ before a blank or quote: a password may hold '/' or '@' (over-redacting a path with an @ is safe).
-_URL_AUTHORITY_END = re.compile(r"[\s\"']")
-
-
-def redact_url_userinfo(text: str) -> str:
-    """scheme://user:token@host -> scheme://<redacted>@host (as facts.redact_value), in one linear pass."""
-    out, at = [], 0
-    while (sep := text.find("://", at)) >= 0:
-        start = sep + 3
-        stop = _URL_AUTHORITY_END.search(text, start)
-        end = stop.start() if stop else len(text)
-        userinfo_end = text.rfind("@", start, end)
-        out.append(text[at:start])
-        if userinfo_end > start:
-            out.append(REDACTED)
-            at = userinfo_end
-        else:
-            at = start
-    out.append(text[at:])
-    return "".join(out)
-
-
-def redact(text: str) -> str:
-    """NAME=value and --option value / --option=value with a credential-like name: the value becomes <redacted>;
-    so does the user:password part of a URL."""
-    if "://" in text:
-        text = redact_url_userinfo(text)
-    if not _CREDENTIAL_WORD.search(text.upper()):  # no credential word anywhere: nothing to look for
-        return text
-
-    def assign(m: re.Match) -> str:
-        secret = is_credential_name(m.group(1)) and m.group(2) and not _REFERENCE.fullmatch(m.group(2))
-        return f"{m.group(1)}={REDACTED}" if secret else m.group(0)
-
-    def option(m: re.Match) -> str:
-        name = m.group(1).lstrip("-").replace("-", "_").replace(".", "_")
-        secret = is_credential_name(name) and not _REFERENCE.fullmatch(m.group(3))
-        return f"{m.group(1)}{m.group(2)}{REDACTED}" if secret else m.group(0)
-
-    return _CRED_OPTION.sub(option, _CRED_ASSIGN.sub(assign, text))
-
-
-_OPTION_WORD = re.compile(r"(--?[A-Za-z][\w.-]*)(=.*)?$", re.S)
-
-
-def redact_words(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """Words after quote removal: the values of credential-named options and NAME=value become <redacted>."""
-    out: list[str] = []
-    hide_next = False
-    for word in words:
-        if hide_next:
-            out.append(word if _REFERENCE.fullmatch(word) else REDACTED)
-            hide_next = False
-            continue
-        option = _OPTION_WORD.match(word)
-        assign = _ASSIGN.match(word)
-        if _REFERENCE.fullmatch(word.split("=", 1)[-1]):
-            out.append(word)
-        elif option and is_credential_name(option.group(1).lstrip("-").replace("-", "_").replace(".", "_")):
-            out.append(f"{option.group(1)}={REDACTED}" if option.group(2) else word)
-            hide_next = not option.group(2)
-        elif assign and is_credential_name(assign.group(1)):
-            out.append(f"{assign.group(1)}={REDACTED}")
-        else:
-            out.append(redact(word))
-    return tuple(out)
 
 
 def _one_line(text: str) -> str:
@@ -515,7 +436,7 @@ class _Body:
         self.assignments.append(
             Assignment(
                 name,
-                None if len(value) > MAX_VALUE else redact_url_userinfo(value) if "://" in value else value,
+                None if len(value) > MAX_VALUE else redact(value),
                 line,
                 redact(as_written),
                 span,
@@ -641,11 +562,7 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
         stray_arguments=tuple(_stray_arguments(src, cmds, {b.next_line for b in broken})),
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
         variables=MappingProxyType(
-            {
-                k: redact_url_userinfo(v) if "://" in v else v
-                for k, v in known.items()
-                if not k.startswith("SLURM_") and k not in batch_shell
-            }
+            {k: redact(v) for k, v in known.items() if not k.startswith("SLURM_") and k not in batch_shell}
         ),
     )
 

@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-REDACTED = "<redacted>"
-
 
 class SbatchError(ValueError):
     """A batch script that cannot be used: one clear line, exit 2."""

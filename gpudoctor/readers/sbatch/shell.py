@@ -24,6 +24,7 @@ import bisect
 import re
 from typing import NamedTuple
 
+from gpudoctor.readers.ints import MAX_INT_DIGITS, small_int
 from gpudoctor.readers.sbatch.script import Span
 
 # ---------------------------------------------------------------- spans
@@ -347,7 +348,6 @@ def _ansi_c(body: str) -> str:
 
 MAX_VALUE = 64 * 1024  # a variable longer than this is unknown (bash would hold it; no launch line needs it)
 EXPANSION_BUDGET = 8 * 1024 * 1024  # characters produced by expansions over one script
-MAX_INT_DIGITS = 18  # larger numbers are unknown: no SLURM count or port is that big
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 _ARITH = re.compile(r"\$\(\(([^()]*)\)\)")
@@ -430,15 +430,6 @@ def _deferred_segments(text: str) -> list[tuple[str, bool]]:
         i += 1
     out.append((text[start:], False))
     return [(piece, deferred) for piece, deferred in out if piece]
-
-
-def small_int(text: str) -> int | None:
-    """A whole number of at most MAX_INT_DIGITS digits (Python's int-digit limit is never reached)."""
-    text = text.strip()
-    digits = text[1:] if text[:1] in "+-" else text
-    if not digits.isdigit() or not digits.isascii() or len(digits) > MAX_INT_DIGITS:
-        return None
-    return int(text)
 
 
 def arithmetic(expr: str, known: dict[str, str], skip: frozenset[str] = frozenset()) -> str | None:

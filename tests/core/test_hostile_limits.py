@@ -1,0 +1,151 @@
+"""Hostile limits (issue 24): numbers SLURM would refuse, a check that cannot run, a closed stdout and inputs
+large enough to show a quadratic cost. Each ends as a finding, one line with its exit code, or linear work."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.facts import ENV_PREFIXES
+from gpudoctor.model import Context, Severity
+from gpudoctor.readers import slurmfmt
+from gpudoctor.registry import load_all
+from gpudoctor.runner import run_checks
+from tests.cliutil import clean_env, install_plugin, run_gpudoctor
+from tests.factsutil import make_facts
+
+ROOT = Path(__file__).resolve().parents[2]
+HUGE = "9" * 5000  # past Python's 4,300-digit int() limit
+
+
+# ---------------------------------------------------------------- numbers SLURM refuses
+
+
+def test_slurm_reads_counts_up_to_int_max_and_refuses_more():
+    """src/common/proc_args.c parse_int: strtol, then "Numeric argument (%ld) to big" above INT_MAX."""
+    assert slurmfmt.parse_int("2147483647", "SLURM_NTASKS") == 2**31 - 1
+    assert slurmfmt.parse_int("+0008", "SLURM_NTASKS") == 8
+    for bad in ("2147483648", HUGE, "0" * 5000 + "2147483648"):
+        with pytest.raises(slurmfmt.SlurmFormatError, match=r"SLURM_NTASKS: .*too large"):
+            slurmfmt.parse_int(bad, "SLURM_NTASKS")
+    assert slurmfmt.parse_int("0" * 5000 + "8", "SLURM_NTASKS") == 8
+    with pytest.raises(slurmfmt.SlurmFormatError, match="whole number"):
+        slurmfmt.parse_int("８", "SLURM_NTASKS")  # a full-width digit: int() reads it, strtol does not
+    for reader, text in (
+        (slurmfmt.parse_tasks_per_node, f"2(x{HUGE})"),
+        (slurmfmt.parse_tasks_per_node, HUGE),
+        (slurmfmt.parse_index_list, f"0-{HUGE}"),
+        (slurmfmt.expand_nodelist, f"gpu[1-{HUGE}]"),
+        (slurmfmt.parse_gpus, f"h100:{HUGE}"),
+        (slurmfmt.parse_gres, f"gpu:{HUGE}"),
+    ):
+        with pytest.raises(slurmfmt.SlurmFormatError):
+            reader(text)
+    assert slurmfmt.compress_hostlist(["n" + HUGE, "n1"]) == f"n1,n{HUGE}"
+
+
+def _slurm_names_the_code_reads() -> list[str]:
+    names: set[str] = set()
+    for folder in ("checks", "gpudoctor/job", "gpudoctor/readers", "gpudoctor/probe"):
+        for path in (ROOT / folder).rglob("*.py"):
+            names |= set(re.findall(r"[\"'](SLURM_[A-Z0-9_]+)[\"']", path.read_text()))
+    return sorted(names)
+
+
+@pytest.mark.parametrize("value", [HUGE, "-" + HUGE, "2147483648"], ids=["5000-digits", "negative", "int-max+1"])
+def test_huge_slurm_numbers_inside_a_job_are_findings_naming_the_variable(value):
+    """Inside a job (SLURM_JOB_ID set) every SLURM variable the code reads, one at a time: no check may crash,
+    and the count variables SLURM itself refuses are named in a finding."""
+    specs = list(load_all().values())
+    names = _slurm_names_the_code_reads()
+    assert len(names) > 20 and all(n.startswith(ENV_PREFIXES) for n in names)
+    crashed, named = set(), set()
+    base = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "1", "SLURM_TASKS_PER_NODE": "1"}
+    for name in names:
+        for finding in run_checks(specs, make_facts(env={**base, name: value}), Context()):
+            if finding.severity is Severity.ERROR:
+                crashed.add(f"{finding.id} on {name}: {finding.message[:120]}")
+            elif name in finding.message and finding.severity in (Severity.WARN, Severity.FAIL):
+                named.add(name)
+    assert not crashed
+    assert {"SLURM_NTASKS", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK"} <= named
+
+
+# ---------------------------------------------------------------- a check that cannot run
+
+
+CRASHING_PLUGIN = """
+from gpudoctor.registry import check
+
+@check(id="ACME-BOOM-001", name="acme-check-crashes", category="host", title="ACME check runs",
+       needs=["env"], what="w", why="y", fix="f")
+def boom(facts, ctx):
+    raise ValueError("integer string too long")
+"""
+
+
+def test_a_check_that_crashes_fails_the_verdict_and_is_named(tmp_path):
+    env = install_plugin(tmp_path, CRASHING_PLUGIN)
+    r = run_gpudoctor("check", "--select", "ACME-BOOM-001", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "could not run: ACME-BOOM-001" in r.stdout and "(exit 1)" in r.stdout
+    r = run_gpudoctor("check", "--select", "ACME-BOOM-001", "--json", env=env)
+    assert r.returncode == 1 and json.loads(r.stdout)["summary"]["error"] == 1
+    r = run_gpudoctor("check", "--select", "ACME-BOOM-001", "--format", "concise", env=env)
+    assert r.returncode == 1 and "ACME-BOOM-001" in r.stdout
+    r = run_gpudoctor("health", "--select", "ACME-BOOM-001", env=env)
+    assert r.returncode == 1 and "UNHEALTHY: ACME-BOOM-001" in r.stdout and "error ACME-BOOM-001" in r.stdout
+
+
+# ---------------------------------------------------------------- a closed standard output
+
+COMMANDS = [
+    ["check", "--select", "driver", "--json"],
+    ["snapshot"],
+    ["list"],
+    ["explain", "GD-DRV-001"],
+    ["docs"],
+    ["health", "--select", "driver", "--expect-gpus", "0"],
+    ["smoke", "--help"],
+    ["--version"],
+]
+BROKEN_SCRIPT = ROOT / "tests/fixtures/sbatch/seed-broken-gres1-ntasks8.slurm"
+HOOK = str(Path(sys.executable).with_name("gpudoctor-hook"))
+
+
+def _gpudoctor_with_stdout(redirect: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """argv run by a real bash with its standard output redirected (closed: `>&-`)."""
+    return subprocess.run(
+        ["bash", "-c", f'"$@" {redirect}', "bash", *argv],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "redirect,commands",
+    [
+        (">&-", [*COMMANDS, ["fix", "--sbatch", str(BROKEN_SCRIPT)]]),
+        ("1</dev/null", [["--help"], ["--version"], ["list"]]),
+        (">/dev/full", [["--help"], ["smoke", "--help"], ["--version"]]),
+    ],
+    ids=["closed", "read-only", "full"],
+)
+def test_an_unwritable_stdout_is_one_line_and_exit_2_for_every_command(redirect, commands):
+    """`gpudoctor snapshot >&-` was exit 3 ("internal error: AttributeError"); argparse's --help and --version
+    dropped their text and exited 0. As coreutils' close_stdout: one line, a failure status (2, as /dev/full)."""
+    runs = [[sys.executable, "-m", "gpudoctor", *c] for c in commands]
+    runs.append([HOOK, "sbatch", str(BROKEN_SCRIPT)])
+    for argv in runs:
+        r = _gpudoctor_with_stdout(redirect, argv)
+        assert r.returncode == 2, (argv, r.returncode, r.stderr)
+        assert r.stderr.startswith("gpudoctor: cannot write the output: ") and r.stderr.count("\n") == 1, r.stderr
