@@ -262,15 +262,23 @@ def set_override(text: str, key: str, value: object) -> str:
 
 
 def _flag_spellings(key: str) -> list[str]:
-    leaf = key.split(".")[-1]
-    return sorted({f"--{leaf}", f"--{leaf.replace('_', '-')}", f"--{leaf.replace('-', '_')}"})
+    """A launcher option's spellings (`nproc_per_node`: --nproc_per_node, --nproc-per-node); a dotted config key's
+    jsonargparse spellings (--data.num_workers; --model.lr for model.init_args.lr). A config key is never
+    matched to a plain `--leaf` option of the program: what that sets is in the program's code."""
+    if "." in key:
+        return sorted({f"--{key}", f"--{key.replace('.init_args.', '.')}"})
+    return sorted({f"--{key}", f"--{key.replace('_', '-')}", f"--{key.replace('-', '_')}"})
 
 
-def override_on_launch(text: str, key: str) -> bool:
-    """The launch line sets this config key itself (Hydra `key=`, `+key=`, `--leaf`), so it, not the
-    config file, decides the value."""
+def override_on_launch(text: str, key: str, config: dict | None = None) -> bool:
+    """The launch line decides this config key by a known rule (Hydra `key=`/`+key=`/`++key=`, jsonargparse
+    `--a.b`), as readers/overrides reads it for `check`: then the line, not the config file, is edited."""
+    from gpudoctor.readers.overrides import launch_overrides
+    from gpudoctor.readers.sbatch import SbatchError, parse_sbatch
+
     try:
-        set_override(text, key, "0")
-    except EditError:
+        overrides = launch_overrides(parse_sbatch(text))
+    except SbatchError:
         return False
-    return True
+    found = overrides.setting(key, config) if overrides else None
+    return found is not None and found.op != "delete"

@@ -75,6 +75,9 @@ def context_for(args):
             sbatch = load_sbatch(args.sbatch)
         except SbatchError as e:
             raise UsageError(str(e)) from None
+    from gpudoctor.readers.overrides import job_config
+
+    config, overrides = job_config(config, sbatch)
     return Context(
         expect_gpus=args.expect_gpus,
         launcher=args.launcher,
@@ -84,6 +87,7 @@ def context_for(args):
         sbatch_path=args.sbatch,
         before_submission=bool(getattr(args, "before_submission", False)),
         config_lines=_config_lines(args.config) if config is not None else None,
+        overrides=overrides,
     )
 
 
