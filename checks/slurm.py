@@ -837,8 +837,19 @@ def srun_drops_cpus_per_task(facts, ctx):
     ev = _ev(shape, slurm_version=raw_version)
     if not cpt or cpt <= 1:
         return passed("no --cpus-per-task above 1 to pass on", **ev)
-    if shape.srun_launch is False:
+    launch = getattr(ctx.sbatch, "launch", None) if shape.from_script else None
+    # DeepSpeed's launcher with --launcher slurm starts its ranks with `srun -n N` (deepspeed/launcher/
+    # multinode_runner.py, SlurmRunner.get_cmd), without --cpus-per-task: the same inheritance applies.
+    deepspeed_srun = launch is not None and launch.launcher == "deepspeed" and launch.deepspeed_launcher == "slurm"
+    if shape.srun_launch is False and not deepspeed_srun:
         return passed(f"the training runs in the batch shell (no srun), which has the job's {cpt} CPUs per task", **ev)
+    if shape.from_script and not shape.srun_launch and not deepspeed_srun and not ctx.sbatch.srun_lines:
+        # A finding only where its cause is (issue 25): no srun, no srun step, nothing to inherit.
+        return passed(
+            f"the script starts no srun step itself (srun appears nowhere in it): its commands run in the batch shell, "
+            f"which has the job's {cpt} CPUs per task",
+            **ev,
+        )
     fix = set_env(
         "SRUN_CPUS_PER_TASK",
         "$SLURM_CPUS_PER_TASK",
@@ -882,6 +893,8 @@ def srun_drops_cpus_per_task(facts, ctx):
             **ev,
         )
     where = f"line {shape.launch_lineno}: srun" if shape.from_script and shape.launch_lineno else "srun"
+    if deepspeed_srun:
+        where = f"line {shape.launch_lineno}: deepspeed --launcher slurm runs srun, which"
     if version is None:
         return info(
             f"SLURM version not known here: on SLURM 22.05 to 23.02 {where} does not inherit --cpus-per-task={cpt} "

@@ -343,6 +343,19 @@ def _directive_line(src: Source, lineno: int, base: int, rest: str, raw: str, li
     return out, bad
 
 
+_SRUN_WORD = re.compile(r"(?<![\w.-])srun(?![\w.-])")
+
+
+def _srun_lines(text: str) -> tuple[int, ...]:
+    """Lines that name srun outside a comment: in a command, a variable's value, an alias or a heredoc alike
+    (where it is named, a step may be started; where it is nowhere, none is)."""
+    return tuple(
+        n
+        for n, line in enumerate(text.split("\n"), 1)
+        if not line.lstrip().startswith("#") and _SRUN_WORD.search(line.split(" #", 1)[0])
+    )
+
+
 def _until_comment(tokens: list[Token]) -> list[Token]:
     out = []
     for t in tokens:
@@ -640,6 +653,7 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
         broken_continuations=tuple(broken),
         stray_arguments=tuple(_stray_arguments(src, cmds, {b.next_line for b in broken})),
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
+        srun_lines=_srun_lines(text),
         variables=MappingProxyType(
             {
                 k: redact_url_userinfo(v) if "://" in v else v

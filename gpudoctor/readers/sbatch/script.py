@@ -103,6 +103,16 @@ class Launch:
     gpudoctor: bool = False  # a gpudoctor preflight
     via_shell: str | None = None  # "bash -c": the launcher was read inside a shell's command string
 
+    def python_command(self) -> str | None:
+        """The plain python command this line runs (`python3 main.py --lr 1e-3`), for a fix text that names the
+        script's own program instead of a placeholder; None when it is not a python script or module."""
+        if self.launcher != "python" or not (self.script or self.module):
+            return None
+        import shlex
+
+        target = self.script if self.script else f"-m {self.module}"
+        return " ".join([self.program or "python", shlex.quote(target), *map(shlex.quote, self.script_args)])
+
 
 @dataclass(frozen=True)
 class BrokenContinuation:
@@ -155,6 +165,9 @@ class BatchScript:
     first_command_line: int | None = None
     variables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     bash_syntax: BashSyntax | None = None
+    # Lines outside comments where the word `srun` appears (a command, a value, a function, a heredoc): where none
+    # is, the script itself starts no srun step.
+    srun_lines: tuple[int, ...] = ()
 
     @property
     def options(self) -> dict[str, str | bool]:
