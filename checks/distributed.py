@@ -107,7 +107,10 @@ def _rank_exported_before_srun(facts, ctx):
     shape = job_shape(facts, ctx)
     exports = _script_exports(ctx)
     names = [
-        n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n].line < (shape.launch_lineno or 0)
+        n
+        for n in ("RANK", "LOCAL_RANK", "NODE_RANK")
+        # an export above the launch, or the launch's own `RANK=$SLURM_PROCID srun ...`: the batch shell expands both
+        if n in exports and (exports[n].line < (shape.launch_lineno or 0) or exports[n].command_only)
     ]
     if not names or not shape.srun_launch or shape.launcher not in ("python", "lightning") or (shape.ntasks or 1) < 2:
         return None  # torchrun/accelerate/deepspeed set RANK and LOCAL_RANK for their workers themselves

@@ -141,14 +141,14 @@ def context_for(ctx: Context, ws: Workspace) -> Context:
     config: Any = ctx.config
     overrides = ctx.overrides
     if ctx.sbatch_path and ctx.sbatch_path in ws.texts:
-        sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path])
+        sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path], getattr(ctx.sbatch, "arguments", None))
         overrides = launch_overrides(sbatch)
     if ctx.config_path and ctx.config_path in ws.texts:
         config, overrides = job_config(_read_config(ctx.config_path, ws.texts[ctx.config_path]), sbatch)
     return replace(ctx, sbatch=sbatch, config=config, overrides=overrides, running=None)
 
 
-def _read_script(path: str, text: str):
+def _read_script(path: str, text: str, arguments: tuple[str, ...] | None = None):
     """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
     from dataclasses import replace as with_field
 
@@ -157,7 +157,7 @@ def _read_script(path: str, text: str):
 
     try:
         _check_sbatch_accepts(text, path)
-        script = parse_sbatch(text, path)
+        script = parse_sbatch(text, path, arguments)
     except SbatchError as e:
         raise EditError(f"the edited script does not read back: {e}") from None
     return with_field(script, bash_syntax=bash_syntax(text))

@@ -182,11 +182,16 @@ def prefix_srun(text: str, options: str = "") -> str:
 
 
 def set_export(text: str, name: str, value: object) -> str:
-    """`export NAME=value`: the last assignment before the launch is edited (where it is exported, or a
+    """`export NAME=value`: the launch command's own `NAME=value` if it has one, else the last assignment before
+    the launch is edited (where it is exported, or a
     plain assignment that a later export makes an export), else a new export goes directly before the
     launch line (with its indentation)."""
     script, launch = _launch(text)
     new = _shell_value(str(value))
+    own = [a for a in launch.env if a.name == name and not a.unset and a.value_span is not None]
+    if own:  # `NAME=value srun ...`: the launch's own value wins over any export, so it is the one to edit
+        span = own[-1].value_span
+        return text[: span.start] + new + text[span.end :]
     before = [a for a in script.assignments if a.name == name and a.span.end <= launch.span.start]
     exported = name in script.exports and not script.exports[name].unset
     last = before[-1] if before else None
@@ -224,6 +229,12 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
             text = text[:start] + text[end:]
         else:
             raise EditError(f"line {a.line} holds more than the export of {name}: edit it by hand")
+    if not changed:  # `NAME=value srun ...` / `env NAME=value ...`: the launch command's own assignment goes
+        _, launch = _launch(text)
+        for a in reversed([a for a in launch.env if a.name == name and not a.unset and a.value_span is not None]):
+            word_start = a.value_span.start - len(name) - 1
+            text = text[:word_start] + text[a.value_span.end :].lstrip(" \t")
+            changed = True
     if inherited:
         _, launch = _launch(text)
         start, _ = _line_bounds(text, launch.span.start)

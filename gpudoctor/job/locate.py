@@ -59,7 +59,11 @@ def locate(outcome: Outcome, ctx: Context) -> Location | None:
 
 def _config_keys(outcome: Outcome) -> tuple[list[str], list[dict]]:
     """The config keys an outcome is about, most telling first, and the settings of its evidence."""
-    keys = [a.key for a in (outcome.fix.actions if outcome.fix else ()) if ActionKind(a.kind) is ActionKind.YAML_SET]
+    keys = [
+        a.key
+        for a in (outcome.fix.actions if outcome.fix else ())
+        if ActionKind(a.kind) is ActionKind.YAML_SET and a.key
+    ]
     settings = [v for v in outcome.evidence.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
     keys += [v["path"] for v in settings if v.get("problem")]
     keys += [v["path"] for v in settings if v["path"] in outcome.message]

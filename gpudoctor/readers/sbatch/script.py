@@ -65,6 +65,15 @@ class Assignment:
     exported: bool
     unset: bool = False
     redacted: bool = False
+    # `NAME=value cmd`, `env NAME=value cmd`, `env -u NAME cmd`: the environment of that one command only (bash(1)
+    # SIMPLE COMMAND EXPANSION), not of the shell or the commands after it.
+    command_only: bool = False
+
+    def described(self) -> str:
+        """What the line does with the variable: 'exports X=v', 'sets X=v for its command', 'unsets X'."""
+        what = f"unsets {self.name}" if self.unset else f"{'sets' if self.command_only else 'exports'} {self.name}="
+        what += "" if self.unset else str(self.value)
+        return f"{what} for its command" if self.command_only else what
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,8 @@ class Launch:
     inline: bool = False  # python -c '...'
     gpudoctor: bool = False  # a gpudoctor preflight
     via_shell: str | None = None  # "bash -c": the launcher was read inside a shell's command string
+    env: tuple[Assignment, ...] = ()  # the command's own environment: prefix assignments, env(1) NAME=v / -u NAME
+    env_cleared: bool = False  # `env -i`: the command starts from an empty environment
 
     def python_command(self) -> str | None:
         """The plain python command this line runs (`python3 main.py --lr 1e-3`), for a fix text that names the
@@ -168,6 +179,9 @@ class BatchScript:
     # Lines outside comments where the word `srun` appears (a command, a value, a function, a heredoc): where none
     # is, the script itself starts no srun step.
     srun_lines: tuple[int, ...] = ()
+    # The arguments `sbatch FILE ARGS` gives the script ($1, $2, ...: `gpudoctor check --sbatch FILE -- ARGS`);
+    # None when not given: each is unknown before submission.
+    arguments: tuple[str, ...] | None = None
 
     @property
     def options(self) -> dict[str, str | bool]:
@@ -184,5 +198,10 @@ class BatchScript:
 
     @property
     def exports(self) -> dict[str, Assignment]:
-        """The last `export NAME=...` or `unset NAME` per name: what srun tasks inherit."""
-        return {a.name: a for a in self.assignments if a.exported or a.unset}
+        """The last `export NAME=...` or `unset NAME` per name, then the training launch's own environment
+        (`NAME=value srun ...`, `env -u NAME ...`), which the launched command gets on top: what srun tasks
+        and the training processes inherit."""
+        out = {a.name: a for a in self.assignments if a.exported or a.unset}
+        if self.launch is not None:
+            out.update({a.name: a for a in self.launch.env})
+        return out
