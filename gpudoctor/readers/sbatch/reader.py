@@ -25,6 +25,7 @@ from types import MappingProxyType
 
 from gpudoctor.facts import _CREDENTIAL, is_credential_name
 from gpudoctor.readers import slurmfmt
+from gpudoctor.readers.sbatch import names
 from gpudoctor.readers.sbatch.launch import command_environment, describe_launch, side_step, trains
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
@@ -706,6 +707,8 @@ def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] |
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
         srun_lines=_srun_lines(text),
         arguments=tuple(arguments) if arguments is not None else None,
+        assigned_names=names.assigned_names(text),
+        other_sources=names.other_sources(text),
         variables=MappingProxyType(
             {
                 k: redact_url_userinfo(v) if "://" in v else v

@@ -182,6 +182,9 @@ class BatchScript:
     # The arguments `sbatch FILE ARGS` gives the script ($1, $2, ...: `gpudoctor check --sbatch FILE -- ARGS`);
     # None when not given: each is unknown before submission.
     arguments: tuple[str, ...] | None = None
+    # Names some line may assign (readers/sbatch/names.py), and lines that may set others (source, eval, module).
+    assigned_names: frozenset[str] = frozenset()
+    other_sources: tuple[int, ...] = ()
 
     @property
     def options(self) -> dict[str, str | bool]:
