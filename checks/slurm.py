@@ -1157,6 +1157,13 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
             (Action(ActionKind.EXPORT_REMOVE, shape.script, key="CUDA_VISIBLE_DEVICES"),),
         )
         ev = _ev(shape, gpus_named=named, gpus_per_node=gpus)
+        if gpus and named == 0:  # CUDA: an empty (or invalid first) entry hides every device
+            return fail(
+                f"line {exp.line} {exp.described()}: it names no GPU, so the program sees none of the {gpus} the job "
+                "gets per node (torch.cuda.device_count() is 0)",
+                fix,
+                **ev,
+            )
         if gpus is not None and named is not None and named > gpus:
             return fail(
                 f"line {exp.line} {exp.described()} ({named} GPUs) but the job gets {gpus} per node: it points at "

@@ -106,3 +106,8 @@ def test_script_arguments_without_a_script_are_a_usage_error(capsys):
     assert main(["check", "--snapshot", SNAPSHOT, "stray"]) == 2
     err = capsys.readouterr().err
     assert "need --sbatch" in err and "Traceback" not in err
+
+
+def test_an_empty_script_argument_hides_every_gpu():
+    f = judge("GD-SLURM-010", "CUDA_VISIBLE_DEVICES=$1 python train.py\n", ())  # `sbatch job.slurm` with no ARGS
+    assert f.severity is Severity.FAIL and "names no GPU" in f.message

@@ -356,11 +356,10 @@ _SRUN_WORD = re.compile(r"(?<![\w.-])srun(?![\w.-])")
 def _srun_lines(text: str) -> tuple[int, ...]:
     """Lines that name srun outside a comment: in a command, a variable's value, an alias or a heredoc alike
     (where it is named, a step may be started; where it is nowhere, none is)."""
-    return tuple(
-        n
-        for n, line in enumerate(text.split("\n"), 1)
-        if not line.lstrip().startswith("#") and _SRUN_WORD.search(line.split(" #", 1)[0])
-    )
+    if "srun" not in text:
+        return ()
+    code = names.code_text(text)
+    return names.line_numbers(code, [m.start() for m in _SRUN_WORD.finditer(code)])
 
 
 def _until_comment(tokens: list[Token]) -> list[Token]:
