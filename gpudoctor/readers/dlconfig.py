@@ -433,6 +433,16 @@ def _overridden(found: Found, overrides, config: dict) -> Found:
                 "option is in the program's code, so the value the job runs with is not known"
             ),
         )
+    group = overrides.group_choice(found.path, config)
+    if group is not None:
+        return replace(
+            found,
+            value=None,
+            problem=(
+                f"{overrides.where()} picks the config group `{group.written}`: {found.path} comes from that group's "
+                "file, not the config given"
+            ),
+        )
     override = overrides.setting(found.path, config)
     if override is None:
         return found

@@ -12,6 +12,8 @@ What an argument after the program does to the config, by the rule of the parser
 - jsonargparse (LightningCLI, "Configure hyperparameters from the CLI"): `--data.num_workers=2` or
   `--data.num_workers 2` sets the dotted key; for a `class_path`/`init_args` section the `init_args` level may
   be left out (`--model.lr` sets `model.init_args.lr`).
+- `data=cifar` where the config's `data` is a section is a config-group choice (Hydra "Config groups"): the
+  section comes from the group's file (`conf/data/cifar.yaml`), not the config given, so its settings are unknown.
 - A plain `--num_workers 2` / `--num-workers=2` is the program's own argparse option: whether (and how) the
   program puts it into the config is in its code, not in any rule. It is recorded as a flag whose effect is
   unknown, and a setting whose key it may name becomes unknown (never judged at the config's value, never
@@ -82,6 +84,14 @@ class LaunchOverrides:
                 return ov
         return None
 
+    def group_choice(self, key: str, config: dict | None) -> Override | None:
+        """A Hydra config-group choice (`data=cifar` where the config's `data` is a section) that key lies under:
+        the section then comes from the group's own file, which is not the config given."""
+        for ov in reversed(self.overrides):
+            if ov.op in ("set", "force") and key.startswith(ov.key + ".") and _is_section(config, ov.key):
+                return ov
+        return None
+
     def opaque(self, key: str) -> OpaqueFlag | None:
         """A plain flag of the program that may set `key`: the value the job runs with is then not known."""
         return next((f for f in self.flags if f.may_name(key)), None)
@@ -98,6 +108,15 @@ class LaunchOverrides:
         for ov in self.overrides:
             _apply_one(out, ov, config)
         return out
+
+
+def _is_section(config: dict | None, key: str) -> bool:
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return isinstance(node, dict)
 
 
 def _target(ov: Override, config: dict | None) -> str:
@@ -144,6 +163,8 @@ def _apply_one(out: dict, ov: Override, original: dict) -> None:
     if not isinstance(node, dict):
         return
     leaf = parts[-1]
+    if ov.op in ("set", "force") and isinstance(node.get(leaf), dict) and not isinstance(_value(ov.raw or ""), dict):
+        return  # Hydra: `group=option` picks the section's file (LaunchOverrides.group_choice); the section stays
     if ov.op == "delete":
         node.pop(leaf, None)
     elif ov.op == "add" and leaf in node:

@@ -42,6 +42,7 @@ def _run(capsys, command: str, script: Path, config: Path) -> dict:
         ("--num-workers=2", CONFIG, False),
         ("data.num_workers=$NW", CONFIG, False),  # a shell variable the script does not set: unknown
         ("seed=1", CONFIG, True),  # an override of another key leaves the file's 32
+        ("data=cifar", CONFIG, False),  # a Hydra config-group choice: data.* come from data/cifar.yaml, unknown here
     ],
 )
 def test_check_and_fix_agree_on_launch_line_overrides(tmp_path, capsys, args, config, workers_warned):
