@@ -100,6 +100,19 @@ def _script_exports(ctx) -> dict:
     return {k: v for k, v in (ctx.sbatch.exports if ctx.sbatch is not None else {}).items() if v.value is not None}
 
 
+_PROGRAM_UNKNOWN = "<your training command>"
+
+
+def _per_task_ranks(ctx, names: str) -> str:
+    """`srun bash -c 'RANK=$SLURM_PROCID ... <the script's own python command>'`: the program the batch script
+    runs, never a placeholder file name (issue 25); said to be unknown where no script names it."""
+    import shlex
+
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    command = (launch.python_command() if launch is not None else None) or _PROGRAM_UNKNOWN
+    return f"srun bash -c {shlex.quote(f'{names} {command}')}"
+
+
 def _rank_exported_before_srun(facts, ctx):
     """`export RANK=$SLURM_PROCID` in the batch shell: every srun task inherits the batch shell's 0."""
     if not ctx.sbatch:
@@ -109,7 +122,10 @@ def _rank_exported_before_srun(facts, ctx):
     shape = job_shape(facts, ctx)
     exports = _script_exports(ctx)
     names = [
-        n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n].line < (shape.launch_lineno or 0)
+        n
+        for n in ("RANK", "LOCAL_RANK", "NODE_RANK")
+        # an export above the launch, or the launch's own `RANK=$SLURM_PROCID srun ...`: the batch shell expands both
+        if n in exports and (exports[n].line < (shape.launch_lineno or 0) or exports[n].command_only)
     ]
     if not names or not shape.srun_launch or shape.launcher not in ("python", "lightning") or (shape.ntasks or 1) < 2:
         return None  # torchrun/accelerate/deepspeed set RANK and LOCAL_RANK for their workers themselves
@@ -121,7 +137,7 @@ def _rank_exported_before_srun(facts, ctx):
         f"({values}) and the ranks collide",
         manual(
             "Set the rank variables inside each task, not in the batch shell",
-            "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'",
+            _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"),
         ),
         exported=lines,
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
@@ -227,7 +243,7 @@ def rank_variables_inconsistent(facts, ctx):
             "(as Lightning and most cluster examples do) or set RANK inside each task",
             manual(
                 "Map the rank per task if the script expects RANK",
-                "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID python train.py'",
+                _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID"),
             ),
             **evidence,
         )
@@ -248,8 +264,7 @@ def rank_variables_inconsistent(facts, ctx):
                 "SLURM's variables itself, but init_process_group('env://') needs them set inside each task",
                 manual(
                     "Map them per task",
-                    "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
-                    "WORLD_SIZE=$SLURM_NTASKS python train.py'",
+                    _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"),
                 ),
                 **evidence,
             )
@@ -431,6 +446,16 @@ def rendezvous_endpoint_unreachable(facts, ctx):
 # --- GD-DIST-004 ---------------------------------------------------------------------------
 
 
+_LEGACY_LAUNCHER = re.compile(r"\bpython[\d.]*\s+-m\s*torch\.distributed\.launch\b")
+_USE_ENV = re.compile(r"\s+--use[-_]env\b")
+
+
+def _as_torchrun(line: str) -> str:
+    """The user's own launch line with torchrun in place of `python -m torch.distributed.launch` (torchrun takes
+    the same options and always passes the rank in the environment, so --use-env goes)."""
+    return _USE_ENV.sub("", _LEGACY_LAUNCHER.sub("torchrun", line))
+
+
 def _legacy_launches(sbatch) -> list:
     return [ln for ln in sbatch.launches if ln.launcher == "torch.distributed.launch"]
 
@@ -457,7 +482,7 @@ def deprecated_torch_distributed_launch(facts, ctx):
     evidence = {"sbatch": ctx.sbatch_path, "lines": [f"line {ln.line}: {ln.text}" for ln in legacy][:5]}
     if not legacy:
         return passed("the batch script does not use torch.distributed.launch", sbatch=ctx.sbatch_path)
-    fix = manual("Launch with torchrun instead", "torchrun --nproc-per-node=$SLURM_GPUS_ON_NODE train.py")
+    fix = manual("Launch with torchrun instead", "; ".join(dict.fromkeys(_as_torchrun(ln.text) for ln in legacy)))
     if all(re.search(r"--use[-_]env\b", ln.text or "") for ln in legacy):
         return info(
             "the batch script uses the deprecated torch.distributed.launch (with --use-env, so ranks come from "

@@ -839,6 +839,13 @@ def srun_drops_cpus_per_task(facts, ctx):
         return passed("no --cpus-per-task above 1 to pass on", **ev)
     if shape.srun_launch is False:
         return passed(f"the training runs in the batch shell (no srun), which has the job's {cpt} CPUs per task", **ev)
+    if shape.from_script and not shape.srun_launch and not ctx.sbatch.srun_lines:
+        # A finding only where its cause is (issue 25): no srun, no srun step, nothing to inherit.
+        return passed(
+            f"the script starts no srun step itself (srun appears nowhere in it): its commands run in the batch shell, "
+            f"which has the job's {cpt} CPUs per task",
+            **ev,
+        )
     fix = set_env_reference(
         "SRUN_CPUS_PER_TASK",
         "SLURM_CPUS_PER_TASK",
@@ -1136,27 +1143,45 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
         exp = shape.cuda_visible_export
         if not exp or exp.value is None:
             return passed("the script leaves CUDA_VISIBLE_DEVICES to SLURM", **_ev(shape))
+        from gpudoctor.job.env import script_argument_note
         from gpudoctor.readers.cudavis import parse_visible_devices
 
-        named = parse_visible_devices(exp.value).count
+        argument = script_argument_note(exp.value, shape.where.rsplit("/", 1)[-1])
+        named = None if argument else parse_visible_devices(exp.value).count
         # Dropping the export is meaning-preserving only when it named exactly the GPUs the job gets per node.
         same = named is not None and named == gpus
+        what = "the export" if not exp.command_only else "the assignment"
         fix = Fix(
-            f"Drop the export of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
+            f"Drop {what} of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
             Safety.SAFE if same else Safety.UNSAFE,
             (Action(ActionKind.EXPORT_REMOVE, shape.script, key="CUDA_VISIBLE_DEVICES"),),
         )
         ev = _ev(shape, gpus_named=named, gpus_per_node=gpus)
+        if gpus and named == 0:  # CUDA: an empty (or invalid first) entry hides every device
+            return fail(
+                f"line {exp.line} {exp.described()}: it names no GPU, so the program sees none of the {gpus} the job "
+                "gets per node (torch.cuda.device_count() is 0)",
+                fix,
+                **ev,
+            )
         if gpus is not None and named is not None and named > gpus:
             return fail(
-                f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value} ({named} GPUs) but the job gets {gpus} per "
-                "node: it points at GPUs not given to it",
+                f"line {exp.line} {exp.described()} ({named} GPUs) but the job gets {gpus} per node: it points at "
+                "GPUs not given to it",
+                fix,
+                **ev,
+            )
+        if argument:
+            return warn(
+                f"line {exp.line} {exp.described()}: {argument}. Whatever it names replaces "
+                "the GPUs SLURM assigns (on a shared node, indices can be another job's GPUs), and an empty value "
+                "hides every GPU from the program",
                 fix,
                 **ev,
             )
         return warn(
-            f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value}, replacing the GPUs SLURM assigns: on a shared "
-            "node those indices can be another job's GPUs",
+            f"line {exp.line} {exp.described()}, replacing the GPUs SLURM assigns: on a shared node those indices "
+            "can be another job's GPUs",
             fix,
             **ev,
         )

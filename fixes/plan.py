@@ -25,11 +25,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpudoctor.facts import Facts
-from gpudoctor.redact import REDACTED
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
 from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity, export_title
+from gpudoctor.redact import REDACTED
 
 ENV = "<environment>"  # the destination of env changes that no file of the job holds
 MAX_ROUNDS = 20
@@ -137,58 +137,23 @@ def read_text(path: str) -> str:
 
 
 def context_for(ctx: Context, ws: Workspace) -> Context:
-    """The context with the workspace's script and config read through gpudoctor's own readers."""
+    """The context with the workspace's script and config read through gpudoctor's own readers, and the config
+    the program runs with made from them by the reader `check` uses (readers/overrides.job_config): an edit of
+    an override is verified, and a config edit the override hides never looks like a fix."""
+    from gpudoctor.readers.overrides import job_config, launch_overrides
+
     sbatch: Any = ctx.sbatch
     config: Any = ctx.config
+    overrides = ctx.overrides
     if ctx.sbatch_path and ctx.sbatch_path in ws.texts:
-        sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path])
+        sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path], getattr(ctx.sbatch, "arguments", None))
+        overrides = launch_overrides(sbatch)
     if ctx.config_path and ctx.config_path in ws.texts:
-        config = _read_config(ctx.config_path, ws.texts[ctx.config_path])
-    if config is not None and sbatch is not None and getattr(sbatch, "launch", None) is not None:
-        config = with_launch_overrides(config, tuple(sbatch.launch.script_args))
-    return replace(ctx, sbatch=sbatch, config=config, running=None)
+        config, overrides = job_config(_read_config(ctx.config_path, ws.texts[ctx.config_path]), sbatch)
+    return replace(ctx, sbatch=sbatch, config=config, overrides=overrides, running=None)
 
 
-def with_launch_overrides(config: dict, args: tuple[str, ...]) -> dict:
-    """The config the program will run with: Hydra/OmegaConf `key=value` overrides on the launch line
-    replace the keys they name (`+key=` adds one, `++key=` adds or replaces; a value is read as YAML, as
-    Hydra's override grammar reads ints, floats, bools and null). Without this, an edit of the override
-    could not be verified, and a config edit the override hides would look like a fix."""
-    import copy
-
-    import yaml
-
-    out = copy.deepcopy(config)
-    for arg in args:
-        key, eq, raw = arg.partition("=")
-        plus = len(key) - len(key.lstrip("+"))
-        key = key.lstrip("+")
-        if (
-            not eq
-            or not key
-            or "$" in raw
-            or key.startswith("-")
-            or not all(p.isidentifier() or p.isdigit() for p in key.split("."))
-        ):
-            continue
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        node: Any = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node, dict):
-                break
-            if part not in node and plus:
-                node[part] = {}
-            node = node.get(part)
-        if isinstance(node, dict) and (parts[-1] in node or plus):
-            node[parts[-1]] = value
-    return out
-
-
-def _read_script(path: str, text: str):
+def _read_script(path: str, text: str, arguments: tuple[str, ...] | None = None):
     """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
     from dataclasses import replace as with_field
 
@@ -197,7 +162,7 @@ def _read_script(path: str, text: str):
 
     try:
         _check_sbatch_accepts(text, path)
-        script = parse_sbatch(text, path)
+        script = parse_sbatch(text, path, arguments)
     except SbatchError as e:
         raise EditError(f"the edited script does not read back: {e}") from None
     return with_field(script, bash_syntax=bash_syntax(text))
@@ -215,6 +180,13 @@ def _read_config(path: str, text: str) -> dict:
             return load_config(copy)
         except ConfigError as e:
             raise EditError(f"the edited config does not read back: {str(e).replace(copy, path)}") from None
+
+
+def _read_config_of(ctx: Context, ws: Workspace) -> dict | None:
+    """The --config file as the workspace holds it (its shape resolves jsonargparse's init_args-less keys)."""
+    if ctx.config_path and ctx.config_path in ws.texts:
+        return _read_config(ctx.config_path, ws.texts[ctx.config_path])
+    return None
 
 
 def facts_for(facts: Facts, ws: Workspace) -> Facts:
@@ -267,7 +239,7 @@ def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[E
         ]
     if kind is ActionKind.YAML_SET:
         key = action.key or ""
-        if script and sbatch_edit.override_on_launch(ws.texts[script], key):
+        if script and sbatch_edit.override_on_launch(ws.texts[script], key, _read_config_of(ctx, ws)):
             return [Edit(script, ActionKind.OVERRIDE_SET.value, key, action.value)]
         if not ctx.config_path or not _same_file(action.target, ctx.config_path):
             raise EditError(f"{action.target} is not the --config given")

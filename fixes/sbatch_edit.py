@@ -188,7 +188,8 @@ def prefix_srun(text: str, options: str = "") -> str:
 
 
 def set_export(text: str, name: str, value: object) -> str:
-    """`export NAME=value`: the last assignment before the launch is edited (where it is exported, or a
+    """`export NAME=value`: the launch command's own `NAME=value` if it has one, else the last assignment before
+    the launch is edited (where it is exported, or a
     plain assignment that a later export makes an export), else a new export goes directly before the
     launch line (with its indentation)."""
     if not shellquote.is_name(name):
@@ -198,6 +199,10 @@ def set_export(text: str, name: str, value: object) -> str:
         new = shellquote.quote(value if isinstance(value, str) else str(value))  # a Reference stays live
     except ValueError as e:
         raise EditError(f"{name}: {e}") from None
+    own = [a for a in launch.env if a.name == name and not a.unset and a.value_span is not None]
+    if own:  # `NAME=value srun ...`: the launch's own value wins over any export, so it is the one to edit
+        span = own[-1].value_span
+        return text[: span.start] + new + text[span.end :]
     before = [a for a in script.assignments if a.name == name and a.span.end <= launch.span.start]
     exported = name in script.exports and not script.exports[name].unset
     last = before[-1] if before else None
@@ -235,6 +240,12 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
             text = text[:start] + text[end:]
         else:
             raise EditError(f"line {a.line} holds more than the export of {name}: edit it by hand")
+    if not changed:  # `NAME=value srun ...` / `env NAME=value ...`: the launch command's own assignment goes
+        _, launch = _launch(text)
+        for a in reversed([a for a in launch.env if a.name == name and not a.unset and a.value_span is not None]):
+            word_start = a.value_span.start - len(name) - 1
+            text = text[:word_start] + text[a.value_span.end :].lstrip(" \t")
+            changed = True
     if inherited:
         _, launch = _launch(text)
         start, _ = _line_bounds(text, launch.span.start)
@@ -269,15 +280,23 @@ def set_override(text: str, key: str, value: object) -> str:
 
 
 def _flag_spellings(key: str) -> list[str]:
-    leaf = key.split(".")[-1]
-    return sorted({f"--{leaf}", f"--{leaf.replace('_', '-')}", f"--{leaf.replace('-', '_')}"})
+    """A launcher option's spellings (`nproc_per_node`: --nproc_per_node, --nproc-per-node); a dotted config key's
+    jsonargparse spellings (--data.num_workers; --model.lr for model.init_args.lr). A config key is never
+    matched to a plain `--leaf` option of the program: what that sets is in the program's code."""
+    if "." in key:
+        return sorted({f"--{key}", f"--{key.replace('.init_args.', '.')}"})
+    return sorted({f"--{key}", f"--{key.replace('_', '-')}", f"--{key.replace('-', '_')}"})
 
 
-def override_on_launch(text: str, key: str) -> bool:
-    """The launch line sets this config key itself (Hydra `key=`, `+key=`, `--leaf`), so it, not the
-    config file, decides the value."""
+def override_on_launch(text: str, key: str, config: dict | None = None) -> bool:
+    """The launch line decides this config key by a known rule (Hydra `key=`/`+key=`/`++key=`, jsonargparse
+    `--a.b`), as readers/overrides reads it for `check`: then the line, not the config file, is edited."""
+    from gpudoctor.readers.overrides import launch_overrides
+    from gpudoctor.readers.sbatch import SbatchError, parse_sbatch
+
     try:
-        set_override(text, key, "0")
-    except EditError:
+        overrides = launch_overrides(parse_sbatch(text))
+    except SbatchError:
         return False
-    return True
+    found = overrides.setting(key, config) if overrides else None
+    return found is not None and found.op != "delete"

@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--launcher", choices=LAUNCHERS, help="how the job will be launched")
     c.add_argument("--config", metavar="FILE", help="training config (YAML or JSON) to audit dataloader settings")
     c.add_argument("--sbatch", metavar="FILE", help="audit a SLURM batch script before submitting it")
+    c.add_argument(
+        "script_args",
+        nargs="*",
+        metavar="-- ARG",
+        help="with --sbatch, after `--`: the arguments you give the script (`sbatch FILE ARG...`), its $1, $2, ...; "
+        "without them each is judged unknown",
+    )
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object (--format json)")
     c.add_argument(
         "--format",

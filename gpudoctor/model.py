@@ -303,6 +303,9 @@ class Context:
     # --config's keys and their lines (dotted path -> 1-based line; readers/trainconfig.key_lines), for findings'
     # locations
     config_lines: dict | None = None
+    # The launch line's overrides of the config (readers/overrides.LaunchOverrides): `config` above is already the
+    # config they make; kept to say where a value comes from and which settings a program flag makes unknown.
+    overrides: Any = None
 
     @property
     def gpus_expected(self) -> bool:

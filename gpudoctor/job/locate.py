@@ -54,7 +54,32 @@ def locate(outcome: Outcome, ctx: Context) -> Location | None:
     """The outcome's own location, else the one its fix or evidence names in ctx's batch script or config."""
     if outcome.location is not None:
         return outcome.location
-    return _in_script(outcome, ctx) or _in_config(outcome, ctx)
+    return _in_script(outcome, ctx) or _on_launch_override(outcome, ctx) or _in_config(outcome, ctx)
+
+
+def _config_keys(outcome: Outcome) -> tuple[list[str], list[dict]]:
+    """The config keys an outcome is about, most telling first, and the settings of its evidence."""
+    keys = [
+        a.key
+        for a in (outcome.fix.actions if outcome.fix else ())
+        if ActionKind(a.kind) is ActionKind.YAML_SET and a.key
+    ]
+    settings = [v for v in outcome.evidence.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
+    keys += [v["path"] for v in settings if v.get("problem")]
+    keys += [v["path"] for v in settings if v["path"] in outcome.message]
+    return keys, settings
+
+
+def _on_launch_override(outcome: Outcome, ctx: Context) -> Location | None:
+    """A setting the launch line's override gives (readers/dlconfig's evidence `set_by`): the problem is there."""
+    script: Any = ctx.sbatch
+    if script is None or getattr(script, "launch", None) is None or not ctx.sbatch_path:
+        return None
+    keys, settings = _config_keys(outcome)
+    overridden = {v["path"] for v in settings if v.get("set_by")}
+    if keys and keys[0] in overridden:
+        return _at(ctx.sbatch_path, script.launch.span)
+    return None
 
 
 def _in_config(outcome: Outcome, ctx: Context) -> Location | None:
@@ -63,10 +88,7 @@ def _in_config(outcome: Outcome, ctx: Context) -> Location | None:
     lines, path = ctx.config_lines or {}, ctx.config_path
     if not lines or not path:
         return None
-    keys = [a.key for a in (outcome.fix.actions if outcome.fix else ()) if ActionKind(a.kind) is ActionKind.YAML_SET]
-    settings = [v for v in outcome.evidence.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
-    keys += [v["path"] for v in settings if v.get("problem")]
-    keys += [v["path"] for v in settings if v["path"] in outcome.message]
+    keys, _ = _config_keys(outcome)
     line = next((lines[k] for k in keys if k in lines), None)
     return Location(path, line) if line else None
 

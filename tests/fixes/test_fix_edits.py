@@ -90,14 +90,22 @@ def test_exports_set_in_place_added_before_launch_and_removed():
     assert "  unset CUDA_VISIBLE_DEVICES\n  srun python t.py\n" in new
 
 
-def test_override_on_the_launch_line_hydra_and_flags():
-    text = "#!/bin/bash\nsrun python t.py \\\n  +data.batch_size=22 \\\n  --num-workers 4\n"
+def test_override_on_the_launch_line_hydra_jsonargparse_and_launcher_flags():
+    text = "#!/bin/bash\nsrun python t.py \\\n  +data.batch_size=22 \\\n  --num-workers 4 --model.lr 0.1\n"
     assert edit.override_on_launch(text, "data.batch_size")
     new = edit.set_override(text, "data.batch_size", 16)
     assert "  +data.batch_size=16 \\\n" in new
-    new = edit.set_override(new, "loader.num_workers", 8)
-    assert "  --num-workers 8\n" in new
-    assert not edit.override_on_launch(text, "model.lr")
+    # a plain program option is not known to set a config key: never edited for one (issue 25 class 7)
+    assert not edit.override_on_launch(text, "loader.num_workers")
+    with pytest.raises(EditError):
+        edit.set_override(new, "loader.num_workers", 8)
+    # jsonargparse: --model.lr sets model.init_args.lr of a class_path section
+    config = {"model": {"class_path": "M", "init_args": {"lr": 1.0}}}
+    assert edit.override_on_launch(text, "model.init_args.lr", config)
+    assert "--model.lr 0.5" in edit.set_override(text, "model.init_args.lr", 0.5)
+    # a launcher's own option (no dots) is its flag: torchrun --nproc-per-node
+    launcher = "#!/bin/bash\ntorchrun --nproc-per-node 4 t.py\n"
+    assert "--nproc-per-node 2 " in edit.set_override(launcher, "nproc_per_node", 2)
     # a key that merely ends like another is not the same key
     assert not edit.override_on_launch("#!/bin/bash\nsrun python t.py x.data.batch_size=1\n", "data.batch_size")
 

@@ -83,6 +83,46 @@ def _strip_prefixes(tokens: list[str]) -> list[str]:
     return tokens[i:]
 
 
+def command_environment(tokens: list[str]) -> tuple[list[tuple[int, str, str | None]], bool]:
+    """The environment a command line gives the program it runs, beyond what it inherits: `NAME=value` words in
+    front of a command (bash(1) SIMPLE COMMAND EXPANSION: "the variables are added to the environment of the
+    executed command and do not affect the current shell environment"), and env(1)'s `NAME=value`, `-u NAME`,
+    `-i` (coreutils env: "-i, --ignore-environment: start with an empty environment"), in front of the command
+    and after srun's options. Returns ([(word index, name, value or None for unset)], cleared by env -i)."""
+    found: list[tuple[int, str, str | None]] = []
+    cleared = False
+    i, n = 0, len(tokens)
+    while i < n:
+        tok = tokens[i]
+        if m := _ASSIGN.match(tok):
+            found.append((i, m.group(1), m.group(2)))
+            i += 1
+            continue
+        prog = os.path.basename(tok)
+        if prog == "srun":
+            _, _, rest = parse_options(tokens[i + 1 :], srun=True)
+            i = n - len(rest)
+            continue
+        if prog not in _PREFIX_COMMANDS:
+            break
+        i += 1
+        is_env = prog == "env"
+        with_value = _WRAPPER_VALUE_OPTIONS | (_ENV_VALUE_OPTIONS if is_env else set())
+        while i < n and tokens[i].startswith("-"):
+            opt = tokens[i]
+            if is_env and opt in ("-i", "--ignore-environment", "-"):
+                cleared = True
+                found.clear()  # what was given before the clearing is gone too
+            elif is_env and opt in ("-u", "--unset") and i + 1 < n:
+                found.append((i + 1, tokens[i + 1], None))
+            elif is_env and opt.startswith("--unset="):
+                found.append((i, opt.split("=", 1)[1], None))
+            elif is_env and opt.startswith("-u") and len(opt) > 2:
+                found.append((i, opt[2:], None))
+            i += 2 if opt in with_value else 1
+    return found, cleared
+
+
 def _take(args: list[str], names: tuple[str, ...], flags: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
     """Launcher options (`--x v`, `--x=v`, flags) up to the first positional -> (options, rest)."""
     opts: dict[str, str | bool] = {}

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+from dataclasses import replace
 from types import MappingProxyType
 
 from gpudoctor.readers import slurmfmt
-from gpudoctor.readers.sbatch.launch import describe_launch, side_step, trains
+from gpudoctor.readers.sbatch import names
+from gpudoctor.readers.sbatch.launch import command_environment, describe_launch, side_step, trains
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
     Assignment,
@@ -38,6 +41,7 @@ from gpudoctor.readers.sbatch.script import (
 )
 from gpudoctor.readers.sbatch.shell import (
     MAX_VALUE,
+    POSITIONAL,
     Branches,
     Command,
     Expander,
@@ -53,6 +57,9 @@ MAX_SCRIPT_BYTES = 8 * 1024 * 1024  # real batch scripts are kilobytes; this bou
 BASH_TIMEOUT_S = 5.0
 # Set per task by srun: the batch shell's value (task 0) is not what a task's own shell sees.
 PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"})
+# Not expanded where a shell of its own expands them later (single quotes, \$): per-task variables, and the
+# positional parameters, which an inner `bash -c '...'` has its own of.
+DEFERRED = PER_TASK_VARS | POSITIONAL
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _MAX_DIGITS = 9  # sbatch reads counts as 32-bit integers; longer numbers are out of its range
 # A directive number this long is refused outright (exit 2) rather than judged: Python's int() refuses
@@ -66,7 +73,7 @@ def expand_vars(text: str, known: dict[str, str]) -> str:
     In single quotes and after a backslash the per-task SLURM variables stay as written: each task's
     shell expands them to its own values.
     """
-    return Expander().expand(text, known, PER_TASK_VARS)
+    return Expander().expand(text, known, DEFERRED)
 
 
 def _one_line(text: str) -> str:
@@ -264,6 +271,18 @@ def _directive_line(src: Source, lineno: int, base: int, rest: str, raw: str, li
     return out, bad
 
 
+_SRUN_WORD = re.compile(r"(?<![\w.-])srun(?![\w.-])")
+
+
+def _srun_lines(text: str) -> tuple[int, ...]:
+    """Lines that name srun outside a comment: in a command, a variable's value, an alias or a heredoc alike
+    (where it is named, a step may be started; where it is nowhere, none is)."""
+    if "srun" not in text:
+        return ()
+    code = names.code_text(text)
+    return names.line_numbers(code, [m.start() for m in _SRUN_WORD.finditer(code)])
+
+
 def _until_comment(tokens: list[Token]) -> list[Token]:
     out = []
     for t in tokens:
@@ -346,8 +365,8 @@ def _stray_arguments(src: Source, cmds: list[Command], reported: set[int]) -> li
 class _Body:
     """The body's commands in order, with the variables known so far."""
 
-    def __init__(self, src: Source, path: str, known: dict[str, str]) -> None:
-        self.src, self.path, self.known = src, path, known
+    def __init__(self, src: Source, path: str, known: dict[str, str], arguments: tuple[str, ...] | None = None) -> None:
+        self.src, self.path, self.known, self.arguments = src, path, known, arguments
         self.expander = Expander()
         self.assignments: list[Assignment] = []
         self.launches: list[tuple[Launch, dict]] = []
@@ -363,7 +382,10 @@ class _Body:
         joined = " ".join(raw_words)
         for name in self.arrays:  # "${CMD[@]}" is the array's words, each one word
             joined = joined.replace(f'"${{{name}[@]}}"', f"${{{name}[@]}}")
-        expanded = self.expander.expand(joined, self.known, PER_TASK_VARS)
+        if self.arguments is not None and "$" in joined:  # "$@": each argument one word (bash(1) "Special Parameters")
+            words = " ".join(shlex.quote(a) for a in self.arguments)
+            joined = joined.replace('"$@"', words).replace('"${@}"', words)
+        expanded = self.expander.expand(joined, self.known, DEFERRED)
         line = self.src.position(cmd.start)[0]
         as_written = _one_line(self.src.text[cmd.start : cmd.end])
         subs = [cmd] if expanded == joined else commands(tokenize(expanded))  # re-read only what expansion changed
@@ -452,14 +474,40 @@ class _Body:
             raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
         if desc is None:
             return
-        self.launches.append(
-            (
-                _to_launch(
-                    desc, line, redact(as_written), " ".join(redact_words(tokens)), self.src.span(cmd.start, cmd.end)
-                ),
-                desc,
-            )
+        launch = _to_launch(
+            desc, line, redact(as_written), " ".join(redact_words(tokens)), self.src.span(cmd.start, cmd.end)
         )
+        env, cleared = self._command_env(tokens, cmd, line, as_written)
+        if env or cleared:
+            launch = replace(launch, env=env, env_cleared=cleared)
+        self.launches.append((launch, desc))
+
+    def _command_env(self, tokens: list[str], cmd, line: int, as_written: str) -> tuple[tuple[Assignment, ...], bool]:
+        """The launch command's own environment (launch.command_environment), as Assignments on its line; values
+        expanded by the batch shell, credentials redacted, never added to the variables the script knows."""
+        found, cleared = command_environment(tokens)
+        span = self.src.span(cmd.start, cmd.end)
+        out = []
+        for _, name, value in found:
+            raw = next((w for w in cmd.words if w.text.startswith(f"{name}=")), None)
+            value_span = self.src.span(raw.start + len(name) + 1, raw.end) if raw is not None else None
+            secret = is_credential_name(name) and value is not None
+            shown = REDACTED if secret else None if value is None or len(value) > MAX_VALUE else redact(value)
+            out.append(
+                Assignment(
+                    name,
+                    shown,
+                    line,
+                    redact(as_written),
+                    span,
+                    value_span,
+                    exported=False,
+                    unset=value is None,
+                    redacted=secret,
+                    command_only=True,
+                )
+            )
+        return tuple(out), cleared
 
 
 def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
@@ -514,8 +562,21 @@ def _het_group(launch: Launch | None, components: int) -> int:
 # ---------------------------------------------------------------- entry points
 
 
-def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
-    """The script read as sbatch (directives) and bash (body) read it; raises SbatchError."""
+def _positional(arguments: tuple[str, ...] | None) -> dict[str, str]:
+    """$1 ... and "$@"/"$*"/"$#" from the arguments given to the script; none when they are not known."""
+    if arguments is None:
+        return {}
+    known = {str(i): "" for i in range(1, 100)}  # bash: a parameter past the last argument is empty
+    known.update({str(i): a for i, a in enumerate(arguments, 1)})
+    known.update({"@": " ".join(arguments), "*": " ".join(arguments), "#": str(len(arguments))})
+    return known
+
+
+def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] | None = None) -> BatchScript:
+    """The script read as sbatch (directives) and bash (body) read it; raises SbatchError.
+
+    arguments: what `sbatch FILE ARGS` passes the script ($1, $2, ...); None when not known, and then every
+    reference to one stays as written (unknown), never read as empty."""
     src = Source(text)
     components, unknown, late, commented, first_command = _header(src, path)
     values = []
@@ -530,8 +591,9 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
     # The batch shell is task 0 on node 0: `export RANK=$SLURM_PROCID` there gives every srun task RANK=0.
     batch_shell = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
     known.update(batch_shell)
+    known.update(_positional(arguments))
     tokens = tokenize(text)
-    body = _Body(src, path, known)
+    body = _Body(src, path, known, tuple(arguments) if arguments is not None else None)
     cmds = commands(tokens)
     body.read(cmds)
     descs = [d for _, d in body.launches]
@@ -561,22 +623,31 @@ def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
         broken_continuations=tuple(broken),
         stray_arguments=tuple(_stray_arguments(src, cmds, {b.next_line for b in broken})),
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
+        srun_lines=_srun_lines(text),
+        arguments=tuple(arguments) if arguments is not None else None,
+        assigned_names=names.assigned_names(text),
+        other_sources=names.other_sources(text),
         variables=MappingProxyType(
-            {k: redact(v) for k, v in known.items() if not k.startswith("SLURM_") and k not in batch_shell}
+            {
+                k: redact(v)
+                for k, v in known.items()
+                if not k.startswith("SLURM_") and k not in batch_shell and k not in POSITIONAL
+            }
         ),
     )
 
 
-def load_sbatch(path: str, check_syntax: bool = True) -> BatchScript:
+def load_sbatch(path: str, check_syntax: bool = True, arguments: tuple[str, ...] | None = None) -> BatchScript:
     """Read and parse a batch script; SbatchError for a missing, unreadable, oversized or malformed one.
 
     check_syntax: also run `bash -n` on it (bounded), recorded in BatchScript.bash_syntax.
+    arguments: the script's own arguments (`sbatch FILE ARGS`), when known.
     """
     text = _read_script(path)
     if "\x00" in text:
         raise SbatchError(f"--sbatch {path}: a binary file, not a batch script")
     _check_sbatch_accepts(text, path)
-    script = parse_sbatch(text, path)
+    script = parse_sbatch(text, path, arguments)
     if check_syntax:
         from dataclasses import replace
 

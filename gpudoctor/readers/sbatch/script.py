@@ -63,6 +63,15 @@ class Assignment:
     exported: bool
     unset: bool = False
     redacted: bool = False
+    # `NAME=value cmd`, `env NAME=value cmd`, `env -u NAME cmd`: the environment of that one command only (bash(1)
+    # SIMPLE COMMAND EXPANSION), not of the shell or the commands after it.
+    command_only: bool = False
+
+    def described(self) -> str:
+        """What the line does with the variable: 'exports X=v', 'sets X=v for its command', 'unsets X'."""
+        what = f"unsets {self.name}" if self.unset else f"{'sets' if self.command_only else 'exports'} {self.name}="
+        what += "" if self.unset else str(self.value)
+        return f"{what} for its command" if self.command_only else what
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,18 @@ class Launch:
     inline: bool = False  # python -c '...'
     gpudoctor: bool = False  # a gpudoctor preflight
     via_shell: str | None = None  # "bash -c": the launcher was read inside a shell's command string
+    env: tuple[Assignment, ...] = ()  # the command's own environment: prefix assignments, env(1) NAME=v / -u NAME
+    env_cleared: bool = False  # `env -i`: the command starts from an empty environment
+
+    def python_command(self) -> str | None:
+        """The plain python command this line runs (`python3 main.py --lr 1e-3`), for a fix text that names the
+        script's own program instead of a placeholder; None when it is not a python script or module."""
+        if self.launcher != "python" or not (self.script or self.module):
+            return None
+        import shlex
+
+        target = self.script if self.script else f"-m {self.module}"
+        return " ".join([self.program or "python", shlex.quote(target), *map(shlex.quote, self.script_args)])
 
 
 @dataclass(frozen=True)
@@ -153,6 +174,15 @@ class BatchScript:
     first_command_line: int | None = None
     variables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     bash_syntax: BashSyntax | None = None
+    # Lines outside comments where the word `srun` appears (a command, a value, a function, a heredoc): where none
+    # is, the script itself starts no srun step.
+    srun_lines: tuple[int, ...] = ()
+    # The arguments `sbatch FILE ARGS` gives the script ($1, $2, ...: `gpudoctor check --sbatch FILE -- ARGS`);
+    # None when not given: each is unknown before submission.
+    arguments: tuple[str, ...] | None = None
+    # Names some line may assign (readers/sbatch/names.py), and lines that may set others (source, eval, module).
+    assigned_names: frozenset[str] = frozenset()
+    other_sources: tuple[int, ...] = ()
 
     @property
     def options(self) -> dict[str, str | bool]:
@@ -169,5 +199,10 @@ class BatchScript:
 
     @property
     def exports(self) -> dict[str, Assignment]:
-        """The last `export NAME=...` or `unset NAME` per name: what srun tasks inherit."""
-        return {a.name: a for a in self.assignments if a.exported or a.unset}
+        """The last `export NAME=...` or `unset NAME` per name, then the training launch's own environment
+        (`NAME=value srun ...`, `env -u NAME ...`), which the launched command gets on top: what srun tasks
+        and the training processes inherit."""
+        out = {a.name: a for a in self.assignments if a.exported or a.unset}
+        if self.launch is not None:
+            out.update({a.name: a for a in self.launch.env})
+        return out
