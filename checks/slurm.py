@@ -233,7 +233,12 @@ def _unknown_directives(sb) -> tuple[list[str], list[str]]:
     for u in sb.unknown_directives if sb is not None else ():
         for opt in u.options:
             meant = close_option(opt)
-            if meant:
+            if not opt.startswith("-"):  # `#SBATCHx`, `#SBATCH -N 2 extra`: a word that is no option at all
+                typos.append(
+                    f"line {u.line}: '{opt}' is not an option; sbatch refuses the script ('Invalid directive found "
+                    f"in batch script: {opt}')"
+                )
+            elif meant:
                 typos.append(
                     f"line {u.line}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script"
                 )
@@ -1249,8 +1254,18 @@ def sbatch_directive_after_first_command(facts, ctx):
         tuple(Action(ActionKind.SBATCH_HOIST, path, value=d.text) for d in late),
     )
     sev = fail if important else warn
+    first = ctx.sbatch.first_command_line
+    stray = next((la for la in ctx.sbatch.lookalike_directives if la.form == "command" and la.line == first), None)
+    cause = (
+        f" (the first command is line {first}, `{stray.text}`: a directive with a stray character before "
+        "#SBATCH, see GD-SLURM-025)"
+        if stray
+        else ""
+    )
     return sev(
-        f"sbatch ignores {len(late)} #SBATCH line(s) below the first command: " + "; ".join(lines), fix, ignored=lines
+        f"sbatch ignores {len(late)} #SBATCH line(s) below the first command{cause}: " + "; ".join(lines),
+        fix,
+        ignored=lines,
     )
 
 

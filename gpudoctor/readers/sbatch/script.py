@@ -145,6 +145,7 @@ class BatchScript:
     unknown_directives: tuple[ScriptLine, ...] = ()
     late_directives: tuple[ScriptLine, ...] = ()  # #SBATCH below the first command: sbatch ignores them
     commented_directives: tuple[ScriptLine, ...] = ()  # '##SBATCH' / '# SBATCH' / '  #SBATCH'
+    lookalike_directives: tuple = ()  # lookalike.LookalikeDirective: header lines like #SBATCH that sbatch skips
     assignments: tuple[Assignment, ...] = ()
     launches: tuple[Launch, ...] = ()
     launch: Launch | None = None  # the training launch
