@@ -495,7 +495,7 @@ def allocated_gpus_left_idle(facts, ctx):
             fix,
             **ev,
         )
-    more = " (more processes than GPUs: see GD-SLURM-002 and GD-SLURM-009)" if ranks > gpus else ""
+    more = " (more processes than GPUs: see GD-SLURM-002, GD-SLURM-009 and GD-SLURM-027)" if ranks > gpus else ""
     return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s); {why}){more}", **ev)
 
 

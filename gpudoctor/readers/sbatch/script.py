@@ -96,6 +96,9 @@ class Launch:
     rdzv_endpoint: str | None = None
     config_file: str | None = None
     deepspeed_launcher: str | None = None
+    hostfile: str | None = None  # deepspeed --hostfile
+    master_port: str | None = None  # --master-port (torchrun, torch.distributed.launch, deepspeed), --main_process_port
+    rdzv_id: str | None = None  # torchrun --rdzv-id
     lightning: Mapping[str, str | bool] | None = None  # trainer.devices/num_nodes/... on the line
     inline: bool = False  # python -c '...'
     gpudoctor: bool = False  # a gpudoctor preflight
