@@ -70,7 +70,7 @@ def _options_text(options) -> str:
     what="Finds header lines of a batch script (--sbatch) that look like #SBATCH directives but that sbatch does "
     "not read: indented (`  #SBATCH`), a blank after the '#' (`# SBATCH`), a misspelt or lower-case marker "
     "(`#SBATCh`, `#SBTACH`), or a stray character before it (`!#SBATCH`, which bash runs as a command). "
-    "`##SBATCH`, the usual way to switch a directive off, is reported as an info only. A line counts only when "
+    "`##SBATCH`, the usual way to switch a directive off, is only named in the pass message. A line counts only when "
     "all its words are sbatch options, so prose and usage notes (`# sbatch --array=0-9 job.sh`) are not.",
     why="sbatch matches `#SBATCH` exactly, at the first character of a line (src/sbatch/opt.c, "
     "_opt_batch_script): any other spelling is a comment and its option is silently lost -- a lost "
@@ -111,23 +111,35 @@ def sbatch_directive_lookalike_not_read(facts, ctx):
             Safety.UNSAFE if lost_resources else Safety.SAFE,
             tuple(Action(ActionKind.DIRECTIVE_REPAIR, path, value=la.text) for la in slips),
         )
-        sev = fail if lost_resources else warn
+        # A lost GPU request with none left that sbatch reads: the job runs without a GPU (GD-SLURM-003 fails it too).
+        # Other losses change what the job gets, but whether it still runs as meant depends on the rest: a warn.
+        lost_gpus = any(
+            k in GPU_OPTIONS and (k != "gres" or "gpu" in str(v)) for la in slips for k, v in la.options
+        ) or any(_names_gpus(d.text) for la in slips if la.form == "command" for d in sb.late_directives)
+        sev = fail if lost_gpus and not any(d.option in GPU_OPTIONS for d in sb.directives) else warn
         return sev(
             f"sbatch does not read {len(slips)} line(s) written as #SBATCH directives: " + "; ".join(parts), fix, **ev
         )
-    notes = [
-        f"line {la.line} `{la.text}` {FORMS['disabled']} ({_options_text(la.options)} is not applied; "
-        "fine if it is switched off on purpose)"
-        for la in disabled
-    ]
+    # `##SBATCH` is how directives are switched off: said in the pass message, never a finding to act on
+    off = [f"line {la.line} `{la.text}` ({_options_text(la.options)} not applied)" for la in disabled]
+    said = f"; switched off with a second '#': {'; '.join(off)}" if off else ""
     if legacy:
-        notes.append(
+        return info(
             f"line(s) {', '.join(map(str, legacy))} use the old #SLURM marker: sbatch still reads them but prints "
-            "'error: Change from #SLURM to #SBATCH'"
+            f"'error: Change from #SLURM to #SBATCH'{said}",
+            **ev,
         )
-    if notes:
-        return info("; ".join(notes), **ev)
-    return passed("no line looks like an #SBATCH directive that sbatch skips")
+    return passed(f"every line written as an #SBATCH directive is read by sbatch{said}", **ev)
+
+
+GPU_OPTIONS = frozenset({"gres", "gpus", "gpus-per-node", "gpus-per-task"})
+
+
+def _names_gpus(text: str) -> bool:
+    return any(
+        k in GPU_OPTIONS and (k != "gres" or "gpu" in str(v))
+        for k, v in options_after_marker(text.split("#SBATCH", 1)[-1])
+    )
 
 
 def _names_resource(text: str) -> bool:

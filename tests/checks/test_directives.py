@@ -31,10 +31,17 @@ def test_025_each_slip_is_named():
         "  #SBATCH --cpus-per-task=4\n#sbatch --output=o.log\nsrun python t.py\n"
     )
     f = one(sb_run("GD-SLURM-025", text))
-    assert f.severity is Severity.FAIL  # --time and --cpus-per-task are resource requests
+    assert f.severity is Severity.WARN  # the job still has what it needs to start; what it loses is named
     for line in (3, 4, 5, 6, 7):
         assert f"line {line} " in f.message
-    assert f.fix.safety is Safety.UNSAFE
+    assert f.fix.safety is Safety.UNSAFE  # --time and --cpus-per-task are resource requests
+
+
+def test_025_a_lost_gpu_request_with_none_left_fails():
+    f = one(sb_run("GD-SLURM-025", "#SBATCH -N 1\n# SBATCH --gres=gpu:4\nsrun python t.py\n"))
+    assert f.severity is Severity.FAIL
+    other = one(sb_run("GD-SLURM-025", "#SBATCH --gres=gpu:4\n# SBATCH --gres=gpu:8\nsrun python t.py\n"))
+    assert other.severity is Severity.WARN
 
 
 def test_025_disabled_directives_prose_and_usage_notes_are_no_slip():
@@ -43,7 +50,7 @@ def test_025_disabled_directives_prose_and_usage_notes_are_no_slip():
         "#SBATCH --gres=gpu:1\n##SBATCH --gres=gpu:2\n# #SBATCH --time=1:00\nsrun python t.py\n"
     )
     f = one(sb_run("GD-SLURM-025", text))
-    assert f.severity is Severity.INFO and f.fix is None and "line 6" in f.message and "line 7" in f.message
+    assert f.severity is Severity.PASS and f.fix is None and "line 6" in f.message and "line 7" in f.message
     clean = one(sb_run("GD-SLURM-025", "#SBATCH --gres=gpu:1\n#SBATCH --time=1:00\nsrun python t.py\n"))
     assert clean.severity is Severity.PASS
 
