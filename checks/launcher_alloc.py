@@ -49,7 +49,7 @@ def _explicit_count(shape: JobShape, launch) -> str | None:
     LOCAL_WORLD_SIZE inside a torchrun worker); None when it is a default or an assumption."""
     if not shape.from_script:
         return "LOCAL_WORLD_SIZE" if "LOCAL_WORLD_SIZE" in shape.evidence else None
-    if launch is None or launch.launcher != shape.launcher:
+    if launch is None or shape.launcher is None or launch.launcher != shape.launcher:
         return None
     flag = LAUNCHER_TABLE[shape.launcher].process_count_flag
     value = launch.num_processes if shape.launcher == "accelerate" else launch.nproc_per_node

@@ -149,3 +149,10 @@ def test_029_gpus_total_over_nodes():
     assert one(sb_run("GD-SLURM-029", per_node)).severity is Severity.PASS
     one_node = "#SBATCH --gpus=3\ntorchrun --standalone --nproc_per_node=3 t.py\n"
     assert one(sb_run("GD-SLURM-029", one_node)).severity is Severity.PASS
+
+
+@pytest.mark.parametrize("check_id", [f"GD-SLURM-{n:03d}" for n in range(25, 30)])
+def test_every_new_check_skips_outside_slurm_and_without_a_script(check_id):
+    from tests.factsutil import make_facts, severity
+
+    assert severity(check_id, make_facts(patch={"slurm": {"in_job": False, "version": "22.05.8"}})) is Severity.SKIP
