@@ -94,14 +94,13 @@ def sbatch_directive_lookalike_not_read(facts, ctx):
         effects = "; ".join(f"--{k}: {lost_effect(k, v, lightning)}" for k, v in la.options)
         lost_resources |= any(k in RESOURCE_OPTIONS for k, _ in la.options)
         text = f"line {la.line} `{la.text}` {FORMS[la.form]}, so {_options_text(la.options)} is lost ({effects})"
-        if la.form == "command":
-            below = [d for d in sb.late_directives if d.line > la.line]
-            if below:
-                text += (
-                    f"; sbatch also ignores the {len(below)} #SBATCH line(s) below it (line(s) "
-                    f"{', '.join(str(d.line) for d in below)}: GD-SLURM-011)"
-                )
-                lost_resources |= any(_names_resource(d.text) for d in below)
+        if la.form == "command" and la.hides:
+            text += (
+                f"; sbatch also skips the #SBATCH line(s) below it, up to the next command (line(s) "
+                f"{', '.join(map(str, la.hides))}: GD-SLURM-011)"
+            )
+            below = [d for d in sb.late_directives if d.line in la.hides]
+            lost_resources |= any(_names_resource(d.text) for d in below)
         parts.append(text)
     ev = {"lines": [f"line {la.line}: {la.text}" for la in found]}
     if slips:
@@ -115,7 +114,7 @@ def sbatch_directive_lookalike_not_read(facts, ctx):
         # Other losses change what the job gets, but whether it still runs as meant depends on the rest: a warn.
         lost_gpus = any(
             k in GPU_OPTIONS and (k != "gres" or "gpu" in str(v)) for la in slips for k, v in la.options
-        ) or any(_names_gpus(d.text) for la in slips if la.form == "command" for d in sb.late_directives)
+        ) or any(_names_gpus(d.text) for la in slips for d in sb.late_directives if d.line in la.hides)
         sev = fail if lost_gpus and not any(d.option in GPU_OPTIONS for d in sb.directives) else warn
         return sev(
             f"sbatch does not read {len(slips)} line(s) written as #SBATCH directives: " + "; ".join(parts), fix, **ev

@@ -8,7 +8,7 @@ def test_025_a_stray_bang_loses_the_signal_and_every_directive_below():
     sb = script("#SBATCH --nodes=1\n!#SBATCH --signal=SIGUSR1@90\n#SBATCH --gres=gpu:4\nsrun python train.py\n")
     f = one(sb_run("GD-SLURM-025", sb))
     assert f.severity is Severity.FAIL  # the --gres below it is ignored too
-    assert "no SIGUSR1 90 s before its time limit" in f.message and "line(s) 4" in f.message
+    assert "no SIGUSR1 90 s before its time limit" in f.message and "line(s) 4:" in f.message
     assert f.fix.actions[0].kind is ActionKind.DIRECTIVE_REPAIR
     late = one(sb_run("GD-SLURM-011", sb))
     assert "line 3, `!#SBATCH --signal=SIGUSR1@90`" in late.message
@@ -70,3 +70,16 @@ def test_025_lines_below_the_first_command_are_011s():
 def test_001_a_word_glued_to_sbatch_is_refused():
     f = one(sb_run("GD-SLURM-001", "#SBATCHx --gres=gpu:1\nsrun python t.py\n"))
     assert f.severity is Severity.WARN and "Invalid directive found in batch script: x" in f.message
+
+
+def test_025_lines_a_stray_bang_hides_are_scanned_as_the_repaired_header_would_be():
+    sb = script(
+        "#SBATCH -N1\n!#SBATCH --signal=USR1@60\n#SBATCh --time=1:00\n#SBATCH --gres=gpu:1\n"
+        "srun python t.py\n#SBATCH --mem=1G\n"
+    )
+    assert [(la.line, la.form, la.hides) for la in sb.lookalike_directives] == [
+        (3, "command", (5,)),
+        (4, "misspelt", ()),
+    ]
+    f = one(sb_run("GD-SLURM-025", sb))
+    assert f.severity is Severity.FAIL and "line(s) 5:" in f.message  # its only GPU request is hidden

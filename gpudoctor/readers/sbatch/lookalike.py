@@ -51,6 +51,7 @@ class LookalikeDirective:
     marker: Span  # the marker, which a repair replaces with "#SBATCH"
     options: tuple[tuple[str, str | bool], ...]  # (canonical sbatch option, value) on the line
     rest: str = ""  # what follows the marker, as written (redacted)
+    hides: tuple[int, ...] = ()  # a command form: the #SBATCH lines below it, up to the next command, sbatch skips
 
     @property
     def repaired(self) -> str:
@@ -112,29 +113,39 @@ def _classify(raw: str, is_command: bool) -> tuple[str, int] | None:
     return ("spaced" if gap else "indented"), m.end()
 
 
-def find_lookalikes(src, first_command: int | None) -> list[LookalikeDirective]:
-    """Look-alike lines from the top of the script down to the first command (that one included).
+def find_lookalikes(src) -> list[LookalikeDirective]:
+    """Look-alike lines of the header: from the top down to the first command that is not itself a look-alike.
 
-    src: the script's shell.Source; first_command: the offset of the first command's line, or None.
+    A `!#SBATCH` command ends sbatch's reading, but once it is repaired the header runs on to the next command:
+    the lines in between are scanned too, so that one repair does not uncover another slip, and the #SBATCH
+    lines there are the ones the command hides.
     """
+    from dataclasses import replace
+
     from gpudoctor.readers.sbatch.reader import directive_marker, redact
 
     found: list[LookalikeDirective] = []
+    hidden: dict[int, list[int]] = {}  # index in found of the last command form -> directive lines below it
+    last_command: int | None = None
     offset = 0
     for lineno, raw in enumerate(src.text.split("\n"), 1):
         start, offset = offset, offset + len(raw) + 1
-        if first_command is not None and start > first_command:
-            break
-        is_command = first_command is not None and start == first_command
-        if directive_marker(raw) is not None or (not is_command and not raw.lstrip().startswith("#")):
+        if directive_marker(raw) is not None:
+            if last_command is not None:
+                hidden.setdefault(last_command, []).append(lineno)
             continue
+        if not raw.strip():
+            continue
+        is_command = not raw.lstrip().startswith("#")
         hit = _classify(raw, is_command)
-        if hit is None:
+        options = options_after_marker(raw[hit[1] :]) if hit else ()
+        if hit is None or not options:
+            if is_command:
+                break  # the first real command: sbatch reads nothing below it
             continue
         form, end = hit
-        options = options_after_marker(raw[end:])
-        if not options:
-            continue
+        if form == "command":
+            last_command = len(found)
         found.append(
             LookalikeDirective(
                 lineno,
@@ -147,4 +158,4 @@ def find_lookalikes(src, first_command: int | None) -> list[LookalikeDirective]:
                 redact(raw[end:].rstrip()),
             )
         )
-    return found
+    return [replace(la, hides=tuple(hidden.get(i, ()))) for i, la in enumerate(found)]
