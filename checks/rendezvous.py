@@ -11,6 +11,8 @@ Sources (torch 2.x):
 - The static backend's rank-0 TCPStore listens on --master-port; a port in use fails it with EADDRINUSE
   ("The server socket has failed to listen on any local network address").
 - DeepSpeed's runner: --master_port defaults to 29500 (TORCH_DISTRIBUTED_DEFAULT_PORT).
+- accelerate/commands/launch.py: --main_process_port defaults to 29500; a port in use stops the launch with
+  ConnectionError, and 0 picks the next open port on a single node.
 - Lightning's SLURMEnvironment takes MASTER_PORT from the environment, else 15000 + the job id's last 4 digits;
   a program with init_process_group("env://") reads MASTER_PORT.
 SLURM shares a node between jobs unless the job asks for it whole (sbatch --exclusive; --exclusive=user or =mcs
@@ -176,6 +178,14 @@ def _fix(sb, launch, nodes, shape, how: str) -> Fix:
             f"--rdzv-endpoint=localhost:0 (line {launch.line})",
             Safety.SAFE,
             (Action(ActionKind.OVERRIDE_SET, sb.path, value="localhost:0", key="rdzv-endpoint"),),
+        )
+    if launch.launcher == "accelerate" and one_launcher:
+        # accelerate/commands/launch.py: "To automatically use the next open port (on a single node), you can set
+        # this to `0`"
+        return Fix(
+            f"Let accelerate pick a free port on this one node: --main_process_port=0 (line {launch.line})",
+            Safety.SAFE,
+            (Action(ActionKind.OVERRIDE_SET, sb.path, value="0", key="main_process_port"),),
         )
     if how.startswith("export MASTER_PORT"):
         # computed once in the batch shell and inherited by every task: all ranks agree on it

@@ -67,6 +67,8 @@ def test_026_fixes_fit_the_launcher():
     )
     # several nodes: they usually hold their GPUs whole; the fixed port is said, not warned
     assert multi.severity is Severity.PASS and "fixed port 29500" in multi.message
+    acc = one(sb_run("GD-SLURM-026", "#SBATCH --gres=gpu:4\naccelerate launch --main_process_port 29500 t.py\n"))
+    assert acc.fix.safety is Safety.SAFE and acc.fix.actions[0].value == "0"
     exported = one(sb_run("GD-SLURM-026", "#SBATCH --gres=gpu:4\nexport MASTER_PORT=6000\nsrun python t.py\n"))
     assert exported.fix.safety is Safety.SAFE and exported.fix.actions[0].kind is ActionKind.EXPORT_SET
 
@@ -156,3 +158,23 @@ def test_every_new_check_skips_outside_slurm_and_without_a_script(check_id):
     from tests.factsutil import make_facts, severity
 
     assert severity(check_id, make_facts(patch={"slurm": {"in_job": False, "version": "22.05.8"}})) is Severity.SKIP
+
+
+def test_027_inside_a_torchrun_worker_reads_local_world_size():
+    from tests.factsutil import make_facts, run
+
+    env = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NTASKS": "1",
+        "SLURM_TASKS_PER_NODE": "1",
+        "SLURM_GPUS_ON_NODE": "2",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "TORCHELASTIC_RUN_ID": "x",
+        "GROUP_RANK": "0",
+        "LOCAL_WORLD_SIZE": "4",
+    }
+    slurm = {"in_job": True, "version": "22.05.8", "job": None, "packages": {}}
+    assert one(run("GD-SLURM-027", make_facts(env=env, patch={"slurm": slurm}))).severity is Severity.FAIL
+    env["LOCAL_WORLD_SIZE"] = "2"
+    assert one(run("GD-SLURM-027", make_facts(env=env, patch={"slurm": slurm}))).severity is Severity.PASS
