@@ -233,11 +233,13 @@ def _unknown_directives(sb) -> tuple[list[str], list[str]]:
     for u in sb.unknown_directives if sb is not None else ():
         for opt in u.options:
             meant = close_option(opt)
-            if not opt.startswith("-"):  # `#SBATCHx`, `#SBATCH -N 2 extra`: a word that is no option at all
-                typos.append(
-                    f"line {u.line}: '{opt}' is not an option; sbatch refuses the script ('Invalid directive found "
-                    f"in batch script: {opt}')"
+            if not re.fullmatch(r"--?[A-Za-z][\w.-]*(=.*)?", opt, re.S):  # `#SBATCHx`, `#SBATCH =====`: no option
+                said = (
+                    f"unrecognized option '{opt}'"
+                    if opt.startswith("-")
+                    else f"Invalid directive found in batch script: {opt}"
                 )
+                typos.append(f"line {u.line}: '{opt}' is not an option; sbatch refuses the script ('{said}')")
             elif meant:
                 typos.append(
                     f"line {u.line}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script"

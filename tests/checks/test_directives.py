@@ -83,3 +83,11 @@ def test_025_lines_a_stray_bang_hides_are_scanned_as_the_repaired_header_would_b
     ]
     f = one(sb_run("GD-SLURM-025", sb))
     assert f.severity is Severity.FAIL and "line(s) 5:" in f.message  # its only GPU request is hidden
+
+
+def test_001_banner_lines_on_the_directive_marker_are_refused():
+    for line, said in (("#SBATCH ==========", "Invalid directive"), ("#SBATCH ----------", "unrecognized option")):
+        f = one(sb_run("GD-SLURM-001", f"{line}\n#SBATCH --gres=gpu:1\nsrun python t.py\n"))
+        assert f.severity is Severity.WARN and said in f.message and "refuses" in f.message
+    prose = one(sb_run("GD-SLURM-001", "#SLURM settings below\n#SBATCH --gres=gpu:1\nsrun python t.py\n"))
+    assert "Invalid directive found in batch script: settings" in prose.message
