@@ -91,6 +91,9 @@ def launcher_ranks_exceed_task_gpus(facts, ctx):
         return skip("the GPUs per task or the workers per task are not known", **ev)
     if gpus == 0:
         return skip("the job requests no GPU (GD-SLURM-003)", **ev)
+    if shape.tasks_here and shape.tasks_here > 1 and shape.srun_launch is not False:
+        # several launchers on a node, each starting its workers: GD-SLURM-009 names that (one cause, one finding)
+        return skip(f"{shape.tasks_here} {shape.launcher} launchers per node: judged by GD-SLURM-009", **ev)
     written = _explicit_count(shape, launch)
     if per_task <= gpus or written is None:
         return passed(f"{shape.launcher} starts {per_task} worker(s) per task on {gpus} GPU(s)", **ev)

@@ -432,6 +432,7 @@ def allocated_gpus_left_idle(facts, ctx):
         want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
+        fix = _gpu_lookalike_repair(ctx.sbatch) or fix  # the request the user wrote, made readable (GD-SLURM-025)
         msg = (
             f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or "
             "--gpus-per-task): the job will run without one" + _unread_gpu_directives(ctx.sbatch)
@@ -1093,7 +1094,7 @@ def _unread_gpu_directives(sb) -> str:
     for d in sb.late_directives:
         if _GPU_OPTION.search(" " + d.text):
             parts.append(f"line {d.line} ({d.text}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
-    for d in sb.commented_directives:
+    for d in sb.commented_directives:  # '##SBATCH' / '# SBATCH' / '  #SBATCH' (GD-SLURM-025 names each slip)
         if _GPU_OPTION.search(" " + d.text):
             how = (
                 "is indented: sbatch reads only lines that begin with #SBATCH"
@@ -1102,6 +1103,28 @@ def _unread_gpu_directives(sb) -> str:
             )
             parts.append(f"line {d.line} ({d.text}) {how}")
     return "; " + "; ".join(parts) if parts else ""
+
+
+def _gpu_lookalike_repair(sb) -> Fix | None:
+    """The repair of header lines that ask for GPUs but that sbatch does not read (`# SBATCH --gres=gpu:4`,
+    `!#SBATCH ...` hiding the request below it): the GPUs the user asked for, not a count guessed here."""
+    if sb is None or not sb.path:
+        return None
+    gpu = ("gres", "gpus", "gpus-per-node", "gpus-per-task")
+    late = {d.line: d.text for d in sb.late_directives}
+    lines = [
+        la
+        for la in getattr(sb, "lookalike_directives", ())
+        if la.repairable
+        and (any(k in gpu for k, _ in la.options) or any(_GPU_OPTION.search(" " + late.get(n, "")) for n in la.hides))
+    ]
+    if not lines:
+        return None
+    return Fix(
+        "Make sbatch read the GPU request written: " + "; ".join(f"line {la.line} as `{la.repaired}`" for la in lines),
+        Safety.UNSAFE,  # sbatch then reads a resource request
+        tuple(Action(ActionKind.DIRECTIVE_REPAIR, sb.path, value=la.text) for la in lines),
+    )
 
 
 def _tasks_bound_to_own_gpus(shape: JobShape) -> bool:

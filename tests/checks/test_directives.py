@@ -91,3 +91,13 @@ def test_001_banner_lines_on_the_directive_marker_are_refused():
         assert f.severity is Severity.WARN and said in f.message and "refuses" in f.message
     prose = one(sb_run("GD-SLURM-001", "#SLURM settings below\n#SBATCH --gres=gpu:1\nsrun python t.py\n"))
     assert "Invalid directive found in batch script: settings" in prose.message
+
+
+def test_003_restores_the_gpu_request_the_user_wrote():
+    f = one(sb_run("GD-SLURM-003", "#SBATCH -N 1\n# SBATCH --gres=gpu:4\nsrun python t.py\n"))
+    assert f.severity is Severity.FAIL
+    assert [(a.kind, a.value) for a in f.fix.actions] == [(ActionKind.DIRECTIVE_REPAIR, "# SBATCH --gres=gpu:4")]
+    hidden = one(
+        sb_run("GD-SLURM-003", "#SBATCH -N 1\n!#SBATCH --signal=USR1@60\n#SBATCH --gpus=2\nsrun python t.py\n")
+    )
+    assert hidden.fix.actions[0].value == "!#SBATCH --signal=USR1@60"

@@ -178,3 +178,9 @@ def test_027_inside_a_torchrun_worker_reads_local_world_size():
     assert one(run("GD-SLURM-027", make_facts(env=env, patch={"slurm": slurm}))).severity is Severity.FAIL
     env["LOCAL_WORLD_SIZE"] = "2"
     assert one(run("GD-SLURM-027", make_facts(env=env, patch={"slurm": slurm}))).severity is Severity.PASS
+
+
+def test_027_leaves_several_launchers_per_node_to_009():
+    text = "#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-task=1\nsrun torchrun --nproc_per_node=4 t.py\n"
+    assert one(sb_run("GD-SLURM-027", text)).severity is Severity.SKIP
+    assert one(sb_run("GD-SLURM-009", text)).severity is Severity.FAIL
