@@ -101,3 +101,13 @@ def test_003_restores_the_gpu_request_the_user_wrote():
         sb_run("GD-SLURM-003", "#SBATCH -N 1\n!#SBATCH --signal=USR1@60\n#SBATCH --gpus=2\nsrun python t.py\n")
     )
     assert hidden.fix.actions[0].value == "!#SBATCH --signal=USR1@60"
+
+
+def test_every_action_kind_is_in_the_report_schema():
+    import json
+    from pathlib import Path
+
+    schema = json.loads((Path(__file__).parents[2] / "docs" / "report.schema.json").read_text())
+    text = json.dumps(schema)
+    missing = [k.value for k in ActionKind if f'"{k.value}"' not in text]
+    assert missing == [], f"docs/report.schema.json lacks the action kind(s) {missing}"
