@@ -116,7 +116,8 @@ def launcher_ranks_exceed_task_gpus(facts, ctx):
     return fail(
         f"{where}: {shape.launcher} starts {per_task} worker(s) per task ({written}) but each task sees {gpus} "
         f"GPU(s): ranks {gpus}..{per_task - 1} of every node die at torch.cuda.set_device(LOCAL_RANK) "
-        "('CUDA error: invalid device ordinal'), or NCCL refuses two ranks on one GPU",
+        "('CUDA error: invalid device ordinal'), or NCCL refuses two ranks on one GPU (unless the workers do not "
+        "use CUDA)",
         fix,
         **ev,
     )
@@ -247,7 +248,7 @@ def gpus_total_split_unevenly_over_nodes(facts, ctx):
         )
         if fixed:
             return fail(f"{msg}, but {fixed}", fix, **ev)
-        return info(f"{msg}; {FOLLOWS_EACH_NODE}", fix, **ev)
+        return info(f"{msg}; {_follows(shape)}", fix, **ev)
     per = total.count // nodes
     fix = Fix(
         f"Ask for {per} GPU(s) on every node: --gpus-per-node={typed}{per} instead of --gpus={total_text}",
@@ -263,14 +264,17 @@ def gpus_total_split_unevenly_over_nodes(facts, ctx):
     )
     if fixed:
         return warn(f"{msg}, but {fixed}: a node with fewer GPUs fails at set_device", fix, **ev)
-    return info(f"{msg}; {FOLLOWS_EACH_NODE}", fix, **ev)
+    return info(f"{msg}; {_follows(shape)}", fix, **ev)
 
 
-# torch/distributed/elastic/agent/server/api.py, _assign_worker_ranks: agents with different local world sizes
-FOLLOWS_EACH_NODE = (
-    "the workers per node follow each node's GPUs here (torchrun's elastic agent ranks unequal nodes), so it runs, "
-    "with more ranks on some nodes than on others"
-)
+def _follows(shape: JobShape | None) -> str:
+    if shape is not None and shape.launcher in ("torchrun", "torch.distributed.launch"):
+        # torch/distributed/elastic/agent/server/api.py, _assign_worker_ranks: agents of unequal local world sizes
+        return (
+            "torchrun's workers follow each node's GPUs here and its elastic agent ranks unequal nodes, so it runs, "
+            "with more ranks on some nodes than on others"
+        )
+    return "how the program copes with unequal GPUs per node is not known here"
 
 
 def _fixed_workers_per_node(shape: JobShape | None, launch) -> str | None:
