@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor.job.shape import job_shape
-from gpudoctor.model import Action, ActionKind, Fix, Safety, manual, passed, skip, warn
+from gpudoctor.model import Action, ActionKind, Fix, Safety, info, manual, passed, skip, warn
 from gpudoctor.registry import check
 
 TORCH_LAUNCHERS = ("torchrun", "torch.distributed.launch")
@@ -35,6 +35,9 @@ C10D_DEFAULT_PORT = 29400
 # A port every task of the job agrees on (SLURM_JOB_ID is the same in all of them) and two jobs rarely share.
 JOB_PORT = "$((20000 + SLURM_JOB_ID % 10000))"
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+# 8 GPUs per node is the most mainstream GPU servers have (HGX/DGX): a job holding 8 per node leaves no GPU on
+# them for another training job to land beside it.
+WHOLE_GPU_NODE = 8
 
 
 def _literal_port(text: str | None) -> int | None:
@@ -99,7 +102,8 @@ def _fixed_rendezvous(launch, exports) -> tuple[int, str, bool] | None:
     "default 29500, "
     "accelerate --main_process_port, or an exported MASTER_PORT under srun -- in a job that does not ask for its "
     "nodes whole (#SBATCH --exclusive). torchrun --standalone (a free port) and ports derived from SLURM_JOB_ID pass; "
-    "on several nodes (which usually hold their GPUs whole) a fixed port is named in the pass message.",
+    "on several nodes (which usually hold their GPUs whole) a fixed port is named in the pass message, and a c10d "
+    "rendezvous id every run shares is a note unless the job holds 8 GPUs per node.",
     why="Two jobs on one node that listen on the same port collide: torch's c10d rendezvous, finding the port taken, "
     "connects to the other job's store and, under the same --rdzv-id, joins or breaks that job's rendezvous; the "
     "static rendezvous (and DeepSpeed's, and env://) fails with EADDRINUSE. Jobs asking for fewer than all of a "
@@ -125,9 +129,23 @@ def rendezvous_port_fixed_on_shared_node(facts, ctx):
     port, how, same_id = fixed
     shape = job_shape(facts, ctx)
     nodes = shape.nodes if shape is not None else None
+    c10d = how.startswith("--rdzv-endpoint")
     if nodes is None or nodes > 1:
         # A multi-node GPU job usually holds its nodes' GPUs, so no other training job lands beside it; the node
-        # size that would tell is not in the script. Said, not warned.
+        # size that would tell is not in the script. Said, not warned; a rendezvous id every job shares is a note,
+        # since it is what turns a shared port into one job joining another's rendezvous.
+        gpus = shape.gpus_per_node if shape is not None else None
+        if c10d and same_id and not (gpus and gpus >= WHOLE_GPU_NODE):
+            return info(
+                f"line {launch.line}: the rendezvous listens on fixed port {port} ({how}) with an id every run of "
+                "this script shares: should another job on the first node use the same port and id, the two join "
+                "one rendezvous; fine while the job holds that node's GPUs alone",
+                manual(
+                    "Give each job its own rendezvous id (and port)",
+                    f'--rdzv-id="$SLURM_JOB_ID" --rdzv-endpoint="$MASTER_ADDR:{JOB_PORT}"',
+                ),
+                port=port,
+            )
         return passed(
             f"line {launch.line}: the rendezvous listens on fixed port {port} ({how}) on the first node: fine while "
             "no other job on that node uses the port; a job sharing its node should derive the port from "
@@ -139,7 +157,6 @@ def rendezvous_port_fixed_on_shared_node(facts, ctx):
         if exclusive
         else "the job does not ask for its node(s) whole (no --exclusive)"
     )
-    c10d = how.startswith("--rdzv-endpoint")
     if c10d and same_id:
         effect = (
             "when another job on the node listens there first, this job's agent becomes a client of that job's store "

@@ -184,3 +184,11 @@ def test_027_leaves_several_launchers_per_node_to_009():
     text = "#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-task=1\nsrun torchrun --nproc_per_node=4 t.py\n"
     assert one(sb_run("GD-SLURM-027", text)).severity is Severity.SKIP
     assert one(sb_run("GD-SLURM-009", text)).severity is Severity.FAIL
+
+
+def test_026_several_nodes_with_an_id_every_run_shares_is_a_note_unless_they_hold_8_gpus():
+    line = "srun torchrun --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=$HEAD:29500 --rdzv_id=7 t.py\n"
+    head = "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:{g}\n"
+    note = one(sb_run("GD-SLURM-026", head.format(g=2) + line))
+    assert note.severity is Severity.INFO and "SLURM_JOB_ID" in note.fix.actions[0].target
+    assert one(sb_run("GD-SLURM-026", head.format(g=8) + line)).severity is Severity.PASS
