@@ -205,11 +205,11 @@ def _fix(sb, launch, nodes, shape, how: str) -> Fix:
             (Action(ActionKind.OVERRIDE_SET, sb.path, value="0", key="main_process_port"),),
         )
     if how.startswith("export MASTER_PORT"):
-        # computed once in the batch shell and inherited by every task: all ranks agree on it
-        return Fix(
-            f"Derive MASTER_PORT from the job: export MASTER_PORT={JOB_PORT}",
-            Safety.SAFE,
-            (Action(ActionKind.EXPORT_SET, sb.path, value=JOB_PORT, key="MASTER_PORT"),),
+        # computed once in the batch shell and inherited by every task: all ranks agree on it. A manual step: the
+        # script editors write a value as its literal bytes (gpudoctor.shellquote), never an arithmetic expansion.
+        return manual(
+            f"Derive MASTER_PORT from the job (line {how.split('line ')[-1].split(')')[0]})",
+            f"export MASTER_PORT={JOB_PORT}",
         )
     if launch.launcher in TORCH_LAUNCHERS and one_launcher:
         command = "torchrun" if launch.launcher == "torchrun" else "python -m torch.distributed.launch"

@@ -70,7 +70,8 @@ def test_026_fixes_fit_the_launcher():
     acc = one(sb_run("GD-SLURM-026", "#SBATCH --gres=gpu:4\naccelerate launch --main_process_port 29500 t.py\n"))
     assert acc.fix.safety is Safety.SAFE and acc.fix.actions[0].value == "0"
     exported = one(sb_run("GD-SLURM-026", "#SBATCH --gres=gpu:4\nexport MASTER_PORT=6000\nsrun python t.py\n"))
-    assert exported.fix.safety is Safety.SAFE and exported.fix.actions[0].kind is ActionKind.EXPORT_SET
+    assert exported.fix.safety is Safety.MANUAL  # an arithmetic expansion: the user writes it
+    assert exported.fix.actions[0].target == "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))"
 
 
 # ---------------------------------------------------------------- GD-SLURM-027
