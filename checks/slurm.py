@@ -233,7 +233,14 @@ def _unknown_directives(sb) -> tuple[list[str], list[str]]:
     for u in sb.unknown_directives if sb is not None else ():
         for opt in u.options:
             meant = close_option(opt)
-            if meant:
+            if not re.fullmatch(r"--?[A-Za-z][\w.-]*(=.*)?", opt, re.S):  # `#SBATCHx`, `#SBATCH =====`: no option
+                said = (
+                    f"unrecognized option '{opt}'"
+                    if opt.startswith("-")
+                    else f"Invalid directive found in batch script: {opt}"
+                )
+                typos.append(f"line {u.line}: '{opt}' is not an option; sbatch refuses the script ('{said}')")
+            elif meant:
                 typos.append(
                     f"line {u.line}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script"
                 )
@@ -425,6 +432,7 @@ def allocated_gpus_left_idle(facts, ctx):
         want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
+        fix = _gpu_lookalike_repair(ctx.sbatch) or fix  # the request the user wrote, made readable (GD-SLURM-025)
         msg = (
             f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or "
             "--gpus-per-task): the job will run without one" + _unread_gpu_directives(ctx.sbatch)
@@ -490,7 +498,7 @@ def allocated_gpus_left_idle(facts, ctx):
             fix,
             **ev,
         )
-    more = " (more processes than GPUs: see GD-SLURM-002 and GD-SLURM-009)" if ranks > gpus else ""
+    more = " (more processes than GPUs: see GD-SLURM-002, GD-SLURM-009 and GD-SLURM-027)" if ranks > gpus else ""
     return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s); {why}){more}", **ev)
 
 
@@ -1093,7 +1101,7 @@ def _unread_gpu_directives(sb) -> str:
     for d in sb.late_directives:
         if _GPU_OPTION.search(" " + d.text):
             parts.append(f"line {d.line} ({d.text}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
-    for d in sb.commented_directives:
+    for d in sb.commented_directives:  # '##SBATCH' / '# SBATCH' / '  #SBATCH' (GD-SLURM-025 names each slip)
         if _GPU_OPTION.search(" " + d.text):
             how = (
                 "is indented: sbatch reads only lines that begin with #SBATCH"
@@ -1102,6 +1110,28 @@ def _unread_gpu_directives(sb) -> str:
             )
             parts.append(f"line {d.line} ({d.text}) {how}")
     return "; " + "; ".join(parts) if parts else ""
+
+
+def _gpu_lookalike_repair(sb) -> Fix | None:
+    """The repair of header lines that ask for GPUs but that sbatch does not read (`# SBATCH --gres=gpu:4`,
+    `!#SBATCH ...` hiding the request below it): the GPUs the user asked for, not a count guessed here."""
+    if sb is None or not sb.path:
+        return None
+    gpu = ("gres", "gpus", "gpus-per-node", "gpus-per-task")
+    late = {d.line: d.text for d in sb.late_directives}
+    lines = [
+        la
+        for la in getattr(sb, "lookalike_directives", ())
+        if la.repairable
+        and (any(k in gpu for k, _ in la.options) or any(_GPU_OPTION.search(" " + late.get(n, "")) for n in la.hides))
+    ]
+    if not lines:
+        return None
+    return Fix(
+        "Make sbatch read the GPU request written: " + "; ".join(f"line {la.line} as `{la.repaired}`" for la in lines),
+        Safety.UNSAFE,  # sbatch then reads a resource request
+        tuple(Action(ActionKind.DIRECTIVE_REPAIR, sb.path, value=la.text) for la in lines),
+    )
 
 
 def _tasks_bound_to_own_gpus(shape: JobShape) -> bool:
@@ -1274,8 +1304,18 @@ def sbatch_directive_after_first_command(facts, ctx):
         tuple(Action(ActionKind.SBATCH_HOIST, path, value=d.text) for d in late),
     )
     sev = fail if important else warn
+    first = ctx.sbatch.first_command_line
+    stray = next((la for la in ctx.sbatch.lookalike_directives if la.form == "command" and la.line == first), None)
+    cause = (
+        f" (the first command is line {first}, `{stray.text}`: a directive with a stray character before "
+        "#SBATCH, see GD-SLURM-025)"
+        if stray
+        else ""
+    )
     return sev(
-        f"sbatch ignores {len(late)} #SBATCH line(s) below the first command: " + "; ".join(lines), fix, ignored=lines
+        f"sbatch ignores {len(late)} #SBATCH line(s) below the first command{cause}: " + "; ".join(lines),
+        fix,
+        ignored=lines,
     )
 
 

@@ -163,6 +163,18 @@ def hoist_directive(text: str, directive: str) -> str:
     return text[:at] + line + text[at:]
 
 
+def repair_directive(text: str, line_text: str) -> str:
+    """`!#SBATCH --signal=USR1@90`, `# SBATCH ...`, `#SBATCh ...`, `  #SBATCH ...` -> `#SBATCH ...`: the marker of a
+    header line that looks like a directive (the reader's lookalike_directives) rewritten, its options and comment
+    kept as written."""
+    script = _parse(text)
+    _single(script)
+    found = next((la for la in script.lookalike_directives if la.text == line_text and la.repairable), None)
+    if found is None:
+        raise EditError(f"no header line {line_text.strip()!r} that looks like an #SBATCH directive")
+    return text[: found.marker.start] + "#SBATCH" + text[found.marker.end :]
+
+
 # ---------------------------------------------------------------- the launch line and exports
 
 

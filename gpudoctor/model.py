@@ -67,6 +67,7 @@ class ActionKind(str, enum.Enum):
     SBATCH_REMOVE = "sbatch_remove"  # target: batch script; key: long #SBATCH option to drop
     SBATCH_RENAME = "sbatch_rename"  # target: batch script; key: an unknown option as written; value: the one meant
     SBATCH_HOIST = "sbatch_hoist"  # target: batch script; value: the text of an #SBATCH line below the first command
+    DIRECTIVE_REPAIR = "directive_repair"  # target: batch script; value: a header line like #SBATCH that sbatch skips
     CONTINUATION_REPAIR = "continuation_repair"  # target: batch script; value: a line ending `\    # note`, as written
     SRUN_PREFIX = "srun_prefix"  # target: batch script; value: srun options ("" for none) put before the launch
     EXPORT_SET = "export_set"  # target: batch script; key: variable; value: its value (before the launch line)

@@ -32,6 +32,8 @@ def _action_span(action, script):
         return next((u.span for u in script.unknown_directives if action.key in u.options), None)
     if kind is ActionKind.SBATCH_HOIST:
         return next((d.span for d in script.late_directives if d.text == action.value), None)
+    if kind is ActionKind.DIRECTIVE_REPAIR:
+        return next((la.marker for la in script.lookalike_directives if la.text == action.value), None)
     if kind is ActionKind.CONTINUATION_REPAIR:
         return next((b.backslash for b in script.broken_continuations if b.text == action.value), None)
     if kind is ActionKind.EXPORT_REMOVE:

@@ -57,6 +57,7 @@ FILE_EDITS = frozenset(
         ActionKind.OVERRIDE_SET,
         ActionKind.SBATCH_RENAME,
         ActionKind.CONTINUATION_REPAIR,
+        ActionKind.DIRECTIVE_REPAIR,
     }
 )
 DEFAULT_EVIDENCE_LINES = 2
@@ -165,6 +166,8 @@ def action_lines(fix: Fix) -> list[str]:
             out.append(f"{a.target}: #SBATCH {a.key} -> --{a.value}")
         elif kind is ActionKind.CONTINUATION_REPAIR:
             out.append(f"{a.target}: nothing after the backslash of `{a.value}` (its comment moves above the command)")
+        elif kind is ActionKind.DIRECTIVE_REPAIR:
+            out.append(f"{a.target}: write `{a.value}` as an #SBATCH directive")
         else:  # a kind added later: its raw form rather than nothing
             out.append(f"{kind.value} {a.target} {a.key or ''} {a.value if a.value is not None else ''}".strip())
     return out

@@ -276,3 +276,18 @@ def test_a_refused_fix_names_the_new_problem_without_cutting_a_word():
     kept, why = judge(target, [target], after)
     assert not kept and why.startswith("it would cause GD-SLURM-008 warn: 8 CPU(s) per task")
     assert why.endswith(" ...") and why[: -len(" ...")].split()[-1] in workers.split()
+
+
+def test_repair_directive_rewrites_only_the_marker():
+    from gpudoctor.fixes.sbatch_edit import EditError, repair_directive
+
+    text = "#!/bin/bash\n#SBATCH -N1\n!#SBATCH --signal=USR1@90  # note\n  #SBATCH -c 4\n##SBATCH -t 5\npython t.py\n"
+    out = repair_directive(text, "!#SBATCH --signal=USR1@90  # note")
+    out = repair_directive(out, "  #SBATCH -c 4")
+    assert (
+        out == "#!/bin/bash\n#SBATCH -N1\n#SBATCH --signal=USR1@90  # note\n#SBATCH -c 4\n##SBATCH -t 5\npython t.py\n"
+    )
+    import pytest
+
+    with pytest.raises(EditError):
+        repair_directive(out, "##SBATCH -t 5")  # switched off on purpose: never repaired

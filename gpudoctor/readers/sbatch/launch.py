@@ -345,6 +345,8 @@ def _torchrun(args: list[str]) -> dict:
         "rdzv_backend": opts.get("rdzv-backend"),
         "rdzv_endpoint": opts.get("rdzv-endpoint"),
         "node_rank": opts.get("node-rank"),
+        "master_port": opts.get("master-port"),
+        "rdzv_id": opts.get("rdzv-id"),
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }
@@ -379,6 +381,7 @@ def _accelerate(args: list[str]) -> dict:
         "node_rank": opts.get("machine-rank"),
         "rdzv_backend": opts.get("rdzv-backend"),
         "config_file": opts.get("config-file"),
+        "master_port": opts.get("main-process-port"),
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }
@@ -417,6 +420,8 @@ def _deepspeed(args: list[str]) -> dict:
         "nproc_per_node": opts.get("num-gpus"),
         "nnodes": opts.get("num-nodes"),
         "deepspeed_launcher": opts.get("launcher"),
+        "hostfile": opts.get("hostfile"),
+        "master_port": opts.get("master-port"),
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }

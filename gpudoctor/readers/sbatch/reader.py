@@ -26,6 +26,7 @@ from types import MappingProxyType
 from gpudoctor.readers import slurmfmt
 from gpudoctor.readers.sbatch import names
 from gpudoctor.readers.sbatch.launch import command_environment, describe_launch, side_step, trains
+from gpudoctor.readers.sbatch.lookalike import find_lookalikes
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
     Assignment,
@@ -182,23 +183,23 @@ def _header(src: Source, path: str):
     text = src.text
     for lineno, raw in enumerate(text.split("\n"), 1):
         start, offset = offset, offset + len(raw) + 1
-        if first_command is not None and not raw.startswith("#SBATCH"):
+        marker = directive_marker(raw)
+        if first_command is not None and marker is None:
             continue  # below the first command only #SBATCH lines matter (sbatch ignores them)
         stripped = redact(raw.strip())  # shown in findings: a credential in `--export=...,TOKEN=x` never is
         line_span = src.span(start, start + len(raw))
-        if raw.startswith("#SBATCH"):
+        if marker is not None:
             entry = ScriptLine(lineno, stripped, line_span)
             if first_command is not None:
                 late.append(entry)
                 continue
-            rest = raw[len("#SBATCH") :]
-            if rest and not rest[0].isspace():
-                unknown.append(entry)  # '#SBATCHx' is a comment to sbatch
-                continue
+            rest = raw[len(marker) :]
+            # sbatch splits what follows the marker into words whether or not a blank comes first:
+            # `#SBATCH--time=1:00` is read, `#SBATCHx` makes it refuse the script ("Invalid directive ... x")
             if rest.split()[:1] in (["hetjob"], ["packjob"]):  # the next component of a heterogeneous job
                 components.append([])
                 continue
-            directives, bad = _directive_line(src, lineno, start + len("#SBATCH"), rest, raw, line_span, path)
+            directives, bad = _directive_line(src, lineno, start + len(marker), rest, raw, line_span, path)
             components[-1].extend(directives)
             if bad:
                 unknown.append(ScriptLine(lineno, stripped, line_span, tuple(bad)))
@@ -210,6 +211,16 @@ def _header(src: Source, path: str):
         if first_command is None:
             first_command = start
     return components, unknown, late, commented, first_command
+
+
+# The words sbatch takes as directives at the very start of a line (src/sbatch/opt.c, _opt_batch_script,
+# case-sensitive xstrncmp); #SLURM is still read in 22.05 and later, with "error: Change from #SLURM to #SBATCH".
+DIRECTIVE_MARKERS = ("#SBATCH", "#SLURM")
+
+
+def directive_marker(raw: str) -> str | None:
+    """The directive word a line starts with, as sbatch matches it; None for any other line."""
+    return next((m for m in DIRECTIVE_MARKERS if raw.startswith(m)), None)
 
 
 def _directive_words(rest: str) -> list[Token]:
@@ -543,6 +554,9 @@ def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
         rdzv_endpoint=desc.get("rdzv_endpoint"),
         config_file=desc.get("config_file"),
         deepspeed_launcher=desc.get("deepspeed_launcher"),
+        hostfile=opt("hostfile"),
+        master_port=opt("master_port"),
+        rdzv_id=opt("rdzv_id"),
         lightning=MappingProxyType(dict(light)) if light else None,
         inline=bool(desc.get("inline")),
         gpudoctor=bool(desc.get("gpudoctor")),
@@ -617,6 +631,7 @@ def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] |
         unknown_directives=tuple(unknown),
         late_directives=tuple(late),
         commented_directives=tuple(commented),
+        lookalike_directives=tuple(find_lookalikes(src)),
         assignments=tuple(body.assignments),
         launches=tuple(launches),
         launch=launch,

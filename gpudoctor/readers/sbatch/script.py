@@ -105,6 +105,9 @@ class Launch:
     rdzv_endpoint: str | None = None
     config_file: str | None = None
     deepspeed_launcher: str | None = None
+    hostfile: str | None = None  # deepspeed --hostfile
+    master_port: str | None = None  # --master-port (torchrun, torch.distributed.launch, deepspeed), --main_process_port
+    rdzv_id: str | None = None  # torchrun --rdzv-id
     lightning: Mapping[str, str | bool] | None = None  # trainer.devices/num_nodes/... on the line
     inline: bool = False  # python -c '...'
     gpudoctor: bool = False  # a gpudoctor preflight
@@ -166,6 +169,7 @@ class BatchScript:
     unknown_directives: tuple[ScriptLine, ...] = ()
     late_directives: tuple[ScriptLine, ...] = ()  # #SBATCH below the first command: sbatch ignores them
     commented_directives: tuple[ScriptLine, ...] = ()  # '##SBATCH' / '# SBATCH' / '  #SBATCH'
+    lookalike_directives: tuple = ()  # lookalike.LookalikeDirective: header lines like #SBATCH that sbatch skips
     assignments: tuple[Assignment, ...] = ()
     launches: tuple[Launch, ...] = ()
     launch: Launch | None = None  # the training launch
