@@ -21,8 +21,10 @@ def line(name: str, value: str | None) -> str | None:
 
 
 def lines(changes: dict[str, str | None]) -> list[str]:
+    """The exports first, then the unsets (each sorted by name): a Reference reads the environment that was
+    judged, before any variable the same plan unsets is gone."""
     out = []
-    for name, value in sorted(changes.items()):
+    for name, value in sorted(changes.items(), key=lambda kv: (kv[1] is None, kv[0])):
         text = line(name, value)
         if text is not None:
             out.append(text)

@@ -10,6 +10,7 @@ the input, non-UTF-8 bytes and control characters included.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -258,17 +259,16 @@ def test_a_value_gpudoctor_only_saw_redacted_is_never_written_as_the_blank(tmp_p
     with the blank, so the rename is a manual step in which the shell copies its own bytes."""
     value = "user:pass@host"
     env = clean_env({"NCCL_ASYNC_ERROR_HANDLING": value}, drop=("TORCH_NCCL_", "ENABLE_NCCL"))
-    fix = _gpudoctor("fix", "--select", "distributed", "--shell")
-    got = _read_back(f'eval "$({fix})"', ["TORCH_NCCL_ASYNC_ERROR_HANDLING"], env, tmp_path)
-    assert got == [b"<unset>"]  # nothing written for it
     r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "fix", "--select", "distributed"],
+        [sys.executable, "-m", "gpudoctor", "fix", "--select", "distributed", "--json"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
+    plan = json.loads(r.stdout)
+    assert plan["shell"] == [] and plan["env"] == [] and "user:pass" not in r.stdout + r.stderr
     command = 'export TORCH_NCCL_ASYNC_ERROR_HANDLING="$NCCL_ASYNC_ERROR_HANDLING"; unset NCCL_ASYNC_ERROR_HANDLING'
-    assert command in r.stdout and "user:pass" not in r.stdout + r.stderr, r.stdout
+    assert [m["commands"] for m in plan["manual"]] == [[command]]
     assert _read_back(command, ["TORCH_NCCL_ASYNC_ERROR_HANDLING"], env, tmp_path) == [value.encode()]

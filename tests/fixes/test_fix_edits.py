@@ -116,9 +116,9 @@ def test_shell_lines_quote_values_and_skip_bad_names():
     assert out == [
         "export A='x y'",
         'export B="$SLURM_CPUS_PER_TASK"',
-        "unset C",
         "export D='$(rm -rf ~)'",
         "export E='$SLURM_CPUS_PER_TASK'",
+        "unset C",  # after the exports: a reference reads the environment as it was judged
     ]
 
 
