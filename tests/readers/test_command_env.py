@@ -111,3 +111,11 @@ def test_script_arguments_without_a_script_are_a_usage_error(capsys):
 def test_an_empty_script_argument_hides_every_gpu():
     f = judge("GD-SLURM-010", "CUDA_VISIBLE_DEVICES=$1 python train.py\n", ())  # `sbatch job.slurm` with no ARGS
     assert f.severity is Severity.FAIL and "names no GPU" in f.message
+
+
+def test_shift_and_set_move_the_scripts_arguments():
+    body = 'module=$1\nshift\nroot=$1\nshift 1\nset -- extra "$@"\npython train.py --root $root "$@"\n'
+    sb = script(body, ("m", "r", "a"))
+    assert sb.launch.script_args == ("--root", "r", "extra", "a")
+    unknown = script("shift\npython train.py $1\n")  # arguments not given: still unknown after shift
+    assert unknown.launch.script_args == ("$1",)

@@ -458,7 +458,7 @@ class _Body:
 
     def _command(self, cmd) -> None:
         raw_words = [w.text for w in cmd.words]
-        joined = " ".join(raw_words)
+        joined = original = " ".join(raw_words)
         for name in self.arrays:  # "${CMD[@]}" is the array's words, each one word
             joined = joined.replace(f'"${{{name}[@]}}"', f"${{{name}[@]}}")
         if self.arguments is not None and "$" in joined:  # "$@": each argument one word (bash(1) "Special Parameters")
@@ -467,7 +467,7 @@ class _Body:
         expanded = self.expander.expand(joined, self.known, DEFERRED)
         line = self.src.position(cmd.start)[0]
         as_written = _one_line(self.src.text[cmd.start : cmd.end])
-        subs = [cmd] if expanded == joined else commands(tokenize(expanded))  # re-read only what expansion changed
+        subs = [cmd] if expanded == original else commands(tokenize(expanded))  # re-read only what expansion changed
         for sub in subs:
             tokens = self.branches.feed([unquote(w.text) for w in sub.words])
             if not tokens or not self.branches.may_run:
@@ -475,6 +475,8 @@ class _Body:
             if tokens[0] == "export":
                 for tok in tokens[1:]:
                     self._assign(tok, cmd, line, as_written, exported=True)
+                continue
+            if tokens[0] in ("shift", "set") and self.arguments is not None and self._positional(tokens):
                 continue
             if tokens[0] == "unset":
                 for tok in tokens[1:]:
@@ -498,6 +500,20 @@ class _Body:
                     self._assign(tok, cmd, line, as_written, exported=False)
                 continue
             self._launch(tokens, cmd, line, as_written)
+
+    def _positional(self, tokens: list[str]) -> bool:
+        """`shift [n]` and `set -- ARGS` change the script's arguments (bash(1) SHELL BUILTIN COMMANDS)."""
+        if tokens[0] == "shift":
+            n = int(tokens[1]) if len(tokens) > 1 and tokens[1].isdigit() and len(tokens[1]) < 6 else 1
+            self.arguments = (self.arguments or ())[n:] if n <= len(self.arguments or ()) else self.arguments
+        elif tokens[1:2] == ["--"]:
+            self.arguments = tuple(tokens[2:])
+        else:
+            return False
+        for name in POSITIONAL:
+            self.known.pop(name, None)
+        self.known.update(_positional(self.arguments))
+        return True
 
     def _assign(self, tok: str, cmd, line: int, as_written: str, exported: bool) -> None:
         m = _ASSIGN.match(tok)
