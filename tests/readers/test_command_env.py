@@ -119,3 +119,12 @@ def test_shift_and_set_move_the_scripts_arguments():
     assert sb.launch.script_args == ("--root", "r", "extra", "a")
     unknown = script("shift\npython train.py $1\n")  # arguments not given: still unknown after shift
     assert unknown.launch.script_args == ("$1",)
+
+
+def test_a_finding_about_a_prefix_variable_is_located_on_its_value(tmp_path, capsys):
+    job = tmp_path / "job.slurm"
+    job.write_text(HEADER + "TORCH_DISTRIBUTED_DEBUG=DETAIL srun python train.py\n")
+    main(["check", "--snapshot", SNAPSHOT, "--sbatch", str(job), "--select", "GD-ALLOC-006", "--json"])
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["severity"] == "warn"
+    assert (finding["location"]["line"], finding["location"]["column"]) == (5, len("TORCH_DISTRIBUTED_DEBUG=") + 1)
