@@ -128,3 +128,10 @@ def test_a_finding_about_a_prefix_variable_is_located_on_its_value(tmp_path, cap
     (finding,) = json.loads(capsys.readouterr().out)["findings"]
     assert finding["severity"] == "warn"
     assert (finding["location"]["line"], finding["location"]["column"]) == (5, len("TORCH_DISTRIBUTED_DEBUG=") + 1)
+
+
+def test_every_own_assignment_of_a_name_is_dropped_once():
+    text = HEADER + "export NCCL_DEBUG=INFO\nNCCL_DEBUG=INFO srun env NCCL_DEBUG=TRACE python t.py\n"
+    assert script(text[len(HEADER) :]).exports["NCCL_DEBUG"].value == "TRACE"  # env(1)'s, the last, wins
+    out = sbatch_edit.remove_export(text, "NCCL_DEBUG")
+    assert out.endswith("\nsrun env python t.py\n") and "export NCCL_DEBUG" not in out

@@ -583,8 +583,12 @@ class _Body:
         found, cleared = command_environment(tokens)
         span = self.src.span(cmd.start, cmd.end)
         out = []
+        used: set[int] = set()
         for _, name, value in found:
-            raw = next((w for w in cmd.words if w.text.startswith(f"{name}=")), None)
+            # the k-th `NAME=` word written is the k-th found (`A=1 srun env A=2 ...`: two words, two spans)
+            raw = next((w for w in cmd.words if w.text.startswith(f"{name}=") and w.start not in used), None)
+            if raw is not None:
+                used.add(raw.start)
             value_span = self.src.span(raw.start + len(name) + 1, raw.end) if raw is not None else None
             secret = is_credential_name(name) and value is not None
             shown = REDACTED if secret else None if value is None or len(value) > MAX_VALUE else value
