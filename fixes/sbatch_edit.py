@@ -252,12 +252,13 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
             text = text[:start] + text[end:]
         else:
             raise EditError(f"line {a.line} holds more than the export of {name}: edit it by hand")
-    if not changed:  # `NAME=value srun ...` / `env NAME=value ...`: the launch command's own assignment goes
-        _, launch = _launch(text)
-        for a in reversed([a for a in launch.env if a.name == name and not a.unset and a.value_span is not None]):
-            word_start = a.value_span.start - len(name) - 1
-            text = text[:word_start] + text[a.value_span.end :].lstrip(" \t")
-            changed = True
+    # `NAME=value srun ...` / `env NAME=value ...`: the launch command's own assignment goes too
+    _, launch = _launch(text)
+    spans = {a.value_span.start: a.value_span for a in launch.env if a.name == name and a.value_span and not a.unset}
+    for value_span in sorted(spans.values(), key=lambda sp: -sp.start):
+        word_start = value_span.start - len(name) - 1
+        text = text[:word_start] + text[value_span.end :].lstrip(" \t")
+        changed = True
     if inherited:
         _, launch = _launch(text)
         start, _ = _line_bounds(text, launch.span.start)

@@ -48,6 +48,9 @@ def _assignment_span(action, script):
     """A fix that sets or unsets a variable the script itself assigns: the problem is that assignment."""
     if ActionKind(action.kind) not in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
         return None
+    own = [a for a in (script.launch.env if script.launch is not None else ()) if a.name == action.target]
+    if own:  # `NAME=value srun ...`: the launch command's own value is the one the job gets
+        return own[-1].value_span or own[-1].span
     found = [a for a in script.assignments if a.name == action.target]
     return found[-1].span if found else None  # the last one is what the launch sees
 

@@ -111,3 +111,27 @@ def test_script_arguments_without_a_script_are_a_usage_error(capsys):
 def test_an_empty_script_argument_hides_every_gpu():
     f = judge("GD-SLURM-010", "CUDA_VISIBLE_DEVICES=$1 python train.py\n", ())  # `sbatch job.slurm` with no ARGS
     assert f.severity is Severity.FAIL and "names no GPU" in f.message
+
+
+def test_shift_and_set_move_the_scripts_arguments():
+    body = 'module=$1\nshift\nroot=$1\nshift 1\nset -- extra "$@"\npython train.py --root $root "$@"\n'
+    sb = script(body, ("m", "r", "a"))
+    assert sb.launch.script_args == ("--root", "r", "extra", "a")
+    unknown = script("shift\npython train.py $1\n")  # arguments not given: still unknown after shift
+    assert unknown.launch.script_args == ("$1",)
+
+
+def test_a_finding_about_a_prefix_variable_is_located_on_its_value(tmp_path, capsys):
+    job = tmp_path / "job.slurm"
+    job.write_text(HEADER + "TORCH_DISTRIBUTED_DEBUG=DETAIL srun python train.py\n")
+    main(["check", "--snapshot", SNAPSHOT, "--sbatch", str(job), "--select", "GD-ALLOC-006", "--json"])
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["severity"] == "warn"
+    assert (finding["location"]["line"], finding["location"]["column"]) == (5, len("TORCH_DISTRIBUTED_DEBUG=") + 1)
+
+
+def test_every_own_assignment_of_a_name_is_dropped_once():
+    text = HEADER + "export NCCL_DEBUG=INFO\nNCCL_DEBUG=INFO srun env NCCL_DEBUG=TRACE python t.py\n"
+    assert script(text[len(HEADER) :]).exports["NCCL_DEBUG"].value == "TRACE"  # env(1)'s, the last, wins
+    out = sbatch_edit.remove_export(text, "NCCL_DEBUG")
+    assert out.endswith("\nsrun env python t.py\n") and "export NCCL_DEBUG" not in out

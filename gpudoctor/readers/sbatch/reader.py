@@ -390,7 +390,7 @@ class _Body:
 
     def _command(self, cmd) -> None:
         raw_words = [w.text for w in cmd.words]
-        joined = " ".join(raw_words)
+        joined = original = " ".join(raw_words)
         for name in self.arrays:  # "${CMD[@]}" is the array's words, each one word
             joined = joined.replace(f'"${{{name}[@]}}"', f"${{{name}[@]}}")
         if self.arguments is not None and "$" in joined:  # "$@": each argument one word (bash(1) "Special Parameters")
@@ -399,7 +399,7 @@ class _Body:
         expanded = self.expander.expand(joined, self.known, DEFERRED)
         line = self.src.position(cmd.start)[0]
         as_written = _one_line(self.src.text[cmd.start : cmd.end])
-        subs = [cmd] if expanded == joined else commands(tokenize(expanded))  # re-read only what expansion changed
+        subs = [cmd] if expanded == original else commands(tokenize(expanded))  # re-read only what expansion changed
         for sub in subs:
             tokens = self.branches.feed([unquote(w.text) for w in sub.words])
             if not tokens or not self.branches.may_run:
@@ -407,6 +407,8 @@ class _Body:
             if tokens[0] == "export":
                 for tok in tokens[1:]:
                     self._assign(tok, cmd, line, as_written, exported=True)
+                continue
+            if tokens[0] in ("shift", "set") and self.arguments is not None and self._positional(tokens):
                 continue
             if tokens[0] == "unset":
                 for tok in tokens[1:]:
@@ -430,6 +432,20 @@ class _Body:
                     self._assign(tok, cmd, line, as_written, exported=False)
                 continue
             self._launch(tokens, cmd, line, as_written)
+
+    def _positional(self, tokens: list[str]) -> bool:
+        """`shift [n]` and `set -- ARGS` change the script's arguments (bash(1) SHELL BUILTIN COMMANDS)."""
+        if tokens[0] == "shift":
+            n = int(tokens[1]) if len(tokens) > 1 and tokens[1].isdigit() and len(tokens[1]) < 6 else 1
+            self.arguments = (self.arguments or ())[n:] if n <= len(self.arguments or ()) else self.arguments
+        elif tokens[1:2] == ["--"]:
+            self.arguments = tuple(tokens[2:])
+        else:
+            return False
+        for name in POSITIONAL:
+            self.known.pop(name, None)
+        self.known.update(_positional(self.arguments))
+        return True
 
     def _assign(self, tok: str, cmd, line: int, as_written: str, exported: bool) -> None:
         m = _ASSIGN.match(tok)
@@ -499,8 +515,12 @@ class _Body:
         found, cleared = command_environment(tokens)
         span = self.src.span(cmd.start, cmd.end)
         out = []
+        used: set[int] = set()
         for _, name, value in found:
-            raw = next((w for w in cmd.words if w.text.startswith(f"{name}=")), None)
+            # the k-th `NAME=` word written is the k-th found (`A=1 srun env A=2 ...`: two words, two spans)
+            raw = next((w for w in cmd.words if w.text.startswith(f"{name}=") and w.start not in used), None)
+            if raw is not None:
+                used.add(raw.start)
             value_span = self.src.span(raw.start + len(name) + 1, raw.end) if raw is not None else None
             secret = is_credential_name(name) and value is not None
             shown = REDACTED if secret else None if value is None or len(value) > MAX_VALUE else redact(value)
