@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 REDACTED = "<redacted>"
 
@@ -155,6 +156,8 @@ class BatchScript:
     first_command_line: int | None = None
     variables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     bash_syntax: BashSyntax | None = None
+    chdirs: tuple[tuple[int, str], ...] = ()  # `cd DIR` / `pushd DIR` in the batch shell: (line, DIR expanded)
+    program: Any = None  # readers.program.ProgramModel of the launched program (load_sbatch; None: not looked for)
 
     @property
     def options(self) -> dict[str, str | bool]:
