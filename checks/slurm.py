@@ -459,7 +459,9 @@ def allocated_gpus_left_idle(facts, ctx):
     ranks = tasks * per_task
     if ranks < gpus and drives_all_gpus(shape) and per_task == 1:
         return passed(
-            f"{ranks} process(es) per node for {gpus} GPU(s): {program_of(shape).describe()}", **ev, **_program_ev(shape)
+            f"{ranks} process(es) per node for {gpus} GPU(s): {program_of(shape).describe()}",
+            **ev,
+            **_program_ev(shape),
         )
     if ranks < gpus and shape.launcher == "python" and shape.from_script:
         return _python_leaves_gpus_idle(shape, facts, tasks, per_task, gpus, why, ev)

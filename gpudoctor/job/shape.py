@@ -616,7 +616,7 @@ class LightningPlan:
 
     devices: int | None
     devices_source: str
-    num_nodes: int
+    num_nodes: int | None  # None: the program sets it and is not shown
     num_nodes_source: str
     slurm_detected: bool  # SLURM_NTASKS set and the job name is not bash/interactive
     spawns: bool | None  # Lightning starts its own processes (None: depends on the version)
@@ -637,7 +637,10 @@ def lightning_plan(shape: JobShape, major: int | None) -> LightningPlan:
     if raw_devices is None:
         dev_src = f"devices {dev_src}"
     elif devices is None and str(raw_devices) in ("auto", "-1", "None"):
-        devices, dev_src = shape.task_gpus, f"devices={raw_devices}: the {shape.task_gpus} GPU(s) a task sees ({dev_src})"
+        devices, dev_src = (
+            shape.task_gpus,
+            f"devices={raw_devices}: the {shape.task_gpus} GPU(s) a task sees ({dev_src})",
+        )
     elif devices is not None:
         dev_src = f"devices={devices} ({dev_src})"
     raw_nodes, nodes_src = hints.get("num_nodes") or _lightning_default(shape, "num_nodes")
@@ -692,9 +695,10 @@ def lightning_plan(shape: JobShape, major: int | None) -> LightningPlan:
             )
         else:
             plan.errors.append(
-            f"You set `devices={devices}` in Lightning, but the number of tasks per node configured in SLURM "
-            f"`--ntasks-per-node={shape.ntasks_per_node}` does not match. HINT: Set `devices={shape.ntasks_per_node}`."
-        )
+                f"You set `devices={devices}` in Lightning, but the number of tasks per node configured in SLURM "
+                f"`--ntasks-per-node={shape.ntasks_per_node}` does not match. "
+                f"HINT: Set `devices={shape.ntasks_per_node}`."
+            )
     if num_nodes is None:
         if shape.nodes is not None and shape.nodes > 1:  # on one node the default 1 fits
             plan.unknown.append(f"Lightning refuses to start unless num_nodes={shape.nodes}; {nodes_src}")

@@ -29,7 +29,7 @@ import ast
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 MAX_PROGRAM_BYTES = 2 * 2**20  # a training script is kilobytes; a generated 2 MiB file is not read
@@ -367,7 +367,9 @@ def read_program(
                 continue
             readers.append(sub)
             unread_local.extend(
-                m for m, lvl in sub.local_imports if lvl and m  # relative imports below the first level
+                m
+                for m, lvl in sub.local_imports
+                if lvl and m  # relative imports below the first level
             )
     facts = tuple(f for r in readers for f in r.facts)
     imports = frozenset(i for r in readers for i in r.imports)
@@ -378,39 +380,34 @@ def read_program(
         for k, v in r.lightning.items():
             lightning.setdefault(k, v)
     device_args = tuple(w for w in argv if _DEVICE_OPTION.match(w.partition("=")[0]))
-    base = {
-        "path": path,
-        "facts": facts,
-        "imports": imports,
-        "env_sets": MappingProxyType(env_sets),
-        "device_args": device_args,
-    }
+    base = ProgramModel(
+        path, facts=facts, imports=imports, env_sets=MappingProxyType(env_sets), device_args=device_args
+    )
     whats = {f.what for f in facts}
     if "spawn" in whats:
         counts = [_count(n, r, argv) for r in readers for n in r.spawn_counts]
         processes = counts[0] if len(set(map(str, counts))) == 1 else None
-        return ProgramModel(kind="spawn", processes=processes, **base)
+        return replace(base, kind="spawn", processes=processes)
     if "lightning" in whats:
-        return ProgramModel(
+        return replace(
+            base,
             kind="lightning",
             lightning=MappingProxyType(lightning),
             lightning_cli=any(r.lightning_cli for r in readers),
-            **base,
         )
     if whats & {"init_process_group", "ddp", "accelerator", "deepspeed_initialize"}:
         from_slurm = any(n in env_reads for n in RANK_FROM_SLURM[:2])
-        return ProgramModel(kind="rank_per_process", rank_source="SLURM" if from_slurm else "launcher", **base)
+        return replace(base, kind="rank_per_process", rank_source="SLURM" if from_slurm else "launcher")
     if whats & {"data_parallel", "hf_trainer", "device_map"}:
-        return ProgramModel(kind="one_process_many_gpus", **base)
+        return replace(base, kind="one_process_many_gpus")
     driving = sorted(imports & SELF_DRIVING_PACKAGES)
     if driving:
-        return ProgramModel(
-            unknown=f"it imports {', '.join(driving)}, which may start processes or use several GPUs itself",
-            **base,
+        return replace(
+            base, unknown=f"it imports {', '.join(driving)}, which may start processes or use several GPUs itself"
         )
     if unread_local:
-        return ProgramModel(unknown=f"its local imports go deeper than one level ({unread_local[0]})", **base)
-    return ProgramModel(kind="single", **base)
+        return replace(base, unknown=f"its local imports go deeper than one level ({unread_local[0]})")
+    return replace(base, kind="single")
 
 
 # ---------------------------------------------------------------- finding the file (I/O, bounded)
