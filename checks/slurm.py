@@ -162,6 +162,8 @@ def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
             note = " (version assumed, see GD-SLURM-005)" if assumed else ""
             return 1, f"Lightning {major}.x runs one rank per SLURM task{note}"
         return None, "depends on the Lightning version (see GD-SLURM-005)"
+    if shape.launcher == "python" and shape.from_script:
+        return python_processes(shape)  # a spawning program starts its own processes
     if shape.procs_per_task:
         return shape.procs_per_task, f"{shape.launcher} starts {shape.procs_per_task} per task"
     if shape.launcher == "python":
@@ -1358,8 +1360,20 @@ def multi_task_job_without_srun(facts, ctx):
         else manual(f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
     )
     ev = _ev(shape)
-    if shape.launcher == "python" and not one_rank_per_task_under_srun(shape):
-        fix = None  # srun would start one copy per task of a program not known to be distributed (README: do no harm)
+    python_not_ranked = shape.launcher == "python" and not one_rank_per_task_under_srun(shape)
+    if python_not_ranked and nodes > 1:
+        # srun would start one copy per task of a program not known to be distributed (README: do no harm)
+        program = program_of(shape)
+        what = program.describe() if program is not None and program.known else unknown_note(shape, nodes)
+        return warn(
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node "
+            f"only and the other node(s) stay idle; {what}",
+            manual(
+                f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
+                f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",
+            ),
+            **ev,
+        )
     if nodes > 1 and shape.launcher != "deepspeed":
         return fail(
             f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"

@@ -192,14 +192,15 @@ def _read_script(path: str, text: str):
     from dataclasses import replace as with_field
 
     from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
-    from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
+    from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts, launched_program
 
     try:
         _check_sbatch_accepts(text, path)
         script = parse_sbatch(text, path)
     except SbatchError as e:
         raise EditError(f"the edited script does not read back: {e}") from None
-    return with_field(script, bash_syntax=bash_syntax(text))
+    # the program the launch line runs, read as load_sbatch reads it: check and fix judge the same process model
+    return with_field(script, bash_syntax=bash_syntax(text), program=launched_program(script))
 
 
 def _read_config(path: str, text: str) -> dict:
