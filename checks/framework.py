@@ -121,7 +121,7 @@ def applies(row: FrameworkRequirement, launch, program) -> tuple[bool | None, st
     """Whether the row applies to this launch (None: an argument's value is not known), and how it was seen."""
     name = _program_name(launch)
     by_name = bool(name and re.search(row.programs, name))
-    imports = getattr(program, "imports", frozenset()) or frozenset()
+    imports: frozenset[str] = getattr(program, "imports", None) or frozenset()
     by_import = next((i for i in row.imports if i in imports), None)
     if not by_name and not by_import:
         return False, ""
@@ -146,11 +146,12 @@ def _blackwell_or_later(facts, ctx) -> bool | None:
     """The job's GPUs are compute capability 10+ (Blackwell); None when the job's GPUs are not seen here."""
     if ctx.sbatch is not None and not ctx.node_facts and "SLURM_JOB_ID" not in facts.env:
         return None  # before submission this machine's GPUs are not the job's
-    caps = [g.get("compute_capability") for g in facts.gpus if isinstance(g, dict)]
-    caps = [c for c in caps if isinstance(c, list | tuple) and c]
-    if not caps:
-        return None
-    return all(int(c[0]) >= 10 for c in caps)
+    majors = []
+    for gpu in facts.gpus:
+        cap = gpu.get("compute_capability") if isinstance(gpu, dict) else None
+        if isinstance(cap, list | tuple) and cap:
+            majors.append(int(cap[0]))
+    return all(m >= 10 for m in majors) if majors else None
 
 
 @check(
