@@ -191,8 +191,9 @@ def _read_script(path: str, text: str):
     """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
     from dataclasses import replace as with_field
 
+    from gpudoctor.readers.program import launched_program
     from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
-    from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts, launched_program
+    from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
 
     try:
         _check_sbatch_accepts(text, path)

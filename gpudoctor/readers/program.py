@@ -31,6 +31,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from gpudoctor.facts import is_credential_name
+
+if TYPE_CHECKING:
+    from gpudoctor.readers.sbatch.script import BatchScript
 
 MAX_PROGRAM_BYTES = 2 * 2**20  # a training script is kilobytes; a generated 2 MiB file is not read
 # Packages that decide the process model themselves (launch ranks, wrap models in DataParallel, spread a
@@ -173,6 +179,19 @@ def _short(node: ast.AST, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_NAMED_STRING = re.compile(r"""(['"]?)([A-Za-z_][\w.-]*)\1\s*[=:]\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+
+
+def _redact(text: str) -> str:
+    """`api_key='...'` / `'token': '...'` in a call as written: the string becomes <redacted> (gpudoctor.facts'
+    credential-name rule)."""
+
+    def hide(m: re.Match) -> str:
+        return m.group(0)[: m.start(3) - m.start(0)] + "'<redacted>'" if is_credential_name(m.group(2)) else m.group(0)
+
+    return _NAMED_STRING.sub(hide, text)
+
+
 class _Reader(ast.NodeVisitor):
     """Collects the constructs of one module; names resolved through its imports."""
 
@@ -190,7 +209,8 @@ class _Reader(ast.NodeVisitor):
         self.lightning_cli = False
 
     def fact(self, what: str, node: ast.AST) -> None:
-        self.facts.append(ProgramFact(what, _short(node), self.path, getattr(node, "lineno", 0)))
+        # shown as evidence: a literal api_key=... in the call is never echoed
+        self.facts.append(ProgramFact(what, _redact(_short(node)), self.path, getattr(node, "lineno", 0)))
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
@@ -215,7 +235,7 @@ class _Reader(ast.NodeVisitor):
                 self.assigned[target.id] = node.value
             elif isinstance(target, ast.Subscript) and self._environ(target.value):
                 key, value = _literal(target.slice), _literal(node.value)
-                if isinstance(key, str) and isinstance(value, str):
+                if isinstance(key, str) and isinstance(value, str) and not is_credential_name(key):
                     self.env_sets[key] = value
         self.generic_visit(node)
 
@@ -248,7 +268,7 @@ class _Reader(ast.NodeVisitor):
                 self.env_reads.add(key)
                 if name.endswith("setdefault") and len(node.args) > 1:
                     value = _literal(node.args[1])
-                    if isinstance(value, str):
+                    if isinstance(value, str) and not is_credential_name(key):
                         self.env_sets.setdefault(key, value)
         if name.endswith(("multiprocessing.spawn", "multiprocessing.start_processes")) and name.startswith("torch"):
             self.fact("spawn", node)
@@ -469,3 +489,53 @@ def load_program(entry: str | None, module: str | None, bases: list[str], argv: 
         return read_program(text, path, argv, read_local)
     shown = ", ".join(dict.fromkeys(os.path.dirname(c) or "." for c in candidates))
     return unknown_program(None, f"{named} is not there (looked in {shown})")
+
+
+# ---------------------------------------------------------------- the program of a batch script's launch
+
+
+def program_bases(script: BatchScript, submit_dir: str | None = None) -> tuple[list[str], str]:
+    """The directories a relative program path of the launch line is looked up in, and how they were chosen.
+
+    A batch job starts in the directory sbatch was run from (sbatch(1): "the batch script is executed in the
+    directory from which sbatch was run" unless --chdir), taken here as the current directory; `cd` lines
+    before the launch move it (`cd "$SLURM_SUBMIT_DIR"` is the submit directory). A `cd` to a directory only
+    known at run time leaves none. Without either, the script's own directory is tried after the current one.
+    """
+    here = submit_dir or os.getcwd()
+    base, how = here, "the submit directory (taken as the current directory)"
+    chdir = script.options.get("chdir")
+    if isinstance(chdir, str) and chdir:
+        base, how = os.path.join(here, os.path.expanduser(chdir)), f"#SBATCH --chdir={chdir}"
+    launch_line = script.launch.line if script.launch else None
+    moved = False
+    for line, target in script.chdirs:
+        if launch_line is not None and line >= launch_line:
+            break
+        target = re.sub(r"\$\{?SLURM_SUBMIT_DIR\}?", lambda _m: here, target)
+        target = os.path.expanduser(re.sub(r"^\$\{?HOME\}?(?=/|$)", "~", target))
+        if re.search(r"[$`*?]", target) or target == "-":
+            return [], f"`cd {target}` (line {line}) goes to a directory only known at run time"
+        base, how, moved = os.path.normpath(os.path.join(base, target)), f"`cd {target}` (line {line})", True
+    if moved or chdir:
+        return [base], how
+    script_dir = os.path.dirname(os.path.abspath(script.path)) if script.path else None
+    bases = [base] + ([script_dir] if script_dir and script_dir != os.path.abspath(base) else [])
+    return bases, how + (" or the script's directory" if len(bases) > 1 else "")
+
+
+def launched_program(script: BatchScript, submit_dir: str | None = None):
+    """The process model of the program the training launch runs (readers/program.py), read from its file."""
+    launch = script.launch
+    if launch is None:
+        return unknown_program(None, "no training launch line")
+    if launch.inline:
+        return unknown_program(None, "the program is inline (python -c)")
+    entry = launch.script
+    module = None if entry else launch.module
+    if not entry and not module:
+        return unknown_program(None, f"the launch line runs {launch.program or 'no program'}, not a Python file")
+    if entry and not entry.endswith(".py") and launch.launcher not in ("python", "torchrun", "deepspeed", "accelerate"):
+        return unknown_program(None, f"{entry} is not a Python file")
+    bases, _how = program_bases(script, submit_dir)
+    return load_program(entry, module, bases, tuple(launch.script_args))

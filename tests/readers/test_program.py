@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoctor.readers.program import MAX_PROGRAM_BYTES, load_program, read_program
+from gpudoctor.readers.program import MAX_PROGRAM_BYTES, launched_program, load_program, program_bases, read_program
 from gpudoctor.readers.sbatch import parse_sbatch
-from gpudoctor.readers.sbatch.reader import launched_program, program_bases
 
 SPAWN = """\
 import torch
@@ -112,3 +111,13 @@ def test_program_found_from_the_scripts_cd(tmp_path):
     # a directory only known at run time: unknown, not a guess
     runtime = parse_sbatch("#!/bin/bash\ncd $WORKDIR\nsrun python train.py\n", str(tmp_path / "k.slurm"))
     assert not launched_program(runtime, submit_dir=str(tmp_path)).known
+
+
+def test_credentials_in_the_program_are_never_kept():
+    text = (
+        "import os\nimport lightning as L\nos.environ['WANDB_API_KEY'] = 'sekrit123'\n"
+        "L.Trainer(devices=2, logger=W(api_key='sekrit456'))\n"
+    )
+    model = read_program(text, "p.py")
+    assert "WANDB_API_KEY" not in model.env_sets
+    assert "sekrit" not in repr(model.facts) and "sekrit" not in model.describe()

@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 from gpudoctor.facts import _CREDENTIAL, is_credential_name
 from gpudoctor.readers import slurmfmt
+from gpudoctor.readers.program import launched_program
 from gpudoctor.readers.sbatch.launch import describe_launch, side_step, trains
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
@@ -669,56 +670,7 @@ def load_sbatch(path: str, check_syntax: bool = True) -> BatchScript:
 
     if check_syntax:
         script = replace(script, bash_syntax=bash_syntax(text))
-    return replace(script, program=launched_program(script))
-
-
-def program_bases(script: BatchScript, submit_dir: str | None = None) -> tuple[list[str], str]:
-    """The directories a relative program path of the launch line is looked up in, and how they were chosen.
-
-    A batch job starts in the directory sbatch was run from (sbatch(1): "the batch script is executed in the
-    directory from which sbatch was run" unless --chdir), taken here as the current directory; `cd` lines
-    before the launch move it (`cd "$SLURM_SUBMIT_DIR"` is the submit directory). A `cd` to a directory only
-    known at run time leaves none. Without either, the script's own directory is tried after the current one.
-    """
-    here = submit_dir or os.getcwd()
-    base, how = here, "the submit directory (taken as the current directory)"
-    chdir = script.options.get("chdir")
-    if isinstance(chdir, str) and chdir:
-        base, how = os.path.join(here, os.path.expanduser(chdir)), f"#SBATCH --chdir={chdir}"
-    launch_line = script.launch.line if script.launch else None
-    moved = False
-    for line, target in script.chdirs:
-        if launch_line is not None and line >= launch_line:
-            break
-        target = re.sub(r"\$\{?SLURM_SUBMIT_DIR\}?", lambda _m: here, target)
-        target = os.path.expanduser(re.sub(r"^\$\{?HOME\}?(?=/|$)", "~", target))
-        if re.search(r"[$`*?]", target) or target == "-":
-            return [], f"`cd {target}` (line {line}) goes to a directory only known at run time"
-        base, how, moved = os.path.normpath(os.path.join(base, target)), f"`cd {target}` (line {line})", True
-    if moved or chdir:
-        return [base], how
-    script_dir = os.path.dirname(os.path.abspath(script.path)) if script.path else None
-    bases = [base] + ([script_dir] if script_dir and script_dir != os.path.abspath(base) else [])
-    return bases, how + (" or the script's directory" if len(bases) > 1 else "")
-
-
-def launched_program(script: BatchScript, submit_dir: str | None = None):
-    """The process model of the program the training launch runs (readers/program.py), read from its file."""
-    from gpudoctor.readers.program import load_program, unknown_program
-
-    launch = script.launch
-    if launch is None:
-        return unknown_program(None, "no training launch line")
-    if launch.inline:
-        return unknown_program(None, "the program is inline (python -c)")
-    entry = launch.script
-    module = None if entry else launch.module
-    if not entry and not module:
-        return unknown_program(None, f"the launch line runs {launch.program or 'no program'}, not a Python file")
-    if entry and not entry.endswith(".py") and launch.launcher not in ("python", "torchrun", "deepspeed", "accelerate"):
-        return unknown_program(None, f"{entry} is not a Python file")
-    bases, _how = program_bases(script, submit_dir)
-    return load_program(entry, module, bases, tuple(launch.script_args))
+    return replace(script, program=launched_program(script))  # readers/program.py: what the launch runs
 
 
 def _read_script(path: str) -> str:
