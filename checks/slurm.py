@@ -345,6 +345,20 @@ def several_tasks_share_one_gpu(facts, ctx):
     if tasks is None:
         return skip("the number of tasks per node is not known", **_ev(shape))
     ev = _ev(shape, tasks_on_node=tasks, gpus_per_node=gpus, gpus_each_task_sees=shape.task_gpus)
+    if tasks > gpus and shape.launcher == "python" and shape.from_script and not one_rank_per_task_under_srun(shape):
+        # srun starts one copy of the program per task; ranks that hang on a shared GPU are a guess unless the program
+        # is known to be one rank per task (README: do no harm) -- copies sharing a GPU on purpose are a pattern too
+        program = program_of(shape)
+        what = (
+            f"{program.describe()}, so these are {tasks} separate copies of it"
+            if program is not None and program.known
+            else unknown_note(shape, tasks)
+        )
+        return info(
+            f"{tasks} tasks per node share {gpus} GPU(s) per node ({_gpu_words(shape)}): srun starts {tasks} copies of "
+            f"`{(shape.launch_line or 'python').split()[0]}` on them; {what}",
+            **ev,
+        )
     if tasks > gpus:
         key, value = _gpu_value(shape, tasks)
         fix = directive_fix(

@@ -133,11 +133,18 @@ def test_002_seed_script_fails_and_corrected_script_passes():
     assert one(sb_run("GD-SLURM-002", good)).severity is Severity.PASS
 
 
+def test_002_plain_python_of_unknown_program_sharing_a_gpu_is_a_note():
+    f = one(sb_run("GD-SLURM-002", "#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:1\nsrun python t.py\n"))
+    # four copies of t.py on one GPU: DDP ranks would hang, independent copies share it on purpose -- not known
+    assert f.severity is Severity.INFO and f.fix is None and "4 copies" in f.message
+
+
 def test_002_keeps_the_users_gpu_option():
     f = one(
         sb_run(
             "GD-SLURM-002",
             "#SBATCH -N 2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=a100:2\nsrun python t.py\n",
+            launcher="lightning",  # one rank per task, known: t.py itself is not read here
         )
     )
     assert f.severity is Severity.FAIL
