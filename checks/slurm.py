@@ -35,6 +35,7 @@ from gpudoctor.job.process_model import (
     drives_all_gpus,
     one_rank_per_task_under_srun,
     program_of,
+    program_status,
     python_processes,
     unknown_note,
     wants_torchrun,
@@ -1377,11 +1378,9 @@ def multi_task_job_without_srun(facts, ctx):
     python_not_ranked = shape.launcher == "python" and not one_rank_per_task_under_srun(shape)
     if python_not_ranked and nodes > 1:
         # srun would start one copy per task of a program not known to be distributed (README: do no harm)
-        program = program_of(shape)
-        what = program.describe() if program is not None and program.known else unknown_note(shape, nodes)
         return warn(
             f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node "
-            f"only and the other node(s) stay idle; {what}",
+            f"only and the other node(s) stay idle; {program_status(shape)}",
             manual(
                 f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
                 f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",

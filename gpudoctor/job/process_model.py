@@ -53,11 +53,18 @@ def wants_torchrun(shape: JobShape) -> bool:
     return program is not None and program.kind == "rank_per_process" and program.rank_source == "launcher"
 
 
+def program_status(shape: JobShape) -> str:
+    """What is known of the program, or why nothing is."""
+    program = program_of(shape)
+    if program is not None and program.known:
+        return program.describe()
+    why = program.describe() if program is not None else "the program was not read"
+    return f"what the program does with its process is not known ({why})"
+
+
 def unknown_note(shape: JobShape, copies: int) -> str:
     """Why no fix is offered when the program was not read."""
-    program = program_of(shape)
-    why = program.describe() if program is not None else "the program was not read"
     return (
-        f"what the program does with its process is not known ({why}); no fix offered: more tasks or an srun "
-        f"prefix would start {copies} copies of a program that may not be distributed"
+        f"{program_status(shape)}; no fix offered: more tasks or an srun prefix would start {copies} copies of a "
+        "program that may not be distributed"
     )
