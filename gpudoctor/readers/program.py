@@ -134,6 +134,8 @@ class ProgramModel:
         out: dict = {"program": self.describe()}
         if self.facts:
             out["program facts"] = [str(f) for f in self.facts[:8]]
+        if self.device_args:
+            out["program GPU arguments"] = " ".join(self.device_args)
         return out
 
 
@@ -399,7 +401,11 @@ def read_program(
     for r in readers:
         for k, v in r.lightning.items():
             lightning.setdefault(k, v)
-    device_args = tuple(w for w in argv if _DEVICE_OPTION.match(w.partition("=")[0]))
+    device_args = tuple(
+        f"{w} {' '.join(_option_values(argv, w.lstrip('-').replace('-', '_')) or [])}".strip()
+        for w in argv
+        if _DEVICE_OPTION.match(w.partition("=")[0]) and "=" not in w
+    ) + tuple(w for w in argv if "=" in w and _DEVICE_OPTION.match(w.partition("=")[0]))
     base = ProgramModel(
         path, facts=facts, imports=imports, env_sets=MappingProxyType(env_sets), device_args=device_args
     )

@@ -28,7 +28,8 @@ def test_spawn_count_from_the_device_arguments_on_the_launch_line():
     text = "from torch.multiprocessing import spawn\nspawn(f, nprocs=len(args.gpu_devices))\n"
     model = read_program(text, "t.py", argv=("--gpu_devices", "0", "1", "--lr", "1"))
     assert model.kind == "spawn" and model.processes == 2
-    assert model.device_args == ("--gpu_devices",)
+    assert model.device_args == ("--gpu_devices 0 1",)
+    assert model.evidence()["program GPU arguments"] == "--gpu_devices 0 1"
     unknown = read_program("import torch.multiprocessing as mp\nmp.spawn(f, nprocs=args.n)\n", "t.py")
     assert unknown.kind == "spawn" and unknown.processes is None
 
