@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from gpudoctor.job.env import job_env
+from gpudoctor.job.locate import LAUNCH_EVIDENCE
 from gpudoctor.model import fail, info, passed, set_env, skip, warn
 from gpudoctor.registry import check
 
@@ -186,7 +187,7 @@ def framework_required_variable_missing(facts, ctx):
         if applies_here is False:
             continue
         seen.add(row.variable)
-        ev = {"framework": row.framework, "detected": how, "source": row.source}
+        ev = {"framework": row.framework, "detected": how, "source": row.source, LAUNCH_EVIDENCE: f"line {launch.line}"}
         value, where = env.get(row.variable), env.source(row.variable)
         prefix = _prefix_value(launch, row.variable)
         if prefix is not None:
