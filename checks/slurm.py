@@ -350,6 +350,16 @@ def several_tasks_share_one_gpu(facts, ctx):
         # srun starts one copy of the program per task; ranks that hang on a shared GPU are a guess unless the program
         # is known to be one rank per task (README: do no harm) -- copies sharing a GPU on purpose are a pattern too
         program = program_of(shape)
+        if program is not None and program.kind == "single" and not program.reads_task_variables:
+            # a one-process program that never asks which task it is: every copy trains the same thing
+            changes = {"ntasks-per-node": "1", **_same_cpus_per_node(shape, tasks, 1)}
+            return warn(
+                f"srun starts {tasks} identical copies of a one-process program per node ({_gpu_words(shape)}): "
+                f"{program.describe()} and reads no task variable (SLURM_PROCID...), so each copy trains the same "
+                "thing on the shared GPU",
+                directive_fix(shape, facts, "One task per node, with the same CPUs: --ntasks-per-node=1", changes),
+                **ev,
+            )
         what = (
             f"{program.describe()}, so these are {tasks} separate copies of it"
             if program is not None and program.known

@@ -97,11 +97,17 @@ class ProgramModel:
     lightning_cli: bool = False  # LightningCLI: Trainer arguments come from the command line / config
     imports: frozenset[str] = frozenset()  # top-level packages imported
     env_sets: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # os.environ[K] = "v"
+    env_reads: frozenset[str] = frozenset()  # variables it reads (os.environ[K], .get, os.getenv)
     device_args: tuple[str, ...] = ()  # GPU-naming options on its argv, as written
 
     @property
     def known(self) -> bool:
         return self.kind is not None
+
+    @property
+    def reads_task_variables(self) -> bool:
+        """It reads which SLURM task (or array task) it is: copies under srun can differ on purpose."""
+        return any(v in self.env_reads for v in (*RANK_FROM_SLURM, "SLURM_ARRAY_TASK_ID", *RANK_FROM_LAUNCHER))
 
     def where(self, *whats: str) -> str:
         """'train.py:12: mp.spawn(...)' for the first fact of these kinds ('' when none)."""
@@ -407,7 +413,12 @@ def read_program(
         if _DEVICE_OPTION.match(w.partition("=")[0]) and "=" not in w
     ) + tuple(w for w in argv if "=" in w and _DEVICE_OPTION.match(w.partition("=")[0]))
     base = ProgramModel(
-        path, facts=facts, imports=imports, env_sets=MappingProxyType(env_sets), device_args=device_args
+        path,
+        facts=facts,
+        imports=imports,
+        env_sets=MappingProxyType(env_sets),
+        env_reads=frozenset(env_reads),
+        device_args=device_args,
     )
     whats = {f.what for f in facts}
     if "spawn" in whats:

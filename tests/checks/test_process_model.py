@@ -148,3 +148,13 @@ def test_030_tensor_parallel_one_switches_sequence_parallel_off(tmp_path):
     assert check("GD-SLURM-030", tp1).severity is Severity.SKIP
     other = job(tmp_path, directives, "srun torchrun train.py --sequence-parallel", None)
     assert check("GD-SLURM-030", other).severity is Severity.SKIP
+
+
+def test_002_srun_copies_of_a_single_program_on_one_gpu_warn_with_one_task_keeping_cpus(tmp_path):
+    directives = "#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=2\n#SBATCH --gres=gpu:1\n"
+    f = check("GD-SLURM-002", job(tmp_path, directives, "srun python train.py", SINGLE))
+    assert f.severity is Severity.WARN and "4 identical copies" in f.message
+    assert {a.key: a.value for a in f.fix.actions} == {"ntasks-per-node": "1", "cpus-per-task": "8"}
+    # a program that reads which task it is (a sweep over SLURM_PROCID) shares the GPU on purpose: a note
+    sweep = SINGLE + "import os\nseed = int(os.environ['SLURM_PROCID'])\n"
+    assert check("GD-SLURM-002", job(tmp_path, directives, "srun python train.py", sweep)).severity is Severity.INFO
