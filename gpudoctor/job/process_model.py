@@ -6,6 +6,10 @@ per process and learns its rank under srun (Lightning's SLURMEnvironment, or a p
 SLURM_PROCID). srun sets SLURM_PROCID/SLURM_LOCALID, not torchrun's RANK/LOCAL_RANK/WORLD_SIZE (srun(1),
 "OUTPUT ENVIRONMENT VARIABLES"), so a program that reads the latter is started with torchrun instead; a
 program not read (absent, dynamic) gets no such fix at all.
+
+Verified on slurm-wlm 22.05 (tests/slurmcluster.py): a job with --ntasks-per-node=4 --cpus-per-task=1
+--gres=gpu:1 runs a plain `python` line once in the batch shell, which has SLURM_CPUS_ON_NODE=4 (the four
+tasks' CPUs); `srun` in the same job starts four copies, every one with CUDA_VISIBLE_DEVICES=0.
 """
 
 from __future__ import annotations
