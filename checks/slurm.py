@@ -31,6 +31,15 @@ import re
 
 from gpudoctor import versions
 from gpudoctor.job.env import job_env, probe_env
+from gpudoctor.job.process_model import (
+    drives_all_gpus,
+    one_rank_per_task_under_srun,
+    program_of,
+    program_status,
+    python_processes,
+    unknown_note,
+    wants_torchrun,
+)
 from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
 from gpudoctor.model import (
     LAUNCHER_TABLE,
@@ -154,10 +163,12 @@ def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
             note = " (version assumed, see GD-SLURM-005)" if assumed else ""
             return 1, f"Lightning {major}.x runs one rank per SLURM task{note}"
         return None, "depends on the Lightning version (see GD-SLURM-005)"
+    if shape.launcher == "python" and shape.from_script:
+        return python_processes(shape)  # a spawning program starts its own processes
     if shape.procs_per_task:
         return shape.procs_per_task, f"{shape.launcher} starts {shape.procs_per_task} per task"
     if shape.launcher == "python":
-        return 1, "plain python: one process per task"
+        return python_processes(shape)
     return None, "launcher unknown (give --launcher)"
 
 
@@ -342,6 +353,30 @@ def several_tasks_share_one_gpu(facts, ctx):
     if tasks is None:
         return skip("the number of tasks per node is not known", **_ev(shape))
     ev = _ev(shape, tasks_on_node=tasks, gpus_per_node=gpus, gpus_each_task_sees=shape.task_gpus)
+    if tasks > gpus and shape.launcher == "python" and shape.from_script and not one_rank_per_task_under_srun(shape):
+        # srun starts one copy of the program per task; ranks that hang on a shared GPU are a guess unless the program
+        # is known to be one rank per task (README: do no harm) -- copies sharing a GPU on purpose are a pattern too
+        program = program_of(shape)
+        if program is not None and program.kind == "single" and not program.reads_task_variables:
+            # a one-process program that never asks which task it is: every copy trains the same thing
+            changes = {"ntasks-per-node": "1", **_same_cpus_per_node(shape, tasks, 1)}
+            return warn(
+                f"srun starts {tasks} identical copies of a one-process program per node ({_gpu_words(shape)}): "
+                f"{program.describe()} and reads no task variable (SLURM_PROCID...), so each copy trains the same "
+                "thing on the shared GPU",
+                directive_fix(shape, facts, "One task per node, with the same CPUs: --ntasks-per-node=1", changes),
+                **ev,
+            )
+        what = (
+            f"{program.describe()}, so these are {tasks} separate copies of it"
+            if program is not None and program.known
+            else unknown_note(shape, tasks)
+        )
+        return info(
+            f"{tasks} tasks per node share {gpus} GPU(s) per node ({_gpu_words(shape)}): srun starts {tasks} copies of "
+            f"`{(shape.launch_line or 'python').split()[0]}` on them; {what}",
+            **ev,
+        )
     if tasks > gpus:
         key, value = _gpu_value(shape, tasks)
         fix = directive_fix(
@@ -457,6 +492,14 @@ def allocated_gpus_left_idle(facts, ctx):
             )
         return skip(f"cannot count the processes per node: {why}", **ev)
     ranks = tasks * per_task
+    if ranks < gpus and drives_all_gpus(shape) and per_task == 1:
+        return passed(
+            f"{ranks} process(es) per node for {gpus} GPU(s): {program_of(shape).describe()}",
+            **ev,
+            **_program_ev(shape),
+        )
+    if ranks < gpus and shape.launcher == "python" and shape.from_script:
+        return _python_leaves_gpus_idle(shape, facts, tasks, per_task, gpus, why, ev)
     if ranks < gpus:
         hint = (
             f"--ntasks-per-node={gpus}"
@@ -500,6 +543,44 @@ def allocated_gpus_left_idle(facts, ctx):
         )
     more = " (more processes than GPUs: see GD-SLURM-002, GD-SLURM-009 and GD-SLURM-027)" if ranks > gpus else ""
     return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s); {why}){more}", **ev)
+
+
+def _program_ev(shape: JobShape) -> dict:
+    program = program_of(shape)
+    return {k: v for k, v in program.evidence().items() if k not in shape.evidence} if program is not None else {}
+
+
+def _python_leaves_gpus_idle(shape: JobShape, facts, tasks: int, per_task: int, gpus: int, why: str, ev: dict):
+    """Fewer `python` processes than GPUs in a batch script: judged by what the program is (job/process_model.py);
+    a fix that adds tasks or srun only when the program is known to be one rank per task under srun."""
+    ranks = tasks * per_task
+    program = program_of(shape)
+    ev = {**ev, **_program_ev(shape)}
+    idle = f"only {ranks} process(es) per node will train on {gpus} allocated GPU(s) ({tasks} task(s); {why})"
+    if program is None or not program.known or (program.kind == "spawn" and program.processes is None):
+        return info(f"{ranks} process(es) per node for {gpus} allocated GPU(s): {unknown_note(shape, gpus)}", **ev)
+    if one_rank_per_task_under_srun(shape):
+        changes = {"ntasks-per-node": str(gpus), **_same_cpus_per_node(shape, tasks, gpus)}
+        add_srun = shape.srun_launch is False
+        fix = directive_fix(
+            shape,
+            facts,
+            f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
+            changes,
+            srun_prefix="" if add_srun else None,
+        )
+        return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
+    if wants_torchrun(shape) and (shape.nodes or 1) == 1 and shape.script is not None:
+        entry = program.path.rsplit("/", 1)[-1] if program.path else "the program"
+        fix = manual(
+            f"Start {entry} with torchrun, one process per GPU (it reads torchrun's RANK/LOCAL_RANK, which srun "
+            "does not set)",
+            f"torchrun --standalone --nproc-per-node={gpus} {entry} ...  (line {shape.launch_lineno})",
+        )
+        return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
+    key, value = _gpu_value(shape, ranks)
+    fix = directive_fix(shape, facts, f"Request only the GPU(s) the program uses: --{key}={value}", {key: value})
+    return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
 
 
 # ---------------------------------------------------------------- GD-SLURM-004
@@ -683,6 +764,11 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
             per_node_fix,
             **ev,
         )
+    if plan.unknown:  # a Trainer argument the program sets, not shown here: a note, never a guessed failure
+        return info(
+            f"SLURM starts {ranks} task(s) per node on {shape.nodes} node(s); not judged: " + "; ".join(plan.unknown),
+            **ev,
+        )
     return passed(
         f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) "
         f"for {plan.num_nodes_source}",
@@ -740,13 +826,14 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
             srun_prefix="",
         )
     devices = plan.devices or shape.gpus_per_node or 1
-    changes: dict[str, str | None] = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
+    changes: dict[str, str | None] = {"ntasks-per-node": str(devices)}
+    if plan.num_nodes is not None:  # an unknown num_nodes leaves the job's nodes as they are
+        changes["nodes"] = str(plan.num_nodes)
     if shape.ntasks_option is not None:
         changes["ntasks"] = None
     changes.update(_same_cpus_per_node(shape, 1 if shape.srun_launch is False else shape.tasks_here, int(devices)))
-    title = (
-        f"One SLURM task per GPU: --ntasks-per-node={devices}, --nodes={plan.num_nodes}, and start training with `srun`"
-    )
+    nodes_text = f", --nodes={plan.num_nodes}" if plan.num_nodes is not None else ""
+    title = f"One SLURM task per GPU: --ntasks-per-node={devices}{nodes_text}, and start training with `srun`"
     if "cpus-per-task" in changes:
         title += f" (--cpus-per-task={changes['cpus-per-task']}: the same CPUs per node)"
     add_srun = shape.from_script and shape.srun_launch is False
@@ -1363,6 +1450,18 @@ def multi_task_job_without_srun(facts, ctx):
         else manual(f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
     )
     ev = _ev(shape)
+    python_not_ranked = shape.launcher == "python" and not one_rank_per_task_under_srun(shape)
+    if python_not_ranked and nodes > 1:
+        # srun would start one copy per task of a program not known to be distributed (README: do no harm)
+        return warn(
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node "
+            f"only and the other node(s) stay idle; {program_status(shape)}",
+            manual(
+                f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
+                f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",
+            ),
+            **ev,
+        )
     if nodes > 1 and shape.launcher != "deepspeed":
         return fail(
             f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"
@@ -1376,12 +1475,25 @@ def multi_task_job_without_srun(facts, ctx):
         )
     tasks = shape.ntasks or 1
     if tasks > 1 and shape.launcher == "python":
-        return warn(
-            f"{tasks} tasks allocated but line {shape.launch_lineno} "
-            f"runs plain `{line}` without srun: one process starts",
-            fix,
-            **ev,
+        once = (
+            f"{tasks} tasks allocated but line {shape.launch_lineno} runs plain `{line}` without srun: the batch "
+            "shell runs it once, one process with the CPUs the job holds on its first node"
         )
+        program = program_of(shape)
+        if one_rank_per_task_under_srun(shape):
+            return warn(f"{once}; {program.describe()}, so {tasks - 1} rank(s) never start", fix, **ev)
+        if wants_torchrun(shape):
+            return warn(
+                f"{once}; {program.describe()}: start it with torchrun (srun does not set RANK/LOCAL_RANK)",
+                manual(f"Start line {shape.launch_lineno} with torchrun --nproc-per-node=<GPUs>"),
+                **ev,
+            )
+        if program is not None and program.known:
+            return info(
+                f"{once}, which fits the program: {program.describe()} (srun would start {tasks} copies of it)",
+                **ev,
+            )
+        return info(f"{once}; {unknown_note(shape, tasks)}", **ev)
     return passed(
         f"line {shape.launch_lineno} runs once in the batch shell, which fits this job ({shape.launcher or line})", **ev
     )

@@ -24,6 +24,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gpudoctor.readers import slurmfmt
+from gpudoctor.readers.program import launched_program
 from gpudoctor.readers.sbatch import names
 from gpudoctor.readers.sbatch.launch import command_environment, describe_launch, side_step, trains
 from gpudoctor.readers.sbatch.lookalike import find_lookalikes
@@ -383,6 +384,7 @@ class _Body:
         self.launches: list[tuple[Launch, dict]] = []
         self.arrays: set[str] = set()
         self.branches = Branches()
+        self.chdirs: list[tuple[int, str]] = []
 
     def read(self, cmds: list[Command]) -> None:
         for cmd in cmds:
@@ -430,6 +432,9 @@ class _Body:
             if all(_ASSIGN.match(t) for t in tokens):
                 for tok in tokens:
                     self._assign(tok, cmd, line, as_written, exported=False)
+                continue
+            if tokens[0] in ("cd", "pushd"):  # where a relative program path is looked up (readers/program.py)
+                self.chdirs.append((line, next((t for t in tokens[1:] if not t.startswith("-")), "~")))
                 continue
             self._launch(tokens, cmd, line, as_written)
 
@@ -662,6 +667,7 @@ def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] |
         arguments=tuple(arguments) if arguments is not None else None,
         assigned_names=names.assigned_names(text),
         other_sources=names.other_sources(text),
+        chdirs=tuple(body.chdirs),
         variables=MappingProxyType(
             {
                 k: redact(v)
@@ -684,10 +690,8 @@ def load_sbatch(path: str, check_syntax: bool = True, arguments: tuple[str, ...]
     _check_sbatch_accepts(text, path)
     script = parse_sbatch(text, path, arguments)
     if check_syntax:
-        from dataclasses import replace
-
         script = replace(script, bash_syntax=bash_syntax(text))
-    return script
+    return replace(script, program=launched_program(script))  # readers/program.py: what the launch runs
 
 
 def _read_script(path: str) -> str:

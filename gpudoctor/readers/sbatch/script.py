@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 
 class SbatchError(ValueError):
@@ -187,6 +188,8 @@ class BatchScript:
     # Names some line may assign (readers/sbatch/names.py), and lines that may set others (source, eval, module).
     assigned_names: frozenset[str] = frozenset()
     other_sources: tuple[int, ...] = ()
+    chdirs: tuple[tuple[int, str], ...] = ()  # `cd DIR` / `pushd DIR` in the batch shell: (line, DIR expanded)
+    program: Any = None  # readers.program.ProgramModel of the launched program (load_sbatch; None: not looked for)
 
     @property
     def options(self) -> dict[str, str | bool]:
