@@ -190,9 +190,11 @@ def _read_script(path: str, text: str):
     from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
     from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
 
+    from gpudoctor.readers.accelerate import with_config_files
+
     try:
         _check_sbatch_accepts(text, path)
-        script = parse_sbatch(text, path)
+        script = with_config_files(parse_sbatch(text, path))
     except SbatchError as e:
         raise EditError(f"the edited script does not read back: {e}") from None
     return with_field(script, bash_syntax=bash_syntax(text))

@@ -299,6 +299,7 @@ def _unwrap(prog: str, args: list[str]) -> list[str] | None:
 def _torchrun(args: list[str]) -> dict:
     opts, rest = _take(args, _TORCHRUN_VALUES, _TORCHRUN_FLAGS)
     res = {
+        "launcher_options": opts,
         "nproc_per_node": opts.get("nproc-per-node"),
         "nnodes": opts.get("nnodes"),
         "standalone": bool(opts.get("standalone")),
@@ -328,12 +329,17 @@ def _accelerate(args: list[str]) -> dict:
             "config-file",
             "dynamo-backend",
             "rdzv-backend",
+            "rdzv-conf",
             "num-cpu-threads-per-process",
+            "deepspeed-multinode-launcher",
+            "deepspeed-hostfile",
         ),
-        ("multi-gpu", "use-deepspeed", "use-fsdp", "cpu", "module", "m", "no-python"),
+        ("multi-gpu", "use-deepspeed", "use-fsdp", "use-megatron-lm", "tpu", "cpu", "same-network", "module", "m",
+         "no-python"),
     )
     return {
         "launcher": "accelerate",
+        "launcher_options": opts,
         "num_processes": opts.get("num-processes"),
         "nnodes": opts.get("num-machines"),
         "node_rank": opts.get("machine-rank"),
@@ -374,6 +380,7 @@ def _deepspeed(args: list[str]) -> dict:
     )
     return {
         "launcher": "deepspeed",
+        "launcher_options": opts,
         "nproc_per_node": opts.get("num-gpus"),
         "nnodes": opts.get("num-nodes"),
         "deepspeed_launcher": opts.get("launcher"),

@@ -432,6 +432,7 @@ class _Body:
         self.launches: list[tuple[Launch, dict]] = []
         self.arrays: set[str] = set()
         self.branches = Branches()
+        self.cwd: str | None = None  # after `cd DIR`: DIR as expanded (None: where the job started)
 
     def read(self, cmds: list[Command]) -> None:
         for cmd in cmds:
@@ -474,6 +475,9 @@ class _Body:
             if all(_ASSIGN.match(t) for t in tokens):
                 for tok in tokens:
                     self._assign(tok, cmd, line, as_written, exported=False)
+                continue
+            if tokens[0] in ("cd", "pushd"):
+                self.cwd = _changed_directory(self.cwd, tokens[1:])
                 continue
             self._launch(tokens, cmd, line, as_written)
 
@@ -534,14 +538,37 @@ class _Body:
         self.launches.append(
             (
                 _to_launch(
-                    desc, line, redact(as_written), " ".join(redact_words(tokens)), self.src.span(cmd.start, cmd.end)
+                    desc,
+                    line,
+                    redact(as_written),
+                    " ".join(redact_words(tokens)),
+                    self.src.span(cmd.start, cmd.end),
+                    self.cwd,
                 ),
                 desc,
             )
         )
 
 
-def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
+UNKNOWN_DIRECTORY = "?"  # a `cd` to a directory only the job's shell knows ($(dirname $0), `cd` to $HOME, `cd -`)
+
+
+def _changed_directory(cwd: str | None, args: list[str]) -> str | None:
+    """The working directory after `cd ARGS` (bash(1) cd: `cd` alone goes to $HOME; -L/-P/-e/-@ are options)."""
+    args = [a for a in args if a not in ("-L", "-P", "-e", "-@", "--")]
+    if not args or args[0] == "-" or "`" in args[0] or "$(" in args[0]:
+        return UNKNOWN_DIRECTORY
+    target = args[0]
+    if re.fullmatch(r"\$\{?SLURM_SUBMIT_DIR\}?/?", target):
+        return None  # where sbatch was run: where the job starts anyway
+    if "$" in target or target.startswith("~") or cwd == UNKNOWN_DIRECTORY:
+        return UNKNOWN_DIRECTORY
+    if os.path.isabs(target) or cwd is None:
+        return os.path.normpath(target) if os.path.isabs(target) else target
+    return os.path.normpath(os.path.join(cwd, target))
+
+
+def _to_launch(desc: dict, line: int, text: str, expanded: str, span, cwd: str | None = None) -> Launch:
     srun = desc.get("srun")
     light = desc.get("lightning")
 
@@ -578,6 +605,12 @@ def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
         inline=bool(desc.get("inline")),
         gpudoctor=bool(desc.get("gpudoctor")),
         via_shell=desc.get("via_shell"),
+        launcher_options=MappingProxyType(
+            {k: v if v is True else redact(str(v)) for k, v in desc["launcher_options"].items()}
+        )
+        if desc.get("launcher_options") is not None
+        else None,
+        cwd=cwd,
     )
 
 
@@ -659,7 +692,9 @@ def load_sbatch(path: str, check_syntax: bool = True) -> BatchScript:
     if "\x00" in text:
         raise SbatchError(f"--sbatch {path}: a binary file, not a batch script")
     _check_sbatch_accepts(text, path)
-    script = parse_sbatch(text, path)
+    from gpudoctor.readers.accelerate import with_config_files
+
+    script = with_config_files(parse_sbatch(text, path))
     if check_syntax:
         from dataclasses import replace
 
