@@ -187,7 +187,7 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
             f"no --config_file: accelerate also reads {DEFAULT_CONFIG} when it exists on the node (not known "
             "before submission); judged from the launch line and accelerate's own defaults"
         )
-    elif not read:
+    elif config is not None and not read:
         notes.append(f"--config_file {config.written} was not read ({config.problem}): its values are unknown")
     if read and str(values.get("compute_environment", "LOCAL_MACHINE")) != "LOCAL_MACHINE":
         notes.append(f"{where}: compute_environment {values['compute_environment']}: not a local launch")
@@ -241,8 +241,10 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
                 f"DeepSpeed over {machines} machines with the '{multinode}' multinode launcher: deepspeed starts the "
                 "ranks from one node over its hostfile, not one launcher per SLURM task"
             )
-    elif mode.value is None and config is None and total:
-        per_machine = total // machines if machines and machines > 1 else total  # the line's count, no default file
+    elif mode.value is None and total:
+        # the line's own count: a launch line that counts its processes means to start them (accelerate turns
+        # --multi_gpu on by itself for more than one process and GPU); only a config it could not read says otherwise
+        per_machine = total // machines if machines and machines > 1 else total
     return AcceleratePlan(
         mode,
         num_processes,

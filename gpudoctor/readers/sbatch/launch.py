@@ -220,7 +220,8 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         inner = _shell_command_string(args)
         picked = _inner_launch(inner, depth + 1) if inner and depth < MAX_SHELL_DEPTH else None
         if picked:  # srun bash -c "RANK=\$SLURM_PROCID python train.py": judge what the shell runs
-            return {**describe_command(picked, depth + 1), "via_shell": f"{prog} -c"}
+            inner_desc = describe_command(picked, depth + 1)
+            return {**inner_desc, "via_shell": f"{prog} -c", "task_command": inner_desc.get("task_command") or inner}
         return out
     if prog == "torchrun":
         return {**out, "launcher": "torchrun", **_torchrun(args)}

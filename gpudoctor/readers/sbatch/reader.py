@@ -433,6 +433,8 @@ class _Body:
         self.arrays: set[str] = set()
         self.branches = Branches()
         self.cwd: str | None = None  # after `cd DIR`: DIR as expanded (None: where the job started)
+        # per variable: the $(...), `...` and $NAME its value holds as evaluated by the batch shell (not as text)
+        self.evaluated: dict[str, frozenset[str]] = {}
 
     def read(self, cmds: list[Command]) -> None:
         for cmd in cmds:
@@ -506,6 +508,8 @@ class _Body:
             value = value[1:-1].strip()
             self.arrays.add(name)
         span = self.src.span(cmd.start, cmd.end)
+        if raw is not None:
+            self.evaluated[name] = self._batch_evaluated(raw.text[raw.text.index("=") + 1 :])
         if is_credential_name(name):
             self.known.pop(name, None)  # never expanded into a launch line or evidence
             self.assignments.append(
@@ -535,6 +539,8 @@ class _Body:
             raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
         if desc is None:
             return
+        if desc.get("task_command"):
+            desc["batch_evaluated"] = self._batch_evaluated(" ".join(w.text for w in cmd.words))
         self.launches.append(
             (
                 _to_launch(
@@ -548,6 +554,17 @@ class _Body:
                 desc,
             )
         )
+
+    def _batch_evaluated(self, raw: str) -> frozenset[str]:
+        """What the batch shell evaluates in raw text (as written): its own live $(...), `...` and $NAME (also as the
+        reader expands them), and what the variables named there hold already evaluated."""
+        from gpudoctor.readers.pertask import evaluated_parts, referenced_names
+
+        parts = evaluated_parts(raw)
+        out = set(parts) | {self.expander.expand(p, self.known, PER_TASK_VARS) for p in parts if p.startswith(("$(", "`"))}
+        for name in referenced_names(raw):
+            out |= self.evaluated.get(name, frozenset())
+        return frozenset(out)
 
 
 UNKNOWN_DIRECTORY = "?"  # a `cd` to a directory only the job's shell knows ($(dirname $0), `cd` to $HOME, `cd -`)
@@ -611,6 +628,8 @@ def _to_launch(desc: dict, line: int, text: str, expanded: str, span, cwd: str |
         if desc.get("launcher_options") is not None
         else None,
         cwd=cwd,
+        task_command=desc.get("task_command"),
+        batch_evaluated=desc.get("batch_evaluated") or frozenset(),
     )
 
 

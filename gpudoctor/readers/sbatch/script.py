@@ -120,6 +120,10 @@ class Launch:
     launcher_options: Mapping[str, str | bool] | None = None  # the launcher's own options as given (dashed names)
     cwd: str | None = None  # the directory a `cd` before the line moved to (None: where the job started)
     launcher_config: LauncherConfig | None = None  # the config_file read (load_sbatch does the reading)
+    # `srun bash -c STRING`: STRING as each task's shell gets it, and the expansions ($(...), `...`, $NAME) the
+    # batch shell already did before srun (their text): what is left in STRING, each task's shell does itself
+    task_command: str | None = None
+    batch_evaluated: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
