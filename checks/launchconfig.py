@@ -96,7 +96,10 @@ def accelerate_config_file_unread(facts, ctx):
     if plan.stops:
         return fail(
             "; ".join(plan.stops) + " -- before any training",
-            manual("Complete the config file (or pass the value on the launch line)", f"accelerate config --config_file {where}"),
+            manual(
+                "Complete the config file (or pass the value on the launch line)",
+                f"accelerate config --config_file {where}",
+            ),
             **evidence,
         )
     per = f" ({plan.procs_per_machine} per machine)" if plan.procs_per_machine else ""

@@ -187,10 +187,9 @@ def _read_script(path: str, text: str):
     """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
     from dataclasses import replace as with_field
 
+    from gpudoctor.readers.accelerate import with_config_files
     from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
     from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
-
-    from gpudoctor.readers.accelerate import with_config_files
 
     try:
         _check_sbatch_accepts(text, path)

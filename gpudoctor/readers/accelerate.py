@@ -26,6 +26,7 @@ commands/config/config_args.py):
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -104,12 +105,13 @@ def read_config(written: str, candidates: list[str] | None) -> LauncherConfig:
     from gpudoctor.readers.trainconfig import ConfigError, parse_config, text_key_lines
 
     if candidates is None:
-        return LauncherConfig(
-            written,
-            None,
-            "unresolved",
-            problem=f"the path {written!r} depends on the job's shell (a variable or a `cd` not known here)",
+        argument = re.search(r"\$\{?([1-9@*])", written)
+        why = (
+            f"the script's argument ${argument.group(1)} (given as `sbatch SCRIPT ARGS`, unknown before submission)"
+            if argument
+            else "a value only the job's shell knows (a variable or a `cd` not known here)"
         )
+        return LauncherConfig(written, None, "unresolved", problem=f"the path {written!r} depends on {why}")
     path = next((p for p in candidates if os.path.lexists(p)), None)
     if path is None:
         looked = " or ".join(os.path.dirname(p) or "." for p in candidates)
@@ -211,7 +213,9 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
         dtype = str(values["distributed_type"]).upper()
         mode = Setting(
             _MULTI_PROCESS_TYPES.get(dtype, "single" if dtype == "NO" else dtype.lower()),
-            f"{where}:{config.lines.get('distributed_type')}" if config and config.lines.get("distributed_type") else where,
+            f"{where}:{config.lines.get('distributed_type')}"
+            if config and config.lines.get("distributed_type")
+            else where,
         )
     elif read:
         mode = Setting(None, where)
@@ -234,7 +238,9 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
         per_machine = 1
     elif mode.value in ("multi_gpu", "fsdp", "megatron_lm", "deepspeed") and total and machines:
         per_machine = total // machines if machines > 1 else total
-        multinode = str(values.get("deepspeed_multinode_launcher") or opts.get("deepspeed-multinode-launcher") or "pdsh")
+        multinode = str(
+            values.get("deepspeed_multinode_launcher") or opts.get("deepspeed-multinode-launcher") or "pdsh"
+        )
         if mode.value == "deepspeed" and machines > 1 and multinode != "standard":
             per_machine = None
             notes.append(
@@ -281,6 +287,4 @@ def with_config_files(script: BatchScript) -> BatchScript:
     if not read:
         return script
     main = script.launches.index(script.launch) if script.launch is not None else None
-    return replace(
-        script, launches=tuple(launches), launch=launches[main] if main is not None else None
-    )
+    return replace(script, launches=tuple(launches), launch=launches[main] if main is not None else None)

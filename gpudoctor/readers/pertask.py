@@ -131,7 +131,9 @@ _ENV_ENDPOINT = ("MASTER_ADDR", "MASTER_PORT")  # read by env:// (plain python, 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 
 
-def varying_endpoints(task_command: str, batch: frozenset[str], launcher: str | None, standalone: bool) -> list[Varying]:
+def varying_endpoints(
+    task_command: str, batch: frozenset[str], launcher: str | None, standalone: bool
+) -> list[Varying]:
     """The rendezvous settings of the launch in task_command whose value each task computes differently."""
     from gpudoctor.readers.sbatch.launch import _strip_prefixes, describe_command
 
@@ -154,7 +156,9 @@ def varying_endpoints(task_command: str, batch: frozenset[str], launcher: str | 
             for option in _ENDPOINT_OPTIONS.get(launcher or "", ()):
                 value = options.get(option)
                 if isinstance(value, str):
-                    found += [Varying(f"--{option.replace('-', '_')}", value, *how) for how in _how(value, inner, batch)]
+                    found += [
+                        Varying(f"--{option.replace('-', '_')}", value, *how) for how in _how(value, inner, batch)
+                    ]
         if launcher in ("python", "lightning"):
             env = {**inner, **prefix}
             for name in _ENV_ENDPOINT:

@@ -122,7 +122,7 @@ def test_free_port_per_task_on_one_node_fails(tmp_path):
 def test_endpoint_computed_in_the_batch_shell_passes(tmp_path):
     body = (
         "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
-        "srun bash -c \"torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint $head:29500 t.py\""
+        'srun bash -c "torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint $head:29500 t.py"'
     )
     assert severity("GD-SLURM-034", _facts(), **_ctx(tmp_path, body)) is Severity.PASS
 

@@ -34,7 +34,7 @@ def test_a_variable_assigned_in_the_batch_shell_holds_its_value_not_its_text():
     body = (
         "head=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)\n"
         f"export MASTER_PORT={FREE_PORT}\n"
-        "srun bash -c \"torchrun --nnodes 2 --rdzv_endpoint $head:\\$MASTER_PORT --node_rank \\$SLURM_NODEID t.py\""
+        'srun bash -c "torchrun --nnodes 2 --rdzv_endpoint $head:\\$MASTER_PORT --node_rank \\$SLURM_NODEID t.py"'
     )
     assert _varying(body) == []
 
@@ -60,6 +60,8 @@ def test_procid_in_a_port_is_per_task_and_scontrol_is_the_same_everywhere():
 
 
 def test_standalone_torchrun_ignores_its_endpoint():
-    launch = parse_sbatch(HEAD + "srun bash -c 'torchrun --standalone --rdzv_endpoint $(hostname):0 t.py'\n", "j").launch
+    launch = parse_sbatch(
+        HEAD + "srun bash -c 'torchrun --standalone --rdzv_endpoint $(hostname):0 t.py'\n", "j"
+    ).launch
     assert launch.standalone
     assert varying_endpoints(launch.task_command, launch.batch_evaluated, launch.launcher, launch.standalone) == []

@@ -335,8 +335,18 @@ def _accelerate(args: list[str]) -> dict:
             "deepspeed-multinode-launcher",
             "deepspeed-hostfile",
         ),
-        ("multi-gpu", "use-deepspeed", "use-fsdp", "use-megatron-lm", "tpu", "cpu", "same-network", "module", "m",
-         "no-python"),
+        (
+            "multi-gpu",
+            "use-deepspeed",
+            "use-fsdp",
+            "use-megatron-lm",
+            "tpu",
+            "cpu",
+            "same-network",
+            "module",
+            "m",
+            "no-python",
+        ),
     )
     return {
         "launcher": "accelerate",

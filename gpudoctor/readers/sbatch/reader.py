@@ -561,7 +561,9 @@ class _Body:
         from gpudoctor.readers.pertask import evaluated_parts, referenced_names
 
         parts = evaluated_parts(raw)
-        out = set(parts) | {self.expander.expand(p, self.known, PER_TASK_VARS) for p in parts if p.startswith(("$(", "`"))}
+        out = set(parts) | {
+            self.expander.expand(p, self.known, PER_TASK_VARS) for p in parts if p.startswith(("$(", "`"))
+        }
         for name in referenced_names(raw):
             out |= self.evaluated.get(name, frozenset())
         return frozenset(out)
