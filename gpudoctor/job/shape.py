@@ -540,7 +540,9 @@ def _accelerate_counts(shape: JobShape, launch: Launch) -> None:
         setting = getattr(plan, name)
         if setting.source != "launch line" and setting.value is not None:
             shape.evidence_extra[f"accelerate {name}"] = f"{setting.value} ({setting.source})"
-    shape.notes.extend(plan.notes)
+    config = launch.launcher_config
+    if config is None or config.status == "read":  # an unread config file is GD-SLURM-033's finding
+        shape.notes.extend(plan.notes)
 
 
 # ---------------------------------------------------------------- entry point

@@ -191,7 +191,8 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
         )
     elif config is not None and not read:
         notes.append(f"--config_file {config.written} was not read ({config.problem}): its values are unknown")
-    if read and str(values.get("compute_environment", "LOCAL_MACHINE")) != "LOCAL_MACHINE":
+    foreign = read and str(values.get("compute_environment", "LOCAL_MACHINE")) != "LOCAL_MACHINE"
+    if foreign:  # SageMaker: accelerate hands the job to another service; nothing here is started per task
         notes.append(f"{where}: compute_environment {values['compute_environment']}: not a local launch")
         values = {}
 
@@ -207,7 +208,9 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
         return Setting(default, default_source)
 
     flag = next((mode for name, mode in _FLAG_MODES if opts.get(name) is True), None)
-    if flag:
+    if foreign:
+        mode = Setting(None, where)
+    elif flag:
         mode = Setting(flag, "launch line")
     elif read and "distributed_type" in values:
         dtype = str(values["distributed_type"]).upper()
@@ -224,7 +227,7 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
         mode = Setting(None, "not known")
     single = mode.value == "single"
     num_processes = setting("num_processes", 1 if single else None, "distributed_type NO" if single else "not given")
-    if read and num_processes.source == "not given" and not stops:
+    if read and not foreign and num_processes.source == "not given" and not stops:
         stops.append(
             f"neither the launch line nor {where} gives num_processes: accelerate stops ('You need to manually "
             "pass in `--num_processes` using this config yaml')"

@@ -40,6 +40,7 @@ _VARYING_NAMES = {
 # A command whose output is this node's name or address (not `scontrol show hostname(s)`, the job's first node).
 _NODE_COMMAND = re.compile(
     r"(?<!show )(?<![\w/-])(hostname|uname\s+-n|ifconfig|ip\s+(-\S+\s+)*(a|addr|address|route)\b|cat\s+/etc/hostname)"
+    r"|socket\.gethostname|socket\.getfqdn|platform\.node"
 )
 # A command that picks a port or number afresh each time it runs.
 _RANDOM_COMMAND = re.compile(r"getsockname|bind\(|free_?port|open_?port|\bshuf\b|\$S?RANDOM\b|\brandom\b|mktemp")

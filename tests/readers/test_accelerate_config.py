@@ -108,3 +108,9 @@ def test_relative_path_tries_the_script_directory_and_the_current_directory():
 def test_parse_only_reads_no_file():
     sb = parse_sbatch(HEAD + "srun accelerate launch --config_file acc.yaml train.py\n", "job.slurm")
     assert sb.launch.launcher_config is None and sb.launch.config_file == "acc.yaml"
+
+
+def test_a_sagemaker_config_is_not_judged_as_a_local_launch(tmp_path):
+    config = "compute_environment: AMAZON_SAGEMAKER\ndistributed_type: DATA_PARALLEL\nnum_processes: 8\n"
+    plan = accelerate_plan(_job(tmp_path, "accelerate launch --config_file acc.yaml t.py", config).launch)
+    assert plan.mode.value is None and plan.stops == () and plan.procs_per_machine is None

@@ -59,6 +59,11 @@ def test_procid_in_a_port_is_per_task_and_scontrol_is_the_same_everywhere():
     assert (v.setting, v.how) == ("MASTER_PORT", PER_TASK)
 
 
+def test_pythons_own_hostname_is_per_node():
+    body = "srun bash -c 'MASTER_ADDR=$(python -c \"import socket; print(socket.gethostname())\") python t.py'"
+    assert [v.how for v in _varying(body)] == [PER_NODE]
+
+
 def test_standalone_torchrun_ignores_its_endpoint():
     launch = parse_sbatch(
         HEAD + "srun bash -c 'torchrun --standalone --rdzv_endpoint $(hostname):0 t.py'\n", "j"
