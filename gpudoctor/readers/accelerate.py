@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gpudoctor.readers.sbatch.script import BatchScript, Launch, LauncherConfig
+from gpudoctor.readers.sbatch.script import UNKNOWN_DIRECTORY, BatchScript, Launch, LauncherConfig
 
 MAX_CONFIG_BYTES = 1024 * 1024  # `accelerate config` writes a few hundred bytes
 DEFAULT_CONFIG = "~/.cache/huggingface/accelerate/default_config.yaml"
@@ -80,8 +80,6 @@ def config_candidates(written: str, script_path: str | None, cwd: str | None, ch
 
     The job starts in `#SBATCH --chdir` or else the directory sbatch is run from, which is unknown before
     submission: both the script's directory and the current directory are tried then."""
-    from gpudoctor.readers.sbatch.reader import UNKNOWN_DIRECTORY
-
     if "$" in written or "`" in written or cwd == UNKNOWN_DIRECTORY:
         return None
     written = os.path.expanduser(written)

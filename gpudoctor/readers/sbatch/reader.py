@@ -27,6 +27,7 @@ from gpudoctor.readers.sbatch.launch import describe_launch, side_step, trains
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
     REDACTED,
+    UNKNOWN_DIRECTORY,
     Assignment,
     BashSyntax,
     BatchScript,
@@ -567,9 +568,6 @@ class _Body:
         for name in referenced_names(raw):
             out |= self.evaluated.get(name, frozenset())
         return frozenset(out)
-
-
-UNKNOWN_DIRECTORY = "?"  # a `cd` to a directory only the job's shell knows ($(dirname $0), `cd` to $HOME, `cd -`)
 
 
 def _changed_directory(cwd: str | None, args: list[str]) -> str | None:

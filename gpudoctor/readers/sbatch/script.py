@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 REDACTED = "<redacted>"
+UNKNOWN_DIRECTORY = "?"  # Launch.cwd after a `cd` only the job's shell can resolve ($(dirname $0), `cd` alone, `cd -`)
 
 
 class SbatchError(ValueError):
