@@ -37,7 +37,8 @@ def _launch_evidence(launch) -> dict:
     "are what the launcher checks (GD-SLURM-002/003/009, GD-DIST-001) judge.",
     why="accelerate stops at once when F does not exist ('The passed configuration file ... does not exist'), when "
     "it is not valid YAML/JSON, when it has no distributed_type, and when neither F nor the line gives "
-    "num_processes -- after the job has waited in the queue. And F decides how many processes each node starts "
+    "num_processes -- after the job has waited in the queue; over several machines without a main_process_ip "
+    "every machine's rendezvous points at the host 'None'. And F decides how many processes each node starts "
     "and which node is the main one: a config written for one machine starts the wrong world on several.",
     fix="Give F as an absolute path, or one relative to a directory the script `cd`s to, and write it with "
     "`accelerate config --config_file F` (or correct the key named). Without --config_file accelerate reads "

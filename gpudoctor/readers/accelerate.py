@@ -14,7 +14,9 @@ commands/config/config_args.py):
   (_validate_launch_command: `getattr(args, name) is None`). `--rdzv_backend` defaults to "static" on the
   command line, so a config's `rdzv_backend` is never used; likewise `same_network`.
 - Unset keys take ClusterConfig's defaults: num_machines 1, machine_rank 0, num_processes -1 (which stops
-  the launch: "You need to manually pass in `--num_processes`"), except distributed_type NO, which means 1.
+  the launch: "You need to manually pass in `--num_processes`"), except distributed_type NO, which means 1;
+  main_process_ip None, which over several machines becomes the rendezvous host "None" (utils/launch.py
+  prepare_multi_gpu_env: rdzv_endpoint = f"{main_process_ip}:{main_process_port}").
 - Without a multi-process flag (--multi_gpu, --use_deepspeed, --use_fsdp, --use_megatron_lm), the
   config's distributed_type picks the launcher: MULTI_GPU (and the other MULTI_*), DEEPSPEED, FSDP,
   MEGATRON_LM start torch.distributed.run with num_processes // num_machines processes per machine
@@ -233,6 +235,14 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
     num_machines = setting("num_machines", 1 if (read or config is None) else None)
     machine_rank = setting("machine_rank", 0 if (read or config is None) else None)
     port = setting("main_process_port", 29500)
+    main_ip = setting("main_process_ip", None)
+    machines_given = _int(num_machines.value)
+    if read and not foreign and machines_given and machines_given > 1 and main_ip.value is None and not stops:
+        # prepare_multi_gpu_env: rdzv_endpoint = f"{main_process_ip}:{main_process_port}" -> "None:29500"
+        stops.append(
+            f"num_machines {machines_given} ({num_machines.source}) but no main_process_ip on the launch line or in "
+            f"{where}: accelerate points every machine's rendezvous at the host 'None'"
+        )
     per_machine = None
     total, machines = _int(num_processes.value), _int(num_machines.value)
     if mode.value in ("single", "cpu"):
@@ -257,7 +267,7 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
         num_processes,
         num_machines,
         machine_rank,
-        setting("main_process_ip", None),
+        main_ip,
         port,
         setting("gpu_ids", "all"),
         per_machine,

@@ -12,6 +12,7 @@ distributed_type: MULTI_GPU
 machine_rank: 0
 num_machines: 2
 num_processes: {procs}
+main_process_ip: node-a
 {extra}"""
 TWO_NODES = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:8\n"
 ONE_NODE = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=2\n#SBATCH --gres=gpu:2\n"
@@ -62,6 +63,15 @@ def test_config_accelerate_refuses_fails(tmp_path):
     ctx = _ctx(tmp_path, "srun accelerate launch --config_file acc.yaml t.py", "num_machines: 2\n")
     (f,) = run("GD-SLURM-033", _facts(), **ctx)
     assert f.severity is Severity.FAIL and "distributed_type" in f.message
+
+
+def test_several_machines_without_a_main_process_ip_fail(tmp_path):
+    config = CONFIG.format(procs=16, extra="").replace("main_process_ip: node-a\n", "")
+    ctx = _ctx(tmp_path, "srun accelerate launch --config_file acc.yaml t.py", config)
+    (f,) = run("GD-SLURM-033", _facts(), **ctx)
+    assert f.severity is Severity.FAIL and "host 'None'" in f.message
+    ctx = _ctx(tmp_path, "srun accelerate launch --config_file acc.yaml --main_process_ip $MASTER_ADDR t.py", config)
+    assert severity("GD-SLURM-033", _facts(), **ctx) is Severity.PASS
 
 
 def test_no_config_file_is_not_applicable(tmp_path):
