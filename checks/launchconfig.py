@@ -12,6 +12,8 @@ through the job's shape.
 
 from __future__ import annotations
 
+import re
+
 from gpudoctor.model import fail, info, manual, passed, skip, warn
 from gpudoctor.readers.accelerate import DEFAULT_CONFIG, accelerate_plan
 from gpudoctor.readers.pertask import PER_LOCAL_TASK, PER_NODE, PER_TASK, RANDOM, Varying, varying_endpoints
@@ -113,6 +115,18 @@ def accelerate_config_file_unread(facts, ctx):
     )
 
 
+def _one_line(text: str, limit: int = 100) -> str:
+    """A value as one short line: a port picked with a heredoc spans lines."""
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shown(v: Varying) -> str:
+    """`setting=value`, and the expansion that makes it vary when the value is more than that expansion."""
+    value, because = _one_line(v.value), _one_line(v.because)
+    return f"{v.setting}={value}" + (f" ({because})" if v.because != v.value else "")
+
+
 _HOW_WORDS = {
     PER_NODE: "one value per node",
     PER_TASK: "one value per task",
@@ -186,7 +200,7 @@ def rendezvous_endpoint_computed_per_task(facts, ctx):
             return passed(f"{shown}: computed in each task, but every task that meets there gets the same", **evidence)
         return passed("the rendezvous endpoint is the same for every task", **evidence)
     parts = [
-        f"{v.setting}={v.value}: {v.because} is "
+        f"{_shown(v)} is "
         + ("picked afresh" if v.how == RANDOM else f"expanded per {v.how}")
         + f" by each task's own shell, so {why}"
         for v, why in problems
@@ -199,7 +213,9 @@ def rendezvous_endpoint_computed_per_task(facts, ctx):
             "export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))",
             "then use $MASTER_ADDR / $MASTER_PORT inside the quoted command",
         ),
-        varying=[f"{v.setting}={v.value} ({v.because}: {_HOW_WORDS[v.how]})" for v, _ in problems],
+        varying=[
+            f"{v.setting}={_one_line(v.value)} ({_one_line(v.because)}: {_HOW_WORDS[v.how]})" for v, _ in problems
+        ],
         nodes=shape.nodes if shape else None,
         tasks=shape.ntasks if shape else None,
         **evidence,

@@ -98,13 +98,23 @@ class Varying:
     because: str  # the expansion that makes it so: "$(hostname)", "$SLURM_PROCID", ...
 
 
+_QUOTING = re.compile(r"[\s'\"\\]")
+
+
+def _comparable(text: str) -> str:
+    """An expansion's text without blanks, quotes and backslashes: the reader pastes a variable's value into the
+    line and reads the quotes again, so `bind(('', 0))` in the value may come back as `bind((, 0))`."""
+    return _QUOTING.sub("", text)
+
+
 def _how(value: str, inner: dict[str, str], batch: frozenset[str], depth: int = 0) -> list[tuple[str, str]]:
     """How value, expanded by a task's shell, differs per node/task: (how, the expansion that makes it so) each."""
     found: list[tuple[str, str]] = []
     if depth > 8:
         return found
+    done = {_comparable(b) for b in batch}
     for part in sorted(evaluated_parts(value)):
-        if part in batch:
+        if _comparable(part) in done:
             continue  # the batch shell evaluated it once: one value for all tasks
         if part.startswith(("$(", "`")):
             body = part[2:-1] if part.startswith("$(") else part[1:-1]

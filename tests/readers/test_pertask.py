@@ -39,6 +39,16 @@ def test_a_variable_assigned_in_the_batch_shell_holds_its_value_not_its_text():
     assert _varying(body) == []
 
 
+def test_a_port_picked_once_with_a_heredoc_in_the_batch_shell_is_one_value():
+    body = (
+        "MAIN_HOST=`hostname -s`\nexport MASTER_ADDR=$MAIN_HOST\n"
+        "export MASTER_PORT=$(python - <<EOF\nimport socket\ns = socket.socket()\ns.bind(('', 0))\n"
+        "print(s.getsockname()[1])\nEOF\n)\n"
+        "srun bash -c 'torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT t.py'"
+    )
+    assert _varying(body) == []
+
+
 def test_a_command_kept_as_text_in_single_quotes_runs_in_each_task():
     body = "CMD='torchrun --nnodes 2 --master_addr $(hostname) t.py'\nsrun bash -c \"$CMD\""
     assert [v.how for v in _varying(body)] == [PER_NODE]
