@@ -52,6 +52,14 @@ def test_a_cd_before_the_launch_is_where_the_relative_path_is_opened(tmp_path):
     assert sb.launch.launcher_config.status == "read"
 
 
+def test_a_cd_inside_srun_bash_c_counts_too(tmp_path):
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "acc.yaml").write_text(MULTI_NODE)
+    body = f"srun bash -c 'cd {tmp_path}/cfg && accelerate launch --config_file acc.yaml train.py'"
+    sb = _job(tmp_path, body, config=None)
+    assert sb.launch.cwd == f"{tmp_path}/cfg" and sb.launch.launcher_config.status == "read"
+
+
 def test_distributed_type_no_is_one_process_whatever_num_processes_says(tmp_path):
     sb = _job(tmp_path, "accelerate launch --config_file acc.yaml train.py", "distributed_type: 'NO'\n")
     plan = accelerate_plan(sb.launch)

@@ -47,6 +47,7 @@ from gpudoctor.readers.sbatch.shell import (
     Source,
     Token,
     commands,
+    split_commands,
     tokenize,
     unquote,
 )
@@ -540,8 +541,10 @@ class _Body:
             raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
         if desc is None:
             return
+        cwd = self.cwd
         if desc.get("task_command"):
             desc["batch_evaluated"] = self._batch_evaluated(" ".join(w.text for w in cmd.words))
+            cwd = _task_directory(cwd, desc["task_command"])
         self.launches.append(
             (
                 _to_launch(
@@ -550,7 +553,7 @@ class _Body:
                     redact(as_written),
                     " ".join(redact_words(tokens)),
                     self.src.span(cmd.start, cmd.end),
-                    self.cwd,
+                    cwd,
                 ),
                 desc,
             )
@@ -583,6 +586,18 @@ def _changed_directory(cwd: str | None, args: list[str]) -> str | None:
     if os.path.isabs(target) or cwd is None:
         return os.path.normpath(target) if os.path.isabs(target) else target
     return os.path.normpath(os.path.join(cwd, target))
+
+
+def _task_directory(cwd: str | None, task_command: str) -> str | None:
+    """The directory the launcher in `srun bash -c 'cd DIR && accelerate launch ...'` runs in."""
+    from gpudoctor.readers.sbatch.launch import describe_command
+
+    cmds = split_commands(task_command)
+    last = max((i for i, c in enumerate(cmds) if c and describe_command(c).get("launcher")), default=-1)
+    for words in cmds[:last]:
+        if words and words[0] in ("cd", "pushd"):
+            cwd = _changed_directory(cwd, words[1:])
+    return cwd
 
 
 def _to_launch(desc: dict, line: int, text: str, expanded: str, span, cwd: str | None = None) -> Launch:
