@@ -83,6 +83,15 @@ def evaluated_parts(text: str) -> set[str]:
     return out
 
 
+MAX_EVALUATED = 256  # expansions remembered per variable: a real script has a handful
+
+
+def varies(part: str) -> bool:
+    """An expansion whose value could differ between the batch shell and a task: a command substitution, or a
+    variable srun or the node sets per task or node ($HOSTNAME, $SLURM_PROCID, $RANDOM...)."""
+    return part.startswith(("$(", "`")) or part[1:] in _VARYING_NAMES
+
+
 def referenced_names(text: str) -> set[str]:
     """Every $NAME / ${NAME...} in text, quoted or not."""
     return {m.group(1) or m.group(4) for m in _VAR.finditer(text)}

@@ -57,6 +57,12 @@ BASH_TIMEOUT_S = 5.0
 # Set per task by srun: the batch shell's value (task 0) is not what a task's own shell sees.
 PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"})
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+# A command substitution, or a name srun or the node sets per task ($HOSTNAME, $SLURM_PROCID, $RANDOM ...):
+# the expansions readers/pertask.py tells apart (its _VARYING_NAMES); anything else is the same in every task.
+_MAY_VARY = re.compile(
+    r"\$\(|`|\$\{?(HOSTNAME|HOST|SLURMD_NODENAME|SLURM_NODEID|SLURM_TOPOLOGY_ADDR|SLURM_PROCID|SLURM_TASK_PID|"
+    r"BASHPID|SLURM_LOCALID|RANDOM|SRANDOM)\b"
+)
 _MAX_DIGITS = 9  # sbatch reads counts as 32-bit integers; longer numbers are out of its range
 # A directive number this long is refused outright (exit 2) rather than judged: Python's int() refuses
 # over 4300 digits, and no SLURM value comes near. Shorter out-of-range counts are left to the checks.
@@ -511,7 +517,11 @@ class _Body:
             self.arrays.add(name)
         span = self.src.span(cmd.start, cmd.end)
         if raw is not None:
-            self.evaluated[name] = self._batch_evaluated(raw.text[raw.text.index("=") + 1 :])
+            evaluated = self._batch_evaluated(raw.text[raw.text.index("=") + 1 :])
+            if evaluated:
+                self.evaluated[name] = evaluated
+            else:
+                self.evaluated.pop(name, None)
         if is_credential_name(name):
             self.known.pop(name, None)  # never expanded into a launch line or evidence
             self.assignments.append(
@@ -560,15 +570,21 @@ class _Body:
         )
 
     def _batch_evaluated(self, raw: str) -> frozenset[str]:
-        """What the batch shell evaluates in raw text (as written): its own live $(...), `...` and $NAME (also as the
-        reader expands them), and what the variables named there hold already evaluated."""
-        from gpudoctor.readers.pertask import evaluated_parts, referenced_names
+        """What the batch shell evaluates in raw text (as written) that a task's shell would evaluate differently:
+        its own live $(...), `...` (also as the reader expands them) and per-node/per-task $NAMEs, and what the
+        variables named there hold already evaluated. Only variables that hold some are remembered, and the
+        common case (no substitution, no such name) costs one regex search: 100k assignments stay fast."""
+        if not self.evaluated and not _MAY_VARY.search(raw):
+            return frozenset()
+        from gpudoctor.readers.pertask import MAX_EVALUATED, evaluated_parts, referenced_names, varies
 
-        parts = evaluated_parts(raw)
+        parts = [p for p in evaluated_parts(raw) if varies(p)] if _MAY_VARY.search(raw) else []
         out = set(parts) | {
             self.expander.expand(p, self.known, PER_TASK_VARS) for p in parts if p.startswith(("$(", "`"))
         }
-        for name in referenced_names(raw):
+        for name in referenced_names(raw) if self.evaluated else ():
+            if len(out) >= MAX_EVALUATED:
+                break
             out |= self.evaluated.get(name, frozenset())
         return frozenset(out)
 
