@@ -193,6 +193,12 @@ def rendezvous_endpoint_computed_per_task(facts, ctx):
                 Varying("main_process_port", "0", PER_NODE, f"main_process_port 0 ({plan.main_process_port.source})")
             )
     evidence = {"launch line": f"line {launch.line}: {launch.text}"}
+    per_task_shell = bool(launch.task_command and launch.srun is not None)
+    if not per_task_shell and not varying:
+        return skip(
+            "the training line is no `srun bash -c '...'`: the batch shell expands it once, the same for every task",
+            **evidence,
+        )
     problems = [(v, why) for v in varying if shape is not None and (why := _differs(v.how, shape))]
     if not problems:
         if varying:

@@ -142,3 +142,8 @@ def test_config_port_zero_over_several_machines_fails(tmp_path):
     body = "srun bash -c 'accelerate launch --config_file acc.yaml --machine_rank $SLURM_NODEID t.py'"
     (f,) = run("GD-SLURM-034", _facts(), **_ctx(tmp_path, body, config))
     assert f.severity is Severity.FAIL and "main_process_port 0" in f.message
+
+
+def test_without_a_per_task_shell_the_batch_shell_expands_once(tmp_path):
+    body = "srun torchrun --nnodes 2 --rdzv_backend c10d --rdzv_endpoint $(hostname):29500 t.py"
+    assert severity("GD-SLURM-034", _facts(), **_ctx(tmp_path, body)) is Severity.SKIP
