@@ -1,13 +1,13 @@
 """slurm checks of a launcher's own inputs on the launch line of a batch script (--sbatch).
 
-GD-SLURM-034: the rendezvous endpoint that each task of `srun bash -c '...'` computes itself
-(gpudoctor/readers/pertask.py: what the batch shell expands once and what each task's shell expands).
-
 GD-SLURM-033: the config file `accelerate launch --config_file F` reads, read as accelerate reads it
 (gpudoctor/readers/accelerate.py, after huggingface/accelerate 1.x commands/launch.py and
 commands/config/config_args.py): where it is, whether it can be read, and the values the launch takes from it.
 The process counts it gives are judged by the existing launcher checks (GD-SLURM-002/003/009, GD-DIST-001)
 through the job's shape.
+
+GD-SLURM-034: the rendezvous endpoint that each task of `srun bash -c '...'` computes itself
+(gpudoctor/readers/pertask.py: what the batch shell expands once and what each task's shell expands).
 """
 
 from __future__ import annotations
