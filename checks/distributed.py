@@ -156,15 +156,24 @@ def _node_rank_same_on_every_node(facts, ctx):
         return None
     if (launch.rdzv_backend or "static") != "static":
         return None  # c10d/etcd rendezvous hands out node ranks itself
-    rank = launch.node_rank
-    if rank is None and launcher == "accelerate" and launch.config_file:
-        return None  # the config file may set machine_rank
+    rank, nnodes, from_config = launch.node_rank, str(launch.nnodes or ""), None
+    if launcher == "accelerate" and launch.config_file:
+        from gpudoctor.readers.accelerate import accelerate_plan
+
+        plan = accelerate_plan(launch)
+        config_rdzv = str((plan.config.values if plan.config else {}).get("rdzv_backend") or "static")
+        if plan.machine_rank.value is None or not plan.multi_process or config_rdzv != "static":
+            # not read; one process per machine; or a config rendezvous accelerate 1.x ignores (its command line's
+            # default 'static' wins) though its maintainers document it: unknown, so not judged
+            return None
+        rank, nnodes = str(plan.machine_rank.value), str(plan.num_machines.value or "")
+        if plan.machine_rank.source != "launch line":
+            from_config = plan.machine_rank.source
     if rank is not None and not re.fullmatch(r"\d+", str(rank)):
         return None  # left for each task's shell to expand ('$SLURM_NODEID' in single quotes)
     from gpudoctor.job.shape import job_shape
 
     shape = job_shape(facts, ctx)
-    nnodes = str(launch.nnodes or "")
     if (shape.nodes or 1) < 2 or (nnodes.isdigit() and int(nnodes) < 2):
         return None
     option = "--machine_rank" if launcher == "accelerate" else "--node_rank"
@@ -174,6 +183,9 @@ def _node_rank_same_on_every_node(facts, ctx):
         if rank is not None
         else ""
     )
+    if from_config:
+        given = f"machine_rank: {rank} from {from_config} (no --machine_rank on the line)"
+        why = "; the config file is the same on every node"
     return fail(
         f"line {shape.launch_lineno} starts {launcher} on each of {shape.nodes} nodes with {given}: every node claims "
         f"node rank {rank or 0} and the static rendezvous never completes{why}",
@@ -181,12 +193,15 @@ def _node_rank_same_on_every_node(facts, ctx):
             "Let each task expand its own node rank, or let the rendezvous assign it",
             f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} "
             f"... {option}=$SLURM_NODEID ...'   (single quotes)",
-            "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)",
+            "or: --rdzv_backend c10d (node ranks assigned by the rendezvous at --main_process_ip:--main_process_port)"
+            if launcher == "accelerate"
+            else "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)",
         ),
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
         nodes=shape.nodes,
         node_rank=rank,
         rdzv_backend=launch.rdzv_backend or "static (default)",
+        **({"machine_rank_from": from_config} if from_config else {}),
     )
 
 

@@ -158,13 +158,14 @@ def _read_script(path: str, text: str, arguments: tuple[str, ...] | None = None)
     """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
     from dataclasses import replace as with_field
 
+    from gpudoctor.readers.accelerate import with_config_files
     from gpudoctor.readers.program import launched_program
     from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
     from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
 
     try:
         _check_sbatch_accepts(text, path)
-        script = parse_sbatch(text, path, arguments)
+        script = with_config_files(parse_sbatch(text, path, arguments))
     except SbatchError as e:
         raise EditError(f"the edited script does not read back: {e}") from None
     # the program the launch line runs, read as load_sbatch reads it: check and fix judge the same process model

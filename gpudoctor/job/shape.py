@@ -62,6 +62,7 @@ class JobShape:
     directive_lines: dict = field(default_factory=dict)
     srun_options: dict | None = None  # sbatch: options on the launch line's srun
     evidence: dict = field(default_factory=dict)  # name -> value for every input used
+    evidence_extra: dict = field(default_factory=dict)  # read while working out the launcher, merged into evidence
     problems: list[str] = field(default_factory=list)  # values that could not be read
     notes: list[str] = field(default_factory=list)  # readable, but judged with an assumption
     program: Any = None  # readers.program.ProgramModel of the launched program (sbatch; None: not looked for)
@@ -402,6 +403,7 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     _launcher_from_script(shape, launch, ctx)
     if shape.cuda_visible_export:
         ev["export CUDA_VISIBLE_DEVICES"] = shape.cuda_visible_export.value
+    ev.update(shape.evidence_extra)
     if shape.launch_line:
         ev["launch line"] = f"line {shape.launch_lineno}: {_short(shape.launch_line)}"
     if sb.program is not None and launch is not None and launch.launcher in ("python", "lightning", None):
@@ -552,9 +554,7 @@ def _launcher_from_script(shape: JobShape, launch: Launch | None, ctx) -> None:
         if launcher == "torchrun" and launch.nproc_per_node is None:
             shape.procs_per_task = 1  # torchrun's default is one process
     elif launch is not None and shape.launcher == "accelerate" and launcher == "accelerate":
-        total = _count_arg(launch.num_processes, None)
-        machines = _count_arg(launch.nnodes, None) or 1
-        shape.procs_per_task = total // machines if total else None
+        _accelerate_counts(shape, launch)
     elif shape.launcher == "python":
         shape.procs_per_task = 1
     light, why = _uses_lightning(ctx, light_hints)
@@ -566,6 +566,21 @@ def _launcher_from_script(shape: JobShape, launch: Launch | None, ctx) -> None:
             shape.launcher, shape.launcher_source = "lightning", why
             shape.procs_per_task = None  # decided by Lightning's rules, see lightning_plan()
         shape.lightning = _lightning_hints(shape, ctx, light_hints)
+
+
+def _accelerate_counts(shape: JobShape, launch: Launch) -> None:
+    """accelerate's processes per launch from its line and its --config_file (readers/accelerate.py)."""
+    from gpudoctor.readers.accelerate import accelerate_plan
+
+    plan = accelerate_plan(launch)
+    shape.procs_per_task = plan.procs_per_machine
+    for name in ("mode", "num_processes", "num_machines", "machine_rank"):
+        setting = getattr(plan, name)
+        if setting.source != "launch line" and setting.value is not None:
+            shape.evidence_extra[f"accelerate {name}"] = f"{setting.value} ({setting.source})"
+    config = launch.launcher_config
+    if config is None or config.status == "read":  # an unread config file is GD-SLURM-033's finding
+        shape.notes.extend(plan.notes)
 
 
 # ---------------------------------------------------------------- entry point

@@ -260,7 +260,8 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         inner = _shell_command_string(args)
         picked = _inner_launch(inner, depth + 1) if inner and depth < MAX_SHELL_DEPTH else None
         if picked:  # srun bash -c "RANK=\$SLURM_PROCID python train.py": judge what the shell runs
-            return {**describe_command(picked, depth + 1), "via_shell": f"{prog} -c"}
+            inner_desc = describe_command(picked, depth + 1)
+            return {**inner_desc, "via_shell": f"{prog} -c", "task_command": inner_desc.get("task_command") or inner}
         return out
     if prog == "torchrun":
         return {**out, "launcher": "torchrun", **_torchrun(args)}
@@ -339,6 +340,7 @@ def _unwrap(prog: str, args: list[str]) -> list[str] | None:
 def _torchrun(args: list[str]) -> dict:
     opts, rest = _take(args, _TORCHRUN_VALUES, _TORCHRUN_FLAGS)
     res = {
+        "launcher_options": opts,
         "nproc_per_node": opts.get("nproc-per-node"),
         "nnodes": opts.get("nnodes"),
         "standalone": bool(opts.get("standalone")),
@@ -370,12 +372,27 @@ def _accelerate(args: list[str]) -> dict:
             "config-file",
             "dynamo-backend",
             "rdzv-backend",
+            "rdzv-conf",
             "num-cpu-threads-per-process",
+            "deepspeed-multinode-launcher",
+            "deepspeed-hostfile",
         ),
-        ("multi-gpu", "use-deepspeed", "use-fsdp", "cpu", "module", "m", "no-python"),
+        (
+            "multi-gpu",
+            "use-deepspeed",
+            "use-fsdp",
+            "use-megatron-lm",
+            "tpu",
+            "cpu",
+            "same-network",
+            "module",
+            "m",
+            "no-python",
+        ),
     )
     return {
         "launcher": "accelerate",
+        "launcher_options": opts,
         "num_processes": opts.get("num-processes"),
         "nnodes": opts.get("num-machines"),
         "node_rank": opts.get("machine-rank"),
@@ -417,6 +434,7 @@ def _deepspeed(args: list[str]) -> dict:
     )
     return {
         "launcher": "deepspeed",
+        "launcher_options": opts,
         "nproc_per_node": opts.get("num-gpus"),
         "nnodes": opts.get("num-nodes"),
         "deepspeed_launcher": opts.get("launcher"),

@@ -30,6 +30,7 @@ from gpudoctor.readers.sbatch.launch import command_environment, describe_launch
 from gpudoctor.readers.sbatch.lookalike import find_lookalikes
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
+    UNKNOWN_DIRECTORY,
     Assignment,
     BashSyntax,
     BatchScript,
@@ -50,6 +51,7 @@ from gpudoctor.readers.sbatch.shell import (
     Source,
     Token,
     commands,
+    split_commands,
     tokenize,
     unquote,
 )
@@ -63,6 +65,12 @@ PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"})
 # positional parameters, which an inner `bash -c '...'` has its own of.
 DEFERRED = PER_TASK_VARS | POSITIONAL
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+# A command substitution, or a name srun or the node sets per task ($HOSTNAME, $SLURM_PROCID, $RANDOM ...):
+# the expansions readers/pertask.py tells apart (its _VARYING_NAMES); anything else is the same in every task.
+_MAY_VARY = re.compile(
+    r"\$\(|`|\$\{?(HOSTNAME|HOST|SLURMD_NODENAME|SLURM_NODEID|SLURM_TOPOLOGY_ADDR|SLURM_PROCID|SLURM_TASK_PID|"
+    r"BASHPID|SLURM_LOCALID|RANDOM|SRANDOM)\b"
+)
 _MAX_DIGITS = 9  # sbatch reads counts as 32-bit integers; longer numbers are out of its range
 # A directive number this long is refused outright (exit 2) rather than judged: Python's int() refuses
 # over 4300 digits, and no SLURM value comes near. Shorter out-of-range counts are left to the checks.
@@ -385,6 +393,9 @@ class _Body:
         self.arrays: set[str] = set()
         self.branches = Branches()
         self.chdirs: list[tuple[int, str]] = []
+        self.cwd: str | None = None  # after `cd DIR`: DIR as expanded (None: where the job started)
+        # per variable: the $(...), `...` and $NAME its value holds as evaluated by the batch shell (not as text)
+        self.evaluated: dict[str, frozenset[str]] = {}
 
     def read(self, cmds: list[Command]) -> None:
         for cmd in cmds:
@@ -433,8 +444,9 @@ class _Body:
                 for tok in tokens:
                     self._assign(tok, cmd, line, as_written, exported=False)
                 continue
-            if tokens[0] in ("cd", "pushd"):  # where a relative program path is looked up (readers/program.py)
+            if tokens[0] in ("cd", "pushd"):  # where a relative program or config path is looked up
                 self.chdirs.append((line, next((t for t in tokens[1:] if not t.startswith("-")), "~")))
+                self.cwd = _changed_directory(self.cwd, tokens[1:])
                 continue
             self._launch(tokens, cmd, line, as_written)
 
@@ -477,6 +489,12 @@ class _Body:
             value = value[1:-1].strip()
             self.arrays.add(name)
         span = self.src.span(cmd.start, cmd.end)
+        if raw is not None:
+            evaluated = self._batch_evaluated(raw.text[raw.text.index("=") + 1 :])
+            if evaluated:
+                self.evaluated[name] = evaluated
+            else:
+                self.evaluated.pop(name, None)
         if is_credential_name(name):
             self.known.pop(name, None)  # never expanded into a launch line or evidence
             self.assignments.append(
@@ -506,8 +524,12 @@ class _Body:
             raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
         if desc is None:
             return
+        cwd = self.cwd
+        if desc.get("task_command"):
+            desc["batch_evaluated"] = self._batch_evaluated(" ".join(w.text for w in cmd.words))
+            cwd = _task_directory(cwd, desc["task_command"])
         launch = _to_launch(
-            desc, line, redact(as_written), " ".join(redact_words(tokens)), self.src.span(cmd.start, cmd.end)
+            desc, line, redact(as_written), " ".join(redact_words(tokens)), self.src.span(cmd.start, cmd.end), cwd
         )
         env, cleared = self._command_env(tokens, cmd, line, as_written)
         if env or cleared:
@@ -545,8 +567,54 @@ class _Body:
             )
         return tuple(out), cleared
 
+    def _batch_evaluated(self, raw: str) -> frozenset[str]:
+        """What the batch shell evaluates in raw text (as written) that a task's shell would evaluate differently:
+        its own live $(...), `...` (also as the reader expands them) and per-node/per-task $NAMEs, and what the
+        variables named there hold already evaluated. Only variables that hold some are remembered, and the
+        common case (no substitution, no such name) costs one regex search: 100k assignments stay fast."""
+        if not self.evaluated and not _MAY_VARY.search(raw):
+            return frozenset()
+        from gpudoctor.readers.pertask import MAX_EVALUATED, evaluated_parts, referenced_names, varies
 
-def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
+        parts = [p for p in evaluated_parts(raw) if varies(p)] if _MAY_VARY.search(raw) else []
+        out = set(parts) | {
+            self.expander.expand(p, self.known, PER_TASK_VARS) for p in parts if p.startswith(("$(", "`"))
+        }
+        for name in referenced_names(raw) if self.evaluated else ():
+            if len(out) >= MAX_EVALUATED:
+                break
+            out |= self.evaluated.get(name, frozenset())
+        return frozenset(out)
+
+
+def _changed_directory(cwd: str | None, args: list[str]) -> str | None:
+    """The working directory after `cd ARGS` (bash(1) cd: `cd` alone goes to $HOME; -L/-P/-e/-@ are options)."""
+    args = [a for a in args if a not in ("-L", "-P", "-e", "-@", "--")]
+    if not args or args[0] == "-" or "`" in args[0] or "$(" in args[0]:
+        return UNKNOWN_DIRECTORY
+    target = args[0]
+    if re.fullmatch(r"\$\{?SLURM_SUBMIT_DIR\}?/?", target):
+        return None  # where sbatch was run: where the job starts anyway
+    if "$" in target or target.startswith("~") or cwd == UNKNOWN_DIRECTORY:
+        return UNKNOWN_DIRECTORY
+    if os.path.isabs(target) or cwd is None:
+        return os.path.normpath(target) if os.path.isabs(target) else target
+    return os.path.normpath(os.path.join(cwd, target))
+
+
+def _task_directory(cwd: str | None, task_command: str) -> str | None:
+    """The directory the launcher in `srun bash -c 'cd DIR && accelerate launch ...'` runs in."""
+    from gpudoctor.readers.sbatch.launch import describe_command
+
+    cmds = split_commands(task_command)
+    last = max((i for i, c in enumerate(cmds) if c and describe_command(c).get("launcher")), default=-1)
+    for words in cmds[:last]:
+        if words and words[0] in ("cd", "pushd"):
+            cwd = _changed_directory(cwd, words[1:])
+    return cwd
+
+
+def _to_launch(desc: dict, line: int, text: str, expanded: str, span, cwd: str | None = None) -> Launch:
     srun = desc.get("srun")
     light = desc.get("lightning")
 
@@ -586,6 +654,14 @@ def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
         inline=bool(desc.get("inline")),
         gpudoctor=bool(desc.get("gpudoctor")),
         via_shell=desc.get("via_shell"),
+        launcher_options=MappingProxyType(
+            {k: v if v is True else redact(str(v)) for k, v in desc["launcher_options"].items()}
+        )
+        if desc.get("launcher_options") is not None
+        else None,
+        cwd=cwd,
+        task_command=desc.get("task_command"),
+        batch_evaluated=desc.get("batch_evaluated") or frozenset(),
     )
 
 
@@ -688,7 +764,9 @@ def load_sbatch(path: str, check_syntax: bool = True, arguments: tuple[str, ...]
     if "\x00" in text:
         raise SbatchError(f"--sbatch {path}: a binary file, not a batch script")
     _check_sbatch_accepts(text, path)
-    script = parse_sbatch(text, path, arguments)
+    from gpudoctor.readers.accelerate import with_config_files
+
+    script = with_config_files(parse_sbatch(text, path, arguments))
     if check_syntax:
         script = replace(script, bash_syntax=bash_syntax(text))
     return replace(script, program=launched_program(script))  # readers/program.py: what the launch runs

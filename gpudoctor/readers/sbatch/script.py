@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+UNKNOWN_DIRECTORY = "?"  # Launch.cwd after a `cd` only the job's shell can resolve ($(dirname $0), `cd` alone, `cd -`)
+
 
 class SbatchError(ValueError):
     """A batch script that cannot be used: one clear line, exit 2."""
@@ -84,6 +86,21 @@ class SrunStep:
 
 
 @dataclass(frozen=True)
+class LauncherConfig:
+    """A launcher's config file named on the launch line (`accelerate launch --config_file F`), as read.
+
+    status: "read"; "missing" (no file where the launch looks); "unreadable" (not a file, too large, broken
+    YAML/JSON: `problem` says which); "unresolved" (the path holds a value only the job's shell knows)."""
+
+    written: str  # the path as the launch line gives it
+    path: str | None  # where it was found, or the first place looked
+    status: str
+    values: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # top-level keys
+    lines: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # key -> 1-based line
+    problem: str = ""  # why it was not read, or where the relative path was looked for
+
+
+@dataclass(frozen=True)
 class Launch:
     """A command that starts a program under srun or a known launcher, and what it launches."""
 
@@ -113,6 +130,13 @@ class Launch:
     inline: bool = False  # python -c '...'
     gpudoctor: bool = False  # a gpudoctor preflight
     via_shell: str | None = None  # "bash -c": the launcher was read inside a shell's command string
+    launcher_options: Mapping[str, str | bool] | None = None  # the launcher's own options as given (dashed names)
+    cwd: str | None = None  # the directory a `cd` before the line moved to (None: where the job started)
+    launcher_config: LauncherConfig | None = None  # the config_file read (load_sbatch does the reading)
+    # `srun bash -c STRING`: STRING as each task's shell gets it, and the expansions ($(...), `...`, $NAME) the
+    # batch shell already did before srun (their text): what is left in STRING, each task's shell does itself
+    task_command: str | None = None
+    batch_evaluated: frozenset[str] = frozenset()
     env: tuple[Assignment, ...] = ()  # the command's own environment: prefix assignments, env(1) NAME=v / -u NAME
     env_cleared: bool = False  # `env -i`: the command starts from an empty environment
 
