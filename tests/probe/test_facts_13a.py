@@ -158,8 +158,15 @@ def test_acs_redirect_on_the_switch_above_two_gpus_is_read_from_config_space(tmp
     (gpu0 / "aer_dev_fatal").write_text("Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n")
     (gpu0 / "aer_dev_nonfatal").write_text("Undefined 0\nCmpltTO 2\nTOTAL_ERR_NONFATAL 2\n")
     (gpu0 / "aer_dev_correctable").write_text("RxErr 17\nTOTAL_ERR_COR 17\n")
+    port = gpu0.parent  # the switch's downstream port: the other end of GPU 0's link counts its own errors
+    (port / "aer_dev_correctable").write_text("RxErr 90000\nBadTLP 12\nTOTAL_ERR_COR 90012\n")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/uptime").write_text("86400.25 1234567.00\n")
 
     section = pci.probe(str(tmp_path))
+    assert section["uptime_seconds"] == 86400.25
+    assert [b["bdf"] for b in section["bridges"] if b["aer"]] == ["0000:02:08.0"]
+    assert next(b for b in section["bridges"] if b["bdf"] == "0000:02:08.0")["aer"] == {"corrected": 90012}
     assert [g["bdf"] for g in section["gpus"]] == ["0000:03:00.0", "0000:04:00.0"]
     assert section["gpus"][0]["bridges"] == chain and section["gpus"][0]["iommu_domain"] == "DMA-FQ"
     bridges = {b["bdf"]: b for b in section["bridges"]}
