@@ -387,7 +387,7 @@ def _pci_key(text: str | None) -> str | None:
     what="Reads the kernel log of the last hours (/dev/kmsg, journalctl -k or dmesg): NVRM Xid events, NVRM "
     "messages asking for a GPU reset or a reboot, and PCIe AER errors. When the log cannot be read (a container: "
     "/dev/kmsg absent, dmesg refused with EPERM; a user without CAP_SYSLOG where kernel.dmesg_restrict=1) it says "
-    "so as a finding (\"could not check\"), never a silent skip, and still reads the world-readable sysfs AER "
+    'so as a finding ("could not check"), never a silent skip, and still reads the world-readable sysfs AER '
     "totals.",
     why="Xid 79 (fallen off the bus), 48/95 (uncorrectable ECC), 64 (row-remap failure), 74 (NVLink) and 119/120 (GSP) "
     "mean the GPU must be reset before it can be trusted: the next job crashes or computes on corrupt memory "

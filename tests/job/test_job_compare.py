@@ -308,4 +308,5 @@ def test_a_node_with_only_warnings_is_not_a_failed_node():
     assert nodes_summary(["n1"], [_finding("warn", ["n1"])]) == "1 node with warnings"
     assert nodes_summary(["n1", "n2"], [_finding("info", ["n1"])]) == "pass on 2 of 2 node(s)"
     mixed = [_finding("warn", ["n1", "n2"]), _finding("fail", ["n2"]), _finding("error", ["n3"])]
-    assert nodes_summary(["n1", "n2", "n3", "n4"], mixed) == "pass on 1 of 4 node(s), 1 node with warnings, 2 nodes failing"
+    summary = nodes_summary(["n1", "n2", "n3", "n4"], mixed)
+    assert summary == "pass on 1 of 4 node(s), 1 node with warnings, 2 nodes failing"
