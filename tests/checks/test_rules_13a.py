@@ -28,6 +28,9 @@ NEW_IDS = (
     "GD-ALLOC-007",
     "GD-DL-010",
     "GD-PREC-003",
+    "GD-HW-011",  # issue 25
+    "GD-NCCL-012",
+    "GD-CUDA-009",
 )
 
 
@@ -81,7 +84,10 @@ def _pcie_pairs(n: int, nvlink: str = "not_supported") -> dict:
 # ------------------------------------------------------------------ healthy set-ups: no new alarm
 
 
-@pytest.mark.parametrize("fixture, expect", [(RECORDED_H100, 1), (RECORDED_CPU, 0), (HEALTHY_GPU, 8)])
+@pytest.mark.parametrize(
+    "fixture, expect",
+    [(RECORDED_H100, 1), (RECORDED_CPU, 0), (HEALTHY_GPU, 8), ("recorded-h200x1-driver580-torch2.11-cu130", 1)],
+)
 def test_new_rules_raise_nothing_on_healthy_fixtures(fixture, expect):
     found = run_checks([load_all()[i] for i in NEW_IDS], make_facts(fixture), Context(expect_gpus=expect))
     bad = [
@@ -792,3 +798,48 @@ def test_corrected_errors_without_the_time_since_boot_are_not_judged():
     old = make_facts(patch={"pci": _gpu_behind_port(0, 150_000, None), **_one_gpu_at("0000:18:00.0")})
     (f,) = run("GD-HW-011", old, expect_gpus=1)
     assert f.severity is Severity.SKIP and "since boot" in f.message
+
+
+# ------------------------------------------------------------------ GD-NCCL-012 a non-PCI NIC first (NCCL 2.18.5-2.20.2)
+
+
+def _nic(name: str, ifindex: int, bus: str | None, *addresses: str) -> dict:
+    return dict(_iface(name, *addresses), ifindex=ifindex, bus=bus)
+
+
+ONE_NODE_8 = {"SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "8"}
+USB_FIRST = [
+    dict(LO, ifindex=1, bus=None),
+    _nic("enx0c3796a1b2c3", 2, "usb", "169.254.3.1"),
+    _nic("eno1", 3, "pci", "10.1.0.7"),
+]
+
+
+def _nccl_facts(interfaces, nccl, env=ONE_NODE_8):
+    patch = {"network.interfaces": interfaces, "network.infiniband": [], "torch.nccl": list(nccl)}
+    return make_facts(env=env, patch=patch)
+
+
+def test_a_usb_nic_first_on_one_node_warns_for_nccl_2_18_and_2_19():
+    for nccl in ((2, 18, 5), (2, 19, 3)):
+        (f,) = run("GD-NCCL-012", _nccl_facts(USB_FIRST, nccl), expect_gpus=8)
+        assert f.severity is Severity.WARN, (nccl, f.message)
+        assert "enx0c3796a1b2c3 (a usb device)" in f.message and "nccl#1125" in f.message
+        assert f.fix.actions[0].target == "NCCL_SOCKET_IFNAME" and f.fix.actions[0].value == "^docker,lo,enx0c3796a1b2c3"
+
+
+def test_nccl_outside_the_window_or_a_pci_nic_first_or_infiniband_pass():
+    assert severity("GD-NCCL-012", _nccl_facts(USB_FIRST, (2, 20, 3)), expect_gpus=8) is Severity.PASS
+    assert severity("GD-NCCL-012", _nccl_facts(USB_FIRST, (2, 18, 3)), expect_gpus=8) is Severity.PASS
+    pci_first = [USB_FIRST[0], dict(USB_FIRST[1], ifindex=9), USB_FIRST[2]]
+    assert severity("GD-NCCL-012", _nccl_facts(pci_first, (2, 19, 3)), expect_gpus=8) is Severity.PASS
+    # the name alone (an older snapshot without "bus"): systemd's enx<MAC> is a USB NIC
+    unprobed = [{k: v for k, v in i.items() if k != "bus"} for i in USB_FIRST]
+    assert severity("GD-NCCL-012", _nccl_facts(unprobed, (2, 19, 3)), expect_gpus=8) is Severity.WARN
+    excluded = {**ONE_NODE_8, "NCCL_SOCKET_IFNAME": "eno1"}
+    assert severity("GD-NCCL-012", _nccl_facts(USB_FIRST, (2, 19, 3), excluded), expect_gpus=8) is Severity.PASS
+    with_ib = make_facts(
+        env=ONE_NODE_8,
+        patch={"network.interfaces": USB_FIRST, "torch.nccl": [2, 19, 3], "network.infiniband": _ports(["ACTIVE"])},
+    )
+    assert severity("GD-NCCL-012", with_ib, expect_gpus=8) is Severity.PASS

@@ -261,3 +261,20 @@ def test_malformed_new_sections_are_refused_by_the_schema():
     assert "pci.bridges.0" in first_problem(bad_acs)
     ok_error = {"schema": "gpudoctor.facts/1", "kernel": {"error": "probe timed out", "timed_out": True}}
     assert first_problem(ok_error) is None
+
+
+def test_a_nics_bus_is_the_subsystem_its_device_links_to(tmp_path):
+    from gpudoctor.probe.network import device_bus
+
+    usb = tmp_path / "sys/bus/usb"
+    usb.mkdir(parents=True)
+    device = tmp_path / "sys/devices/pci0000:00/0000:00:14.0/usb1/1-4/1-4:1.0"
+    device.mkdir(parents=True)
+    (device / "subsystem").symlink_to(usb)
+    nic = tmp_path / "sys/class/net/enx0c3796a1b2c3"
+    nic.mkdir(parents=True)
+    (nic / "device").symlink_to(device)
+    assert device_bus(str(nic)) == "usb"
+    bridge = tmp_path / "sys/class/net/br0"
+    bridge.mkdir(parents=True)
+    assert device_bus(str(bridge)) is None
