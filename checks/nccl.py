@@ -954,8 +954,9 @@ def nccl_non_pci_nic_first_breaks_init(facts, ctx):
         )
     return warn(
         f"{version} would use {what} as a socket network device before {ordered[first_pci]['name']}: its topology "
-        "detection hangs a non-PCI NIC off the first CPU without a bus id and then fails communicator init with "
-        "'Attribute busid of node nic not found' (NVIDIA/nccl#1125, fixed in 2.20.3) - on a single node too",
+        "detection hangs a non-PCI NIC off the first CPU without a bus id, and a PCI device added under that CPU "
+        "afterwards fails communicator init with 'Attribute busid of node nic not found' (NVIDIA/nccl#1125, fixed "
+        "in 2.20.3) - on a single node too",
         fix,
         **evidence,
     )
