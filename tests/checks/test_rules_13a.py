@@ -800,7 +800,7 @@ def test_corrected_errors_without_the_time_since_boot_are_not_judged():
     assert f.severity is Severity.SKIP and "since boot" in f.message
 
 
-# ------------------------------------------------------------------ GD-NCCL-012 a non-PCI NIC first (NCCL 2.18.5-2.20.2)
+# ------------------------------------------------------------ GD-NCCL-012 a non-PCI NIC first (NCCL 2.18.5-2.20.2)
 
 
 def _nic(name: str, ifindex: int, bus: str | None, *addresses: str) -> dict:
@@ -825,7 +825,8 @@ def test_a_usb_nic_first_on_one_node_warns_for_nccl_2_18_and_2_19():
         (f,) = run("GD-NCCL-012", _nccl_facts(USB_FIRST, nccl), expect_gpus=8)
         assert f.severity is Severity.WARN, (nccl, f.message)
         assert "enx0c3796a1b2c3 (a usb device)" in f.message and "nccl#1125" in f.message
-        assert f.fix.actions[0].target == "NCCL_SOCKET_IFNAME" and f.fix.actions[0].value == "^docker,lo,enx0c3796a1b2c3"
+        action = f.fix.actions[0]
+        assert action.target == "NCCL_SOCKET_IFNAME" and action.value == "^docker,lo,enx0c3796a1b2c3"
 
 
 def test_nccl_outside_the_window_or_a_pci_nic_first_or_infiniband_pass():
