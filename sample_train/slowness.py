@@ -239,8 +239,8 @@ def next_steps(findings: list[dict], ranks: list[dict], nodes: list[dict]) -> li
                 }
             )
         if not local:  # the node's own fault, or no reason given: a host to leave out
-            slow_hosts.setdefault(row.get("host"), set()).update(named_ranks[rank])
-    every = sorted({r.get("host") for r in ranks})
+            slow_hosts.setdefault(str(row.get("host")), set()).update(named_ranks[rank])
+    every = sorted({str(r.get("host")) for r in ranks})
     if slow_hosts:
         keep = [h for h in every if h not in slow_hosts]
         hosts = sorted(slow_hosts)
