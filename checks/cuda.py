@@ -1197,31 +1197,33 @@ KINETO_DAEMON_VAR = "KINETO_USE_DAEMON"
     title="`import torch` leaves CUDA to be initialised by the program (no KINETO_USE_DAEMON)",
     needs=["env"],
     scope="job",
-    what="Reads KINETO_USE_DAEMON in the job's environment. torch tests only that it is set and not empty "
-    '(torch/profiler/__init__.py: `if os.environ.get("KINETO_USE_DAEMON", "")`; pytorch/pytorch#112389: '
-    "'just looking for env to be set, not really reading its value'), so KINETO_USE_DAEMON=0 turns it on too.",
-    why="With the variable set, the profiler library (kineto) is initialised when torch loads instead of on the "
-    "first profiler call, so that the Dynolog daemon can trace the process on demand (pytorch/pytorch#120276): "
-    "it registers with CUPTI and the CUDA driver in every process that imports torch. A process whose CUDA "
-    "driver was initialised cannot fork children that use CUDA: `torch.multiprocessing.start_processes(..., "
-    'start_method="fork")` ranks and DataLoader workers started by fork (Linux\'s default) that touch CUDA '
-    "fail with 'CUDA error: initialization error' or 'Cannot re-initialize CUDA in forked subprocess', and "
-    "torch itself has been seen failing at start with it set (pytorch/pytorch#125705, "
-    "facebookincubator/dynolog#271).",
+    what="Reads KINETO_USE_DAEMON in the job's environment. Set at all counts, whatever its value (0 and empty "
+    "included): kineto tests only that the variable exists (pytorch/kineto libkineto isDaemonEnvVarSet: "
+    "getenv(...) != nullptr; pytorch/pytorch#112389: 'just looking for env to be set, not really reading its "
+    "value').",
+    why="With the variable set, torch initialises its profiler library when it loads instead of on the first "
+    "profiler call, so that the Dynolog daemon can trace the process on demand (pytorch/pytorch#120276), and "
+    "kineto then initialises its profilers at once ('For open source users that would like to connect to a "
+    "profiling daemon we should always initialize the profiler at this point', libkineto/src/init.cpp): CUPTI and "
+    "the CUDA driver in every process that imports torch. A process whose CUDA driver was initialised cannot "
+    'fork children that use CUDA: `torch.multiprocessing.start_processes(..., start_method="fork")` ranks and '
+    "DataLoader workers started by fork (Linux's default) that touch CUDA fail with 'CUDA error: initialization "
+    "error' or 'Cannot re-initialize CUDA in forked subprocess'; torch has also been seen failing at start with "
+    "it set (pytorch/pytorch#125705, facebookincubator/dynolog#271).",
     fix="Unset KINETO_USE_DAEMON unless the job is meant to be traced by Dynolog; then start subprocesses with "
     "the 'spawn' method (`torch.multiprocessing.spawn`, `DataLoader(multiprocessing_context=\"spawn\")`).",
 )
 def kineto_daemon_initialises_cuda(facts, ctx):
     env = job_env(facts, ctx)
     value = env.get(KINETO_DAEMON_VAR)
-    if value is None or value == "":
+    if value is None:
         return passed(
             "KINETO_USE_DAEMON is not set: the profiler library is initialised on first use, not at `import torch`"
         )
     source = env.source(KINETO_DAEMON_VAR)
     return warn(
         f"KINETO_USE_DAEMON={value!r} (from {source}): torch initialises its profiler library with CUPTI and the "
-        "CUDA driver at `import torch` (any non-empty value counts, 0 included), so children the job forks that "
+        "CUDA driver at `import torch` (set is enough: 0 and an empty value count too), so children the job forks that "
         "use CUDA (mp.start_processes with start_method='fork', fork-started DataLoader workers touching the GPU) "
         "fail with 'CUDA error: initialization error'; it is meant only for on-demand tracing by Dynolog",
         unset_env(KINETO_DAEMON_VAR),

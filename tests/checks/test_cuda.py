@@ -630,14 +630,14 @@ def test_file_versions_and_build_versions():
 # --- GD-CUDA-009 kineto-daemon-initialises-cuda-at-import -----------------------------------------
 
 
-@pytest.mark.parametrize("value", ["1", "0", "yes"])
-def test_kineto_use_daemon_any_non_empty_value_warns(value):
+@pytest.mark.parametrize("value", ["1", "0", ""])
+def test_kineto_use_daemon_set_to_any_value_warns(value):
     (f,) = run("GD-CUDA-009", make_facts(env={"PATH": "/usr/bin", "KINETO_USE_DAEMON": value}))
     assert f.severity is Severity.WARN and "initialization error" in f.message
     assert f.fix.actions[0].target == "KINETO_USE_DAEMON" and f.fix.safety.value == "safe"
 
 
-@pytest.mark.parametrize("env", [{}, {"KINETO_USE_DAEMON": ""}, {"KINETO_LOG_LEVEL": "3"}])
-def test_kineto_daemon_unset_or_empty_passes(env):
+@pytest.mark.parametrize("env", [{}, {"KINETO_LOG_LEVEL": "3"}])
+def test_kineto_daemon_unset_passes(env):
     (f,) = run("GD-CUDA-009", make_facts(env={"PATH": "/usr/bin", **env}))
     assert f.severity is Severity.PASS
