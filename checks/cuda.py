@@ -836,6 +836,35 @@ def _sublibrary_finding(facts, using: str, bundle_dir: str, major: int, torch_v,
     )
 
 
+def _cudnn8_cache_finding(facts, using: str, bundle_dir: str, same_sys: list[dict], evidence: dict) -> Outcome | None:
+    """Without the probed ELF facts (older snapshots): cuDNN 8's sub-libraries carry no RUNPATH (NVIDIA's archives
+    and the pip wheels alike; spack/spack-packages#3399 adds $ORIGIN for that reason), so their NEEDED siblings
+    come from the ld.so cache: a system cuDNN 8 of another version there mixes with torch's (pytorch#104591)."""
+    torch_v = versions.cudnn_from_int(facts.torch.get("cudnn"))
+    other = []
+    for e in same_sys:
+        have = file_version(e.get("realpath") or e["path"])
+        if have is not None and torch_v is not None and have[:3] != tuple(torch_v)[: len(have[:3])]:
+            other.append((e, have))
+    if not other:
+        return None
+    entry, have = other[0]
+    current = [d for d in probe_env(facts).get("LD_LIBRARY_PATH", "").split(":") if d]
+    return warn(
+        f"{using}, but the ld.so cache also holds cuDNN {versions.fmt(have)} ({entry['path']}): cuDNN 8's "
+        "sub-libraries (libcudnn_cnn_infer.so.8, ...) carry no RUNPATH, so the ones they load by name "
+        "(libcudnn_ops_infer.so.8) come from the cache when first needed and two versions mix at the first "
+        "convolution ('version libcudnn_ops_infer.so.8 not defined', pytorch/pytorch#104591)",
+        set_env(
+            "LD_LIBRARY_PATH",
+            ":".join([bundle_dir, *[d for d in current if os.path.normpath(d) != bundle_dir]]),
+            title=f"Put torch's cuDNN folder first on LD_LIBRARY_PATH ({bundle_dir})",
+        ),
+        other_copies=[e["path"] for e, _ in other],
+        **evidence,
+    )
+
+
 @check(
     id="GD-CUDA-005",
     name="cudnn-shadowed",
@@ -924,9 +953,13 @@ def cudnn_shadowed(facts, ctx):
         if sub:
             return sub
     same_sys, _ = _other_copies(facts, "cudnn", major, loaded_dirs, ("ldconfig",))
+    judged = bool(shim_dirs) and major is not None and cudnn_sublibrary_resolutions(facts, shim_dirs[0], major)
+    if same_sys and not judged and major == 8 and shim_dirs:
+        cudnn8 = _cudnn8_cache_finding(facts, using, shim_dirs[0], same_sys, evidence)
+        if cudnn8:
+            return cudnn8
     if same_sys:
         paths = [e["path"] for e in same_sys]
-        judged = shim_dirs and major is not None and cudnn_sublibrary_resolutions(facts, shim_dirs[0], major)
         how = (
             "the loader finds every sub-library torch's cuDNN asks for in torch's own folder first (their RUNPATH or "
             "RPATH), so it is not used"

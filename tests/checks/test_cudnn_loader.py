@@ -291,3 +291,18 @@ def test_the_real_loader_takes_what_the_check_says(built):
         env={"LD_DEBUG": "libs", "PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": f.fix.actions[0].value},
     ).stderr
     assert f"calling init: {bundle}/libcudnn_ops_infer.so.8" in fixed and "system/libcudnn_ops" not in fixed
+
+
+def _without_loader_facts(system_version: str, cudnn: int = 8500):
+    facts = _facts([], [], cudnn, [f"{WHEEL8}/libcudnn.so.8"])
+    libs = facts.sections["libraries"]
+    del libs["cudnn_loader"]  # a snapshot from before issue 25
+    libs["found"]["cudnn"][0]["realpath"] = f"{SYS}/libcudnn.so.{system_version}"
+    return facts
+
+
+def test_an_older_snapshot_with_a_system_cudnn8_of_another_version_warns_by_cudnn8s_missing_runpath():
+    (f,) = run("GD-CUDA-005", _without_loader_facts("8.9.2"))
+    assert f.severity is Severity.WARN and "cuDNN 8.9.2" in f.message and "no RUNPATH" in f.message
+    assert f.fix.actions[0].value == WHEEL8
+    assert run("GD-CUDA-005", _without_loader_facts("8.5.0"))[0].severity is Severity.INFO
