@@ -659,26 +659,68 @@ CORRECTED_PER_HOUR_LIMIT = 8 * 60
 HOUR = 3600.0
 
 
-def _link_corrected_counts(facts) -> list[dict]:
-    """Per job GPU: the corrected AER totals since boot at both ends of its link (the GPU and the port above it)."""
-    pci = facts.pci
-    gpu_of = {_pci_key(g.get("pci_bus_id")): g.get("index") for g in facts.gpus if g.get("pci_bus_id")}
-    job = {g.get("index") for g in cudavis.job_gpus(facts)}
+def _job_links(facts) -> list[dict]:
+    """Per job GPU: its PCIe link's two ends, the GPU and the port directly above it (the nearest bridge; None
+    when the PCI tree was not read), with the sysfs AER totals each end counted since boot."""
+    pci = facts.pci if not facts.pci.get("error") else {}
+    sys_gpus = {_pci_key(s.get("bdf")): s for s in pci.get("gpus") or []}
     bridges = {b.get("bdf"): b for b in pci.get("bridges") or []}
     links = []
-    for s in pci.get("gpus") or []:
-        index = gpu_of.get(_pci_key(s.get("bdf")))
-        if index not in job:
-            continue
-        port = (s.get("bridges") or [None])[-1]  # the nearest bridge: the port the GPU's link ends at
-        port_aer = (bridges.get(port) or {}).get("aer") if port else None
-        ends = {s.get("bdf"): (s.get("aer") or {}).get("corrected")}
+    for g in cudavis.job_gpus(facts):
+        s = sys_gpus.get(_pci_key(g.get("pci_bus_id"))) or {}
+        port = (s.get("bridges") or [None])[-1]
+        ends = {s.get("bdf") or g.get("pci_bus_id"): (s.get("aer") or {}).get("corrected")}
         if port:
-            ends[port] = (port_aer or {}).get("corrected")
-        known = {bdf: n for bdf, n in ends.items() if isinstance(n, int)}
-        if known:
-            links.append({"gpu": index, "port": port, "ends": known, "total": sum(known.values())})
+            ends[port] = ((bridges.get(port) or {}).get("aer") or {}).get("corrected")
+        links.append({"gpu": g.get("index"), "port": port, "sysfs": ends})
     return links
+
+
+def _sysfs_rates(facts, links: list[dict]) -> list[dict]:
+    """Corrected errors per hour since boot at each link's ends (sysfs aer_dev_correctable, /proc/uptime)."""
+    uptime = facts.pci.get("uptime_seconds")
+    if not isinstance(uptime, int | float) or uptime <= 0:
+        return []
+    hours = max(uptime, HOUR) / HOUR  # at least an hour: a burst while the link trained at boot is not a rate
+    out = []
+    for link in links:
+        known = {bdf: n for bdf, n in link["sysfs"].items() if isinstance(n, int)}
+        if known:
+            total = sum(known.values())
+            out.append(
+                {
+                    **link,
+                    "count": total,
+                    "per_hour": total / hours,
+                    "over": f"since boot {_uptime_text(uptime)}",
+                    "ends": known,
+                }
+            )
+    return out
+
+
+def _log_rates(facts, links: list[dict]) -> list[dict]:
+    """Corrected errors per hour in the kernel log's window whose source is one of each link's ends."""
+    log = facts.kernel.get("log") or {}
+    if not log.get("readable"):
+        return []
+    by_device = log.get("aer_corrected_by_device")
+    if by_device is None:  # older snapshots: the listed events (the newest 50), one 'error received' line per error
+        by_device = {}
+        for a in log.get("aer") or []:
+            if a.get("severity") == "corrected" and "error received" in (a.get("message") or ""):
+                by_device[a.get("device") or "?"] = by_device.get(a.get("device") or "?", 0) + 1
+    seconds = log.get("window_seconds") or (log.get("window_hours") or 24) * HOUR
+    hours = max(seconds, HOUR) / HOUR
+    out = []
+    for link in links:
+        keys = {_pci_key(bdf) for bdf in link["sysfs"]}
+        ends = {dev: n for dev, n in by_device.items() if _pci_key(dev) in keys}
+        if ends:
+            total = sum(ends.values())
+            window = f"in the kernel log of the last {seconds / HOUR:.0f} h"
+            out.append({**link, "count": total, "per_hour": total / hours, "over": window, "ends": ends})
+    return out
 
 
 @check(
@@ -686,11 +728,12 @@ def _link_corrected_counts(facts) -> list[dict]:
     name="pcie-corrected-error-flood",
     category="hardware",
     title="No flood of corrected PCIe errors on the GPUs' links",
-    needs=["env", "nvidia", "pci"],
+    needs=["env", "nvidia"],  # pci and kernel are each optional: either gives a rate
     requires=["job-gpus"],
     what="Reads the corrected PCIe AER error totals since boot (sysfs aer_dev_correctable, world-readable) at both "
     "ends of each job GPU's link: the GPU and the port directly above it (a root port or a switch's downstream "
-    "port), and turns them into a rate per hour since boot (/proc/uptime). More than DCGM's limit of 8 per minute "
+    "port), and turns them into a rate per hour since boot (/proc/uptime); and the kernel log's 'AER: Corrected "
+    "error received: <device>' lines from either end in its window. More than DCGM's limit of 8 per minute "
     f"({CORRECTED_PER_HOUR_LIMIT} per hour, counted over at least an hour) is a warning.",
     why="A corrected error is a link-level retry (Receiver Error, Bad TLP/DLLP, Replay Timer Timeout): the data "
     "arrives, so nothing fails, but every retry costs bandwidth and a flood of them is a link degrading (a riser, "
@@ -702,37 +745,49 @@ def _link_corrected_counts(facts) -> list[dict]:
     "counter.",
 )
 def pcie_corrected_error_flood(facts, ctx):
-    pci = facts.pci
-    if pci.get("error"):
-        return skip(f"the PCI probe failed: {pci['error']}")
-    links = _link_corrected_counts(facts)
-    uptime = pci.get("uptime_seconds")
-    evidence = {"links": links, "uptime_seconds": uptime, "limit_per_hour": CORRECTED_PER_HOUR_LIMIT}
+    links = _job_links(facts)
+    rates = _sysfs_rates(facts, links) + _log_rates(facts, links)
+    evidence = {
+        "rates": [
+            {
+                "gpu": r["gpu"],
+                "count": r["count"],
+                "per_hour": round(r["per_hour"], 1),
+                "over": r["over"],
+                "ends": r["ends"],
+            }
+            for r in rates
+        ],
+        "uptime_seconds": facts.pci.get("uptime_seconds"),
+        "limit_per_hour": CORRECTED_PER_HOUR_LIMIT,
+    }
     if not links:
-        return skip("no AER totals for the job's GPUs in sysfs (no AER support, a VM, or a container without /sys)")
-    if not isinstance(uptime, int | float) or uptime <= 0:
-        return skip("the time since boot is unknown (a snapshot without it): the totals cannot become a rate")
-    # at least an hour: a burst while the link trained at boot is not a rate
-    hours = max(uptime, HOUR) / HOUR
-    flooded = [link for link in links if link["total"] / hours > CORRECTED_PER_HOUR_LIMIT]
-    total = sum(link["total"] for link in links)
+        return skip("no job GPU to judge")
+    if not rates:
+        return skip(
+            "no count of corrected PCIe errors for the job's GPUs with a time to turn it into a rate (no AER "
+            "support or /sys in sysfs, no time since boot, and no readable kernel log)",
+            **evidence,
+        )
+    flooded = [r for r in rates if r["per_hour"] > CORRECTED_PER_HOUR_LIMIT]
     if not flooded:
+        worst = max(rates, key=lambda r: r["per_hour"])
         return passed(
-            f"{total} corrected PCIe error(s) since boot {_uptime_text(uptime)} on the job's GPU links: "
-            f"below {CORRECTED_PER_HOUR_LIMIT} per hour",
+            f"corrected PCIe errors on the job's GPU links at most {worst['per_hour']:.0f} per hour "
+            f"({worst['count']} {worst['over']}): below {CORRECTED_PER_HOUR_LIMIT} per hour",
             **evidence,
         )
     detail = "; ".join(
-        f"GPU {link['gpu']}: {link['total']} since boot, {link['total'] / hours:.0f}/h ("
-        + ", ".join(f"{n} at {bdf}" for bdf, n in link["ends"].items())
+        f"GPU {r['gpu']}: {r['count']} {r['over']}, {r['per_hour']:.0f}/h ("
+        + ", ".join(f"{n} at {bdf}" for bdf, n in r["ends"].items())
         + ")"
-        for link in flooded
+        for r in flooded
     )
-    bdfs = [bdf for link in flooded for bdf in link["ends"]]
+    bdfs = list(dict.fromkeys(bdf for r in flooded for bdf in r["ends"]))
     return warn(
-        f"corrected PCIe errors flood the link of {detail}, {_uptime_text(uptime)}: above DCGM's limit of 8 per "
-        "minute - a link degrading (riser, cable, slot) that retries every transfer and goes on to retrain slower "
-        "or drop the GPU off the bus",
+        f"corrected PCIe errors flood the link of {detail}: above DCGM's limit of 8 per minute "
+        f"({CORRECTED_PER_HOUR_LIMIT}/h) - a link degrading (riser, cable, slot) that retries transfers and goes "
+        "on to retrain slower or drop the GPU off the bus",
         manual(
             "Drain the node and have the GPU's PCIe link checked (riser, cable, slot)",
             *[f"sudo lspci -vvv -s {bdf} | grep -A10 'Advanced Error'" for bdf in bdfs[:2]],

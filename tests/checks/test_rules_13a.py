@@ -784,6 +784,7 @@ def test_a_flood_of_corrected_errors_on_the_gpus_upstream_port_warns_with_the_ra
     (f,) = run("GD-HW-011", make_facts(patch={"pci": pci, **_one_gpu_at("00000000:18:00.0")}), expect_gpus=1)
     assert f.severity is Severity.WARN, f.message
     assert "3125/h" in f.message and "0000:16:00.0" in f.message and "8 per minute" in f.message
+    assert "since boot (up 2.0 days)" in f.message
 
 
 def test_a_few_corrected_errors_or_a_boot_burst_pass():
@@ -798,6 +799,26 @@ def test_corrected_errors_without_the_time_since_boot_are_not_judged():
     old = make_facts(patch={"pci": _gpu_behind_port(0, 150_000, None), **_one_gpu_at("0000:18:00.0")})
     (f,) = run("GD-HW-011", old, expect_gpus=1)
     assert f.severity is Severity.SKIP and "since boot" in f.message
+
+
+def _corrected_lines(source: str, n: int) -> list[dict]:
+    message = f"pcieport 0000:00:01.0: AER: Corrected error received: {source}"
+    return [{"severity": "corrected", "device": source, "message": message, "seconds_ago": 60} for _ in range(n)]
+
+
+def test_a_flood_of_corrected_errors_in_the_kernel_log_warns_with_its_rate_not_an_info():
+    # 40 000 'AER: Corrected error received' lines from the GPU's upstream port in the last 24 h: ~1 667 per hour
+    log = _log(aer=_corrected_lines("0000:16:00.0", 50), counts={"aer": 80_000}, truncated=True)
+    log["log"]["aer_corrected_by_device"] = {"0000:16:00.0": 40_000}
+    log["log"]["window_seconds"] = 86_400
+    pci = _gpu_behind_port(0, None, None)
+    facts = make_facts(patch={"pci": pci, "kernel": log, **_one_gpu_at("0000:18:00.0")})
+    (f,) = run("GD-HW-011", facts, expect_gpus=1)
+    assert f.severity is Severity.WARN and "1667/h" in f.message and "kernel log" in f.message, f.message
+    # a few, or another device's: no alarm
+    log["log"]["aer_corrected_by_device"] = {"0000:16:00.0": 30, "0000:af:00.0": 90_000}
+    facts = make_facts(patch={"pci": pci, "kernel": log, **_one_gpu_at("0000:18:00.0")})
+    assert severity("GD-HW-011", facts, expect_gpus=1) is Severity.PASS
 
 
 # ------------------------------------------------------------ GD-NCCL-012 a non-PCI NIC first (NCCL 2.18.5-2.20.2)

@@ -46,7 +46,8 @@ def test_xid_reset_and_aer_lines_are_classified():
     assert len(events["reset_required"]) == 1 and "Reset Required" in events["reset_required"][0]["message"]
     assert [a["severity"] for a in events["aer"]] == ["non_fatal", "corrected", "fatal"]
     assert events["aer"][0]["device"] == "0000:3b:00.0"
-    assert counts == {"xid": 2, "reset_required": 1, "aer": 3}
+    # corrected errors are also counted per source device, without the cap on listed events (GD-HW-011's rate)
+    assert counts == {"xid": 2, "reset_required": 1, "aer": 3, "aer_corrected:0000:3b:00.0": 1}
 
 
 def test_journal_is_read_when_kmsg_is_missing_and_old_lines_are_dropped(tmp_path):
@@ -62,6 +63,7 @@ def test_journal_is_read_when_kmsg_is_missing_and_old_lines_are_dropped(tmp_path
     assert log["readable"] and log["source"] == "journalctl"
     assert [x["code"] for x in log["xid"]] == [63]  # the DBE two hours ago is outside the 1-hour window
     assert log["attempts"][0]["source"] == "/dev/kmsg" and "does not exist" in log["attempts"][0]["reason"]
+    assert log["aer_corrected_by_device"] == {} and log["window_seconds"] == 3600
 
 
 def test_a_hanging_journalctl_is_killed_with_its_child_and_dmesg_is_used(tmp_path):
