@@ -459,7 +459,7 @@ def kernel_log_gpu_errors(facts, ctx):
         if app:
             notes.append(f"application Xid(s) {sorted({x['code'] for x in app})} (faults of a program, not the GPU)")
         if corrected:
-            notes.append(f"{len(corrected)} corrected PCIe AER error(s)")
+            notes.append(f"{len(corrected)} corrected PCIe AER error(s) (their rate on the GPUs' links: GD-HW-011)")
         return info(f"kernel log of the last {hours} h: {'; '.join(notes)}", None, **evidence)
     return passed(
         f"no Xid, reset request or PCIe AER error in the kernel log of the last {hours} h ({log.get('source')})",

@@ -70,3 +70,18 @@ def test_a_slow_link_on_a_multi_node_run_is_an_exclude():
     link = {"id": "GD-SMOKE-018", "severity": "warn", "evidence": {"slow_nodes": [2]}}
     (step,) = slowness.next_steps([link], rows, nodes)
     assert step["cause"] == "slow_host" and step["sbatch"] == "--exclude=n3"
+
+
+def test_the_report_with_its_next_steps_follows_the_smoke_schema():
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "smoke.schema.json").read_text())
+    rep = _recorded()
+    rep["next_steps"] = slowness.next_steps(rep["findings"], rep["ranks"], rep["nodes"])
+    jsonschema.Draft202012Validator(schema).validate(rep)
+    rows = [{"rank": r, "host": h, "condition": {}} for r, h in enumerate(("n1", "n2"))]
+    rep["next_steps"] = slowness.next_steps(
+        [{"id": "GD-SMOKE-010", "severity": "warn", "evidence": {"ranks": [1]}}], rows, []
+    )
+    assert rep["next_steps"][0]["cause"] == "slow_host"
+    jsonschema.Draft202012Validator(schema).validate(rep)
