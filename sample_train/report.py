@@ -40,6 +40,7 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "exclude": None,
         "correctness": None,
         "soak": None,
+        "next_steps": [],
     }
     refused = None
     if verdict.ok:
@@ -52,6 +53,7 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         body["soak"], held = soak.judge(body["ranks"], results, verdict.joins[0]["device_type"], opts.soak or 0)
         findings += right + held
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
+        body["next_steps"] = slowness.next_steps([f.to_dict() for f in findings], body["ranks"], body["nodes"])
     ok = verdict.ok and not failed(findings)
     rep = {
         "schema": SCHEMA,
@@ -534,13 +536,13 @@ def render_text(report: dict, file=None) -> None:
     if report.get("throughput"):
         _print_metrics(console, report, escape)
     text.render([Finding.from_dict(f) for f in report["findings"]], file=file or sys.stdout)
-    exclude = report.get("exclude")
-    if exclude:
-        console.print(escape(f"next: leave out the slow host(s): sbatch {exclude['sbatch']} ..."), style="bold")
-        if exclude["keep_hosts"]:
-            console.print(escape(f"      hosts to keep (hostfile launchers): {' '.join(exclude['keep_hosts'])}"))
-        elif exclude["note"]:
-            console.print(escape(f"      {exclude['note']}"))
+    steps = report.get("next_steps")
+    if steps is None and report.get("ranks"):  # a report written before next_steps: derived from what it holds
+        steps = slowness.next_steps(report.get("findings") or [], report["ranks"], report.get("nodes") or [])
+    for i, step in enumerate(steps or []):
+        console.print(escape(("next: " if i == 0 else "      ") + step["text"]), style="bold" if i == 0 else None)
+        for command in step.get("commands") or []:
+            console.print(escape(f"        {command}"))
     console.print("[bold green]smoke run passed[/]" if report["ok"] else "[bold red]smoke run failed[/]")
 
 
