@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-from gpudoctor.model import ActionKind, ExitCode, Finding, Fix, Safety, Severity
+from gpudoctor.model import ActionKind, Finding, Fix, Safety, Severity
 from gpudoctor.watch.samples import NodeObservation
 
 HELP = "judge a running SLURM job by its id: idle allocated GPUs, stray processes, throttling, memory creep"
@@ -182,7 +182,8 @@ def script_causes(job: str, command: str | None, text: str | None) -> list[Findi
         except SbatchError:
             return []
         specs = load_all()
-        ctx = Context(sbatch=sbatch, sbatch_path=path)
+        # Context.sbatch holds the parsed BatchScript, as inputs.context_for passes it (its annotation says dict)
+        ctx = Context(sbatch=sbatch, sbatch_path=path)  # type: ignore[arg-type]
         # judged as a script before submission: no environment of this machine enters the verdict
         facts = Facts(sections={"env": {"vars": {}}})
         found = run_checks([specs[c] for c in CAUSE_CHECKS if c in specs], facts, ctx)

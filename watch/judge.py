@@ -184,8 +184,8 @@ def visible_gpus(p: JobProcess, node: NodeObservation, local: bool) -> tuple[int
     vis = cudavis.parse_visible_devices(value, gpus)
     if value is None:
         return tuple(base)  # SLURM always sets it in a job with GPUs; unset: the step's GPUs
-    if any(e.kind != "index" and e.status == "ok" and e.gpu is None for e in vis.accepted):
-        return None
+    if any(e.kind in ("gpu_uuid", "mig") for e in vis.entries) and not all(g["uuid"] for g in gpus):
+        return None  # a UUID names a GPU only NVML can tell (it was not readable)
     return vis.gpus
 
 
@@ -246,9 +246,10 @@ def _unused_by_nvml(node: NodeObservation) -> tuple[list[int], dict]:
         if t is None:
             continue
         utils = _utils(t)
-        util[g] = statistics.median(utils) if utils else None
+        median = statistics.median(utils) if utils else None
+        util[g] = median
         on_it = any(pid in pids for s in t.samples for pid, _ in s.processes)
-        if not on_it and utils and util[g] <= IDLE_UTIL:
+        if not on_it and median is not None and median <= IDLE_UTIL:
             unused.append(g)
     return unused, util
 
@@ -326,7 +327,8 @@ def unused_gpus(node: NodeObservation, script_causes: list[Finding] | None = Non
     elif fix is None:
         fix = manual(
             f"Start one process per GPU on {node.node} ({n}), or request only the GPUs the job uses",
-            f"srun --ntasks-per-node={n} python train.py ...  (or: torchrun --nproc-per-node={n} train.py ...)",
+            f"srun --ntasks-per-node={n} <the training command>, or one task per node running "
+            f"torchrun --nproc-per-node={n} <the training script>",
         )
     return make("GD-WATCH-001", Severity.FAIL if certain else Severity.WARN, msg, fix, **ev)
 
@@ -491,8 +493,7 @@ def throttled(node: NodeObservation) -> list[Finding]:
             ev["others_busy_median_mhz"] = statistics.median(others)
             parts.append(
                 f"SM clock {clocks[g]:.0f} MHz under full load while the node's other busy GPUs run at "
-                f"{statistics.median(others):.0f} MHz"
-                + (f" (active: {', '.join(sorted(counts))})" if counts else "")
+                f"{statistics.median(others):.0f} MHz" + (f" (active: {', '.join(sorted(counts))})" if counts else "")
             )
         out.append(
             make(
@@ -603,9 +604,8 @@ def held_but_idle(node: NodeObservation) -> list[Finding]:
             cpu = ""
             if p.cpu_seconds is not None and p.cpu_seconds_start is not None and node.window_s:
                 busy = (p.cpu_seconds - p.cpu_seconds_start) / node.window_s
-                cpu = (
-                    f"; it used {busy:.0%} of a CPU meanwhile"
-                    + (" (no progress on the CPU either: stuck)" if busy < 0.02 else " (busy on the CPU)")
+                cpu = f"; it used {busy:.0%} of a CPU meanwhile" + (
+                    " (no progress on the CPU either: stuck)" if busy < 0.02 else " (busy on the CPU)"
                 )
             span = t.samples[-1].t - t.samples[0].t
             msg = (
@@ -681,7 +681,9 @@ def judge(nodes: list[NodeObservation], script_causes: list[Finding] | None = No
         if fid == "GD-WATCH-006":
             findings.append(make(fid, Severity.PASS, f"all {len(nodes)} node(s) answered with NVML samples"))
         elif fid == "GD-WATCH-001" and observed:
-            findings.append(make(fid, Severity.PASS, f"every allocated GPU is used ({gpus} on {len(observed)} node(s))"))
+            findings.append(
+                make(fid, Severity.PASS, f"every allocated GPU is used ({gpus} on {len(observed)} node(s))")
+            )
         elif sampled:
             findings.append(make(fid, Severity.PASS, f"nothing found on {len(sampled)} node(s) with NVML samples"))
         else:

@@ -214,9 +214,7 @@ def sample_gpus(indices: list[int], window_s: float, rate_hz: float) -> tuple[li
             if left <= 0:
                 break
             time.sleep(min(period, left))
-        traces = [
-            GpuTrace(index=i, samples=tuple(samples[i]), **{k: v for k, v in static[i].items()}) for i in handles
-        ]
+        traces = [GpuTrace(index=i, samples=tuple(samples[i]), **{k: v for k, v in static[i].items()}) for i in handles]
         return traces, None
     finally:
         try:

@@ -1,0 +1,251 @@
+"""The watch judge (watch/judge.py) on data.
+
+Recorded: tests/fixtures/watch/h200-nvml-trace-5-phases.jsonl, a real NVIDIA H200 (141 GB, driver 580.159.04)
+sampled through nvidia-ml-py at 5 Hz (its phases: idle; one process of 8192x8192 bf16 matmuls; the same plus a
+stray process; one process adding 2 GiB a second; one process holding 40 GiB and idle). Each phase is judged as
+one window, the PIDs of the job being the ones the recording names for that phase.
+Constructed: the process tables (PIDs, parents, command lines, environments) and the owners of other processes;
+they follow what SLURM 22.05 sets (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS, SLURM_JOB_GPUS) as the test cluster
+shows it (tests/watch/test_watch_slurm.py), and what torchrun and Lightning set (LOCAL_RANK).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.model import Severity
+from gpudoctor.watch.judge import judge, ranks_on, training_processes
+from gpudoctor.watch.samples import GpuSample, GpuTrace, JobProcess, NodeObservation, read_trace
+
+TRACE = Path(__file__).parents[1] / "fixtures" / "watch" / "h200-nvml-trace-5-phases.jsonl"
+PY = "/usr/bin/python3"
+
+
+def _phase(name: str) -> GpuTrace:
+    """The first contiguous run of samples of one phase (the recording returns to idle at its end)."""
+    trace, phases = read_trace(TRACE.read_text().splitlines())
+    first = phases.index(name)
+    end = next((i for i in range(first, len(phases)) if phases[i] != name), len(phases))
+    return GpuTrace(**{**trace.__dict__, "samples": trace.samples[first:end]})
+
+
+def _node(trace: GpuTrace | None, pids=(), others=None, allocated=(0,)) -> NodeObservation:
+    procs = tuple(JobProcess(pid=p, ppid=1, cmdline=(PY, "train.py")) for p in pids)
+    span = trace.samples[-1].t - trace.samples[0].t if trace else 30.0
+    return NodeObservation("gpu01", allocated, procs, (trace,) if trace else (), others=others or {}, window_s=span)
+
+
+def _problems(findings) -> dict:
+    return {f.id: f for f in findings if f.severity not in (Severity.PASS, Severity.SKIP)}
+
+
+# ---------------------------------------------------------------- recorded H200 trace
+
+
+def test_idle_phase_names_the_allocated_gpu_no_process_uses():
+    found = _problems(judge([_node(_phase("idle"))]))
+    assert set(found) == {"GD-WATCH-001"}
+    f = found["GD-WATCH-001"]
+    assert f.severity is Severity.FAIL and f.evidence["unused"] == [0]
+    assert "no process of the job had a context on it" in f.message and "(NVML)" in f.message
+
+
+def test_training_at_the_software_power_cap_is_no_finding():
+    trace = _phase("train")
+    # the recording's own figures: SW power cap (0x4) at ~691 W of 700 with SM ~1485 of 1980 MHz
+    busy = [s for s in trace.samples if (s.util_gpu or 0) >= 90]
+    assert busy and all(s.clock_event_reasons in (0, 4) for s in busy)
+    assert _problems(judge([_node(trace, pids=[445])])) == {}
+
+
+def test_a_stray_second_process_is_named_with_pid_and_user():
+    others = {480: {"user": "bob", "cmdline": ["python3", "stray.py"], "slurm_job": None}}
+    found = _problems(judge([_node(_phase("train+stray"), pids=[445], others=others)]))
+    assert set(found) == {"GD-WATCH-003"}
+    f = found["GD-WATCH-003"]
+    assert f.severity is Severity.WARN and f.evidence["pid"] == 480 and f.evidence["user"] == "bob"
+    assert "PID 480 of user bob" in f.message and "kill 480" in f.fix.actions[0].target
+
+
+def test_a_process_the_nodes_proc_cannot_see_is_said_so_not_blamed():
+    found = _problems(judge([_node(_phase("train+stray"), pids=[445])]))
+    f = found["GD-WATCH-003"]
+    assert f.severity is Severity.INFO and "not visible in the node's /proc" in f.message and f.fix is None
+
+
+def test_memory_creeping_is_named_with_its_slope_and_time_to_full():
+    found = _problems(judge([_node(_phase("memory-creep"), pids=[510])]))
+    assert set(found) == {"GD-WATCH-005"}
+    f = found["GD-WATCH-005"]
+    slope_gib = f.evidence["slope_bytes_per_s"] / 2**30
+    assert 1.6 < slope_gib < 2.2, slope_gib  # the recording adds 2 GiB a second
+    assert f.evidence["seconds_to_full"] < 120 and f.severity is Severity.WARN
+    assert "GiB/s after warm-up" in f.message and "full in about" in f.message
+
+
+def test_a_process_holding_40_gib_on_an_idle_gpu_is_named():
+    found = _problems(judge([_node(_phase("idle-holding-memory"), pids=[543])]))
+    assert set(found) == {"GD-WATCH-002"}
+    f = found["GD-WATCH-002"]
+    assert f.evidence["pid"] == 543 and f.evidence["used_memory_bytes"] > 39 * 2**30
+    assert "py-spy dump --pid 543" in f.fix.actions[0].target
+
+
+def test_every_phase_with_its_process_on_the_gpu_is_not_called_unused():
+    for name, pid in (("train", 445), ("train+stray", 445), ("memory-creep", 510), ("idle-holding-memory", 543)):
+        assert "GD-WATCH-001" not in _problems(judge([_node(_phase(name), pids=[pid])])), name
+
+
+# ---------------------------------------------------------------- constructed: throttling
+
+
+def _busy(n: int, clock: int, reasons: int = 4) -> tuple[GpuSample, ...]:
+    return tuple(
+        GpuSample(t=float(i), util_gpu=99, mem_used_bytes=40 * 2**30, sm_clock_mhz=clock, clock_event_reasons=reasons)
+        for i in range(n)
+    )
+
+
+def _gpu(index: int, samples) -> GpuTrace:
+    return GpuTrace(index, "H100", f"GPU-{index}", 1980, 700.0, 80 * 2**30, samples)
+
+
+def _sampled(gpus: tuple[GpuTrace, ...]) -> NodeObservation:
+    return NodeObservation("gpu01", tuple(g.index for g in gpus), (), gpus, window_s=20.0)
+
+
+def test_a_thermal_slowdown_is_named_and_the_power_cap_is_not():
+    hot = _gpu(0, _busy(20, 1200, reasons=0x4 | 0x40))
+    capped = _gpu(1, _busy(20, 1485, reasons=0x4))
+    found = [f for f in judge([_sampled((hot, capped))]) if f.id == "GD-WATCH-004"]
+    problems = [f for f in found if f.severity is Severity.WARN]
+    assert [f.evidence["gpu"] for f in problems] == [0]
+    assert "hardware thermal slowdown" in problems[0].message
+
+
+def test_a_gpu_far_below_the_others_clock_under_the_same_load_is_named():
+    gpus = (_gpu(0, _busy(20, 1485)), _gpu(1, _busy(20, 1500)), _gpu(2, _busy(20, 1100)))
+    node = _sampled(gpus)
+    problems = [f for f in judge([node]) if f.id == "GD-WATCH-004" and f.severity is Severity.WARN]
+    assert [f.evidence["gpu"] for f in problems] == [2]
+    assert "SM clock 1100 MHz under full load" in problems[0].message
+
+
+# ---------------------------------------------------------------- constructed: processes without NVML
+
+
+def _proc(pid, ppid, cmd, **env) -> JobProcess:
+    return JobProcess(pid=pid, ppid=ppid, cmdline=tuple(cmd.split()), env={k: str(v) for k, v in env.items()})
+
+
+ALL8 = "0,1,2,3,4,5,6,7"
+
+
+def _no_nvml(*procs, allocated=tuple(range(8))) -> NodeObservation:
+    return NodeObservation("gpu01", allocated, procs, (), nvml_error="NVML: not found", window_s=30.0)
+
+
+def test_one_python_that_sees_eight_gpus_leaves_seven_idle_by_convention_only():
+    batch = _proc(100, 1, "/bin/bash /var/spool/slurm_script", CUDA_VISIBLE_DEVICES=ALL8, SLURM_JOB_GPUS=ALL8)
+    train = _proc(101, 100, f"{PY} train.py", CUDA_VISIBLE_DEVICES=ALL8, SLURM_JOB_GPUS=ALL8)
+    f = _problems(judge([_no_nvml(batch, train)]))["GD-WATCH-001"]
+    # it can see them all: idle unless it drives several GPUs itself -- a premise not known, so a warn
+    assert f.severity is Severity.WARN and f.evidence["unused"] == []
+    assert f.evidence["unused_by_convention"] == [1, 2, 3, 4, 5, 6, 7]
+    assert "unless the program drives several GPUs itself" in f.message
+    assert "1 training process(es) where 8 were meant" in f.message
+
+
+def test_torchrun_workers_with_local_ranks_use_every_gpu():
+    agent = _proc(
+        200,
+        1,
+        f"{PY} /usr/local/bin/torchrun --nproc-per-node=8 train.py",
+        CUDA_VISIBLE_DEVICES=ALL8,
+        SLURM_STEP_GPUS=ALL8,
+        SLURM_STEP_ID="0",
+    )
+    workers = [
+        _proc(
+            201 + r,
+            200,
+            f"{PY} -u train.py",
+            CUDA_VISIBLE_DEVICES=ALL8,
+            SLURM_STEP_GPUS=ALL8,
+            LOCAL_RANK=r,
+            SLURM_STEP_ID="0",
+        )
+        for r in range(8)
+    ]
+    # DataLoader workers: children of a rank with its LOCAL_RANK, helpers, not ranks
+    loaders = [_proc(300 + r, 201 + r, f"{PY} -u train.py", CUDA_VISIBLE_DEVICES=ALL8, LOCAL_RANK=r) for r in range(8)]
+    node = _no_nvml(agent, *workers, *loaders)
+    assert [p.pid for p in training_processes(node.processes)] == list(range(201, 209))
+    assert [r.runs_on for r in ranks_on(node)] == list(range(8))
+    assert "GD-WATCH-001" not in _problems(judge([node]))
+
+
+def test_torchrun_with_too_few_workers_names_the_gpus_left():
+    agent = _proc(200, 1, "torchrun --nproc-per-node=2 train.py", CUDA_VISIBLE_DEVICES=ALL8, SLURM_JOB_GPUS=ALL8)
+    workers = [_proc(201 + r, 200, f"{PY} train.py", CUDA_VISIBLE_DEVICES=ALL8, LOCAL_RANK=r) for r in range(2)]
+    f = _problems(judge([_no_nvml(agent, *workers)]))["GD-WATCH-001"]
+    assert f.evidence["unused_by_convention"] == [2, 3, 4, 5, 6, 7]
+
+
+def test_lightning_children_with_their_own_local_rank_are_ranks():
+    main = _proc(400, 1, f"{PY} fit.py", CUDA_VISIBLE_DEVICES="0,1", SLURM_JOB_GPUS="0,1")
+    child = _proc(401, 400, f"{PY} fit.py", CUDA_VISIBLE_DEVICES="0,1", SLURM_JOB_GPUS="0,1", LOCAL_RANK=1)
+    node = _no_nvml(main, child, allocated=(0, 1))
+    assert [r.runs_on for r in ranks_on(node)] == [0, 1]
+    assert "GD-WATCH-001" not in _problems(judge([node]))
+
+
+def test_constrained_devices_number_from_zero_within_the_step():
+    # GPUs 4-7 of the node; with ConstrainDevices SLURM writes 0-3 (local), which this task leader shows
+    tasks = [
+        _proc(500 + i, 1, f"{PY} train.py", CUDA_VISIBLE_DEVICES=str(i), SLURM_STEP_GPUS="4,5,6,7", SLURM_STEP_ID="0")
+        for i in range(3)
+    ]
+    leader = _proc(499, 1, "/bin/bash x", CUDA_VISIBLE_DEVICES="0,1,2,3", SLURM_JOB_GPUS="4,5,6,7")
+    node = _no_nvml(leader, *tasks, allocated=(4, 5, 6, 7))
+    assert [r.sees for r in ranks_on(node)] == [(4,), (5,), (6,)]
+    f = _problems(judge([node]))["GD-WATCH-001"]
+    assert f.severity is Severity.FAIL and f.evidence["unused"] == [7]
+
+
+def test_a_gpu_given_by_uuid_without_nvml_is_not_guessed():
+    p = _proc(600, 1, f"{PY} train.py", CUDA_VISIBLE_DEVICES="GPU-abc", SLURM_JOB_GPUS="0,1")
+    assert "GD-WATCH-001" not in _problems(judge([_no_nvml(p, allocated=(0, 1))]))
+
+
+def test_a_node_without_training_processes_names_every_gpu():
+    shell = _proc(700, 1, "/bin/bash script", CUDA_VISIBLE_DEVICES="0,1", SLURM_JOB_GPUS="0,1")
+    f = _problems(judge([_no_nvml(shell, allocated=(0, 1))]))["GD-WATCH-001"]
+    assert f.severity is Severity.FAIL and f.evidence["unused"] == [0, 1]
+    assert "No training process of the job runs on this node" in f.message
+
+
+def test_a_node_that_did_not_answer_is_a_fail_and_never_healthy():
+    found = judge([NodeObservation("gpu02", (0, 1), error="the probe did not answer within 90 s")])
+    by_id = {f.id: f for f in found}
+    assert by_id["GD-WATCH-006"].severity is Severity.FAIL
+    assert "could not observe" in by_id["GD-WATCH-006"].message
+    assert all(f.severity is not Severity.PASS for f in found)
+
+
+def test_without_nvml_the_rules_that_need_it_are_skipped_and_said():
+    p = _proc(800, 1, f"{PY} train.py", CUDA_VISIBLE_DEVICES="0", SLURM_JOB_GPUS="0")
+    by_id = {f.id: f for f in judge([_no_nvml(p, allocated=(0,))])}
+    assert by_id["GD-WATCH-006"].severity is Severity.INFO
+    assert by_id["GD-WATCH-001"].severity is Severity.PASS
+    for fid in ("GD-WATCH-002", "GD-WATCH-003", "GD-WATCH-004", "GD-WATCH-005"):
+        assert by_id[fid].severity is Severity.SKIP
+
+
+@pytest.mark.parametrize("name", ["idle", "train", "train+stray", "memory-creep", "idle-holding-memory"])
+def test_a_trace_round_trips_through_the_probes_json(name):
+    node = _node(_phase(name), pids=[445])
+    again = NodeObservation.from_dict(node.to_dict())
+    assert again == node
