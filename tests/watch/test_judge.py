@@ -249,3 +249,15 @@ def test_a_trace_round_trips_through_the_probes_json(name):
     node = _node(_phase(name), pids=[445])
     again = NodeObservation.from_dict(node.to_dict())
     assert again == node
+
+
+def test_a_step_given_two_of_four_gpus_leaves_two_unseen_and_one_by_convention():
+    # as slurm-wlm 22.05 set it on the test cluster: a batch step holding GPUs 0-3, and `srun --gres=gpu:2 python`
+    # whose task (started by slurmstepd, so its parent is no process of the job) got 0,1
+    batch = _proc(900, 1, "/bin/bash slurm_script", CUDA_VISIBLE_DEVICES="0,1,2,3", SLURM_JOB_GPUS="0,1,2,3")
+    srun = _proc(901, 900, "srun --gres=gpu:2 python3 -c pass", CUDA_VISIBLE_DEVICES="0,1,2,3")
+    task = _proc(902, 880, f"{PY} -c pass", CUDA_VISIBLE_DEVICES="0,1", SLURM_STEP_GPUS="0,1", SLURM_STEP_ID="0")
+    f = _problems(judge([_no_nvml(batch, srun, task, allocated=(0, 1, 2, 3))]))["GD-WATCH-001"]
+    assert f.severity is Severity.FAIL
+    assert f.evidence["unused"] == [2, 3] and f.evidence["unused_by_convention"] == [1]
+    assert "was set by the job" not in f.message  # SLURM's own value for the step
