@@ -4,13 +4,14 @@
    nodes and the GPU indices it holds on each), and the batch script SLURM keeps for it (`scontrol write
    batch_script JOBID -`).
 2. Run one probe per node inside the job: `srun --jobid JOBID --overlap -N <nodes> --ntasks-per-node=1
-   python -m gpudoctor.watch.node ...` (node.py). --overlap (SLURM >= 20.11) lets the step share the CPUs,
-   memory and GPUs the job's own steps hold, so it starts at once instead of waiting for them; it is only
-   allowed in one's own job. Given no --gres, the step is given every GPU the job holds on its node: seen on
-   slurm-wlm 22.05 (tests/watch/test_watch_slurm.py), the overlap step's SLURM_STEP_GPUS and
-   CUDA_VISIBLE_DEVICES list all of the job's GPUs, which is what lets NVML open them where devices are
-   constrained (task/cgroup ConstrainDevices) -- the test cluster does not constrain devices, so that part
-   rests on SLURM's rule that a step's cgroup holds the GPUs the step is given.
+   python -m gpudoctor.watch.node ...` (node.py). It needs the user's own job and SLURM >= 20.11 (--overlap).
+   Seen on slurm-wlm 22.05 (tests/watch/test_watch_slurm.py and docs/watch.md): without --overlap the step
+   waits ("Requested nodes are busy") while the job's own step holds the node; with it and no --gres, the step
+   is given every GPU the job holds on the node (SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES list them all, even
+   those another step of the job holds), and with --gres=none none. So no --gres is passed: where devices are
+   constrained (task/cgroup ConstrainDevices=yes) a step's cgroup holds the GPUs the step is given, which is
+   what lets NVML open them -- the test cluster does not constrain devices (task/none), so that part rests on
+   SLURM's rule, not on a run here.
    The python on the nodes is this interpreter (a shared file system) or --python.
 3. Judge (judge.py) and report as `check` does: the same findings, text or --json (gpudoctor.report/1), exit
    codes 0 (no fail), 1 (a fail; a warn with --strict), 2 (bad input: one line), 3 (internal error). A node
@@ -39,6 +40,7 @@ HELP = "judge a running SLURM job by its id: idle allocated GPUs, stray processe
 DEFAULT_WINDOW_S = 30.0
 MAX_WINDOW_S = 3600.0
 SCONTROL_TIMEOUT_S = 10.0
+OUTPUT_PER_NODE = 16 * 2**20  # node.MAX_SAMPLES per GPU, 8 GPUs: about 8 MiB of JSON
 SRUN_MARGIN_S = 60.0  # srun's own start and the probe's Python start, beyond the window
 _JOB_ID = re.compile(r"^\d{1,12}(_\d{1,9})?$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
@@ -94,6 +96,8 @@ def run(args) -> int:
     if args.python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise UsageError(f"--python {_shown(python)}: not an executable file")
     detail = resolve(job, UsageError)
+    # an array task (123_4) runs as a job of its own id (JobId=), which its processes carry in SLURM_JOB_ID
+    job = detail.job_id
     script_text = batch_script(job) if detail.batch else None
     nodes = probe_nodes(job, detail, args.window, args.rate, python)
     from gpudoctor.watch.judge import judge
@@ -242,7 +246,7 @@ def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> li
     answered: dict[str, NodeObservation] = {}
     problem = None
     try:
-        r = run_bounded(cmd, timeout, env=env, max_output=64 * 2**20)
+        r = run_bounded(cmd, timeout, env=env, max_output=OUTPUT_PER_NODE * len(nodes))
         for line in r.stdout.splitlines():
             if line.startswith("{"):
                 try:

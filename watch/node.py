@@ -13,7 +13,7 @@ context and starts nothing on a GPU: NVML (nvidia-ml-py) reads the driver's coun
   1/--rate seconds for --for seconds: utilization, memory used, SM clock, clock event reasons, power,
   temperature and the processes with a context; the owners of processes that are not the job's.
 
-Bounded: the window is at most MAX_WINDOW_S, samples at most MAX_RATE_HZ; every command through
+Bounded: the window is at most MAX_WINDOW_S, samples at most MAX_RATE_HZ and MAX_SAMPLES per GPU; every command through
 probe/proc.run_bounded. Nothing here raises: what cannot be read is said in the output.
 """
 
@@ -34,6 +34,7 @@ from gpudoctor.watch.samples import ENV_KEYS, GpuSample, GpuTrace, JobProcess, N
 
 MAX_WINDOW_S = 3600.0
 MAX_RATE_HZ = 10.0
+MAX_SAMPLES = 3600  # per GPU and window: a longer window is sampled less often (about 1 MiB of JSON per GPU)
 MAX_CMDLINE = 4096
 MAX_ENVIRON = 1 << 20
 LISTPIDS_TIMEOUT_S = 5.0
@@ -75,12 +76,12 @@ def _stat(pid: int) -> tuple[int | None, float | None]:
 def _user(pid: int) -> str | None:
     raw = _read(f"/proc/{pid}/status", 8192)
     for line in (raw or b"").decode("utf-8", "replace").splitlines():
-        if line.startswith("Uid:"):
-            uid = int(line.split()[1])
+        fields = line.split()
+        if fields[:1] == ["Uid:"] and len(fields) > 1 and fields[1].isdigit():
             try:
-                return pwd.getpwuid(uid).pw_name
+                return pwd.getpwuid(int(fields[1])).pw_name
             except KeyError:
-                return str(uid)
+                return fields[1]
     return None
 
 
@@ -264,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, AttributeError):
         allocated = []
     window = min(max(args.window, 0.0), MAX_WINDOW_S)
-    rate = min(max(args.rate, 0.01), MAX_RATE_HZ)
-    obs = observe(args.job, node, allocated, window, rate)
+    rate = min(max(args.rate, 0.01), MAX_RATE_HZ, MAX_SAMPLES / window if window else MAX_RATE_HZ)
+    try:
+        obs = observe(args.job, node, allocated, window, rate)
+    except Exception as e:  # the login side reports this node as not observed, with the reason
+        obs = NodeObservation(node=node, allocated=tuple(allocated), error=f"the probe failed: {type(e).__name__}: {e}")
     sys.stdout.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
     sys.stdout.flush()
     return 0

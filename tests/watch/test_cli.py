@@ -94,3 +94,29 @@ def test_json_report_and_a_node_that_gives_no_answer(tmp_path):
     found = {f["id"]: f for f in report["findings"]}
     assert found["GD-WATCH-006"]["severity"] == "fail" and "could not observe" in found["GD-WATCH-006"]["message"]
     assert r.returncode == 1
+
+
+SCRIPT = "#!/bin/bash\n#SBATCH --gres=gpu:8\n#SBATCH --ntasks=1\npython3 train.py\n"
+
+
+def test_the_batch_scripts_own_checks_give_the_cause_and_edit_the_file_slurm_names(tmp_path):
+    from gpudoctor.model import ActionKind
+    from gpudoctor.watch.cli import script_causes
+
+    script = tmp_path / "job.sbatch"
+    script.write_text(SCRIPT)
+    (cause,) = script_causes("42", str(script), SCRIPT)
+    assert cause.id == "GD-SLURM-003" and "7 GPU(s) stay idle" in cause.message
+    edits = {(a.kind, a.key, a.value, a.target) for a in cause.fix.actions}
+    assert (ActionKind.SBATCH_SET, "ntasks-per-node", "8", str(script)) in edits
+
+
+def test_a_script_changed_since_submission_gets_lines_not_edits(tmp_path):
+    from gpudoctor.watch.cli import script_causes
+
+    script = tmp_path / "job.sbatch"
+    script.write_text(SCRIPT.replace("python3", "python3 -u"))  # edited after sbatch: not the job's text
+    (cause,) = script_causes("42", str(script), SCRIPT)
+    assert cause.fix.safety.value == "manual"
+    assert [a.target for a in cause.fix.actions][:2] == ["#SBATCH --ntasks-per-node=8", "remove #SBATCH --ntasks"]
+    assert script.read_text() != SCRIPT  # nothing was written

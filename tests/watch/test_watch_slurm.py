@@ -5,7 +5,8 @@ CUDA_VISIBLE_DEVICES, read by the probe that `watch` starts inside the job with 
 - a job that asks for 8 GPUs and starts one process that sees one of them: the 7 others are named, with the
   batch script's own checks' fix (GD-SLURM-003: --ntasks-per-node=8 under srun);
 - a correct job (8 tasks, one GPU each): none named;
-- a probe that cannot run on the node: the node is "not observed" (a fail), never healthy.
+- a probe that cannot run on the node: the node is "not observed" (a fail), never healthy;
+- the GPUs an `srun --overlap` step is given inside the job: all of the job's without --gres, none with --gres=none.
 Skipped, with the reason, where the cluster cannot start (not root, no SLURM).
 """
 
@@ -72,6 +73,17 @@ def _watch(cluster, job: str, *extra: str) -> tuple[int, dict, str]:
     return r.returncode, json.loads(r.stdout), r.stderr
 
 
+def _step_gpus(cluster, job: str, *extra: str) -> str | None:
+    r = subprocess.run(
+        ["srun", "--jobid", job, "--overlap", "-N1", "--ntasks-per-node=1", *extra, "printenv", "SLURM_STEP_GPUS"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return r.stdout.strip() or None
+
+
 def _by_id(report: dict) -> dict:
     return {f["id"]: f for f in report["findings"]}
 
@@ -108,6 +120,11 @@ def test_one_process_on_an_eight_gpu_job_names_seven_idle_gpus(slurm_cluster, tm
         assert code == 1
         assert found["GD-WATCH-006"]["severity"] == "info"  # no NVML here: said, not taken for healthy
         assert report["watch"]["answered"] == report["watch"]["nodes"]
+
+        # what the probe's step is given (watch/cli.py): with --overlap and no --gres, every GPU of the job
+        # (so a device cgroup lets NVML open them); --gres=none would give it none
+        assert _step_gpus(slurm_cluster, job) == "0,1,2,3,4,5,6,7"
+        assert _step_gpus(slurm_cluster, job, "--gres=none") is None
 
         # the probe cannot run there: the node is not observed, and that is a fail, never a pass
         code, report, err = _watch(slurm_cluster, job, "--python", "/bin/false")
