@@ -1,4 +1,5 @@
-"""`gpudoctor watch --job JOBID [--for 30s] [--json] [--log FILE]`: judge a running SLURM job from outside.
+"""`gpudoctor watch --job JOBID [--for 30s] [--json] [--log FILE] [--prometheus FILE]`: judge a running SLURM job
+from outside.
 
 1. Resolve the job on the login node: `scontrol show job -d JOBID` (readers/slurmfmt.job_detail: its state,
    nodes and the GPU indices it holds on each), and the batch script SLURM keeps for it (`scontrol write
@@ -80,6 +81,11 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
     p.add_argument("--rate", type=_rate, default=1.0, metavar="HZ", help="NVML samples per second (default 1)")
     p.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
     p.add_argument("--log", metavar="FILE", help="write the NVML samples as JSON lines (one per GPU and sample)")
+    p.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        help="also write the verdict in node_exporter's textfile format (metrics gpudoctor_watch_*), atomically",
+    )
     p.add_argument("--python", metavar="PATH", help="the python that runs the probe on the nodes (default: this one)")
     p.add_argument("--strict", action="store_true", help="exit 1 on a warn too")
 
@@ -109,10 +115,19 @@ def run(args) -> int:
 
         lines = [line for n in nodes for line in log_lines(n, job)]
         write_output(args.log, "".join(line + "\n" for line in lines), what="--log")
-    _render(findings, job, detail, nodes, args)
     from gpudoctor.model import exit_code
 
-    return exit_code(findings, strict=args.strict)
+    code = exit_code(findings, strict=args.strict)
+    if args.prometheus:
+        import time
+
+        from gpudoctor.fileio import write_output
+        from gpudoctor.report import prometheus
+
+        text = prometheus.render(findings, code, time.time(), None, prefix="gpudoctor_watch")
+        write_output(args.prometheus, text, what="--prometheus")
+    _render(findings, job, detail, nodes, args)
+    return code
 
 
 def _shown(text: str) -> str:
@@ -244,6 +259,7 @@ def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> li
         env["SLURM_CONF"] = os.environ["SLURM_CONF"]
     timeout = window + SRUN_MARGIN_S
     answered: dict[str, NodeObservation] = {}
+    errors: dict[str, str] = {}
     problem = None
     try:
         r = run_bounded(cmd, timeout, env=env, max_output=OUTPUT_PER_NODE * len(nodes))
@@ -256,15 +272,20 @@ def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> li
                 if obs.node in nodes:
                     answered[obs.node] = obs
         if r.returncode != 0 or len(answered) < len(nodes):
-            last = (r.stderr.strip().splitlines() or [f"srun exited {r.returncode}"])[-1]
+            said = r.stderr.strip().splitlines()
+            last = (said or [f"srun exited {r.returncode}"])[-1]
             problem = f"the probe gave no answer (srun: {clean(last)[:300]})"
+            for n in nodes:  # srun names the node a task failed on: that line is this node's reason
+                own = [line for line in said if re.search(rf"\b{re.escape(n)}\b", line)]
+                if n not in answered and own:
+                    errors[n] = f"the probe gave no answer (srun: {clean(own[-1])[:300]})"
     except subprocess.TimeoutExpired:
         problem = f"the probe did not answer within {timeout:g} s (srun killed)"
     except OSError as e:
         problem = f"cannot run srun: {e.strerror or e}"
     return [
         answered.get(n)
-        or NodeObservation(node=n, allocated=tuple(detail.gpus.get(n, ())), error=problem or "no answer")
+        or NodeObservation(node=n, allocated=tuple(detail.gpus.get(n, ())), error=errors.get(n, problem or "no answer"))
         for n in nodes
     ]
 

@@ -10,12 +10,14 @@ import os
 import stat
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from gpudoctor.watch.samples import GpuTrace, NodeObservation, read_trace
 from tests.cliutil import run_gpudoctor
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "watch" / "h200-nvml-trace-5-phases.jsonl"
+SCHEMA = Path(__file__).parents[2] / "docs" / "report.schema.json"
 RECORD = """JobId={job} JobName=train
    UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A
    JobState={state} Reason=None Dependency=(null)
@@ -40,7 +42,8 @@ def _stand_ins(tmp_path: Path, state: str = "RUNNING", answer: bool = True) -> d
     idle = GpuTrace(**{**trace.__dict__, "samples": trace.samples[: phases.index("train")]})
     obs = NodeObservation("fake01", (0,), (), (idle,), window_s=15.0)
     (tmp_path / "node.json").write_text(json.dumps(obs.to_dict()) + "\n")
-    _exe(bin_dir / "srun", f"#!/bin/sh\n{'cat ' + str(tmp_path / 'node.json') if answer else 'exit 1'}\n")
+    failed = 'echo "srun: error: fake01: task 0: Exited with exit code 1" >&2; exit 1'
+    _exe(bin_dir / "srun", f"#!/bin/sh\n{'cat ' + str(tmp_path / 'node.json') if answer else failed}\n")
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
@@ -75,9 +78,13 @@ def test_no_scontrol_answer_is_one_line(tmp_path):
 
 
 def test_an_idle_allocated_gpu_is_reported_with_exit_1_and_logged(tmp_path):
-    log = tmp_path / "samples.jsonl"
-    r = run_gpudoctor("watch", "--job", "42", "--for", "1s", "--log", str(log), env=_stand_ins(tmp_path))
+    log, prom = tmp_path / "samples.jsonl", tmp_path / "watch.prom"
+    args = ("--for", "1s", "--log", str(log), "--prometheus", str(prom))
+    r = run_gpudoctor("watch", "--job", "42", *args, env=_stand_ins(tmp_path))
     assert r.returncode == 1, r.stderr
+    metrics = prom.read_text()
+    assert 'gpudoctor_watch_check{id="GD-WATCH-001",name="allocated-gpu-unused"' in metrics
+    assert "gpudoctor_watch_exit_code 1" in metrics
     assert "GD-WATCH-001" in r.stdout and "fake01" in r.stdout
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert lines[0]["static"]["name"] == "NVIDIA H200" and lines[0]["node"] == "fake01"
@@ -92,7 +99,10 @@ def test_json_report_and_a_node_that_gives_no_answer(tmp_path):
     report = json.loads(r.stdout)
     assert report["schema"] == "gpudoctor.report/1" and report["watch"]["answered"] == []
     found = {f["id"]: f for f in report["findings"]}
-    assert found["GD-WATCH-006"]["severity"] == "fail" and "could not observe" in found["GD-WATCH-006"]["message"]
+    unobserved = found["GD-WATCH-006"]
+    assert unobserved["severity"] == "fail" and "could not observe" in unobserved["message"]
+    assert "fake01: task 0: Exited with exit code 1" in unobserved["message"]  # srun's own line for this node
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     assert r.returncode == 1
 
 
