@@ -40,6 +40,7 @@ The rules, and what they rest on:
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from dataclasses import dataclass
 
@@ -103,9 +104,13 @@ def _describe(p: JobProcess) -> dict:
     return desc
 
 
-def _is_python(desc: dict) -> bool:
-    prog = desc.get("program") or ""
-    return prog.startswith("python") or bool(desc.get("launcher"))
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+
+
+def _is_python(p: JobProcess) -> bool:
+    """The process runs a Python interpreter: its own argv[0] (a console script such as torchrun shows the
+    interpreter there, the kernel having run its #! line), never what a shell or wrapper would start."""
+    return bool(p.cmdline) and bool(_PYTHON.match(os.path.basename(p.cmdline[0])))
 
 
 def _is_launcher(desc: dict) -> bool:
@@ -125,13 +130,13 @@ def training_processes(processes: tuple[JobProcess, ...]) -> list[JobProcess]:
     out = []
     for p in processes:
         d = desc[p.pid]
-        if not _is_python(d) or _is_launcher(d) or _is_gpudoctor(d):
+        if not _is_python(p) or _is_launcher(d) or _is_gpudoctor(d):
             continue
         parent = by_pid.get(p.ppid) if p.ppid is not None else None
         pd = desc.get(parent.pid, {}) if parent is not None else {}
         if (
             parent is None
-            or not _is_python(pd)
+            or not _is_python(parent)
             or _is_launcher(pd)
             or p.env.get("LOCAL_RANK") != parent.env.get("LOCAL_RANK")
         ):
@@ -293,7 +298,7 @@ def unused_gpus(node: NodeObservation, script_causes: list[Finding] | None = Non
         users = [r for r in ranks if r.sees and set(likely) & set(r.sees)]
         parts.append(
             f"GPU(s) {_list(likely)}: only "
-            + "; ".join(f"{r.describe()}, which runs on GPU {r.runs_on} ({r.why})" for r in users)
+            + "; ".join(f"{r.describe()}, which runs on GPU {r.runs_on} ({r.why}){_helpers(r, node)}" for r in users)
             + " can use them: idle unless the program drives several GPUs itself"
         )
     cause = _cause(ranks, n)
@@ -331,6 +336,18 @@ def unused_gpus(node: NodeObservation, script_causes: list[Finding] | None = Non
             f"torchrun --nproc-per-node={n} <the training script>",
         )
     return make("GD-WATCH-001", Severity.FAIL if certain else Severity.WARN, msg, fix, **ev)
+
+
+def _helpers(rank: Rank, node: NodeObservation) -> str:
+    """Its Python children, which may be DataLoader workers or workers of its own on other GPUs
+    (torch.multiprocessing.spawn sets no LOCAL_RANK): said, since /proc cannot tell them apart."""
+    children = [p for p in node.processes if p.ppid == rank.process.pid and _is_python(p)]
+    if not children:
+        return ""
+    return (
+        f"; it has {len(children)} Python child process(es): DataLoader workers, or workers of its own that may "
+        "use the other GPUs"
+    )
 
 
 def _cause(ranks: list[Rank], gpus: int) -> str:

@@ -156,6 +156,16 @@ def test_one_python_that_sees_eight_gpus_leaves_seven_idle_by_convention_only():
     assert f.evidence["unused_by_convention"] == [1, 2, 3, 4, 5, 6, 7]
     assert "unless the program drives several GPUs itself" in f.message
     assert "1 training process(es) where 8 were meant" in f.message
+    assert "Python child process" not in f.message
+
+
+def test_a_process_with_python_children_is_said_to_maybe_drive_the_other_gpus():
+    # torch.multiprocessing.spawn's workers and DataLoader workers look alike in /proc (no LOCAL_RANK either)
+    main = _proc(101, 100, f"{PY} main.py", CUDA_VISIBLE_DEVICES="0,1", SLURM_JOB_GPUS="0,1")
+    child = _proc(102, 101, f"{PY} -c from multiprocessing.spawn import spawn_main", CUDA_VISIBLE_DEVICES="0,1")
+    f = _problems(judge([_no_nvml(main, child, allocated=(0, 1))]))["GD-WATCH-001"]
+    assert f.severity is Severity.WARN and f.evidence["unused_by_convention"] == [1]
+    assert "1 Python child process(es): DataLoader workers, or workers of its own" in f.message
 
 
 def test_torchrun_workers_with_local_ranks_use_every_gpu():
@@ -261,3 +271,10 @@ def test_a_step_given_two_of_four_gpus_leaves_two_unseen_and_one_by_convention()
     assert f.severity is Severity.FAIL
     assert f.evidence["unused"] == [2, 3] and f.evidence["unused_by_convention"] == [1]
     assert "was set by the job" not in f.message  # SLURM's own value for the step
+
+
+def test_a_shell_or_srun_that_would_start_python_is_not_a_training_process():
+    shell = _proc(950, 1, "bash -c python3 train.py", CUDA_VISIBLE_DEVICES="0,1", SLURM_JOB_GPUS="0,1")
+    srun = _proc(951, 950, "srun python3 train.py", CUDA_VISIBLE_DEVICES="0,1", SLURM_JOB_GPUS="0,1")
+    task = _proc(952, 880, f"{PY} train.py", CUDA_VISIBLE_DEVICES="1", SLURM_STEP_GPUS="0,1", SLURM_STEP_ID="0")
+    assert [p.pid for p in training_processes((shell, srun, task))] == [952]
