@@ -98,7 +98,7 @@ def _describe(p: JobProcess) -> dict:
         script = os.path.basename(desc.get("script") or "")
         if desc.get("launcher") == "python" and script in LAUNCHER_SCRIPTS:
             at = next(i for i, w in enumerate(words) if w == desc["script"])
-            desc = {**describe_command(words[at:]), "program": desc.get("program")}
+            desc = describe_command(words[at:])
     except Exception:  # a command line the launch reader cannot follow: judged as a plain process
         return {}
     return desc

@@ -278,3 +278,19 @@ def test_a_shell_or_srun_that_would_start_python_is_not_a_training_process():
     srun = _proc(951, 950, "srun python3 train.py", CUDA_VISIBLE_DEVICES="0,1", SLURM_JOB_GPUS="0,1")
     task = _proc(952, 880, f"{PY} train.py", CUDA_VISIBLE_DEVICES="1", SLURM_STEP_GPUS="0,1", SLURM_STEP_ID="0")
     assert [p.pid for p in training_processes((shell, srun, task))] == [952]
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [
+        f"{PY} /usr/local/bin/torchrun --nproc-per-node=2 train.py",
+        f"{PY} -m torch.distributed.run --nproc_per_node 2 train.py",
+        f"{PY} /usr/local/bin/accelerate launch --num_processes 2 train.py",
+        f"{PY} /usr/local/bin/deepspeed --num_gpus 2 train.py",
+        f"{PY} /usr/local/bin/lightning run model --devices 2 train.py",
+    ],
+)
+def test_launcher_agents_are_not_training_processes(agent):
+    parent = _proc(10, 1, agent, CUDA_VISIBLE_DEVICES="0,1")
+    workers = [_proc(11 + r, 10, f"{PY} train.py", CUDA_VISIBLE_DEVICES="0,1", LOCAL_RANK=r) for r in range(2)]
+    assert [p.pid for p in training_processes((parent, *workers))] == [11, 12]
