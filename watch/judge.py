@@ -5,8 +5,9 @@ recorded data in the tests (tests/fixtures/watch/: a real H200's NVML trace; con
 
 The rules, and what they rest on:
 - allocated GPUs no process of the job uses (GD-WATCH-001). With NVML: no process of the job has a context on
-  the GPU in any sample (nvmlDeviceGetComputeRunningProcesses) and its utilization stays at or below IDLE_UTIL;
-  both, because inside a container NVML lists host PIDs the job's /proc does not show, and a GPU at work is not
+  the GPU in any sample (nvmlDeviceGetComputeRunningProcesses), its utilization stays at or below IDLE_UTIL, and
+  nothing /proc cannot name holds it (a PID the node's /proc does not show, or HELD_BYTES held with no process
+  listed): inside a container NVML lists host PIDs the job's /proc does not show, and a GPU at work is not
   idle whoever runs on it. Without NVML: what each training process can see -- its own CUDA_VISIBLE_DEVICES read
   as the CUDA driver reads it (readers/cudavis), counted against the GPUs its step holds (SLURM_STEP_GPUS, or
   SLURM_JOB_GPUS in the batch step). SLURM writes indices local to the step when devices are constrained
@@ -254,9 +255,19 @@ def _unused_by_nvml(node: NodeObservation) -> tuple[list[int], dict]:
         median = statistics.median(utils) if utils else None
         util[g] = median
         on_it = any(pid in pids for s in t.samples for pid, _ in s.processes)
-        if not on_it and median is not None and median <= IDLE_UTIL:
+        if not on_it and median is not None and median <= IDLE_UTIL and not _unknown_holder(t, node):
             unused.append(g)
     return unused, util
+
+
+def _unknown_holder(t: GpuTrace, node: NodeObservation) -> bool:
+    """Something holds the GPU that /proc cannot name: a PID NVML lists that the node's /proc does not show, or
+    memory held with no process listed -- inside a container NVML's PIDs are the host's. It may be the job's."""
+    pids = {pid for s in t.samples for pid, _ in s.processes}
+    if pids - _job_pids(node) - set(node.others):
+        return True
+    used = [s.mem_used_bytes for s in t.samples if s.mem_used_bytes is not None]
+    return not pids and bool(used) and statistics.median(used) >= HELD_BYTES
 
 
 def unused_gpus(node: NodeObservation, script_causes: list[Finding] | None = None) -> Finding | None:

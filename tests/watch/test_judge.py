@@ -294,3 +294,10 @@ def test_launcher_agents_are_not_training_processes(agent):
     parent = _proc(10, 1, agent, CUDA_VISIBLE_DEVICES="0,1")
     workers = [_proc(11 + r, 10, f"{PY} train.py", CUDA_VISIBLE_DEVICES="0,1", LOCAL_RANK=r) for r in range(2)]
     assert [p.pid for p in training_processes((parent, *workers))] == [11, 12]
+
+
+def test_a_gpu_held_by_a_process_proc_cannot_name_is_not_called_unused():
+    # the recorded 40 GiB holder, seen from a container whose /proc shows neither it nor any process of the job
+    found = _problems(judge([_node(_phase("idle-holding-memory"))]))
+    assert "GD-WATCH-001" not in found
+    assert found["GD-WATCH-003"].severity is Severity.INFO  # said, not blamed
