@@ -314,5 +314,5 @@ def _render(findings: list[Finding], job: str, detail, nodes: list[NodeObservati
         f"gpudoctor watch: job {job} on {len(detail.nodes)} node(s) ({clean(','.join(detail.nodes))[:200]}), "
         f"{gpus} GPU(s), sampled {args.window:g} s"
     )
-    view = text.View(header=header, subject=f"job {job}", notes=True)
+    view = text.View(header=header, subject=f"job {job}", notes=True, fails_mean="it does not run as intended")
     text.render(findings, file=sys.stdout, verbose="default", view=view)

@@ -86,6 +86,7 @@ def test_an_idle_allocated_gpu_is_reported_with_exit_1_and_logged(tmp_path):
     assert 'gpudoctor_watch_check{id="GD-WATCH-001",name="allocated-gpu-unused"' in metrics
     assert "gpudoctor_watch_exit_code 1" in metrics
     assert "GD-WATCH-001" in r.stdout and "fake01" in r.stdout
+    assert "job 42: 1 fail — it does not run as intended" in r.stdout  # a running job, not a plan
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert lines[0]["static"]["name"] == "NVIDIA H200" and lines[0]["node"] == "fake01"
     assert len(lines) > 10 and all(x["gpu"] == 0 for x in lines[1:])
