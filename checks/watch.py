@@ -91,6 +91,21 @@ WATCH_VERDICTS = (
         "tensors.",
     ),
     Verdict(
+        id="GD-WATCH-007",
+        scope="job",
+        name="gpu-waits-for-input",
+        category="dataloader",
+        title="No GPU of the running job waits for data while its loader's workers are saturated",
+        what="With NVML and the job's processes: a training process whose GPU (the one NVML lists it on) is busy "
+        "at most half the time over the window while its Python child processes (DataLoader workers) each used 90 % "
+        "of a core or more (CPU time from /proc at the start and end of the window).",
+        why="When the workers cannot produce batches as fast as the GPU consumes them, the GPU waits at every step: "
+        "the job trains at the loader's speed, and a faster GPU would not help.",
+        fix="Give the loader more workers where the job has CPUs to spare (--cpus-per-task, num_workers), make each "
+        "batch cheaper (decode and augment once, offline; smaller images), and keep the workers alive "
+        "(persistent_workers=True); `gpudoctor check --config` judges the loader settings against the CPUs.",
+    ),
+    Verdict(
         id="GD-WATCH-006",
         scope="job",
         name="job-not-observed",

@@ -34,6 +34,10 @@ The rules, and what they rest on:
   and the time until the GPU is full at that rate.
 - a GPU held but idle (GD-WATCH-002): a job process holds HELD_BYTES or more on a GPU whose utilization stays at
   or below IDLE_UTIL in IDLE_SHARE of the samples, and whose memory is not creeping: a hung or waiting rank.
+- waiting for input (GD-WATCH-007): a training process's GPU (the one NVML lists it on) busy at most
+  INPUT_GPU_UTIL % (median) while its Python children (DataLoader workers) each use INPUT_WORKER_SHARE of a core
+  or more (median, CPU time over the window): the loader sets the pace. Without NVML, or without workers, not
+  judged (a process loading in its own main thread looks like any CPU-bound process from outside).
 - not observed (GD-WATCH-006): a node that did not answer is a fail ("could not observe", never healthy); a
   node without NVML is info, naming the rules that could not be judged there.
 """
@@ -73,6 +77,8 @@ CREEP_MIN_BYTES = 64 * 2**20
 CREEP_MIN_STEPS = 3
 CREEP_WARN_S = 24 * 3600.0  # full within a day: warn; later: info
 MIN_SAMPLES = 5
+INPUT_GPU_UTIL = 50  # %: a GPU busy at most half the time ...
+INPUT_WORKER_SHARE = 0.9  # ... while its loader's workers each use this share of a core: input-bound
 # Launchers started as `python /path/bin/NAME ...` (their console scripts' shebang): read NAME's own arguments.
 LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed", "lightning", "fabric")
 # The batch-script checks that explain idle GPUs (checks/slurm.py), in the order their fixes are combined.
@@ -658,10 +664,56 @@ def held_but_idle(node: NodeObservation) -> list[Finding]:
     return out
 
 
+# ---------------------------------------------------------------- GD-WATCH-007
+
+
+def _cpu_share(p: JobProcess, window_s: float | None) -> float | None:
+    if p.cpu_seconds is None or p.cpu_seconds_start is None or not window_s:
+        return None
+    return max(0.0, p.cpu_seconds - p.cpu_seconds_start) / window_s
+
+
+def waits_for_input(node: NodeObservation) -> list[Finding]:
+    traces = _traces(node)
+    out = []
+    for r in ranks_on(node):
+        pid = r.process.pid
+        on = [g for g, t in sorted(traces.items()) if any(pid == q for s in t.samples for q, _ in s.processes)]
+        if len(on) != 1:
+            continue  # its GPU is not known from NVML (or it drives several): not judged
+        utils = _utils(traces[on[0]])
+        workers = [p for p in node.processes if p.ppid == pid and _is_python(p)]
+        shares = [x for p in workers if (x := _cpu_share(p, node.window_s)) is not None]
+        if not utils or not shares or len(shares) < len(workers):
+            continue
+        util, busy = statistics.median(utils), statistics.median(shares)
+        if util > INPUT_GPU_UTIL or busy < INPUT_WORKER_SHARE:
+            continue
+        out.append(
+            make(
+                "GD-WATCH-007",
+                Severity.WARN,
+                f"{node.node} GPU {on[0]}: utilization {util:.0f} % (median) while the {len(workers)} Python child "
+                f"process(es) of PID {pid} (DataLoader workers) each used {busy:.0%} of a core (median): the GPU "
+                "waits for input",
+                manual(
+                    "Make the input keep up: more workers where CPUs are free, cheaper batches, persistent workers",
+                    "gpudoctor check --config <the training config>",
+                ),
+                node=node.node,
+                gpu=on[0],
+                pid=pid,
+                median_util_pct=util,
+                worker_cpu_shares=[round(x, 3) for x in shares],
+            )
+        )
+    return out
+
+
 # ---------------------------------------------------------------- GD-WATCH-006 and the whole job
 
 
-NVML_RULES = ("GD-WATCH-002", "GD-WATCH-003", "GD-WATCH-004", "GD-WATCH-005")
+NVML_RULES = ("GD-WATCH-002", "GD-WATCH-003", "GD-WATCH-004", "GD-WATCH-005", "GD-WATCH-007")
 
 
 def not_observed(node: NodeObservation) -> Finding | None:
@@ -681,7 +733,7 @@ def not_observed(node: NodeObservation) -> Finding | None:
             Severity.INFO,
             f"{node.node}: GPU utilization, memory and clocks could not be read ({why}): its allocated GPUs are "
             "judged from the processes' own CUDA_VISIBLE_DEVICES only; held-but-idle, foreign processes, "
-            "throttling and memory creep are not judged there",
+            "throttling, memory creep and waiting for input are not judged there",
             None,
             node=node.node,
             error=why,
@@ -699,6 +751,7 @@ def judge(nodes: list[NodeObservation], script_causes: list[Finding] | None = No
                 findings.append(f)
         if node.observed:
             findings += held_but_idle(node) + foreign_processes(node) + throttled(node) + memory_creeping(node)
+            findings += waits_for_input(node)
     observed = [n for n in nodes if n.observed]
     sampled = [n for n in observed if _traces(n)]
     found = {f.id for f in findings}

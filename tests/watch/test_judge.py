@@ -250,7 +250,7 @@ def test_without_nvml_the_rules_that_need_it_are_skipped_and_said():
     by_id = {f.id: f for f in judge([_no_nvml(p, allocated=(0,))])}
     assert by_id["GD-WATCH-006"].severity is Severity.INFO
     assert by_id["GD-WATCH-001"].severity is Severity.PASS
-    for fid in ("GD-WATCH-002", "GD-WATCH-003", "GD-WATCH-004", "GD-WATCH-005"):
+    for fid in ("GD-WATCH-002", "GD-WATCH-003", "GD-WATCH-004", "GD-WATCH-005", "GD-WATCH-007"):
         assert by_id[fid].severity is Severity.SKIP
 
 
@@ -301,3 +301,30 @@ def test_a_gpu_held_by_a_process_proc_cannot_name_is_not_called_unused():
     found = _problems(judge([_node(_phase("idle-holding-memory"))]))
     assert "GD-WATCH-001" not in found
     assert found["GD-WATCH-003"].severity is Severity.INFO  # said, not blamed
+
+
+# ---------------------------------------------------------------- constructed: waiting for input
+
+
+def _loader_node(gpu_util: int, worker_cpu_s: float, rank_pid: int = 20) -> NodeObservation:
+    samples = tuple(
+        GpuSample(t=float(i), util_gpu=gpu_util, mem_used_bytes=30 * 2**30, processes=((rank_pid, 30 * 2**30),))
+        for i in range(30)
+    )
+    rank = JobProcess(rank_pid, 1, None, (PY, "train.py"), {"CUDA_VISIBLE_DEVICES": "0"}, 12.0, 0.0)
+    workers = tuple(
+        JobProcess(rank_pid + 1 + w, rank_pid, None, (PY, "train.py"), {}, worker_cpu_s, 0.0) for w in range(4)
+    )
+    return NodeObservation("gpu01", (0,), (rank, *workers), (_gpu(0, samples),), window_s=30.0)
+
+
+def test_a_gpu_waiting_for_saturated_loader_workers_is_named():
+    found = _problems(judge([_loader_node(gpu_util=30, worker_cpu_s=29.0)]))
+    f = found["GD-WATCH-007"]
+    assert f.evidence["pid"] == 20 and f.evidence["median_util_pct"] == 30
+    assert "4 Python child process(es) of PID 20 (DataLoader workers) each used 97% of a core" in f.message
+
+
+def test_a_busy_gpu_or_idle_workers_is_not_input_bound():
+    assert "GD-WATCH-007" not in _problems(judge([_loader_node(gpu_util=95, worker_cpu_s=29.0)]))
+    assert "GD-WATCH-007" not in _problems(judge([_loader_node(gpu_util=30, worker_cpu_s=3.0)]))
