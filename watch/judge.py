@@ -38,6 +38,12 @@ The rules, and what they rest on:
   INPUT_GPU_UTIL % (median) while its Python children (DataLoader workers) each use INPUT_WORKER_SHARE of a core
   or more (median, CPU time over the window): the loader sets the pace. Without NVML, or without workers, not
   judged (a process loading in its own main thread looks like any CPU-bound process from outside).
+- GD-WATCH-002 adds the process's innermost Python frame where the probe could take its stack (py-spy, for a
+  Python process that used under 2 % of a core), and where PyTorch's flight recorder writes its dump when the
+  job set one: TORCH_NCCL_TRACE_BUFFER_SIZE (or TORCH_FR_BUFFER_SIZE) > 0 turns the ring buffer on, and on a
+  collective's timeout each rank writes to TORCH_NCCL_DEBUG_INFO_TEMP_FILE (TORCH_FR_DUMP_TEMP_FILE in newer
+  releases) followed by its rank (PyTorch's torch_nccl_environment_variables page; torchtitan sets the prefix
+  `<dir>/rank_`).
 - not observed (GD-WATCH-006): a node that did not answer is a fail ("could not observe", never healthy); a
   node without NVML is info, naming the rules that could not be judged there.
 """
@@ -45,7 +51,6 @@ The rules, and what they rest on:
 from __future__ import annotations
 
 import os
-import re
 import statistics
 from dataclasses import dataclass
 
@@ -111,15 +116,6 @@ def _describe(p: JobProcess) -> dict:
     return desc
 
 
-_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
-
-
-def _is_python(p: JobProcess) -> bool:
-    """The process runs a Python interpreter: its own argv[0] (a console script such as torchrun shows the
-    interpreter there, the kernel having run its #! line), never what a shell or wrapper would start."""
-    return bool(p.cmdline) and bool(_PYTHON.match(os.path.basename(p.cmdline[0])))
-
-
 def _is_launcher(desc: dict) -> bool:
     if desc.get("launcher") in SPAWNING_LAUNCHERS:
         return True
@@ -137,13 +133,13 @@ def training_processes(processes: tuple[JobProcess, ...]) -> list[JobProcess]:
     out = []
     for p in processes:
         d = desc[p.pid]
-        if not _is_python(p) or _is_launcher(d) or _is_gpudoctor(d):
+        if not p.runs_python or _is_launcher(d) or _is_gpudoctor(d):
             continue
         parent = by_pid.get(p.ppid) if p.ppid is not None else None
         pd = desc.get(parent.pid, {}) if parent is not None else {}
         if (
             parent is None
-            or not _is_python(parent)
+            or not parent.runs_python
             or _is_launcher(pd)
             or p.env.get("LOCAL_RANK") != parent.env.get("LOCAL_RANK")
         ):
@@ -358,7 +354,7 @@ def unused_gpus(node: NodeObservation, script_causes: list[Finding] | None = Non
 def _helpers(rank: Rank, node: NodeObservation) -> str:
     """Its Python children, which may be DataLoader workers or workers of its own on other GPUs
     (torch.multiprocessing.spawn sets no LOCAL_RANK): said, since /proc cannot tell them apart."""
-    children = [p for p in node.processes if p.ppid == rank.process.pid and _is_python(p)]
+    children = [p for p in node.processes if p.ppid == rank.process.pid and p.runs_python]
     if not children:
         return ""
     return (
@@ -636,11 +632,12 @@ def held_but_idle(node: NodeObservation) -> list[Finding]:
                 continue
             p = pids[pid]
             cpu = ""
-            if p.cpu_seconds is not None and p.cpu_seconds_start is not None and node.window_s:
-                busy = (p.cpu_seconds - p.cpu_seconds_start) / node.window_s
+            busy = p.cpu_share(node.window_s)
+            if busy is not None:
                 cpu = f"; it used {busy:.0%} of a CPU meanwhile" + (
                     " (no progress on the CPU either: stuck)" if busy < 0.02 else " (busy on the CPU)"
                 )
+            cpu += _where_stuck(p)
             span = t.samples[-1].t - t.samples[0].t
             msg = (
                 f"{node.node} GPU {g}: PID {pid} (`{' '.join(p.cmdline)[:80]}`) holds {_gib(mem)} and the GPU did "
@@ -659,18 +656,39 @@ def held_but_idle(node: NodeObservation) -> list[Finding]:
                     pid=pid,
                     used_memory_bytes=int(mem),
                     idle_seconds=round(span, 1),
+                    stack=p.stack,
+                    flight_recorder={k: v for k, v in p.env.items() if k in FLIGHT_RECORDER} or None,
                 )
             )
     return out
 
 
+FLIGHT_RECORDER = (
+    "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_FR_BUFFER_SIZE",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_FR_DUMP_TEMP_FILE",
+)
+
+
+def _where_stuck(p: JobProcess) -> str:
+    """Its innermost Python frame (py-spy lists the innermost first under each thread) and where its flight
+    recorder dump will go, where the probe saw them."""
+    out = ""
+    if p.stack and not p.stack.startswith(("py-spy", "cannot run")):
+        frames = [ln.strip() for ln in p.stack.splitlines() if ln.startswith("    ") and ln.strip()]
+        if frames:
+            out += f"; its stack (py-spy) is in {frames[0][:160]}"
+    elif p.stack:
+        out += f"; no stack: {p.stack[:160]}"
+    dump = p.env.get("TORCH_FR_DUMP_TEMP_FILE") or p.env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    if dump and (p.env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or p.env.get("TORCH_FR_BUFFER_SIZE")):
+        out += f"; its flight recorder dumps to {dump}<rank> on a collective's timeout"
+    return out
+
+
 # ---------------------------------------------------------------- GD-WATCH-007
-
-
-def _cpu_share(p: JobProcess, window_s: float | None) -> float | None:
-    if p.cpu_seconds is None or p.cpu_seconds_start is None or not window_s:
-        return None
-    return max(0.0, p.cpu_seconds - p.cpu_seconds_start) / window_s
 
 
 def waits_for_input(node: NodeObservation) -> list[Finding]:
@@ -682,8 +700,8 @@ def waits_for_input(node: NodeObservation) -> list[Finding]:
         if len(on) != 1:
             continue  # its GPU is not known from NVML (or it drives several): not judged
         utils = _utils(traces[on[0]])
-        workers = [p for p in node.processes if p.ppid == pid and _is_python(p)]
-        shares = [x for p in workers if (x := _cpu_share(p, node.window_s)) is not None]
+        workers = [p for p in node.processes if p.ppid == pid and p.runs_python]
+        shares = [x for p in workers if (x := p.cpu_share(node.window_s)) is not None]
         if not utils or not shares or len(shares) < len(workers):
             continue
         util, busy = statistics.median(utils), statistics.median(shares)

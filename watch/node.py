@@ -9,6 +9,8 @@ context and starts nothing on a GPU: NVML (nvidia-ml-py) reads the driver's coun
   left out (its SLURM_STEP_ID, and its own ancestors). Of each: parent, user, command line (redacted as batch
   script words are: readers/sbatch/reader.redact_words), the variables in samples.ENV_KEYS only (environments
   hold secrets), and its CPU time at the start and the end of the window (/proc/PID/stat utime+stime).
+- With py-spy on PATH, the Python stack of each of the job's Python processes that made no progress on the CPU
+  during the window (`py-spy dump --nonblocking`: the process is not paused).
 - NVML, for the GPUs the job holds on this node (--gpus, from scontrol show job -d on the login node), every
   1/--rate seconds for --for seconds: utilization, memory used, SM clock, clock event reasons, power,
   temperature and the processes with a context; the owners of processes that are not the job's.
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import pwd
+import shutil
 import socket
 import subprocess
 import sys
@@ -236,10 +239,46 @@ def _others(traces: list[GpuTrace], job_pids: set[int]) -> dict[int, dict]:
     return out
 
 
+# ---------------------------------------------------------------- stacks of processes that made no progress
+
+NO_PROGRESS_SHARE = 0.02  # of one core over the window
+MAX_STACKS = 16
+STACK_TIMEOUT_S = 5.0
+MAX_STACK_BYTES = 16 * 1024
+
+
+def stacks(processes: list[JobProcess], window_s: float) -> list[JobProcess]:
+    """With py-spy on PATH: `py-spy dump --nonblocking --pid P` (the process is not paused) of each Python process
+    of the job that used under NO_PROGRESS_SHARE of a core over the window, at most MAX_STACKS of them. py-spy
+    needs ptrace rights on the process (the job's own user; a container may forbid it): its error is kept."""
+    spy = shutil.which("py-spy")
+    if spy is None or window_s <= 0:
+        return processes
+    out, dumped = [], 0
+    for p in processes:
+        share = p.cpu_share(window_s)
+        if dumped < MAX_STACKS and p.runs_python and share is not None and share < NO_PROGRESS_SHARE:
+            dumped += 1
+            try:
+                r = run_bounded(
+                    [spy, "dump", "--nonblocking", "--pid", str(p.pid)], STACK_TIMEOUT_S, max_output=MAX_STACK_BYTES
+                )
+                said = (
+                    r.stdout if r.returncode == 0 else f"py-spy failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
+                )
+            except subprocess.TimeoutExpired:
+                said = f"py-spy did not answer within {STACK_TIMEOUT_S:g} s"
+            except OSError as e:
+                said = f"cannot run py-spy: {e.strerror or e}"
+            p = JobProcess(**{**p.__dict__, "stack": said[:MAX_STACK_BYTES]})
+        out.append(p)
+    return out
+
+
 def observe(job: str, node: str, allocated: list[int], window_s: float, rate_hz: float) -> NodeObservation:
     processes = job_processes(job)
     traces, nvml_error = sample_gpus(allocated, window_s, rate_hz)
-    processes = _with_end_cpu(processes)
+    processes = stacks(_with_end_cpu(processes), window_s)
     return NodeObservation(
         node=node,
         allocated=tuple(allocated),

@@ -10,7 +10,11 @@ lines, so a log can be judged again and a recorded trace read like a live window
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,19 @@ class JobProcess:
     env: dict = field(default_factory=dict)
     cpu_seconds: float | None = None  # user + system time at the end of the window
     cpu_seconds_start: float | None = None  # at its start
+    stack: str | None = None  # `py-spy dump` of a Python process that made no progress, where py-spy is installed
+
+    @property
+    def runs_python(self) -> bool:
+        """Its own argv[0] is a Python interpreter (a console script such as torchrun shows the interpreter
+        there, the kernel having run its #! line); never what a shell or wrapper would start."""
+        return bool(self.cmdline) and bool(_PYTHON.match(os.path.basename(self.cmdline[0])))
+
+    def cpu_share(self, window_s: float | None) -> float | None:
+        """The share of one core it used over the window."""
+        if self.cpu_seconds is None or self.cpu_seconds_start is None or not window_s:
+            return None
+        return max(0.0, self.cpu_seconds - self.cpu_seconds_start) / window_s
 
     @classmethod
     def from_dict(cls, d: dict) -> JobProcess:
@@ -106,6 +123,7 @@ class JobProcess:
             env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
             cpu_seconds=_float(d.get("cpu_seconds")),
             cpu_seconds_start=_float(d.get("cpu_seconds_start")),
+            stack=d.get("stack") if isinstance(d.get("stack"), str) else None,
         )
 
     def to_dict(self) -> dict:
@@ -123,6 +141,12 @@ ENV_KEYS = (
     "SLURM_JOB_GPUS",
     "SLURM_LOCALID",
     "SLURM_PROCID",
+    # PyTorch's flight recorder (torch/csrc/distributed/c10d: the NCCL process group's trace buffer and its dump)
+    "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_FR_BUFFER_SIZE",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_FR_DUMP_TEMP_FILE",
 )
 
 

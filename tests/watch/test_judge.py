@@ -328,3 +328,25 @@ def test_a_gpu_waiting_for_saturated_loader_workers_is_named():
 def test_a_busy_gpu_or_idle_workers_is_not_input_bound():
     assert "GD-WATCH-007" not in _problems(judge([_loader_node(gpu_util=95, worker_cpu_s=29.0)]))
     assert "GD-WATCH-007" not in _problems(judge([_loader_node(gpu_util=30, worker_cpu_s=3.0)]))
+
+
+PY_SPY = """Process 543: /usr/bin/python3 train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 543 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:2501)
+    step (train.py:40)
+    <module> (train.py:77)
+"""
+
+
+def test_a_held_idle_process_is_named_with_its_stack_and_its_flight_recorder_dump():
+    env = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/scratch/fr/rank_"}
+    proc = JobProcess(543, 1, None, (PY, "train.py"), env, cpu_seconds=10.1, cpu_seconds_start=10.0, stack=PY_SPY)
+    trace = _phase("idle-holding-memory")
+    node = NodeObservation("gpu01", (0,), (proc,), (trace,), window_s=23.0)
+    f = _problems(judge([node]))["GD-WATCH-002"]
+    assert "no progress on the CPU either: stuck" in f.message
+    assert "its stack (py-spy) is in all_reduce (torch/distributed/distributed_c10d.py:2501)" in f.message
+    assert "its flight recorder dumps to /scratch/fr/rank_<rank>" in f.message
+    assert f.evidence["stack"] == PY_SPY

@@ -161,3 +161,17 @@ def test_the_probe_prints_one_observation(job_process):
     assert obs.node == "gpu07" and obs.allocated == (3,) and obs.window_s == 0.2
     assert [p.pid for p in obs.processes] == [job_process.pid]
     assert obs.processes[0].cpu_seconds is not None
+
+
+def test_a_python_process_without_progress_gets_its_stack_where_py_spy_is(job_process, tmp_path, monkeypatch):
+    # a stand-in py-spy (constructed): prints what `py-spy dump` prints for the PID it is given
+    spy = tmp_path / "py-spy"
+    spy.write_text('#!/bin/sh\necho "Thread $4 (idle): \\"MainThread\\""\necho "    sleep (<string>:1)"\n')
+    spy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    (p,) = node.job_processes(JOB)
+    time.sleep(0.2)
+    (p,) = node.stacks(node._with_end_cpu([p]), window_s=5.0)  # it sleeps: no progress
+    assert p.stack is not None and f"Thread {p.pid} (idle)" in p.stack and "sleep (<string>:1)" in p.stack
+    busy = type(p)(**{**p.__dict__, "stack": None, "cpu_seconds": p.cpu_seconds_start + 4.0})
+    assert node.stacks([busy], window_s=5.0)[0].stack is None  # 80 % of a core: progress, not dumped
