@@ -106,6 +106,24 @@ WATCH_VERDICTS = (
         "(persistent_workers=True); `gpudoctor check --config` judges the loader settings against the CPUs.",
     ),
     Verdict(
+        id="GD-WATCH-008",
+        scope="job",
+        name="job-made-no-progress",
+        category="distributed",
+        title="The running job's processes make progress",
+        what="Every training process of the job (on every node that answered) used under 2 % of a core for the "
+        "whole window (10 s or more), no GPU sampled did work, and their stacks (py-spy dump --nonblocking, taken "
+        "where py-spy is installed on the nodes) show at least one main thread waiting in a torch.distributed "
+        "collective; the process whose main thread is not in a collective while the others' are is named: the one "
+        "they wait for. Without stacks a hang cannot be told from a pause or a sleep, and the verdict says so.",
+        why="A synchronous job whose ranks all wait makes no progress until the collective's timeout (10 minutes "
+        "for NCCL by default, 30 for gloo), and then fails with an error on the ranks that waited, not on the one "
+        "that stopped; naming that one while it is stuck is what finds the cause.",
+        fix="Read the named process's stack (`py-spy dump --pid PID`) and, after the timeout, the flight recorder's "
+        "dump (TORCH_NCCL_TRACE_BUFFER_SIZE=2000 with TORCH_NCCL_DEBUG_INFO_TEMP_FILE set turns it on for the next "
+        "run); a pause (a checkpoint write) shows as such in a longer window.",
+    ),
+    Verdict(
         id="GD-WATCH-006",
         scope="job",
         name="job-not-observed",

@@ -44,6 +44,13 @@ The rules, and what they rest on:
   collective's timeout each rank writes to TORCH_NCCL_DEBUG_INFO_TEMP_FILE (TORCH_FR_DUMP_TEMP_FILE in newer
   releases) followed by its rank (PyTorch's torch_nccl_environment_variables page; torchtitan sets the prefix
   `<dir>/rank_`).
+- a suspected hang (GD-WATCH-008): every training process of the job used under NO_PROGRESS_SHARE of a core for
+  a window of HANG_MIN_WINDOW_S or more, no GPU sampled did work (a GPU at work may keep its process's CPU idle
+  in a blocking sync), and the stacks (py-spy) show at least one main thread waiting in a torch.distributed
+  collective; without that evidence a sleep, a pause or a wait for I/O look the same, and it is a skip that says
+  so. The process the others wait for is the one whose main thread is not in a collective while others' are.
+  A rank spinning in an NCCL collective uses its CPU (CUDA's spin wait) and its GPU (the NCCL kernel), so this
+  rule does not see NCCL hangs: that needs the in-process heartbeat or a GPU machine to calibrate.
 - not observed (GD-WATCH-006): a node that did not answer is a fail ("could not observe", never healthy); a
   node without NVML is info, naming the rules that could not be judged there.
 """
@@ -67,7 +74,7 @@ from gpudoctor.model import (
 from gpudoctor.probe.nvidia import THROTTLE_REASONS
 from gpudoctor.readers import cudavis, slurmfmt
 from gpudoctor.readers.sbatch.launch import describe_command
-from gpudoctor.watch.samples import GpuTrace, JobProcess, NodeObservation
+from gpudoctor.watch.samples import NO_PROGRESS_SHARE, GpuTrace, JobProcess, NodeObservation
 
 IDLE_UTIL = 5  # %: at or below, the GPU did no work in that sample
 IDLE_SHARE = 0.9  # share of the window's samples that must be idle for "did nothing"
@@ -82,6 +89,7 @@ CREEP_MIN_BYTES = 64 * 2**20
 CREEP_MIN_STEPS = 3
 CREEP_WARN_S = 24 * 3600.0  # full within a day: warn; later: info
 MIN_SAMPLES = 5
+HANG_MIN_WINDOW_S = 10.0
 INPUT_GPU_UTIL = 50  # %: a GPU busy at most half the time ...
 INPUT_WORKER_SHARE = 0.9  # ... while its loader's workers each use this share of a core: input-bound
 # Launchers started as `python /path/bin/NAME ...` (their console scripts' shebang): read NAME's own arguments.
@@ -672,20 +680,108 @@ FLIGHT_RECORDER = (
 )
 
 
+def innermost_frame(stack: str | None) -> str | None:
+    """The innermost Python frame of the main thread in `py-spy dump` output (each thread's frames follow its
+    `Thread N (...): "name"` line, innermost first, indented); None without a readable stack."""
+    if not stack or stack.startswith(("py-spy", "cannot run")):
+        return None
+    blocks: list[tuple[str, list[str]]] = []
+    for line in stack.splitlines():
+        if line.startswith("Thread "):
+            blocks.append((line, []))
+        elif line.startswith("    ") and line.strip() and blocks:
+            blocks[-1][1].append(line.strip())
+    main = [frames for head, frames in blocks if '"MainThread"' in head and frames]
+    frames = main[0] if main else next((f for _, f in blocks if f), [])
+    return frames[0][:160] if frames else None
+
+
+def in_collective(frame: str | None) -> bool:
+    """A frame of torch.distributed's collectives (distributed_c10d.py and the modules under torch/distributed)."""
+    return frame is not None and ("distributed_c10d" in frame or "torch/distributed/" in frame)
+
+
 def _where_stuck(p: JobProcess) -> str:
-    """Its innermost Python frame (py-spy lists the innermost first under each thread) and where its flight
-    recorder dump will go, where the probe saw them."""
+    """Its innermost Python frame and where its flight recorder dump will go, where the probe saw them."""
     out = ""
-    if p.stack and not p.stack.startswith(("py-spy", "cannot run")):
-        frames = [ln.strip() for ln in p.stack.splitlines() if ln.startswith("    ") and ln.strip()]
-        if frames:
-            out += f"; its stack (py-spy) is in {frames[0][:160]}"
+    frame = innermost_frame(p.stack)
+    if frame is not None:
+        out += f"; its stack (py-spy) is in {frame}"
     elif p.stack:
         out += f"; no stack: {p.stack[:160]}"
     dump = p.env.get("TORCH_FR_DUMP_TEMP_FILE") or p.env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
     if dump and (p.env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or p.env.get("TORCH_FR_BUFFER_SIZE")):
         out += f"; its flight recorder dumps to {dump}<rank> on a collective's timeout"
     return out
+
+
+# ---------------------------------------------------------------- GD-WATCH-008
+
+
+def suspected_hang(nodes: list[NodeObservation]) -> Finding | None:
+    """Every training process of the job, on every node that answered, used under NO_PROGRESS_SHARE of a core
+    for a window of HANG_MIN_WINDOW_S or more, and none of their GPUs NVML sampled did work: nothing moved.
+    The one the others wait for is named where the stacks say it: the ranks whose main thread is not in a
+    torch.distributed collective while others' are (a rank that never reaches the collective)."""
+    observed = [n for n in nodes if n.observed and n.window_s and n.window_s >= HANG_MIN_WINDOW_S]
+    if not observed or len(observed) < len([n for n in nodes if n.observed]):
+        return None
+    ranks = [(n, r) for n in observed for r in ranks_on(n)]
+    shares = [r.process.cpu_share(n.window_s) for n, r in ranks]
+    if not ranks or any(x is None or x >= NO_PROGRESS_SHARE for x in shares):
+        return None
+    for n in observed:
+        traces = _traces(n)
+        busy = [g for g, t in traces.items() if (u := _utils(t)) and statistics.median(u) > IDLE_UTIL]
+        if busy:
+            return None  # a GPU at work: the CPU may just wait for it (blocking sync)
+    window = min(n.window_s or 0.0 for n in observed)
+    frames = {r.process.pid: innermost_frame(r.process.stack) for _, r in ranks}
+    waiting = [r for _, r in ranks if in_collective(frames[r.process.pid])]
+    elsewhere = [
+        (n, r) for n, r in ranks if frames[r.process.pid] is not None and not in_collective(frames[r.process.pid])
+    ]
+    idle = (
+        f"{len(ranks)} training process(es) on {len(observed)} node(s) each used under {NO_PROGRESS_SHARE:.0%} of a "
+        f"core for {_secs(window)} and no GPU sampled did work"
+    )
+    if not waiting:  # a sleep, a pause or a wait outside torch.distributed: not a hang gpudoctor can tell
+        why = "none is in a torch.distributed collective" if any(frames.values()) else "no stacks (py-spy)"
+        return make(
+            "GD-WATCH-008",
+            Severity.SKIP,
+            f"{idle}; {why}: a hang cannot be told from a pause"
+            + ("" if any(frames.values()) else "; install py-spy on the nodes for each process's stack"),
+            window_s=window,
+        )
+    msg = f"no training process of the job made progress: {idle}, and {len(waiting)} wait in a collective"
+    if elsewhere:
+        msg += ". " + "; ".join(
+            f"{n.node} PID {r.process.pid}{_rank(r.process)} is not in a collective (in {frames[r.process.pid]})"
+            for n, r in elsewhere
+        )
+        msg += f" while {len(waiting)} other(s) wait in one (in {frames[waiting[0].process.pid]}): they wait for it"
+    else:
+        msg += f" (in {frames[waiting[0].process.pid]}): a hang, or a slow collective"
+    ev = {
+        "window_s": window,
+        "processes": [
+            {"node": n.node, "pid": r.process.pid, "rank": r.process.env.get("RANK"), "frame": frames[r.process.pid]}
+            for n, r in ranks
+        ],
+        "not_in_collective": [r.process.pid for _, r in elsewhere],
+    }
+    suspects = [r for _, r in elsewhere] or [r for _, r in ranks]
+    fix = manual(
+        "Read the stuck process's stack, then its flight recorder dump after the timeout",
+        *[f"py-spy dump --pid {r.process.pid}" for r in suspects[:4]],
+    )
+    return make("GD-WATCH-008", Severity.WARN, msg, fix, **ev)
+
+
+def _rank(p: JobProcess) -> str:
+    rank = p.env.get("RANK") or p.env.get("SLURM_PROCID")
+    return f" (rank {rank})" if rank is not None else ""
 
 
 # ---------------------------------------------------------------- GD-WATCH-007
@@ -770,14 +866,24 @@ def judge(nodes: list[NodeObservation], script_causes: list[Finding] | None = No
         if node.observed:
             findings += held_but_idle(node) + foreign_processes(node) + throttled(node) + memory_creeping(node)
             findings += waits_for_input(node)
+    hang = suspected_hang(nodes)
+    if hang is not None:
+        findings.append(hang)
     observed = [n for n in nodes if n.observed]
     sampled = [n for n in observed if _traces(n)]
     found = {f.id for f in findings}
     gpus = sum(len(n.allocated) for n in observed)
-    for fid in ("GD-WATCH-001", *NVML_RULES, "GD-WATCH-006"):
+    for fid in ("GD-WATCH-001", *NVML_RULES, "GD-WATCH-008", "GD-WATCH-006"):
         if fid in found:
             continue
-        if fid == "GD-WATCH-006":
+        if fid == "GD-WATCH-008":
+            judged = observed and all((n.window_s or 0) >= HANG_MIN_WINDOW_S for n in observed)
+            findings.append(
+                make(fid, Severity.PASS, "the job's processes made progress on the CPU or GPU")
+                if judged
+                else make(fid, Severity.SKIP, f"not judged: no node observed for {HANG_MIN_WINDOW_S:g} s or more")
+            )
+        elif fid == "GD-WATCH-006":
             findings.append(make(fid, Severity.PASS, f"all {len(nodes)} node(s) answered with NVML samples"))
         elif fid == "GD-WATCH-001" and observed:
             findings.append(

@@ -33,7 +33,7 @@ import time
 
 from gpudoctor.probe.proc import run_bounded
 from gpudoctor.readers.sbatch.reader import redact_words
-from gpudoctor.watch.samples import ENV_KEYS, GpuSample, GpuTrace, JobProcess, NodeObservation
+from gpudoctor.watch.samples import ENV_KEYS, NO_PROGRESS_SHARE, GpuSample, GpuTrace, JobProcess, NodeObservation
 
 MAX_WINDOW_S = 3600.0
 MAX_RATE_HZ = 10.0
@@ -241,7 +241,6 @@ def _others(traces: list[GpuTrace], job_pids: set[int]) -> dict[int, dict]:
 
 # ---------------------------------------------------------------- stacks of processes that made no progress
 
-NO_PROGRESS_SHARE = 0.02  # of one core over the window
 MAX_STACKS = 16
 STACK_TIMEOUT_S = 5.0
 MAX_STACK_BYTES = 16 * 1024

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+NO_PROGRESS_SHARE = 0.02  # of one core over a window: a process that made no progress (judge and node probe)
 
 
 @dataclass(frozen=True)

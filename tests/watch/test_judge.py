@@ -350,3 +350,58 @@ def test_a_held_idle_process_is_named_with_its_stack_and_its_flight_recorder_dum
     assert "its stack (py-spy) is in all_reduce (torch/distributed/distributed_c10d.py:2501)" in f.message
     assert "its flight recorder dumps to /scratch/fr/rank_<rank>" in f.message
     assert f.evidence["stack"] == PY_SPY
+
+
+# ---------------------------------------------------------------- constructed: a job that makes no progress
+
+
+def _stuck(pid: int, rank: int, stack: str | None, cpu: float = 0.1) -> JobProcess:
+    env = {"RANK": str(rank), "CUDA_VISIBLE_DEVICES": str(rank), "SLURM_JOB_GPUS": "0,1"}
+    return JobProcess(pid, 1, None, (PY, "train.py"), env, cpu_seconds=cpu, cpu_seconds_start=0.0, stack=stack)
+
+
+def _stack(pid: int, frame: str) -> str:
+    return f'Thread {pid} (idle): "MainThread"\n    {frame}\n    step (train.py:40)\n'
+
+
+def test_the_rank_the_others_wait_for_is_named_from_the_stacks():
+    waiting = _stuck(10, 0, _stack(10, "all_reduce (torch/distributed/distributed_c10d.py:2501)"))
+    culprit = _stuck(11, 1, _stack(11, "load_shard (data.py:12)"))
+    node = NodeObservation("gpu01", (0, 1), (waiting, culprit), (), nvml_error="NVML: none", window_s=30.0)
+    f = _problems(judge([node]))["GD-WATCH-008"]
+    assert f.severity is Severity.WARN and f.evidence["not_in_collective"] == [11]
+    assert "gpu01 PID 11 (rank 1) is not in a collective (in load_shard (data.py:12))" in f.message
+    assert "1 other(s) wait in one" in f.message and f.fix.actions[0].target == "py-spy dump --pid 11"
+
+
+def test_no_progress_without_stacks_is_not_called_a_hang_and_says_how_to_tell():
+    # a job of sleeping processes (as test jobs are) is not named: without stacks a hang looks like a pause
+    node = NodeObservation("gpu01", (0, 1), (_stuck(10, 0, None), _stuck(11, 1, None)), (), window_s=30.0)
+    (f,) = [f for f in judge([node]) if f.id == "GD-WATCH-008"]
+    assert f.severity is Severity.SKIP and "install py-spy on the nodes" in f.message
+    sleeping = _stuck(12, 0, _stack(12, "<module> (<string>:1)"))
+    node = NodeObservation("gpu01", (0,), (sleeping,), (), window_s=30.0)
+    (f,) = [f for f in judge([node]) if f.id == "GD-WATCH-008"]
+    assert f.severity is Severity.SKIP and "none is in a torch.distributed collective" in f.message
+
+
+def test_every_rank_waiting_in_a_collective_is_a_hang_without_a_named_culprit():
+    frame = "all_reduce (torch/distributed/distributed_c10d.py:2501)"
+    node = NodeObservation("gpu01", (0, 1), (_stuck(10, 0, _stack(10, frame)), _stuck(11, 1, _stack(11, frame))))
+    node = NodeObservation(**{**node.__dict__, "window_s": 30.0})
+    f = _problems(judge([node]))["GD-WATCH-008"]
+    assert f.evidence["not_in_collective"] == [] and "a hang, or a slow collective" in f.message
+
+
+def test_a_process_at_work_or_a_short_window_is_no_hang():
+    busy = NodeObservation("gpu01", (0, 1), (_stuck(10, 0, None), _stuck(11, 1, None, cpu=20.0)), (), window_s=30.0)
+    short = NodeObservation("gpu01", (0, 1), (_stuck(10, 0, None), _stuck(11, 1, None)), (), window_s=5.0)
+    for node in (busy, short):
+        assert "GD-WATCH-008" not in _problems(judge([node]))
+
+
+def test_a_gpu_at_work_is_no_hang_even_with_idle_cpus():
+    # a blocking CUDA sync leaves the CPU idle while the GPU computes
+    samples = tuple(GpuSample(t=float(i), util_gpu=99, processes=((10, 2**30),)) for i in range(30))
+    node = NodeObservation("gpu01", (0,), (_stuck(10, 0, None),), (_gpu(0, samples),), window_s=30.0)
+    assert "GD-WATCH-008" not in _problems(judge([node]))
