@@ -9,8 +9,8 @@ context and starts nothing on a GPU: NVML (nvidia-ml-py) reads the driver's coun
   left out (its SLURM_STEP_ID, and its own ancestors). Of each: parent, user, command line (redacted as batch
   script words are: readers/sbatch/reader.redact_words), the variables in samples.ENV_KEYS only (environments
   hold secrets), and its CPU time at the start and the end of the window (/proc/PID/stat utime+stime).
-- With py-spy on PATH, the Python stack of each of the job's Python processes that made no progress on the CPU
-  during the window (`py-spy dump --nonblocking`: the process is not paused).
+- With py-spy on PATH, the Python stack of each of the job's training processes that made no progress on the
+  CPU during a window of 10 s or more (`py-spy dump --nonblocking`: the process is not paused).
 - NVML, for the GPUs the job holds on this node (--gpus, from scontrol show job -d on the login node), every
   1/--rate seconds for --for seconds: utilization, memory used, SM clock, clock event reasons, power,
   temperature and the processes with a context; the owners of processes that are not the job's.
@@ -247,16 +247,20 @@ MAX_STACK_BYTES = 16 * 1024
 
 
 def stacks(processes: list[JobProcess], window_s: float) -> list[JobProcess]:
-    """With py-spy on PATH: `py-spy dump --nonblocking --pid P` (the process is not paused) of each Python process
-    of the job that used under NO_PROGRESS_SHARE of a core over the window, at most MAX_STACKS of them. py-spy
-    needs ptrace rights on the process (the job's own user; a container may forbid it): its error is kept."""
+    """With py-spy on PATH and a window of HANG_MIN_WINDOW_S or more: `py-spy dump --nonblocking --pid P` (the
+    process is not paused) of each training process of the job (judge.training_processes) that used under
+    NO_PROGRESS_SHARE of a core over the window, at most MAX_STACKS of them. py-spy needs ptrace rights on the
+    process (the job's own user; a container may forbid it): its error is kept."""
+    from gpudoctor.watch.judge import HANG_MIN_WINDOW_S, training_processes
+
     spy = shutil.which("py-spy")
-    if spy is None or window_s <= 0:
+    if spy is None or window_s < HANG_MIN_WINDOW_S:
         return processes
+    ranks = {p.pid for p in training_processes(tuple(processes))}  # not their helpers: idle DataLoader workers
     out, dumped = [], 0
     for p in processes:
         share = p.cpu_share(window_s)
-        if dumped < MAX_STACKS and p.runs_python and share is not None and share < NO_PROGRESS_SHARE:
+        if dumped < MAX_STACKS and p.pid in ranks and share is not None and share < NO_PROGRESS_SHARE:
             dumped += 1
             try:
                 r = run_bounded(

@@ -171,7 +171,9 @@ def test_a_python_process_without_progress_gets_its_stack_where_py_spy_is(job_pr
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     (p,) = node.job_processes(JOB)
     time.sleep(0.2)
-    (p,) = node.stacks(node._with_end_cpu([p]), window_s=5.0)  # it sleeps: no progress
+    (p,) = node.stacks(node._with_end_cpu([p]), window_s=10.0)  # it sleeps: no progress
     assert p.stack is not None and f"Thread {p.pid} (idle)" in p.stack and "sleep (<string>:1)" in p.stack
-    busy = type(p)(**{**p.__dict__, "stack": None, "cpu_seconds": p.cpu_seconds_start + 4.0})
-    assert node.stacks([busy], window_s=5.0)[0].stack is None  # 80 % of a core: progress, not dumped
+    busy = type(p)(**{**p.__dict__, "stack": None, "cpu_seconds": p.cpu_seconds_start + 8.0})
+    assert node.stacks([busy], window_s=10.0)[0].stack is None  # 80 % of a core: progress, not dumped
+    idle = type(p)(**{**p.__dict__, "stack": None})
+    assert node.stacks([idle], window_s=5.0)[0].stack is None  # too short a window to call anything stuck
