@@ -16,7 +16,7 @@ import pytest
 from gpudoctor.watch.samples import GpuTrace, NodeObservation, read_trace
 from tests.cliutil import run_gpudoctor
 
-TRACE = Path(__file__).parents[1] / "fixtures" / "watch" / "h200-nvml-trace-5-phases.jsonl"
+TRACE = Path(__file__).parents[1] / "fixtures" / "watch" / "recorded-h200-nvml-trace-5-phases.jsonl"
 SCHEMA = Path(__file__).parents[2] / "docs" / "report.schema.json"
 RECORD = """JobId={job} JobName=train
    UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A

@@ -1,6 +1,6 @@
 """The watch judge (watch/judge.py) on data.
 
-Recorded: tests/fixtures/watch/h200-nvml-trace-5-phases.jsonl, a real NVIDIA H200 (141 GB, driver 580.159.04)
+Recorded: tests/fixtures/watch/recorded-h200-nvml-trace-5-phases.jsonl, a real NVIDIA H200 (141 GB, driver 580.159.04)
 sampled through nvidia-ml-py at 5 Hz (its phases: idle; one process of 8192x8192 bf16 matmuls; the same plus a
 stray process; one process adding 2 GiB a second; one process holding 40 GiB and idle). Each phase is judged as
 one window, the PIDs of the job being the ones the recording names for that phase.
@@ -19,7 +19,7 @@ from gpudoctor.model import Severity
 from gpudoctor.watch.judge import judge, ranks_on, training_processes
 from gpudoctor.watch.samples import GpuSample, GpuTrace, JobProcess, NodeObservation, read_trace
 
-TRACE = Path(__file__).parents[1] / "fixtures" / "watch" / "h200-nvml-trace-5-phases.jsonl"
+TRACE = Path(__file__).parents[1] / "fixtures" / "watch" / "recorded-h200-nvml-trace-5-phases.jsonl"
 PY = "/usr/bin/python3"
 
 
