@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from gpudoctor import versions
+from gpudoctor import shellquote, versions
 from gpudoctor.job.env import probe_env
 from gpudoctor.job.gpus import describe_groups, gpu_capabilities, nvml_gpus
 from gpudoctor.model import Outcome, fail, info, manual, passed, set_env, skip, unset_env, warn
@@ -158,7 +158,7 @@ def _timeout_outcome(t: dict, python: str) -> Outcome:
     return fail(
         f"{t.get('error')}: every rank would stall the same way (slow shared filesystem, a huge sys.path, "
         "or a native library stuck while loading; if the filesystem is only slow, raise --torch-timeout)",
-        manual("See where the import spends its time", f"{python} -X importtime -c 'import torch'"),
+        manual("See where the import spends its time", f"{shellquote.quote(python)} -X importtime -c 'import torch'"),
         **evidence,
     )
 
@@ -196,7 +196,7 @@ def torch_not_importable(facts, ctx):
         msg = f"torch is not installed for {python}"
         fix = manual(
             "Install torch there, or point gpudoctor at the job's interpreter",
-            f"{python} -m pip install torch",
+            f"{shellquote.quote(python)} -m pip install torch",
             "gpudoctor check --python /path/to/job/env/bin/python",
         )
         if not ctx.gpus_expected:
@@ -213,8 +213,8 @@ def torch_not_importable(facts, ctx):
             f"import torch fails: {t.get('error')} ({hint})",
             manual(
                 "Reproduce and repair the install",
-                f"{python} -c 'import torch'",
-                f"{python} -m pip install --force-reinstall torch",
+                f"{shellquote.quote(python)} -c 'import torch'",
+                f"{shellquote.quote(python)} -m pip install --force-reinstall torch",
             ),
             ld_library_path=probe_env(facts).get("LD_LIBRARY_PATH"),
             ld_preload=probe_env(facts).get("LD_PRELOAD"),
@@ -233,7 +233,7 @@ def torch_not_importable(facts, ctx):
             f"{t.get('error')}: {hint}",
             manual(
                 "Reproduce with a native traceback",
-                f"{python} -X faulthandler -c 'import torch; torch.cuda.is_available()'",
+                f"{shellquote.quote(python)} -X faulthandler -c 'import torch; torch.cuda.is_available()'",
             ),
             signal=t.get("signal"),
             stage=t.get("stage"),

@@ -7,10 +7,25 @@ import re
 from dataclasses import replace
 
 from gpudoctor import versions
+from gpudoctor.facts import REDACTED
 from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
 from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout, mark_several_hosts
 from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
-from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, unset_env, warn
+from gpudoctor.model import (
+    Action,
+    ActionKind,
+    Fix,
+    Safety,
+    export_title,
+    fail,
+    info,
+    manual,
+    passed,
+    set_env,
+    skip,
+    unset_env,
+    warn,
+)
 from gpudoctor.registry import check
 
 # --- GD-DIST-001 ---------------------------------------------------------------------------
@@ -503,8 +518,14 @@ def _rename_findings(env: dict, torch_version):
 
 
 def _rename_fix(old: str, new: str, value: str):
+    if REDACTED in value:
+        # gpudoctor never holds the credential, so it cannot write the value: the shell copies its own bytes
+        return manual(
+            f"Rename {old} to {new} (its value holds a credential gpudoctor does not copy)",
+            f'export {new}="${old}"; unset {old}',
+        )
     return Fix(
-        f"export {new}={value} and unset {old}",
+        f"{export_title(new, value)} and unset {old}",  # the user's value, quoted as the shell line keeps it
         Safety.SAFE,
         (Action(ActionKind.SET_ENV, new, value), Action(ActionKind.UNSET_ENV, old)),
     )

@@ -43,7 +43,7 @@ from gpudoctor.model import (
     info,
     manual,
     passed,
-    set_env,
+    set_env_reference,
     skip,
     warn,
 )
@@ -839,9 +839,9 @@ def srun_drops_cpus_per_task(facts, ctx):
         return passed("no --cpus-per-task above 1 to pass on", **ev)
     if shape.srun_launch is False:
         return passed(f"the training runs in the batch shell (no srun), which has the job's {cpt} CPUs per task", **ev)
-    fix = set_env(
+    fix = set_env_reference(
         "SRUN_CPUS_PER_TASK",
-        "$SLURM_CPUS_PER_TASK",
+        "SLURM_CPUS_PER_TASK",
         title="export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (or srun --cpus-per-task)",
     )
     allowed = facts.host.get("cpus_allowed_count")

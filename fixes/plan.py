@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpudoctor.facts import Facts
+from gpudoctor.facts import REDACTED, Facts
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
-from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
+from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity, export_title
 
 ENV = "<environment>"  # the destination of env changes that no file of the job holds
 MAX_ROUNDS = 20
@@ -50,7 +50,9 @@ class Edit:
 
     def describe(self) -> str:
         if self.dest == ENV:
-            return f"export {self.key}={self.value}" if self.op == "env_set" else f"unset {self.key}"
+            return export_title(str(self.key), self._text()) if self.op == "env_set" else f"unset {self.key}"
+        if self.op == ActionKind.EXPORT_SET.value:
+            return f"{self.dest}: {export_title(str(self.key), self._text())}"
         what = {
             ActionKind.SBATCH_SET.value: f"#SBATCH --{self.key}={self.value}",
             ActionKind.SBATCH_REMOVE.value: f"remove #SBATCH --{self.key}",
@@ -58,12 +60,14 @@ class Edit:
             ActionKind.CONTINUATION_REPAIR.value: f"nothing after the backslash of `{self.value}`",
             ActionKind.SBATCH_RENAME.value: f"rename #SBATCH {self.key} to --{self.value}",
             ActionKind.SRUN_PREFIX.value: "start the launch line with srun" + (f" {self.value}" if self.value else ""),
-            ActionKind.EXPORT_SET.value: f"export {self.key}={self.value}",
             ActionKind.EXPORT_REMOVE.value: f"drop export {self.key}",
             ActionKind.OVERRIDE_SET.value: f"launch-line override {self.key}={self.value}",
             "config_set": f"{self.key}: {self.value}",
         }.get(self.op, self.op)
         return f"{self.dest}: {what}"
+
+    def _text(self) -> str:
+        return self.value if isinstance(self.value, str) else str(self.value)  # a Reference stays one
 
     @property
     def slot(self) -> tuple:
@@ -244,16 +248,20 @@ def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[E
     script = ctx.sbatch_path if ctx.sbatch_path in ws.texts else None
     if kind in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
         name = action.target
+        if kind is ActionKind.SET_ENV and REDACTED in action.env_value:
+            # a value with a credential reaches gpudoctor blanked (facts.redact_value): writing it would
+            # replace the real value with the blank
+            raise EditError(f"the value of {name} holds a credential gpudoctor does not copy; set it by hand")
         if script:
             if kind is ActionKind.SET_ENV:
-                return [Edit(script, ActionKind.EXPORT_SET.value, name, str(action.value))]
+                return [Edit(script, ActionKind.EXPORT_SET.value, name, action.env_value)]
             return [Edit(script, ActionKind.EXPORT_REMOVE.value, name, name in facts.env)]
         return [
             Edit(
                 ENV,
                 "env_set" if kind is ActionKind.SET_ENV else "env_unset",
                 name,
-                str(action.value) if kind is ActionKind.SET_ENV else None,
+                action.env_value if kind is ActionKind.SET_ENV else None,
             )
         ]
     if kind is ActionKind.YAML_SET:
@@ -292,7 +300,8 @@ def apply_edits(ws: Workspace, edits: list[Edit]) -> Workspace:
     out = ws.copy()
     for e in edits:
         if e.dest == ENV:
-            out.env[str(e.key)] = str(e.value) if e.op == "env_set" else None
+            # the value as resolved: a str, or a shellquote.Reference the shell line keeps live
+            out.env[str(e.key)] = e.value if e.op == "env_set" and isinstance(e.value, str) else None
         elif e.op == "config_set":
             out.texts[e.dest] = config_edit.set_key(out.texts[e.dest], e.dest, e.key, e.value)
         else:
@@ -329,9 +338,12 @@ def new_problems(before: list[Finding], after: list[Finding], target_id: str) ->
 
 
 def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple[bool, str]:
-    """Kept when the target finding gets better and no check gets a new warn/fail."""
+    """Kept when the target finding gets better and no check gets a new warn/fail. Better: its check's worst
+    severity drops, or stays while fewer of its findings have it (one check reports each deprecated variable
+    as a finding of its own; renaming one of two leaves the other's)."""
     was, now = _worst(before, target.id), _worst(after, target.id)
-    if now >= was:
+    fewer = now == was and _count(after, target.id, now) < _count(before, target.id, was)
+    if now > was or (now == was and not fewer):
         sev = next((f.severity.value for f in after if f.id == target.id and f.severity.rank == now), "pass")
         return False, f"{target.id} is still {sev} after it"
     worse = new_problems(before, after, target.id)
@@ -340,7 +352,14 @@ def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple
             f"{f.id} {f.severity.value}: {_clip(f.message)}" for f in after if f.id in worse and f.severity in _BAD
         )
         return False, f"it would cause {detail}"
+    if fewer:
+        sev = _sev_name(after, target.id, now)
+        return True, f"{target.id} {sev} x{_count(before, target.id, was)} -> {sev} x{_count(after, target.id, now)}"
     return True, f"{target.id} {_sev_name(before, target.id, was)} -> {_sev_name(after, target.id, now)}"
+
+
+def _count(findings: list[Finding], check_id: str, rank: int) -> int:
+    return sum(1 for f in findings if f.id == check_id and f.severity.rank == rank)
 
 
 _WEIGHT = {Severity.FAIL: 1000, Severity.ERROR: 100, Severity.WARN: 10, Severity.INFO: 1}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from gpudoctor import shellquote
 from gpudoctor.readers import sbatch as reader
 
 
@@ -46,8 +47,13 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _format_value(value: object) -> str:
+def _directive_value(value: object) -> str:
+    """A `#SBATCH --option=VALUE` value: bare where sbatch reads it so, else single-quoted (sbatch's directive
+    parser strips the quotes). A line break or other control character cannot be in a directive (it would end
+    the comment and start a line bash runs), nor a byte that is not UTF-8: refused."""
     text = str(value)
+    if any(shellquote.unprintable(ch) for ch in text):
+        raise EditError(f"the value {shellquote.shown(text)} cannot be written into an #SBATCH line")
     return text if re.fullmatch(r"[A-Za-z0-9_:.,/%@+=\-\[\]]+", text) else shlex.quote(text)
 
 
@@ -59,7 +65,7 @@ def set_directive(text: str, option: str, value: object) -> str:
     script = _parse(text)
     _single(script)
     option = reader.canonical(option) or option
-    new = _format_value(value)
+    new = _directive_value(value)
     d = script.directive(option)
     if d is not None:
         if d.value_span is None:  # a flag: write the long form with the value
@@ -185,8 +191,13 @@ def set_export(text: str, name: str, value: object) -> str:
     """`export NAME=value`: the last assignment before the launch is edited (where it is exported, or a
     plain assignment that a later export makes an export), else a new export goes directly before the
     launch line (with its indentation)."""
+    if not shellquote.is_name(name):
+        raise EditError(f"{shellquote.shown(name)} is not a shell variable name")
     script, launch = _launch(text)
-    new = _shell_value(str(value))
+    try:
+        new = shellquote.quote(value if isinstance(value, str) else str(value))  # a Reference stays live
+    except ValueError as e:
+        raise EditError(f"{name}: {e}") from None
     before = [a for a in script.assignments if a.name == name and a.span.end <= launch.span.start]
     exported = name in script.exports and not script.exports[name].unset
     last = before[-1] if before else None
@@ -227,19 +238,12 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
     if inherited:
         _, launch = _launch(text)
         start, _ = _line_bounds(text, launch.span.start)
-        text = text[:start] + f"{_indent(text[start : launch.span.start])}unset {name}\n" + text[start:]
+        if not shellquote.is_name(name):
+            raise EditError(f"{shellquote.shown(name)} is not a shell variable name")
+        text = text[:start] + f"{_indent(text[start : launch.span.start])}{shellquote.unset(name)}\n" + text[start:]
     elif not changed:
         raise EditError(f"no `export {name}=...` before the launch line")
     return text
-
-
-def _shell_value(value: str) -> str:
-    """A value as bash should read it: `$VAR` references stay live, everything else is quoted if needed."""
-    if re.fullmatch(r"[A-Za-z0-9_:.,/%@+=\-]*", value):
-        return value
-    if re.fullmatch(r"[^\"\\`]*", value) and "$" in value:
-        return f'"{value}"'
-    return shlex.quote(value)
 
 
 def set_override(text: str, key: str, value: object) -> str:
@@ -247,7 +251,10 @@ def set_override(text: str, key: str, value: object) -> str:
     `--flag value` / `--flag=value` argument. EditError when the launch line does not give it."""
     _, launch = _launch(text)
     region = text[launch.span.start : launch.span.end]
-    new = _format_value(value)
+    try:
+        new = shellquote.quote(str(value))  # a word of the launch line: its bytes, never an expansion or glob
+    except ValueError as e:
+        raise EditError(f"{key}: {e}") from None
     hydra = re.compile(rf"(?<![\w.+-])(\+{{0,2}}{re.escape(key)}=)(\"[^\"]*\"|'[^']*'|[^\s\\]*)")
     m = hydra.search(region)
     if m is None:

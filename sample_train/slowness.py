@@ -10,6 +10,7 @@ name a slow node or link.
 
 from __future__ import annotations
 
+from gpudoctor import shellquote
 from gpudoctor.model import Severity
 from gpudoctor.readers.slurmfmt import compress_hostlist
 from gpudoctor.sample_train import metrics, outliers, peaks
@@ -502,7 +503,8 @@ def _exclude(named: dict[str, set[str]], ranks: list[dict]) -> dict | None:
     keep = [h for h in every if h not in named]
     return {
         "hosts": hosts,
-        "sbatch": f"--exclude={compress_hostlist(hosts)}",
+        # shell text, copy-pasted: quoted when a list's brackets (node[1-3]) would glob or a name is odd
+        "sbatch": shellquote.quote(f"--exclude={compress_hostlist(hosts)}"),
         "keep_hosts": keep,
         "because": {h: sorted(ids) for h, ids in named.items()},
         "note": None if keep else "every host of this run was named: nothing is left to run on",

@@ -19,12 +19,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
-import shlex
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpudoctor import shellquote
 from gpudoctor.job.target import Target
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
 from gpudoctor.sanitize import clean
@@ -118,18 +117,20 @@ def evidence_lines(
     return lines
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_./:,=@%+\-]*")
-_EXPANDED = re.compile(r"[A-Za-z0-9_./:,=@%+\-${}]*")
-
-
 def export_line(name: str, value) -> str:
-    """`export NAME=value` as a person would type it: bare when safe, "$VAR" kept expandable, else single-quoted."""
-    text = str(value)
-    if _PLAIN.fullmatch(text):
-        return f"export {name}={text}"
-    if _EXPANDED.fullmatch(text):
-        return f'export {name}="{text}"'
-    return f"export {name}={shlex.quote(text)}"
+    """`export NAME=value` as the shell must read it (gpudoctor.shellquote: the value's bytes exactly, a
+    Reference kept live); a name no shell can set is a comment saying so, never an assignment."""
+    try:
+        return shellquote.export(name, value if isinstance(value, str) else str(value))
+    except ValueError as e:
+        return f"# {e}; no shell line can set it"
+
+
+def unset_line(name: str) -> str:
+    try:
+        return shellquote.unset(name)
+    except ValueError as e:
+        return f"# {e}; no shell line can unset it"
 
 
 def action_lines(fix: Fix) -> list[str]:
@@ -139,9 +140,9 @@ def action_lines(fix: Fix) -> list[str]:
     for a in fix.actions:
         kind = ActionKind(a.kind)
         if kind is ActionKind.SET_ENV:
-            out.append(export_line(a.target, a.value))
+            out.append(export_line(a.target, a.env_value))
         elif kind is ActionKind.UNSET_ENV:
-            out.append(f"unset {a.target}")
+            out.append(unset_line(a.target))
         elif kind is ActionKind.COMMAND:
             out.append(a.target)
         elif kind is ActionKind.SBATCH_SET:

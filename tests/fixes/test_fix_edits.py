@@ -12,6 +12,7 @@ from gpudoctor.fixes.plan import make_plan
 from gpudoctor.fixes.sbatch_edit import EditError
 from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
 from gpudoctor.readers.sbatch import parse_sbatch
+from gpudoctor.shellquote import Reference
 from tests.factsutil import make_facts
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "sbatch"
@@ -80,7 +81,7 @@ def test_exports_set_in_place_added_before_launch_and_removed():
     text = "#!/bin/bash\n#SBATCH --nodes=1\nexport A=1 NCCL_DEBUG=INFO\n  srun python t.py\n"
     new = edit.set_export(text, "NCCL_DEBUG", "WARN")
     assert "export A=1 NCCL_DEBUG=WARN\n" in new
-    new = edit.set_export(new, "OMP_NUM_THREADS", "$SLURM_CPUS_PER_TASK")
+    new = edit.set_export(new, "OMP_NUM_THREADS", Reference("SLURM_CPUS_PER_TASK"))
     assert '  export OMP_NUM_THREADS="$SLURM_CPUS_PER_TASK"\n  srun python t.py\n' in new
     new = edit.remove_export(new, "NCCL_DEBUG")
     assert "\nexport A=1\n" in new
@@ -102,8 +103,15 @@ def test_override_on_the_launch_line_hydra_and_flags():
 
 
 def test_shell_lines_quote_values_and_skip_bad_names():
-    out = env_lines({"A": "x y", "B": "$SLURM_CPUS_PER_TASK", "C": None, "BAD NAME": "1", "D": "$(rm -rf ~)"})
-    assert out == ["export A='x y'", 'export B="$SLURM_CPUS_PER_TASK"', "unset C", "export D='$(rm -rf ~)'"]
+    changes = {"A": "x y", "B": Reference("SLURM_CPUS_PER_TASK"), "C": None, "BAD NAME": "1", "D": "$(rm -rf ~)"}
+    out = env_lines({**changes, "E": "$SLURM_CPUS_PER_TASK"})  # a plain str is a literal, even one like a reference
+    assert out == [
+        "export A='x y'",
+        'export B="$SLURM_CPUS_PER_TASK"',
+        "unset C",
+        "export D='$(rm -rf ~)'",
+        "export E='$SLURM_CPUS_PER_TASK'",
+    ]
 
 
 # ---------------------------------------------------------------- the planner's rules, on a real file
