@@ -190,6 +190,7 @@ class View:
     label: str | None = None  # "rank 3/8 on gpu07": prefixed to every line under a launcher
     subject: str | None = None  # what the verdict line names ("the run"); default: the job or this machine
     notes: bool = False  # show every note in full (a command without -v, such as smoke)
+    fails_mean: str = "it will not run as intended"  # what a fail says of the subject (watch: of a running job)
 
 
 def _color(file) -> bool:
@@ -373,14 +374,14 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
     )
 
 
-def _verdict(findings: list[Finding], target, subject: str | None = None) -> tuple[str, str]:
+def _verdict(
+    findings: list[Finding], target, subject: str | None = None, fails_mean: str = View.fails_mean
+) -> tuple[str, str]:
     c = Counter(f.severity for f in findings)
     what = subject or ("the job" if getattr(target, "kind", None) == "job" else "this machine")
     parts = [f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s]]
     if c[Severity.FAIL]:
-        return f"✗ {what}: {', '.join(parts)} — it will not run as intended" + (
-            " (exit 1)" if target else ""
-        ), "bold red"
+        return f"✗ {what}: {', '.join(parts)} — {fails_mean}" + (" (exit 1)" if target else ""), "bold red"
     if c[Severity.ERROR]:  # a check that could not run judged nothing: never a pass (model.exit_code)
         failed = sorted({f.id for f in findings if f.severity is Severity.ERROR})
         shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
@@ -428,7 +429,7 @@ def render(findings: list[Finding], header: str = "", verbose=False, file=None, 
             out.text(2, f"{i}. {step}")
     if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
         out.line()
-    text, style = _verdict(verdict, target, view.subject)
+    text, style = _verdict(verdict, target, view.subject, view.fails_mean)
     out.text(0, text, style)
     body = out.buf.getvalue()
     if view.label:

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.core.test_import_graph import graph
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("probe", "readers", "job", "report", "checks", "fixes", "sample_train")
+PACKAGES = ("probe", "readers", "job", "report", "checks", "fixes", "sample_train", "watch")
 
 
 def _unit(module: str) -> str:
@@ -60,7 +60,7 @@ def test_each_package_imports_what_the_table_says():
 def test_no_module_cites_a_design_file_outside_the_repository():
     cited = [
         str(p.relative_to(ROOT))
-        for folder in ("gpudoctor", "checks", "fixes", "sample_train", "tests")
+        for folder in ("gpudoctor", "checks", "fixes", "sample_train", "watch", "tests")
         for p in (ROOT / folder).rglob("*.py")
         if "DESIGN.md" in p.read_text() and p.name != Path(__file__).name
     ]
