@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor import versions
+from gpudoctor import shellquote, versions
 from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.process_model import (
     drives_all_gpus,
@@ -477,6 +477,20 @@ def allocated_gpus_left_idle(facts, ctx):
         if shape.from_script and shape.directives.get("exclusive"):
             msg += " -- unless this cluster hands out a whole node's GPUs with --exclusive and no GPU request"
             return warn(msg, fix, **_ev(shape))
+        feature = str(shape.directives.get("constraint") or "")
+        if shape.from_script and re.search(r"(?i)(?<![a-z0-9])gpu", feature):
+            # Sites that select GPU nodes by feature (Cray/CSCS: --constraint=gpu) configure no GPU GRES: the node's
+            # GPUs come with it. Elsewhere the request is missing; which one is this cluster's, the script cannot say.
+            msg += (
+                f" -- unless this cluster's nodes with the feature in --constraint={feature} give their GPUs without a "
+                "GPU request (as sites that select GPU nodes by feature do); `scontrol show node` shows a Gres= line "
+                "where GPUs must be requested"
+            )
+            ask = manual(
+                "See whether this cluster's GPU nodes must be asked for their GPUs (a Gres=gpu line: add --gres=gpu:N)",
+                f"sinfo --Node --format='%N %f %G' | grep -i {shellquote.quote(feature)}",
+            )
+            return warn(msg, ask, **_ev(shape))
         return (fail if shape.from_script else warn)(msg, fix, **_ev(shape))
     if gpus is None:
         return skip("the number of GPUs allocated per node is not known", **_ev(shape))
