@@ -17,6 +17,7 @@ SbatchError (cli.py prints it as one line and exits 2).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from types import MappingProxyType
@@ -514,8 +515,18 @@ def _het_group(launch: Launch | None, components: int) -> int:
 # ---------------------------------------------------------------- entry points
 
 
+# `fix` reads the same text several times (check's inputs, each fix's anchors, the verification of an edit):
+# the last few parses are kept, so its cost stays a small multiple of check's. BatchScript is frozen.
+_PARSE_CACHE = 4
+
+
 def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
     """The script read as sbatch (directives) and bash (body) read it; raises SbatchError."""
+    return _parse_sbatch_cached(text, path)
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _parse_sbatch_cached(text: str, path: str) -> BatchScript:
     src = Source(text)
     components, unknown, late, commented, first_command = _header(src, path)
     values = []
@@ -617,8 +628,15 @@ _SHELL_INTERPRETERS = {"bash", "sh"}
 
 
 def bash_syntax(text: str) -> BashSyntax:
-    """`bash -n` over the script text (stdin), in its own process group, killed whole after BASH_TIMEOUT_S."""
+    """`bash -n` over the script text (stdin), in its own process group, killed whole after BASH_TIMEOUT_S.
+    The same text with the same bash gets the answer once (fix asks again for each edited text)."""
     import shutil
+
+    return _bash_syntax(text, shutil.which("bash"), os.environ.get("PATH", "/usr/bin:/bin"), BASH_TIMEOUT_S)
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _bash_syntax(text: str, bash: str | None, path: str, timeout: float) -> BashSyntax:
     import subprocess
 
     from gpudoctor.probe.proc import run_bounded
@@ -629,19 +647,18 @@ def bash_syntax(text: str) -> BashSyntax:
         interpreter = os.path.basename(shebang[1])
     if interpreter not in _SHELL_INTERPRETERS:
         return BashSyntax(None, f"the script runs under {interpreter or 'an unnamed interpreter'}, not bash")
-    bash = shutil.which("bash")
     if bash is None:
         return BashSyntax(None, "bash is not on PATH: the script's syntax was not checked")
     try:
         proc = run_bounded(
             [bash, "-n"],
-            BASH_TIMEOUT_S,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+            timeout,
+            env={"PATH": path, "LC_ALL": "C"},
             input=text.encode("utf-8", errors="replace"),
             max_output=64 * 1024,
         )
     except subprocess.TimeoutExpired:
-        return BashSyntax(None, f"bash -n did not finish within {BASH_TIMEOUT_S:g} s")
+        return BashSyntax(None, f"bash -n did not finish within {timeout:g} s")
     except OSError as e:
         return BashSyntax(None, f"bash -n could not run ({e.strerror or e})")
     err = proc.stderr
