@@ -476,7 +476,7 @@ RENAMED_IN = (2, 2)
 def _rename_findings(env: dict, torch_version):
     new_torch = torch_version is not None and torch_version[:2] >= RENAMED_IN
     old_torch = torch_version is not None and torch_version[:2] < RENAMED_IN
-    out = []
+    out: list[tuple[str, str, Fix | None]] = []
     for old, new in TORCH_NCCL_RENAMES.items():
         has_old, has_new = old in env, new in env
         if has_old and has_new and env[old] != env[new] and not old_torch:
@@ -503,7 +503,7 @@ def _rename_findings(env: dict, torch_version):
     return out
 
 
-def _rename_fix(old: str, new: str, value: str):
+def _rename_fix(old: str, new: str, value: str) -> Fix | None:
     if REDACTED in value:  # gpudoctor never saw the value (gpudoctor/redact.py): a fix cannot copy it
         return None
     return Fix(

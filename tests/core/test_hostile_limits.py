@@ -76,6 +76,15 @@ def test_huge_slurm_numbers_inside_a_job_are_findings_naming_the_variable(value)
     assert {"SLURM_NTASKS", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK"} <= named
 
 
+def test_an_unreadable_gpu_count_is_not_judged_as_no_gpu():
+    """SLURM_GPUS_ON_NODE that SLURM would refuse: GD-SLURM-001 names it; GD-SLURM-003 does not claim the job
+    has no GPU (the count is unknown, not zero)."""
+    env = {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "1", "SLURM_GPUS_ON_NODE": HUGE}
+    found = {f.id: f for f in run_checks(list(load_all().values()), make_facts(env=env), Context())}
+    assert found["GD-SLURM-001"].severity is Severity.WARN and "SLURM_GPUS_ON_NODE" in found["GD-SLURM-001"].message
+    assert found["GD-SLURM-003"].severity is Severity.SKIP, found["GD-SLURM-003"].message
+
+
 # ---------------------------------------------------------------- a check that cannot run
 
 
