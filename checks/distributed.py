@@ -10,7 +10,21 @@ from gpudoctor import versions
 from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
 from gpudoctor.job.layout import env_int, in_srun_step, intended_launcher, layout, mark_several_hosts
 from gpudoctor.job.target import JOB_RESOURCES, JUDGED_FOR
-from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, skip, unset_env, warn
+from gpudoctor.model import (
+    Action,
+    ActionKind,
+    Fix,
+    Safety,
+    export_title,
+    fail,
+    info,
+    manual,
+    passed,
+    set_env,
+    skip,
+    unset_env,
+    warn,
+)
 from gpudoctor.redact import REDACTED
 from gpudoctor.registry import check
 
@@ -86,6 +100,19 @@ def _script_exports(ctx) -> dict:
     return {k: v for k, v in (ctx.sbatch.exports if ctx.sbatch is not None else {}).items() if v.value is not None}
 
 
+_PROGRAM_UNKNOWN = "<your training command>"
+
+
+def _per_task_ranks(ctx, names: str) -> str:
+    """`srun bash -c 'RANK=$SLURM_PROCID ... <the script's own python command>'`: the program the batch script
+    runs, never a placeholder file name (issue 25); said to be unknown where no script names it."""
+    import shlex
+
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    command = (launch.python_command() if launch is not None else None) or _PROGRAM_UNKNOWN
+    return f"srun bash -c {shlex.quote(f'{names} {command}')}"
+
+
 def _rank_exported_before_srun(facts, ctx):
     """`export RANK=$SLURM_PROCID` in the batch shell: every srun task inherits the batch shell's 0."""
     if not ctx.sbatch:
@@ -95,7 +122,10 @@ def _rank_exported_before_srun(facts, ctx):
     shape = job_shape(facts, ctx)
     exports = _script_exports(ctx)
     names = [
-        n for n in ("RANK", "LOCAL_RANK", "NODE_RANK") if n in exports and exports[n].line < (shape.launch_lineno or 0)
+        n
+        for n in ("RANK", "LOCAL_RANK", "NODE_RANK")
+        # an export above the launch, or the launch's own `RANK=$SLURM_PROCID srun ...`: the batch shell expands both
+        if n in exports and (exports[n].line < (shape.launch_lineno or 0) or exports[n].command_only)
     ]
     if not names or not shape.srun_launch or shape.launcher not in ("python", "lightning") or (shape.ntasks or 1) < 2:
         return None  # torchrun/accelerate/deepspeed set RANK and LOCAL_RANK for their workers themselves
@@ -107,7 +137,7 @@ def _rank_exported_before_srun(facts, ctx):
         f"({values}) and the ranks collide",
         manual(
             "Set the rank variables inside each task, not in the batch shell",
-            "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS python train.py'",
+            _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"),
         ),
         exported=lines,
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
@@ -126,15 +156,24 @@ def _node_rank_same_on_every_node(facts, ctx):
         return None
     if (launch.rdzv_backend or "static") != "static":
         return None  # c10d/etcd rendezvous hands out node ranks itself
-    rank = launch.node_rank
-    if rank is None and launcher == "accelerate" and launch.config_file:
-        return None  # the config file may set machine_rank
+    rank, nnodes, from_config = launch.node_rank, str(launch.nnodes or ""), None
+    if launcher == "accelerate" and launch.config_file:
+        from gpudoctor.readers.accelerate import accelerate_plan
+
+        plan = accelerate_plan(launch)
+        config_rdzv = str((plan.config.values if plan.config else {}).get("rdzv_backend") or "static")
+        if plan.machine_rank.value is None or not plan.multi_process or config_rdzv != "static":
+            # not read; one process per machine; or a config rendezvous accelerate 1.x ignores (its command line's
+            # default 'static' wins) though its maintainers document it: unknown, so not judged
+            return None
+        rank, nnodes = str(plan.machine_rank.value), str(plan.num_machines.value or "")
+        if plan.machine_rank.source != "launch line":
+            from_config = plan.machine_rank.source
     if rank is not None and not re.fullmatch(r"\d+", str(rank)):
         return None  # left for each task's shell to expand ('$SLURM_NODEID' in single quotes)
     from gpudoctor.job.shape import job_shape
 
     shape = job_shape(facts, ctx)
-    nnodes = str(launch.nnodes or "")
     if (shape.nodes or 1) < 2 or (nnodes.isdigit() and int(nnodes) < 2):
         return None
     option = "--machine_rank" if launcher == "accelerate" else "--node_rank"
@@ -144,6 +183,9 @@ def _node_rank_same_on_every_node(facts, ctx):
         if rank is not None
         else ""
     )
+    if from_config:
+        given = f"machine_rank: {rank} from {from_config} (no --machine_rank on the line)"
+        why = "; the config file is the same on every node"
     return fail(
         f"line {shape.launch_lineno} starts {launcher} on each of {shape.nodes} nodes with {given}: every node claims "
         f"node rank {rank or 0} and the static rendezvous never completes{why}",
@@ -151,12 +193,15 @@ def _node_rank_same_on_every_node(facts, ctx):
             "Let each task expand its own node rank, or let the rendezvous assign it",
             f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} "
             f"... {option}=$SLURM_NODEID ...'   (single quotes)",
-            "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)",
+            "or: --rdzv_backend c10d (node ranks assigned by the rendezvous at --main_process_ip:--main_process_port)"
+            if launcher == "accelerate"
+            else "or: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 (node ranks assigned by the rendezvous)",
         ),
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
         nodes=shape.nodes,
         node_rank=rank,
         rdzv_backend=launch.rdzv_backend or "static (default)",
+        **({"machine_rank_from": from_config} if from_config else {}),
     )
 
 
@@ -213,7 +258,7 @@ def rank_variables_inconsistent(facts, ctx):
             "(as Lightning and most cluster examples do) or set RANK inside each task",
             manual(
                 "Map the rank per task if the script expects RANK",
-                "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID python train.py'",
+                _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID"),
             ),
             **evidence,
         )
@@ -234,8 +279,7 @@ def rank_variables_inconsistent(facts, ctx):
                 "SLURM's variables itself, but init_process_group('env://') needs them set inside each task",
                 manual(
                     "Map them per task",
-                    "srun bash -c 'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
-                    "WORLD_SIZE=$SLURM_NTASKS python train.py'",
+                    _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"),
                 ),
                 **evidence,
             )
@@ -417,6 +461,16 @@ def rendezvous_endpoint_unreachable(facts, ctx):
 # --- GD-DIST-004 ---------------------------------------------------------------------------
 
 
+_LEGACY_LAUNCHER = re.compile(r"\bpython[\d.]*\s+-m\s*torch\.distributed\.launch\b")
+_USE_ENV = re.compile(r"\s+--use[-_]env\b")
+
+
+def _as_torchrun(line: str) -> str:
+    """The user's own launch line with torchrun in place of `python -m torch.distributed.launch` (torchrun takes
+    the same options and always passes the rank in the environment, so --use-env goes)."""
+    return _USE_ENV.sub("", _LEGACY_LAUNCHER.sub("torchrun", line))
+
+
 def _legacy_launches(sbatch) -> list:
     return [ln for ln in sbatch.launches if ln.launcher == "torch.distributed.launch"]
 
@@ -443,7 +497,7 @@ def deprecated_torch_distributed_launch(facts, ctx):
     evidence = {"sbatch": ctx.sbatch_path, "lines": [f"line {ln.line}: {ln.text}" for ln in legacy][:5]}
     if not legacy:
         return passed("the batch script does not use torch.distributed.launch", sbatch=ctx.sbatch_path)
-    fix = manual("Launch with torchrun instead", "torchrun --nproc-per-node=$SLURM_GPUS_ON_NODE train.py")
+    fix = manual("Launch with torchrun instead", "; ".join(dict.fromkeys(_as_torchrun(ln.text) for ln in legacy)))
     if all(re.search(r"--use[-_]env\b", ln.text or "") for ln in legacy):
         return info(
             "the batch script uses the deprecated torch.distributed.launch (with --use-env, so ranks come from "
@@ -497,17 +551,26 @@ def _rename_findings(env: dict, torch_version):
                 (
                     "warn",
                     f"{new} has no effect on torch {versions.fmt(torch_version)}, which reads only {old}",
-                    None if REDACTED in env[new] else set_env(old, env[new]),
+                    manual(
+                        f"Set {old} from {new} (its value holds a credential gpudoctor does not copy)",
+                        f'export {old}="${new}"',
+                    )
+                    if REDACTED in env[new]
+                    else set_env(old, env[new]),
                 )
             )
     return out
 
 
-def _rename_fix(old: str, new: str, value: str) -> Fix | None:
-    if REDACTED in value:  # gpudoctor never saw the value (gpudoctor/redact.py): a fix cannot copy it
-        return None
+def _rename_fix(old: str, new: str, value: str):
+    if REDACTED in value:
+        # gpudoctor never holds the credential, so it cannot write the value: the shell copies its own bytes
+        return manual(
+            f"Rename {old} to {new} (its value holds a credential gpudoctor does not copy)",
+            f'export {new}="${old}"; unset {old}',
+        )
     return Fix(
-        f"export {new}={value} and unset {old}",
+        f"{export_title(new, value)} and unset {old}",  # the user's value, quoted as the shell line keeps it
         Safety.SAFE,
         (Action(ActionKind.SET_ENV, new, value), Action(ActionKind.UNSET_ENV, old)),
     )

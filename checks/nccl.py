@@ -5,6 +5,7 @@ How NCCL and torch read these variables: gpudoctor/readers/ncclenv.py (sources c
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from gpudoctor.job.env import job_env
@@ -664,13 +665,7 @@ def nccl_default_interfaces(interfaces: list[dict], nccl: tuple[int, ...] | None
     ib* first, else all but docker*/lo*; getifaddrs lists IPv4 addresses first, by interface index). The bootstrap
     takes the first one. An unknown NCCL version is judged as the older, wider choice."""
     newer = nccl is not None and nccl >= NCCL_SKIPS_DEAD_AND_VIRBR
-    with_address = [i for i in interfaces if i.get("addresses") and (_running(i) or not newer)]
-
-    def order(i: dict):
-        ipv4 = any("." in a and ":" not in a for a in i.get("addresses") or [])
-        return (not ipv4, i.get("ifindex") is None, i.get("ifindex") or 0, i["name"])
-
-    ordered = sorted(with_address, key=order)
+    ordered = [i for i in _socket_order(interfaces) if _running(i) or not newer]
     ib = [i for i in ordered if i["name"].startswith("ib")]
     if ib:
         return ib
@@ -864,3 +859,114 @@ def nccl_p2p_on_consumer_gpus(facts, ctx):
         None,
         **evidence,
     )
+
+
+# NCCL 2.18.5 began keeping PCI devices under a CPU sorted by bus id (src/graph/xml.cc, "Issue #820"); the sort
+# reads the 'busid' of every sibling, and the <nic> node NCCL hangs off the first CPU for a network device that is
+# not on PCI (USB, virtio, virtual: ncclTopoFillNet, "is not a PCI device ... Attaching to first CPU") has none, so
+# the next PCI device added there fails init with "Attribute busid of node nic not found" (NVIDIA/nccl#1125, a USB
+# NIC on one node; fixed in v2.20.3-1, which skips siblings without a busid).
+NCCL_TOPO_BUSID_SORT_BUG = ((2, 18, 5), (2, 20, 3))
+_USB_NAME = re.compile(r"^(enx[0-9a-f]{12}|usb\d+|en\S*u\d+(?:u\d+)*)$")
+
+
+def _not_on_pci(iface: dict) -> str | None:
+    """Why NCCL's topology would hang this interface off the first CPU: its device is not on PCI."""
+    if "bus" in iface:  # probed: the device's subsystem, as NCCL reads it
+        bus = iface["bus"]
+        return None if bus == "pci" else (f"a {bus} device" if bus else "no device (virtual)")
+    if _USB_NAME.match(iface["name"]):  # older snapshots: systemd's names for USB NICs (enx<MAC>, ...u<port>)
+        return "a USB NIC by its name"
+    return None
+
+
+@check(
+    id="GD-NCCL-012",
+    name="nccl-non-pci-nic-first-breaks-init",
+    category="nccl",
+    title="NCCL's socket devices do not start with a USB or virtual NIC (NCCL 2.18.5-2.20.2 init failure)",
+    needs=["env", "network", "torch"],
+    scope="node",
+    what="For torch's NCCL between 2.18.5 and 2.20.2, when NCCL would use TCP sockets (no active InfiniBand/RoCE "
+    "port, or NCCL_IB_DISABLE / NCCL_NET=Socket), lists the interfaces NCCL's socket transport takes, in its own "
+    "order (NCCL_SOCKET_IFNAME, else ib* first, else all but lo*/docker* in getifaddrs order) and reads the bus "
+    "of each one's device (/sys/class/net/<if>/device/subsystem): a USB (enx*, usb0), virtio or deviceless NIC "
+    "before a PCI one is flagged, on one node as on several.",
+    why="NCCL adds every socket device to its topology at communicator init, on a single node too. A device that "
+    "is not on PCI is hung off the first CPU as a <nic> without a bus id; from 2.18.5 NCCL keeps the PCI devices "
+    "under a CPU sorted by bus id and reads every sibling's, so the next PCI device fails init: 'Attribute busid "
+    "of node nic not found', ncclInternalError (NVIDIA/nccl#1125: a USB NIC, init failing with 1 or 2 GPUs; "
+    "src/graph/xml.cc ncclTopoGetXmlFromSys, fixed in 2.20.3).",
+    fix="Keep the USB/virtual NIC out of NCCL's list (NCCL_SOCKET_IFNAME=^docker,lo,<its name>, or name the "
+    "PCI interface), or use a torch whose NCCL is 2.20.3 or newer.",
+)
+def nccl_non_pci_nic_first_breaks_init(facts, ctx):
+    env = job_env(facts, ctx)
+    nccl = _nccl_version(facts)
+    if facts.network.get("error"):
+        return skip(f"the network probe failed: {facts.network['error']}")
+    lay = layout(facts, ctx)
+    from gpudoctor.readers.cudavis import job_gpus
+
+    if not lay.multi_process and len(job_gpus(facts)) < 2:
+        return skip("one process on one GPU: no NCCL communicator", **lay.evidence())
+    low, fixed = NCCL_TOPO_BUSID_SORT_BUG
+    version = f"NCCL {'.'.join(map(str, nccl))}" if nccl else None
+    if nccl is not None and not low <= nccl < fixed:
+        return passed(f"{version} is outside 2.18.5-2.20.2, whose topology detection this concerns", nccl=version)
+    active_ib = [p for p in _ib_ports(facts) if str(p.get("state") or "").upper() == "ACTIVE"]
+    socket_forced = nccl_flag(env, "NCCL_IB_DISABLE") != 0 or str(env.get("NCCL_NET") or "").lower() == "socket"
+    if active_ib and not socket_forced:
+        return passed("NCCL uses InfiniBand/RoCE here: its socket interfaces are not network devices in its topology")
+    interfaces = facts.network.get("interfaces") or []
+    ifname = env.get("NCCL_SOCKET_IFNAME")
+    if ifname:
+        chosen = set(select_names(ifname, [i["name"] for i in interfaces]))
+        ordered = [i for i in _socket_order(interfaces) if i["name"] in chosen]
+    else:
+        ordered = nccl_default_interfaces(interfaces, nccl)
+    evidence = {
+        "nccl": version,
+        "socket_devices": [i["name"] for i in ordered],
+        "buses": {i["name"]: i.get("bus", "not probed") for i in ordered},
+        "NCCL_SOCKET_IFNAME": ifname,
+    }
+    first_pci = next((n for n, i in enumerate(ordered) if _not_on_pci(i) is None), None)
+    before = [(i, why) for i in ordered[: first_pci or 0] if (why := _not_on_pci(i))]
+    if first_pci is None or not before:
+        return passed(
+            f"{version or 'NCCL'}'s socket devices ({', '.join(evidence['socket_devices']) or 'none'}) do not put a "
+            "USB or virtual NIC before a PCI one",
+            **evidence,
+        )
+    names = [i["name"] for i, _ in before]
+    what = ", ".join(f"{i['name']} ({why})" for i, why in before)
+    fix = set_env(
+        "NCCL_SOCKET_IFNAME", "^docker,lo," + ",".join(names), title=f"Keep {', '.join(names)} out of NCCL's list"
+    )
+    if version is None:
+        return info(
+            f"NCCL's socket devices start with {what} before {ordered[first_pci]['name']}: NCCL 2.18.5-2.20.2 fail "
+            "init on that ('Attribute busid of node nic not found', NVIDIA/nccl#1125); torch's NCCL version is "
+            "unknown here",
+            fix,
+            **evidence,
+        )
+    return warn(
+        f"{version} would use {what} as a socket network device before {ordered[first_pci]['name']}: its topology "
+        "detection hangs a non-PCI NIC off the first CPU without a bus id, and a PCI device added under that CPU "
+        "afterwards fails communicator init with 'Attribute busid of node nic not found' (NVIDIA/nccl#1125, fixed "
+        "in 2.20.3) - on a single node too",
+        fix,
+        **evidence,
+    )
+
+
+def _socket_order(interfaces: list[dict]) -> list[dict]:
+    """getifaddrs order (IPv4 addresses first, by interface index), as NCCL walks it; interfaces with an address."""
+
+    def order(i: dict):
+        ipv4 = any("." in a and ":" not in a for a in i.get("addresses") or [])
+        return (not ipv4, i.get("ifindex") is None, i.get("ifindex") or 0, i["name"])
+
+    return sorted((i for i in interfaces if i.get("addresses")), key=order)

@@ -31,6 +31,15 @@ import re
 
 from gpudoctor import versions
 from gpudoctor.job.env import job_env, probe_env
+from gpudoctor.job.process_model import (
+    drives_all_gpus,
+    one_rank_per_task_under_srun,
+    program_of,
+    program_status,
+    python_processes,
+    unknown_note,
+    wants_torchrun,
+)
 from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
 from gpudoctor.model import (
     LAUNCHER_TABLE,
@@ -43,7 +52,7 @@ from gpudoctor.model import (
     info,
     manual,
     passed,
-    set_env,
+    set_env_reference,
     skip,
     warn,
 )
@@ -154,10 +163,12 @@ def _ranks_per_task(shape: JobShape, facts) -> tuple[int | None, str]:
             note = " (version assumed, see GD-SLURM-005)" if assumed else ""
             return 1, f"Lightning {major}.x runs one rank per SLURM task{note}"
         return None, "depends on the Lightning version (see GD-SLURM-005)"
+    if shape.launcher == "python" and shape.from_script:
+        return python_processes(shape)  # a spawning program starts its own processes
     if shape.procs_per_task:
         return shape.procs_per_task, f"{shape.launcher} starts {shape.procs_per_task} per task"
     if shape.launcher == "python":
-        return 1, "plain python: one process per task"
+        return python_processes(shape)
     return None, "launcher unknown (give --launcher)"
 
 
@@ -233,7 +244,14 @@ def _unknown_directives(sb) -> tuple[list[str], list[str]]:
     for u in sb.unknown_directives if sb is not None else ():
         for opt in u.options:
             meant = close_option(opt)
-            if meant:
+            if not re.fullmatch(r"--?[A-Za-z][\w.-]*(=.*)?", opt, re.S):  # `#SBATCHx`, `#SBATCH =====`: no option
+                said = (
+                    f"unrecognized option '{opt}'"
+                    if opt.startswith("-")
+                    else f"Invalid directive found in batch script: {opt}"
+                )
+                typos.append(f"line {u.line}: '{opt}' is not an option; sbatch refuses the script ('{said}')")
+            elif meant:
                 typos.append(
                     f"line {u.line}: {opt} is not an sbatch option (did you mean --{meant}?); sbatch refuses the script"
                 )
@@ -335,6 +353,30 @@ def several_tasks_share_one_gpu(facts, ctx):
     if tasks is None:
         return skip("the number of tasks per node is not known", **_ev(shape))
     ev = _ev(shape, tasks_on_node=tasks, gpus_per_node=gpus, gpus_each_task_sees=shape.task_gpus)
+    if tasks > gpus and shape.launcher == "python" and shape.from_script and not one_rank_per_task_under_srun(shape):
+        # srun starts one copy of the program per task; ranks that hang on a shared GPU are a guess unless the program
+        # is known to be one rank per task (README: do no harm) -- copies sharing a GPU on purpose are a pattern too
+        program = program_of(shape)
+        if program is not None and program.kind == "single" and not program.reads_task_variables:
+            # a one-process program that never asks which task it is: every copy trains the same thing
+            changes = {"ntasks-per-node": "1", **_same_cpus_per_node(shape, tasks, 1)}
+            return warn(
+                f"srun starts {tasks} identical copies of a one-process program per node ({_gpu_words(shape)}): "
+                f"{program.describe()} and reads no task variable (SLURM_PROCID...), so each copy trains the same "
+                "thing on the shared GPU",
+                directive_fix(shape, facts, "One task per node, with the same CPUs: --ntasks-per-node=1", changes),
+                **ev,
+            )
+        what = (
+            f"{program.describe()}, so these are {tasks} separate copies of it"
+            if program is not None and program.known
+            else unknown_note(shape, tasks)
+        )
+        return info(
+            f"{tasks} tasks per node share {gpus} GPU(s) per node ({_gpu_words(shape)}): srun starts {tasks} copies of "
+            f"`{(shape.launch_line or 'python').split()[0]}` on them; {what}",
+            **ev,
+        )
     if tasks > gpus:
         key, value = _gpu_value(shape, tasks)
         fix = directive_fix(
@@ -428,6 +470,7 @@ def allocated_gpus_left_idle(facts, ctx):
         want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
         key, value = _gpu_value(shape, want)
         fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
+        fix = _gpu_lookalike_repair(ctx.sbatch) or fix  # the request the user wrote, made readable (GD-SLURM-025)
         msg = (
             f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or "
             "--gpus-per-task): the job will run without one" + _unread_gpu_directives(ctx.sbatch)
@@ -452,6 +495,14 @@ def allocated_gpus_left_idle(facts, ctx):
             )
         return skip(f"cannot count the processes per node: {why}", **ev)
     ranks = tasks * per_task
+    if ranks < gpus and drives_all_gpus(shape) and per_task == 1:
+        return passed(
+            f"{ranks} process(es) per node for {gpus} GPU(s): {program_of(shape).describe()}",
+            **ev,
+            **_program_ev(shape),
+        )
+    if ranks < gpus and shape.launcher == "python" and shape.from_script:
+        return _python_leaves_gpus_idle(shape, facts, tasks, per_task, gpus, why, ev)
     if ranks < gpus:
         hint = (
             f"--ntasks-per-node={gpus}"
@@ -493,8 +544,46 @@ def allocated_gpus_left_idle(facts, ctx):
             fix,
             **ev,
         )
-    more = " (more processes than GPUs: see GD-SLURM-002 and GD-SLURM-009)" if ranks > gpus else ""
+    more = " (more processes than GPUs: see GD-SLURM-002, GD-SLURM-009 and GD-SLURM-027)" if ranks > gpus else ""
     return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s); {why}){more}", **ev)
+
+
+def _program_ev(shape: JobShape) -> dict:
+    program = program_of(shape)
+    return {k: v for k, v in program.evidence().items() if k not in shape.evidence} if program is not None else {}
+
+
+def _python_leaves_gpus_idle(shape: JobShape, facts, tasks: int, per_task: int, gpus: int, why: str, ev: dict):
+    """Fewer `python` processes than GPUs in a batch script: judged by what the program is (job/process_model.py);
+    a fix that adds tasks or srun only when the program is known to be one rank per task under srun."""
+    ranks = tasks * per_task
+    program = program_of(shape)
+    ev = {**ev, **_program_ev(shape)}
+    idle = f"only {ranks} process(es) per node will train on {gpus} allocated GPU(s) ({tasks} task(s); {why})"
+    if program is None or not program.known or (program.kind == "spawn" and program.processes is None):
+        return info(f"{ranks} process(es) per node for {gpus} allocated GPU(s): {unknown_note(shape, gpus)}", **ev)
+    if one_rank_per_task_under_srun(shape):
+        changes = {"ntasks-per-node": str(gpus), **_same_cpus_per_node(shape, tasks, gpus)}
+        add_srun = shape.srun_launch is False
+        fix = directive_fix(
+            shape,
+            facts,
+            f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
+            changes,
+            srun_prefix="" if add_srun else None,
+        )
+        return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
+    if wants_torchrun(shape) and (shape.nodes or 1) == 1 and shape.script is not None:
+        entry = program.path.rsplit("/", 1)[-1] if program.path else "the program"
+        fix = manual(
+            f"Start {entry} with torchrun, one process per GPU (it reads torchrun's RANK/LOCAL_RANK, which srun "
+            "does not set)",
+            f"torchrun --standalone --nproc-per-node={gpus} {entry} ...  (line {shape.launch_lineno})",
+        )
+        return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
+    key, value = _gpu_value(shape, ranks)
+    fix = directive_fix(shape, facts, f"Request only the GPU(s) the program uses: --{key}={value}", {key: value})
+    return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
 
 
 # ---------------------------------------------------------------- GD-SLURM-004
@@ -678,6 +767,11 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
             per_node_fix,
             **ev,
         )
+    if plan.unknown:  # a Trainer argument the program sets, not shown here: a note, never a guessed failure
+        return info(
+            f"SLURM starts {ranks} task(s) per node on {shape.nodes} node(s); not judged: " + "; ".join(plan.unknown),
+            **ev,
+        )
     return passed(
         f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) "
         f"for {plan.num_nodes_source}",
@@ -735,13 +829,14 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
             srun_prefix="",
         )
     devices = plan.devices or shape.gpus_per_node or 1
-    changes: dict[str, str | None] = {"ntasks-per-node": str(devices), "nodes": str(plan.num_nodes)}
+    changes: dict[str, str | None] = {"ntasks-per-node": str(devices)}
+    if plan.num_nodes is not None:  # an unknown num_nodes leaves the job's nodes as they are
+        changes["nodes"] = str(plan.num_nodes)
     if shape.ntasks_option is not None:
         changes["ntasks"] = None
     changes.update(_same_cpus_per_node(shape, 1 if shape.srun_launch is False else shape.tasks_here, int(devices)))
-    title = (
-        f"One SLURM task per GPU: --ntasks-per-node={devices}, --nodes={plan.num_nodes}, and start training with `srun`"
-    )
+    nodes_text = f", --nodes={plan.num_nodes}" if plan.num_nodes is not None else ""
+    title = f"One SLURM task per GPU: --ntasks-per-node={devices}{nodes_text}, and start training with `srun`"
     if "cpus-per-task" in changes:
         title += f" (--cpus-per-task={changes['cpus-per-task']}: the same CPUs per node)"
     add_srun = shape.from_script and shape.srun_launch is False
@@ -842,9 +937,16 @@ def srun_drops_cpus_per_task(facts, ctx):
         return passed("no --cpus-per-task above 1 to pass on", **ev)
     if shape.srun_launch is False:
         return passed(f"the training runs in the batch shell (no srun), which has the job's {cpt} CPUs per task", **ev)
-    fix = set_env(
+    if shape.from_script and not shape.srun_launch and not ctx.sbatch.srun_lines:
+        # A finding only where its cause is (issue 25): no srun, no srun step, nothing to inherit.
+        return passed(
+            f"the script starts no srun step itself (srun appears nowhere in it): its commands run in the batch shell, "
+            f"which has the job's {cpt} CPUs per task",
+            **ev,
+        )
+    fix = set_env_reference(
         "SRUN_CPUS_PER_TASK",
-        "$SLURM_CPUS_PER_TASK",
+        "SLURM_CPUS_PER_TASK",
         title="export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (or srun --cpus-per-task)",
     )
     allowed = facts.host.get("cpus_allowed_count")
@@ -1089,7 +1191,7 @@ def _unread_gpu_directives(sb) -> str:
     for d in sb.late_directives:
         if _GPU_OPTION.search(" " + d.text):
             parts.append(f"line {d.line} ({d.text}) is below the first command, so sbatch ignores it (GD-SLURM-011)")
-    for d in sb.commented_directives:
+    for d in sb.commented_directives:  # '##SBATCH' / '# SBATCH' / '  #SBATCH' (GD-SLURM-025 names each slip)
         if _GPU_OPTION.search(" " + d.text):
             how = (
                 "is indented: sbatch reads only lines that begin with #SBATCH"
@@ -1098,6 +1200,28 @@ def _unread_gpu_directives(sb) -> str:
             )
             parts.append(f"line {d.line} ({d.text}) {how}")
     return "; " + "; ".join(parts) if parts else ""
+
+
+def _gpu_lookalike_repair(sb) -> Fix | None:
+    """The repair of header lines that ask for GPUs but that sbatch does not read (`# SBATCH --gres=gpu:4`,
+    `!#SBATCH ...` hiding the request below it): the GPUs the user asked for, not a count guessed here."""
+    if sb is None or not sb.path:
+        return None
+    gpu = ("gres", "gpus", "gpus-per-node", "gpus-per-task")
+    late = {d.line: d.text for d in sb.late_directives}
+    lines = [
+        la
+        for la in getattr(sb, "lookalike_directives", ())
+        if la.repairable
+        and (any(k in gpu for k, _ in la.options) or any(_GPU_OPTION.search(" " + late.get(n, "")) for n in la.hides))
+    ]
+    if not lines:
+        return None
+    return Fix(
+        "Make sbatch read the GPU request written: " + "; ".join(f"line {la.line} as `{la.repaired}`" for la in lines),
+        Safety.UNSAFE,  # sbatch then reads a resource request
+        tuple(Action(ActionKind.DIRECTIVE_REPAIR, sb.path, value=la.text) for la in lines),
+    )
 
 
 def _tasks_bound_to_own_gpus(shape: JobShape) -> bool:
@@ -1139,27 +1263,45 @@ def cuda_visible_devices_overrides_slurm(facts, ctx):
         exp = shape.cuda_visible_export
         if not exp or exp.value is None:
             return passed("the script leaves CUDA_VISIBLE_DEVICES to SLURM", **_ev(shape))
+        from gpudoctor.job.env import script_argument_note
         from gpudoctor.readers.cudavis import parse_visible_devices
 
-        named = parse_visible_devices(exp.value).count
+        argument = script_argument_note(exp.value, shape.where.rsplit("/", 1)[-1])
+        named = None if argument else parse_visible_devices(exp.value).count
         # Dropping the export is meaning-preserving only when it named exactly the GPUs the job gets per node.
         same = named is not None and named == gpus
+        what = "the export" if not exp.command_only else "the assignment"
         fix = Fix(
-            f"Drop the export of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
+            f"Drop {what} of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
             Safety.SAFE if same else Safety.UNSAFE,
             (Action(ActionKind.EXPORT_REMOVE, shape.script, key="CUDA_VISIBLE_DEVICES"),),
         )
         ev = _ev(shape, gpus_named=named, gpus_per_node=gpus)
+        if gpus and named == 0:  # CUDA: an empty (or invalid first) entry hides every device
+            return fail(
+                f"line {exp.line} {exp.described()}: it names no GPU, so the program sees none of the {gpus} the job "
+                "gets per node (torch.cuda.device_count() is 0)",
+                fix,
+                **ev,
+            )
         if gpus is not None and named is not None and named > gpus:
             return fail(
-                f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value} ({named} GPUs) but the job gets {gpus} per "
-                "node: it points at GPUs not given to it",
+                f"line {exp.line} {exp.described()} ({named} GPUs) but the job gets {gpus} per node: it points at "
+                "GPUs not given to it",
+                fix,
+                **ev,
+            )
+        if argument:
+            return warn(
+                f"line {exp.line} {exp.described()}: {argument}. Whatever it names replaces "
+                "the GPUs SLURM assigns (on a shared node, indices can be another job's GPUs), and an empty value "
+                "hides every GPU from the program",
                 fix,
                 **ev,
             )
         return warn(
-            f"line {exp.line} exports CUDA_VISIBLE_DEVICES={exp.value}, replacing the GPUs SLURM assigns: on a shared "
-            "node those indices can be another job's GPUs",
+            f"line {exp.line} {exp.described()}, replacing the GPUs SLURM assigns: on a shared node those indices "
+            "can be another job's GPUs",
             fix,
             **ev,
         )
@@ -1252,8 +1394,18 @@ def sbatch_directive_after_first_command(facts, ctx):
         tuple(Action(ActionKind.SBATCH_HOIST, path, value=d.text) for d in late),
     )
     sev = fail if important else warn
+    first = ctx.sbatch.first_command_line
+    stray = next((la for la in ctx.sbatch.lookalike_directives if la.form == "command" and la.line == first), None)
+    cause = (
+        f" (the first command is line {first}, `{stray.text}`: a directive with a stray character before "
+        "#SBATCH, see GD-SLURM-025)"
+        if stray
+        else ""
+    )
     return sev(
-        f"sbatch ignores {len(late)} #SBATCH line(s) below the first command: " + "; ".join(lines), fix, ignored=lines
+        f"sbatch ignores {len(late)} #SBATCH line(s) below the first command{cause}: " + "; ".join(lines),
+        fix,
+        ignored=lines,
     )
 
 
@@ -1301,6 +1453,18 @@ def multi_task_job_without_srun(facts, ctx):
         else manual(f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
     )
     ev = _ev(shape)
+    python_not_ranked = shape.launcher == "python" and not one_rank_per_task_under_srun(shape)
+    if python_not_ranked and nodes > 1:
+        # srun would start one copy per task of a program not known to be distributed (README: do no harm)
+        return warn(
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node "
+            f"only and the other node(s) stay idle; {program_status(shape)}",
+            manual(
+                f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
+                f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",
+            ),
+            **ev,
+        )
     if nodes > 1 and shape.launcher != "deepspeed":
         return fail(
             f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"
@@ -1314,12 +1478,25 @@ def multi_task_job_without_srun(facts, ctx):
         )
     tasks = shape.ntasks or 1
     if tasks > 1 and shape.launcher == "python":
-        return warn(
-            f"{tasks} tasks allocated but line {shape.launch_lineno} "
-            f"runs plain `{line}` without srun: one process starts",
-            fix,
-            **ev,
+        once = (
+            f"{tasks} tasks allocated but line {shape.launch_lineno} runs plain `{line}` without srun: the batch "
+            "shell runs it once, one process with the CPUs the job holds on its first node"
         )
+        program = program_of(shape)
+        if one_rank_per_task_under_srun(shape):
+            return warn(f"{once}; {program.describe()}, so {tasks - 1} rank(s) never start", fix, **ev)
+        if wants_torchrun(shape):
+            return warn(
+                f"{once}; {program.describe()}: start it with torchrun (srun does not set RANK/LOCAL_RANK)",
+                manual(f"Start line {shape.launch_lineno} with torchrun --nproc-per-node=<GPUs>"),
+                **ev,
+            )
+        if program is not None and program.known:
+            return info(
+                f"{once}, which fits the program: {program.describe()} (srun would start {tasks} copies of it)",
+                **ev,
+            )
+        return info(f"{once}; {unknown_note(shape, tasks)}", **ev)
     return passed(
         f"line {shape.launch_lineno} runs once in the batch shell, which fits this job ({shape.launcher or line})", **ev
     )

@@ -5,7 +5,7 @@ findings itself (sample_train/findings.make reads the id's name, category and ti
 This table only documents them: `gpudoctor check` never runs them; `gpudoctor list`,
 `explain` and docs/checks.md show them. Adding a verdict is adding a row. Importing this module
 must stay free of torch. Categories are those of the problem each verdict is about (the run is in
-category "smoke" only where the verdict is about the training itself), as in the gpudoctor.smoke/1
+category "smoke" only where the verdict is about the training itself), as in the gpudoctor.smoke/2
 output. scope: "machine" unless given (registry SCOPES).
 """
 
@@ -276,4 +276,70 @@ SPEED_VERDICTS = (
     ),
 )
 
-declare(SMOKE_VERDICTS + SPEED_VERDICTS, source="smoke", judged_by="the smoke run (gpudoctor smoke)")
+CORRECTNESS_VERDICTS = (
+    Verdict(
+        id="GD-SMOKE-024",
+        name="speed-falls-under-load",
+        category="hardware",
+        title="Every rank holds its speed under sustained load (--soak)",
+        what="With --soak, every rank measures its square matmul and its device memory copy again and again after "
+        "training, reading clocks, temperature and throttle reasons (or, on a CPU rank, its CPU quota) after each. "
+        "A rank whose figure stays below both its own first minute and the other ranks at the same moment (13 % on "
+        "a GPU, 40 % on a CPU, three samples in a row) is named with when it fell and why its device says; every "
+        "rank falling together names the node.",
+        why="A short run misses a GPU that throttles once hot (a clogged heat sink, a failing fan, a power brake): "
+        "in synchronous training every step waits for it, hours into the job.",
+        fix="Look at the named GPU's cooling and power and its clocks under load (`nvidia-smi -q -d "
+        "PERFORMANCE,TEMPERATURE,POWER`, `nvidia-smi dmon -s pucm`); exclude the host until it is repaired.",
+    ),
+    Verdict(
+        id="GD-SMOKE-023",
+        name="gpu-memory-held-by-another-process",
+        category="devices",
+        title="The GPUs' memory is free for the run",
+        what="As each rank joins, reads its GPU's free memory (torch.cuda.mem_get_info) and the processes NVML sees on "
+        "it. A process that is not one of the run's ranks and holds memory (or free memory below 90 % of the total "
+        "with no process shown: another container) is named with its PID and how much it holds; the model is then "
+        "sized from the free memory, and below what the smallest model needs (about 6 GiB) the run stops before "
+        "training.",
+        why="A GPU shared with a forgotten process (a notebook's kernel, a previous job's orphan) gives a training job "
+        "half its speed and a fraction of its memory: it fails with CUDA out of memory, or runs slowly, with nothing "
+        "in its own logs to say why.",
+        fix="See what holds the GPU: `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`, "
+        "then `ps -o user,pid,etime,cmd -p PID`; stop it if it is yours, or run on another node.",
+    ),
+    Verdict(
+        id="GD-SMOKE-021",
+        name="wrong-results",
+        category="hardware",
+        title="Every rank computes right",
+        what="Every rank runs the same deterministic work on fixed data — a chain of bf16 and fp32 matmuls and one "
+        "training step of a small MLP — and the bits of the results are compared across ranks of one kind (GPU "
+        "model, SM count, torch and CUDA; or CPU model, threads and torch); each rank's small matmul is also "
+        "compared with float64 within its rounding. A rank that differs from its kind's majority, or from "
+        "float64, is named with its host, GPU and UUID.",
+        why="A GPU that is fast but computes wrong values (a bad SM, a weak memory stack: silent data corruption) "
+        "is the worst case for training: NaNs or divergence days later, with nothing in the logs. cuBLAS gives "
+        "bit-wise identical results on GPUs of one architecture and SM count with one toolkit (cuBLAS docs, "
+        "'Results reproducibility'), so a difference there is the device's, not the library's.",
+        fix="Take the named GPU out of service (`sbatch --exclude=<host>`) and run the vendor's diagnostics: "
+        "`dcgmi diag -r 3` (or 4), `nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`.",
+    ),
+    Verdict(
+        id="GD-SMOKE-022",
+        name="device-memory-errors",
+        category="hardware",
+        title="Device memory reads back what was written",
+        what="Writes two bit patterns (0x55, 0xAA) and each 32-bit word's own index over a bounded share of every "
+        "rank's free device memory (5 %, at most 2 GiB; 4 MiB on a CPU rank) and counts the words that read back "
+        "wrong.",
+        why="A memory cell that flips a bit corrupts weights, activations or gradients silently when ECC does not "
+        "catch it (or on GPUs without ECC); DCGM's memory test and memtest exist for this reason.",
+        fix="Take the GPU out of service and run `dcgmi diag -r 3` (its memory test); look for retired pages or "
+        "remapped rows (`nvidia-smi -q -d PAGE_RETIREMENT,ROW_REMAPPER`).",
+    ),
+)
+
+declare(
+    SMOKE_VERDICTS + SPEED_VERDICTS + CORRECTNESS_VERDICTS, source="smoke", judged_by="the smoke run (gpudoctor smoke)"
+)

@@ -2,7 +2,8 @@
 (gpudoctor.fileio.write_output, which does the atomic replace, the content check and the backups).
 
 - The file written is the one named, or, for a symlink, its target only when that target lies in
-  the symlink's own directory (a link to /etc/... or ../other is refused, nothing is written).
+  the symlink's own directory (a link to /etc/... or ../other is refused, nothing is written): the rule
+  of every gpudoctor writer (gpudoctor.fileio.link_target).
 - Every file is checked before any is written: still the content that was planned (sha256 of the
   bytes read then), a regular file, in a writable directory. One refusal writes nothing at all; the
   writer checks the content once more as it writes.
@@ -18,7 +19,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from gpudoctor.fileio import BACKUP_SUFFIX, FileIOError, write_output
+from gpudoctor.fileio import BACKUP_SUFFIX, FileIOError, link_target, write_output
 
 __all__ = ["BACKUP_SUFFIX", "Planned", "WriteRefused", "real_target", "write_all", "write_env_file"]
 
@@ -39,16 +40,12 @@ class Planned:
 
 
 def real_target(path: str) -> str:
-    """The file to write: path itself, or its symlink target when that stays in path's directory."""
-    if not os.path.islink(path):
-        return path
-    home = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    target = os.path.realpath(path)
-    if os.path.dirname(target) != home:
-        raise WriteRefused(
-            f"{path}: a symlink to {target}, outside its own directory; gpudoctor edits only files there"
-        )
-    return target
+    """The file to write: path itself, or its symlink target when that stays in path's directory (the rule
+    of every writer: gpudoctor.fileio.link_target)."""
+    try:
+        return link_target(path)
+    except FileIOError as e:
+        raise WriteRefused(str(e)) from None
 
 
 def _check(p: Planned) -> str:

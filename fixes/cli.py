@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 
+from gpudoctor import shellquote
 from gpudoctor.model import BLOCKING, ExitCode, Safety
 from gpudoctor.redact import redact_strings, redact_text
+from gpudoctor.sanitize import clean, json_text
 
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
@@ -92,14 +93,16 @@ def run(args) -> int:
     if args.shell:
         text = "\n".join(envfile.lines(plan.env_changes))
         sys.stdout.write(text + ("\n" if text else ""))
+        for note in envfile.left_out(plan.env_changes):
+            print(f"gpudoctor fix: {note}", file=sys.stderr)
         _summary_line(plan, args, backups, sys.stderr)
     elif args.json:
         report = redact_strings(to_json(plan, args, backups, env_file_backup, validation))
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report, indent=2) + "\n")
     else:
         render_text(plan, args, backups, env_file_backup, sys.stdout)
         if validation:
-            sys.stdout.write(f"\nValidation ({validation.command}): {validation.summary}\n")
+            sys.stdout.write(clean(f"\nValidation ({validation.command}): {validation.summary}\n"))
     if validation and validation.ran and not validation.ok:
         return ExitCode.FAIL
     if args.diff and plan.pending and not args.apply:
@@ -128,8 +131,9 @@ def _dos_line_breaks(args) -> bool:
         return False
     if not args.apply:
         print(
-            f"{args.sbatch}: {count} DOS line break(s) (\\r\\n), which sbatch refuses; `gpudoctor fix --sbatch "
-            f"{args.sbatch} --apply` converts them to UNIX ones (a backup kept), then judges and fixes the rest",
+            clean(f"{args.sbatch}: {count} DOS line break(s) (\\r\\n), which sbatch refuses; ")
+            + f"`{shellquote.command(['gpudoctor', 'fix', '--sbatch', args.sbatch, '--apply'])}` converts them to "
+            "UNIX ones (a backup kept), then judges and fixes the rest",
             file=sys.stderr,
         )
         return True
@@ -139,8 +143,10 @@ def _dos_line_breaks(args) -> bool:
     except writer.WriteRefused as e:
         raise _usage(str(e)) from None
     print(
-        f"{args.sbatch}: converted {count} DOS line break(s) to UNIX ones (sbatch refuses \\r\\n); "
-        f"original kept as {backups.get(args.sbatch)}",
+        clean(
+            f"{args.sbatch}: converted {count} DOS line break(s) to UNIX ones (sbatch refuses \\r\\n); "
+            f"original kept as {backups.get(args.sbatch)}"
+        ),
         file=sys.stderr,
     )
     return False
@@ -258,8 +264,8 @@ def to_json(plan, args, backups: dict, env_file_backup: str | None, validation=N
 def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> None:
     from gpudoctor.fixes import envfile
 
-    def w(text: str) -> None:  # the plan quotes the user's files and environment: one redaction rule
-        out.write(redact_text(text))
+    def w(text: str) -> None:  # the plan quotes the user's files and environment: redacted, and no escape
+        out.write(clean(redact_text(text)))  # sequence reaches the terminal raw
 
     for p in plan.changed_files:
         w(diff(plan, p))
@@ -270,6 +276,8 @@ def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> 
         w(f"\nEnvironment changes ({where}):\n")
         for line in envfile.lines(plan.env_changes):
             w(f"  {line}\n")
+        for note in envfile.left_out(plan.env_changes):
+            w(f"  # {note}\n")
     kept = [d for d in plan.decisions if d.kept]
     refused = [d for d in plan.decisions if not d.kept]
     if kept:

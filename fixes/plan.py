@@ -28,7 +28,8 @@ from gpudoctor.facts import Facts
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
-from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
+from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity, export_title
+from gpudoctor.redact import REDACTED
 
 ENV = "<environment>"  # the destination of env changes that no file of the job holds
 MAX_ROUNDS = 20
@@ -50,20 +51,25 @@ class Edit:
 
     def describe(self) -> str:
         if self.dest == ENV:
-            return f"export {self.key}={self.value}" if self.op == "env_set" else f"unset {self.key}"
+            return export_title(str(self.key), self._text()) if self.op == "env_set" else f"unset {self.key}"
+        if self.op == ActionKind.EXPORT_SET.value:
+            return f"{self.dest}: {export_title(str(self.key), self._text())}"
         what = {
             ActionKind.SBATCH_SET.value: f"#SBATCH --{self.key}={self.value}",
             ActionKind.SBATCH_REMOVE.value: f"remove #SBATCH --{self.key}",
             ActionKind.SBATCH_HOIST.value: f"move `{self.value}` above the first command",
             ActionKind.CONTINUATION_REPAIR.value: f"nothing after the backslash of `{self.value}`",
+            ActionKind.DIRECTIVE_REPAIR.value: f"write `{self.value}` as an #SBATCH directive",
             ActionKind.SBATCH_RENAME.value: f"rename #SBATCH {self.key} to --{self.value}",
             ActionKind.SRUN_PREFIX.value: "start the launch line with srun" + (f" {self.value}" if self.value else ""),
-            ActionKind.EXPORT_SET.value: f"export {self.key}={self.value}",
             ActionKind.EXPORT_REMOVE.value: f"drop export {self.key}",
             ActionKind.OVERRIDE_SET.value: f"launch-line override {self.key}={self.value}",
             "config_set": f"{self.key}: {self.value}",
         }.get(self.op, self.op)
         return f"{self.dest}: {what}"
+
+    def _text(self) -> str:
+        return self.value if isinstance(self.value, str) else str(self.value)  # a Reference stays one
 
     @property
     def slot(self) -> tuple:
@@ -132,70 +138,38 @@ def read_text(path: str) -> str:
 
 
 def context_for(ctx: Context, ws: Workspace) -> Context:
-    """The context with the workspace's script and config read through gpudoctor's own readers."""
+    """The context with the workspace's script and config read through gpudoctor's own readers, and the config
+    the program runs with made from them by the reader `check` uses (readers/overrides.job_config): an edit of
+    an override is verified, and a config edit the override hides never looks like a fix."""
+    from gpudoctor.readers.overrides import job_config, launch_overrides
+
     sbatch: Any = ctx.sbatch
     config: Any = ctx.config
+    overrides = ctx.overrides
     if ctx.sbatch_path and ctx.sbatch_path in ws.texts:
-        sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path])
+        sbatch = _read_script(ctx.sbatch_path, ws.texts[ctx.sbatch_path], getattr(ctx.sbatch, "arguments", None))
+        overrides = launch_overrides(sbatch)
     if ctx.config_path and ctx.config_path in ws.texts:
-        config = _read_config(ctx.config_path, ws.texts[ctx.config_path])
-    if config is not None and sbatch is not None and getattr(sbatch, "launch", None) is not None:
-        config = with_launch_overrides(config, tuple(sbatch.launch.script_args))
-    return replace(ctx, sbatch=sbatch, config=config, running=None)
+        config, overrides = job_config(_read_config(ctx.config_path, ws.texts[ctx.config_path]), sbatch)
+    return replace(ctx, sbatch=sbatch, config=config, overrides=overrides, running=None)
 
 
-def with_launch_overrides(config: dict, args: tuple[str, ...]) -> dict:
-    """The config the program will run with: Hydra/OmegaConf `key=value` overrides on the launch line
-    replace the keys they name (`+key=` adds one, `++key=` adds or replaces; a value is read as YAML, as
-    Hydra's override grammar reads ints, floats, bools and null). Without this, an edit of the override
-    could not be verified, and a config edit the override hides would look like a fix."""
-    import copy
-
-    import yaml
-
-    out = copy.deepcopy(config)
-    for arg in args:
-        key, eq, raw = arg.partition("=")
-        plus = len(key) - len(key.lstrip("+"))
-        key = key.lstrip("+")
-        if (
-            not eq
-            or not key
-            or "$" in raw
-            or key.startswith("-")
-            or not all(p.isidentifier() or p.isdigit() for p in key.split("."))
-        ):
-            continue
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        node: Any = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node, dict):
-                break
-            if part not in node and plus:
-                node[part] = {}
-            node = node.get(part)
-        if isinstance(node, dict) and (parts[-1] in node or plus):
-            node[parts[-1]] = value
-    return out
-
-
-def _read_script(path: str, text: str):
+def _read_script(path: str, text: str, arguments: tuple[str, ...] | None = None):
     """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
     from dataclasses import replace as with_field
 
+    from gpudoctor.readers.accelerate import with_config_files
+    from gpudoctor.readers.program import launched_program
     from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
     from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
 
     try:
         _check_sbatch_accepts(text, path)
-        script = parse_sbatch(text, path)
+        script = with_config_files(parse_sbatch(text, path, arguments))
     except SbatchError as e:
         raise EditError(f"the edited script does not read back: {e}") from None
-    return with_field(script, bash_syntax=bash_syntax(text))
+    # the program the launch line runs, read as load_sbatch reads it: check and fix judge the same process model
+    return with_field(script, bash_syntax=bash_syntax(text), program=launched_program(script))
 
 
 def _read_config(path: str, text: str) -> dict:
@@ -210,6 +184,13 @@ def _read_config(path: str, text: str) -> dict:
             return load_config(copy)
         except ConfigError as e:
             raise EditError(f"the edited config does not read back: {str(e).replace(copy, path)}") from None
+
+
+def _read_config_of(ctx: Context, ws: Workspace) -> dict | None:
+    """The --config file as the workspace holds it (its shape resolves jsonargparse's init_args-less keys)."""
+    if ctx.config_path and ctx.config_path in ws.texts:
+        return _read_config(ctx.config_path, ws.texts[ctx.config_path])
+    return None
 
 
 def facts_for(facts: Facts, ws: Workspace) -> Facts:
@@ -244,21 +225,25 @@ def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[E
     script = ctx.sbatch_path if ctx.sbatch_path in ws.texts else None
     if kind in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
         name = action.target
+        if kind is ActionKind.SET_ENV and REDACTED in action.env_value:
+            # a value with a credential reaches gpudoctor blanked (facts.redact_value): writing it would
+            # replace the real value with the blank
+            raise EditError(f"the value of {name} holds a credential gpudoctor does not copy; set it by hand")
         if script:
             if kind is ActionKind.SET_ENV:
-                return [Edit(script, ActionKind.EXPORT_SET.value, name, str(action.value))]
+                return [Edit(script, ActionKind.EXPORT_SET.value, name, action.env_value)]
             return [Edit(script, ActionKind.EXPORT_REMOVE.value, name, name in facts.env)]
         return [
             Edit(
                 ENV,
                 "env_set" if kind is ActionKind.SET_ENV else "env_unset",
                 name,
-                str(action.value) if kind is ActionKind.SET_ENV else None,
+                action.env_value if kind is ActionKind.SET_ENV else None,
             )
         ]
     if kind is ActionKind.YAML_SET:
         key = action.key or ""
-        if script and sbatch_edit.override_on_launch(ws.texts[script], key):
+        if script and sbatch_edit.override_on_launch(ws.texts[script], key, _read_config_of(ctx, ws)):
             return [Edit(script, ActionKind.OVERRIDE_SET.value, key, action.value)]
         if not ctx.config_path or not _same_file(action.target, ctx.config_path):
             raise EditError(f"{action.target} is not the --config given")
@@ -280,6 +265,7 @@ _SCRIPT_OPS: dict[str, Callable[[str, Edit], str]] = {
     ActionKind.SBATCH_REMOVE.value: lambda t, e: sbatch_edit.remove_directive(t, e.key),
     ActionKind.SBATCH_HOIST.value: lambda t, e: sbatch_edit.hoist_directive(t, str(e.value)),
     ActionKind.CONTINUATION_REPAIR.value: lambda t, e: sbatch_edit.repair_continuation(t, str(e.value)),
+    ActionKind.DIRECTIVE_REPAIR.value: lambda t, e: sbatch_edit.repair_directive(t, str(e.value)),
     ActionKind.SBATCH_RENAME.value: lambda t, e: sbatch_edit.rename_option(t, str(e.key), str(e.value)),
     ActionKind.SRUN_PREFIX.value: lambda t, e: sbatch_edit.prefix_srun(t, str(e.value or "")),
     ActionKind.EXPORT_SET.value: lambda t, e: sbatch_edit.set_export(t, e.key, e.value),
@@ -292,7 +278,8 @@ def apply_edits(ws: Workspace, edits: list[Edit]) -> Workspace:
     out = ws.copy()
     for e in edits:
         if e.dest == ENV:
-            out.env[str(e.key)] = str(e.value) if e.op == "env_set" else None
+            # the value as resolved: a str, or a shellquote.Reference the shell line keeps live
+            out.env[str(e.key)] = e.value if e.op == "env_set" and isinstance(e.value, str) else None
         elif e.op == "config_set":
             out.texts[e.dest] = config_edit.set_key(out.texts[e.dest], e.dest, e.key, e.value)
         else:
@@ -329,9 +316,12 @@ def new_problems(before: list[Finding], after: list[Finding], target_id: str) ->
 
 
 def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple[bool, str]:
-    """Kept when the target finding gets better and no check gets a new warn/fail."""
+    """Kept when the target finding gets better and no check gets a new warn/fail. Better: its check's worst
+    severity drops, or stays while fewer of its findings have it (one check reports each deprecated variable
+    as a finding of its own; renaming one of two leaves the other's)."""
     was, now = _worst(before, target.id), _worst(after, target.id)
-    if now >= was:
+    fewer = now == was and _count(after, target.id, now) < _count(before, target.id, was)
+    if now > was or (now == was and not fewer):
         sev = next((f.severity.value for f in after if f.id == target.id and f.severity.rank == now), "pass")
         return False, f"{target.id} is still {sev} after it"
     worse = new_problems(before, after, target.id)
@@ -340,7 +330,14 @@ def judge(target: Finding, before: list[Finding], after: list[Finding]) -> tuple
             f"{f.id} {f.severity.value}: {_clip(f.message)}" for f in after if f.id in worse and f.severity in _BAD
         )
         return False, f"it would cause {detail}"
+    if fewer:
+        sev = _sev_name(after, target.id, now)
+        return True, f"{target.id} {sev} x{_count(before, target.id, was)} -> {sev} x{_count(after, target.id, now)}"
     return True, f"{target.id} {_sev_name(before, target.id, was)} -> {_sev_name(after, target.id, now)}"
+
+
+def _count(findings: list[Finding], check_id: str, rank: int) -> int:
+    return sum(1 for f in findings if f.id == check_id and f.severity.rank == rank)
 
 
 _WEIGHT = {Severity.FAIL: 1000, Severity.ERROR: 100, Severity.WARN: 10, Severity.INFO: 1}

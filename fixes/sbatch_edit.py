@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from gpudoctor import shellquote
 from gpudoctor.readers import sbatch as reader
 
 
@@ -46,8 +47,13 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _format_value(value: object) -> str:
+def _directive_value(value: object) -> str:
+    """A `#SBATCH --option=VALUE` value: bare where sbatch reads it so, else single-quoted (sbatch's directive
+    parser strips the quotes). A line break or other control character cannot be in a directive (it would end
+    the comment and start a line bash runs), nor a byte that is not UTF-8: refused."""
     text = str(value)
+    if any(shellquote.unprintable(ch) for ch in text):
+        raise EditError(f"the value {shellquote.shown(text)} cannot be written into an #SBATCH line")
     return text if re.fullmatch(r"[A-Za-z0-9_:.,/%@+=\-\[\]]+", text) else shlex.quote(text)
 
 
@@ -59,7 +65,7 @@ def set_directive(text: str, option: str, value: object) -> str:
     script = _parse(text)
     _single(script)
     option = reader.canonical(option) or option
-    new = _format_value(value)
+    new = _directive_value(value)
     d = script.directive(option)
     if d is not None:
         if d.value_span is None:  # a flag: write the long form with the value
@@ -157,6 +163,18 @@ def hoist_directive(text: str, directive: str) -> str:
     return text[:at] + line + text[at:]
 
 
+def repair_directive(text: str, line_text: str) -> str:
+    """`!#SBATCH --signal=USR1@90`, `# SBATCH ...`, `#SBATCh ...`, `  #SBATCH ...` -> `#SBATCH ...`: the marker of a
+    header line that looks like a directive (the reader's lookalike_directives) rewritten, its options and comment
+    kept as written."""
+    script = _parse(text)
+    _single(script)
+    found = next((la for la in script.lookalike_directives if la.text == line_text and la.repairable), None)
+    if found is None:
+        raise EditError(f"no header line {line_text.strip()!r} that looks like an #SBATCH directive")
+    return text[: found.marker.start] + "#SBATCH" + text[found.marker.end :]
+
+
 # ---------------------------------------------------------------- the launch line and exports
 
 
@@ -182,11 +200,21 @@ def prefix_srun(text: str, options: str = "") -> str:
 
 
 def set_export(text: str, name: str, value: object) -> str:
-    """`export NAME=value`: the last assignment before the launch is edited (where it is exported, or a
+    """`export NAME=value`: the launch command's own `NAME=value` if it has one, else the last assignment before
+    the launch is edited (where it is exported, or a
     plain assignment that a later export makes an export), else a new export goes directly before the
     launch line (with its indentation)."""
+    if not shellquote.is_name(name):
+        raise EditError(f"{shellquote.shown(name)} is not a shell variable name")
     script, launch = _launch(text)
-    new = _shell_value(str(value))
+    try:
+        new = shellquote.quote(value if isinstance(value, str) else str(value))  # a Reference stays live
+    except ValueError as e:
+        raise EditError(f"{name}: {e}") from None
+    own = [a for a in launch.env if a.name == name and not a.unset and a.value_span is not None]
+    if own:  # `NAME=value srun ...`: the launch's own value wins over any export, so it is the one to edit
+        span = own[-1].value_span
+        return text[: span.start] + new + text[span.end :]
     before = [a for a in script.assignments if a.name == name and a.span.end <= launch.span.start]
     exported = name in script.exports and not script.exports[name].unset
     last = before[-1] if before else None
@@ -224,22 +252,22 @@ def remove_export(text: str, name: str, inherited: bool = False) -> str:
             text = text[:start] + text[end:]
         else:
             raise EditError(f"line {a.line} holds more than the export of {name}: edit it by hand")
+    # `NAME=value srun ...` / `env NAME=value ...`: the launch command's own assignment goes too
+    _, launch = _launch(text)
+    spans = {a.value_span.start: a.value_span for a in launch.env if a.name == name and a.value_span and not a.unset}
+    for value_span in sorted(spans.values(), key=lambda sp: -sp.start):
+        word_start = value_span.start - len(name) - 1
+        text = text[:word_start] + text[value_span.end :].lstrip(" \t")
+        changed = True
     if inherited:
         _, launch = _launch(text)
         start, _ = _line_bounds(text, launch.span.start)
-        text = text[:start] + f"{_indent(text[start : launch.span.start])}unset {name}\n" + text[start:]
+        if not shellquote.is_name(name):
+            raise EditError(f"{shellquote.shown(name)} is not a shell variable name")
+        text = text[:start] + f"{_indent(text[start : launch.span.start])}{shellquote.unset(name)}\n" + text[start:]
     elif not changed:
         raise EditError(f"no `export {name}=...` before the launch line")
     return text
-
-
-def _shell_value(value: str) -> str:
-    """A value as bash should read it: `$VAR` references stay live, everything else is quoted if needed."""
-    if re.fullmatch(r"[A-Za-z0-9_:.,/%@+=\-]*", value):
-        return value
-    if re.fullmatch(r"[^\"\\`]*", value) and "$" in value:
-        return f'"{value}"'
-    return shlex.quote(value)
 
 
 def set_override(text: str, key: str, value: object) -> str:
@@ -247,7 +275,10 @@ def set_override(text: str, key: str, value: object) -> str:
     `--flag value` / `--flag=value` argument. EditError when the launch line does not give it."""
     _, launch = _launch(text)
     region = text[launch.span.start : launch.span.end]
-    new = _format_value(value)
+    try:
+        new = shellquote.quote(str(value))  # a word of the launch line: its bytes, never an expansion or glob
+    except ValueError as e:
+        raise EditError(f"{key}: {e}") from None
     hydra = re.compile(rf"(?<![\w.+-])(\+{{0,2}}{re.escape(key)}=)(\"[^\"]*\"|'[^']*'|[^\s\\]*)")
     m = hydra.search(region)
     if m is None:
@@ -262,15 +293,23 @@ def set_override(text: str, key: str, value: object) -> str:
 
 
 def _flag_spellings(key: str) -> list[str]:
-    leaf = key.split(".")[-1]
-    return sorted({f"--{leaf}", f"--{leaf.replace('_', '-')}", f"--{leaf.replace('-', '_')}"})
+    """A launcher option's spellings (`nproc_per_node`: --nproc_per_node, --nproc-per-node); a dotted config key's
+    jsonargparse spellings (--data.num_workers; --model.lr for model.init_args.lr). A config key is never
+    matched to a plain `--leaf` option of the program: what that sets is in the program's code."""
+    if "." in key:
+        return sorted({f"--{key}", f"--{key.replace('.init_args.', '.')}"})
+    return sorted({f"--{key}", f"--{key.replace('_', '-')}", f"--{key.replace('-', '_')}"})
 
 
-def override_on_launch(text: str, key: str) -> bool:
-    """The launch line sets this config key itself (Hydra `key=`, `+key=`, `--leaf`), so it, not the
-    config file, decides the value."""
+def override_on_launch(text: str, key: str, config: dict | None = None) -> bool:
+    """The launch line decides this config key by a known rule (Hydra `key=`/`+key=`/`++key=`, jsonargparse
+    `--a.b`), as readers/overrides reads it for `check`: then the line, not the config file, is edited."""
+    from gpudoctor.readers.overrides import launch_overrides
+    from gpudoctor.readers.sbatch import SbatchError, parse_sbatch
+
     try:
-        set_override(text, key, "0")
-    except EditError:
+        overrides = launch_overrides(parse_sbatch(text))
+    except SbatchError:
         return False
-    return True
+    found = overrides.setting(key, config) if overrides else None
+    return found is not None and found.op != "delete"

@@ -1,4 +1,4 @@
-"""Command line: thin glue over probe -> checks -> report. Exit codes as in DESIGN.md."""
+"""Command line: thin glue over probe -> checks -> report. Exit codes as in docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gpudoctor.fileio import FileIOError
 from gpudoctor.inputs import UsageError, context_for, judged_inputs, probe_kwargs, specs_for
 from gpudoctor.model import CLI_LAUNCHERS, ExitCode
 from gpudoctor.registry import RegistryError
+from gpudoctor.sanitize import clean, json_text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--launcher", choices=LAUNCHERS, help="how the job will be launched")
     c.add_argument("--config", metavar="FILE", help="training config (YAML or JSON) to audit dataloader settings")
     c.add_argument("--sbatch", metavar="FILE", help="audit a SLURM batch script before submitting it")
+    c.add_argument(
+        "script_args",
+        nargs="*",
+        metavar="-- ARG",
+        help="with --sbatch, after `--`: the arguments you give the script (`sbatch FILE ARG...`), its $1, $2, ...; "
+        "without them each is judged unknown",
+    )
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object (--format json)")
     c.add_argument(
         "--format",
@@ -212,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a full disk or a closed pipe is reported here, not at interpreter exit (status 120)
         return code
     except (UsageError, RegistryError, FileIOError) as e:  # RegistryError: a check or plug-in that cannot load
-        print(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e), file=sys.stderr)
+        # a message may name a file or quote its content: through the sanitiser, as every output
+        print(clean(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e)), file=sys.stderr)
         return ExitCode.USAGE
     except Terminated:
         print("gpudoctor: terminated (SIGTERM)", file=sys.stderr)
@@ -277,7 +286,8 @@ def _internal_error(e: Exception) -> int:
     if os.environ.get("GPUDOCTOR_DEBUG"):
         raise e
     print(
-        f"gpudoctor: internal error: {type(e).__name__}: {e} (set GPUDOCTOR_DEBUG=1 for a traceback)", file=sys.stderr
+        clean(f"gpudoctor: internal error: {type(e).__name__}: {e} (set GPUDOCTOR_DEBUG=1 for a traceback)"),
+        file=sys.stderr,
     )
     return ExitCode.INTERNAL
 
@@ -366,7 +376,7 @@ def cmd_snapshot(args) -> int:
     facts = collect(**probe_kwargs(args))
     if args.output:
         facts.dump(args.output)  # fileio.write_output: a FileIOError is one line, exit 2
-        print(f"gpudoctor: facts written to {args.output}", file=sys.stderr)
+        print(clean(f"gpudoctor: facts written to {args.output}"), file=sys.stderr)
     else:
         sys.stdout.write(facts.dump())
     return ExitCode.OK
@@ -377,10 +387,8 @@ def cmd_list(args) -> int:
 
     specs = load_all()
     if args.json:
-        import json
-
         rows = [{"id": s.id, "name": s.name, "category": s.category, "title": s.title} for s in specs.values()]
-        print(json.dumps(rows, indent=2))
+        print(json_text(rows, indent=2))
         return ExitCode.OK
     width = max((len(s.id) for s in specs.values()), default=10)
     for s in sorted(specs.values(), key=lambda s: (s.category, s.id)):

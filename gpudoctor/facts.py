@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.redact import is_credential_name, redact_value
+from gpudoctor.sanitize import json_text
 
 SCHEMA = "gpudoctor.facts/1"
 
@@ -210,7 +211,7 @@ class Facts:
         return cls(sections=sections, meta=meta)
 
     def dump(self, path: str | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
+        text = json_text(self.to_dict(), indent=2, sort_keys=False) + "\n"
         if path:
             from gpudoctor.fileio import write_output
 

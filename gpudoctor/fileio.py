@@ -1,11 +1,20 @@
 """Every file gpudoctor reads from or writes to a path the user names goes through here.
 
 Reads (`read_input`) are bounded: only a regular file is read (a FIFO would block forever, /dev/zero
-never ends, a directory is no input), and at most `max_bytes` of it. Writes (`write_output`) never
-destroy what the path is: a symlink is followed and its target written, a character device or FIFO
-(/dev/null, /dev/stdout, a pipe) is written through like a shell redirect, a block device, socket or
-directory is refused; only a regular file is replaced, atomically (temporary file + rename in the
-target's directory), keeping its mode, so no half-written file is ever left behind.
+never ends, a directory is no input), and at most `max_bytes` of it. Writes (`write_output`: -o,
+--junit, --prometheus, docs -o, snapshot -o, smoke's --save-baseline, fix --apply and --env-file) never
+destroy what the path is: a character device or FIFO (/dev/null, /dev/stdout, a pipe) is written
+through like a shell redirect, a block device, socket or directory is refused; only a regular file is
+replaced, atomically (temporary file + rename in the target's directory), keeping its mode, so no
+half-written file is ever left behind.
+
+Symlinks, one rule for every writer (`link_target`): a link named as the output is followed when its
+final target lies in the link's own directory (`latest.json -> run-42.json`); the link stays a link and
+its target is written. A link that leads out of its directory is refused, nothing written: that is the
+shape of a symlink attack (a checked-out pull request holding `junit.xml -> ~/.bashrc`, a link planted in
+a shared or world-writable directory), and the write would replace a file the user never named. Links
+among the directories of the path are resolved first (a node_exporter textfile directory that is itself
+a symlink works), and the magic links of open descriptors (/dev/stdout, /dev/fd/N) are written through.
 Both raise FileIOError with one line naming the option and the path (the CLI turns it into exit 2).
 """
 
@@ -143,6 +152,7 @@ def write_output(
     """
     label = _label(what, path)
     data = text.encode("utf-8") if isinstance(text, str) else text
+    link_target(path, label)
     try:
         target = os.path.realpath(path)
         st = os.stat(path)  # follows every link, /proc/self/fd's magic ones too
@@ -177,6 +187,25 @@ def write_output(
         return backup_path
     _write_replacing(target, data, label, st)
     return backup_path
+
+
+def link_target(path: str, label: str = "") -> str:
+    """The file a write to path changes: path itself, or, for a symlink, its final target when that lies in
+    the link's own directory (directory links resolved on both sides). FileIOError for a link that leads
+    out of its directory (see the module's rule); a descriptor's magic link (/dev/stdout) is path itself."""
+    try:
+        if not os.path.islink(path) or _via_fd_link(path):
+            return path
+        home = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        target = os.path.realpath(path)
+    except (OSError, ValueError) as e:
+        raise FileIOError(f"{label or path}: not a usable path ({e})") from None
+    if os.path.dirname(target) != home:
+        raise FileIOError(
+            f"{label or path}: a symlink to {target}, outside its own directory; refused, nothing written "
+            "(name the file itself)"
+        )
+    return target
 
 
 def _read_all(target: str) -> bytes:

@@ -68,13 +68,23 @@ def context_for(args):
             config = load_config(args.config)
         except ConfigError as e:
             raise UsageError(str(e)) from None
+    arguments = getattr(args, "script_args", None)
+    if arguments and not args.sbatch:
+        raise UsageError(
+            f"unexpected argument {arguments[0]!r}: script arguments (after --) need --sbatch FILE, whose $1, $2, ... "
+            "they are"
+        )
     if args.sbatch:
         from gpudoctor.readers.sbatch import SbatchError, load_sbatch
 
         try:
-            sbatch = load_sbatch(args.sbatch)
+            # `check --sbatch F` without `--`: the script's arguments are not known (None), not absent
+            sbatch = load_sbatch(args.sbatch, arguments=tuple(arguments) if _gave_arguments(args) else None)
         except SbatchError as e:
             raise UsageError(str(e)) from None
+    from gpudoctor.readers.overrides import job_config
+
+    config, overrides = job_config(config, sbatch)
     return Context(
         expect_gpus=args.expect_gpus,
         launcher=args.launcher,
@@ -84,7 +94,14 @@ def context_for(args):
         sbatch_path=args.sbatch,
         before_submission=bool(getattr(args, "before_submission", False)),
         config_lines=_config_lines(args.config) if config is not None else None,
+        overrides=overrides,
     )
+
+
+def _gave_arguments(args) -> bool:
+    """`--` on the command line after --sbatch: the script's arguments are given (maybe none at all)."""
+    argv = getattr(args, "argv", None) or []
+    return bool(getattr(args, "script_args", None)) or "--" in argv
 
 
 def _config_lines(path: str) -> dict:

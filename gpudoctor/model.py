@@ -48,7 +48,7 @@ _RANK = {
 
 
 class ExitCode(enum.IntEnum):
-    """The process exit status of every command (DESIGN.md: contracts users and CI rely on)."""
+    """The process exit status of every command (docs/architecture.md: contracts)."""
 
     OK = 0  # no fail
     FAIL = 1  # at least one fail (or warn with --strict); for smoke: the run failed; fix --diff: changes pending
@@ -59,7 +59,7 @@ class ExitCode(enum.IntEnum):
 class ActionKind(str, enum.Enum):
     """What one step of a fix does; fixes/ turns each kind into an edit or a printed command."""
 
-    SET_ENV = "set_env"  # target: variable name; value: its value
+    SET_ENV = "set_env"  # target: variable name; value: its value (key ENV_REFERENCE: `$NAME`, expanded where run)
     UNSET_ENV = "unset_env"  # target: variable name
     COMMAND = "command"  # target: a command line for the user to run (never run by gpudoctor)
     YAML_SET = "yaml_set"  # target: config file; key: dotted key path; value: the new value
@@ -67,11 +67,18 @@ class ActionKind(str, enum.Enum):
     SBATCH_REMOVE = "sbatch_remove"  # target: batch script; key: long #SBATCH option to drop
     SBATCH_RENAME = "sbatch_rename"  # target: batch script; key: an unknown option as written; value: the one meant
     SBATCH_HOIST = "sbatch_hoist"  # target: batch script; value: the text of an #SBATCH line below the first command
+    DIRECTIVE_REPAIR = "directive_repair"  # target: batch script; value: a header line like #SBATCH that sbatch skips
     CONTINUATION_REPAIR = "continuation_repair"  # target: batch script; value: a line ending `\    # note`, as written
     SRUN_PREFIX = "srun_prefix"  # target: batch script; value: srun options ("" for none) put before the launch
     EXPORT_SET = "export_set"  # target: batch script; key: variable; value: its value (before the launch line)
     EXPORT_REMOVE = "export_remove"  # target: batch script; key: variable whose export/assignment is dropped
     OVERRIDE_SET = "override_set"  # target: batch script; key: dotted key or --flag on the launch line; value
+
+
+# SET_ENV's key when its value is `$NAME`: a variable of the shell where the fix runs, which that shell expands
+# (SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK). Any other value, above all one copied from the user's
+# environment or files, is a literal and is printed quoted so that the shell keeps its bytes.
+ENV_REFERENCE = "reference"
 
 
 class Safety(str, enum.Enum):
@@ -88,6 +95,17 @@ class Action:
     target: str  # env var name, command line, file path
     value: Any = None
     key: str | None = None  # yaml key path or #SBATCH option
+
+    @property
+    def env_value(self) -> str:
+        """A SET_ENV value as the shell gets it (gpudoctor.shellquote): a Reference only where the fix marked
+        the value as one (key ENV_REFERENCE, value `$NAME`), else the literal text."""
+        from gpudoctor.shellquote import Reference, is_name
+
+        text = "" if self.value is None else str(self.value)
+        if self.key == ENV_REFERENCE and text.startswith("$") and is_name(text[1:]):
+            return Reference(text[1:])
+        return text
 
     def to_dict(self) -> dict:
         d = {"kind": ActionKind(self.kind).value, "target": self.target}
@@ -126,8 +144,33 @@ class Fix:
         )
 
 
+def export_title(name: str, value: str) -> str:
+    """`export NAME=VALUE` for a fix's title, the value quoted as the shell line that applies it."""
+    from gpudoctor.shellquote import quote, shown
+
+    value = value if isinstance(value, str) else str(value)
+    try:
+        return f"export {name}={quote(value)}"
+    except ValueError:
+        return f"export {name}={shown(value)}"
+
+
 def set_env(name: str, value: str, title: str | None = None) -> Fix:
-    return Fix(title or f"export {name}={value}", Safety.SAFE, (Action(ActionKind.SET_ENV, name, value),))
+    """Set NAME to value, taken literally (a value read from the user's environment or files is never
+    expanded by the shell that applies it)."""
+    return Fix(title or export_title(name, value), Safety.SAFE, (Action(ActionKind.SET_ENV, name, value),))
+
+
+def set_env_reference(name: str, variable: str, title: str | None = None) -> Fix:
+    """Set NAME to `$variable`, expanded by the shell where the fix runs (the job's own SLURM variables)."""
+    from gpudoctor.shellquote import Reference
+
+    value = Reference(variable)
+    return Fix(
+        title or export_title(name, value),
+        Safety.SAFE,
+        (Action(ActionKind.SET_ENV, name, str(value), key=ENV_REFERENCE),),
+    )
 
 
 def unset_env(name: str, title: str | None = None) -> Fix:
@@ -261,6 +304,9 @@ class Context:
     # --config's keys and their lines (dotted path -> 1-based line; readers/trainconfig.key_lines), for findings'
     # locations
     config_lines: dict | None = None
+    # The launch line's overrides of the config (readers/overrides.LaunchOverrides): `config` above is already the
+    # config they make; kept to say where a value comes from and which settings a program flag makes unknown.
+    overrides: Any = None
 
     @property
     def gpus_expected(self) -> bool:

@@ -34,8 +34,9 @@ defers_to -- ids of checks this one leaves a shared finding to. When such a chec
 run (Context.running), the runner evaluates it and hands its outcomes to this check as
 Context.deferred[id]; the check decides what to leave to it. No check calls another itself.
 
-source -- "facts" (the default: judged from probed facts by `gpudoctor check`) or "smoke" (the
-verdict is produced by `gpudoctor smoke`; the function only documents it). Smoke-sourced checks
+source -- "facts" (the default: judged from probed facts by `gpudoctor check`), "smoke" (the
+verdict is produced by `gpudoctor smoke`; the function only documents it) or "watch" (produced by
+`gpudoctor watch` from a running job's processes and NVML samples). Smoke- and watch-sourced checks
 are listed, explained and documented like every check but never run by `gpudoctor check`.
 """
 
@@ -69,7 +70,9 @@ REQUIREMENTS = {
     "loader-settings": "a training config (--config) or a live DataLoader gives the DataLoader's settings",
 }
 SCOPES = ("job", "machine", "node")  # see the module docstring
-SOURCES = ("facts", "smoke")
+SOURCES = ("facts", "smoke", "watch")
+# the command that judges a source's verdicts (`gpudoctor check` judges "facts")
+JUDGED_BY = {"smoke": "`gpudoctor smoke`", "watch": "`gpudoctor watch`"}
 
 
 @dataclass(frozen=True)
@@ -346,7 +349,7 @@ def registered(check_id: str) -> CheckSpec | None:
 def select(specs: dict[str, CheckSpec], selected: list[str] | None, ignored: list[str] | None) -> list[CheckSpec]:
     """The checks `gpudoctor check` runs, filtered by categories or ids; unknown names raise RegistryError.
 
-    Smoke-sourced checks are never among them (`gpudoctor smoke` judges those).
+    Smoke- and watch-sourced checks are never among them (`gpudoctor smoke` and `gpudoctor watch` judge those).
     """
 
     def matcher(names: list[str]) -> Callable[[CheckSpec], bool]:
@@ -364,9 +367,14 @@ def select(specs: dict[str, CheckSpec], selected: list[str] | None, ignored: lis
 
     out = [s for s in specs.values() if s.judged_by_check]
     if selected:
-        smoke = [n for n in selected if (n.upper() in specs and not specs[n.upper()].judged_by_check) or n == "smoke"]
-        if smoke:
-            raise RegistryError(f"{', '.join(smoke)}: judged by `gpudoctor smoke`, not by `gpudoctor check`")
+        for source, command in JUDGED_BY.items():
+            elsewhere = [
+                n
+                for n in selected
+                if (n.upper() in specs and specs[n.upper()].source == source) or (n == "smoke" and source == "smoke")
+            ]
+            if elsewhere:
+                raise RegistryError(f"{', '.join(elsewhere)}: judged by {command}, not by `gpudoctor check`")
         m = matcher(selected)
         out = [s for s in out if m(s)]
     if ignored:

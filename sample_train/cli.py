@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from gpudoctor.model import ExitCode
 from gpudoctor.sample_train import baseline
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
+from gpudoctor.sample_train.sizes import QUICK_STEPS
+from gpudoctor.sanitize import clean
 
 
 def _whole(text: str, low: int) -> int:
@@ -31,6 +34,7 @@ def _non_negative_int(text: str) -> int:
 
 MIN_STEPS = 10  # enough for the loss to fall measurably and for timings after warm-up
 MAX_STEPS = 10**9  # far past any deadline; keeps sample counts (steps x batch x ranks) inside int64
+MIN_SOAK_S, MAX_SOAK_S = 10.0, 24 * 3600.0
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: past that a bound bounds nothing (and 1e300 s overflows timedelta)
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer
 
@@ -49,6 +53,17 @@ def _timeout(text: str) -> float:
             f"expected a finite number of seconds up to {MAX_TIMEOUT_S:g}, got {_short(text)}"
         )
     return x
+
+
+def _duration(text: str) -> float:
+    """90, 90s, 10m, 1h: seconds, from 10 s to a day."""
+    m = re.fullmatch(r"\s*(\d{1,6}(?:\.\d{1,3})?)\s*([smh]?)\s*", text)
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+    if seconds is None or not MIN_SOAK_S <= seconds <= MAX_SOAK_S:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration from {MIN_SOAK_S:g}s to {MAX_SOAK_S / 3600:g}h (90s, 10m, 1h), got {_short(text)}"
+        )
+    return seconds
 
 
 def _seed(text: str) -> int:
@@ -184,6 +199,20 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
         help="fail a node pair whose send/recv (each direction) is below GB/s",
     )
     p.add_argument(
+        "--quick",
+        action="store_true",
+        help="node qualification in seconds (a prolog, an init container): the part benchmarks, the correctness "
+        f"tests and {QUICK_STEPS} training steps of a small model (tiny on CPU), with shorter benchmarks",
+    )
+    p.add_argument(
+        "--soak",
+        type=_duration,
+        metavar="DURATION",
+        help="after training, measure each rank's matmul and memory copy again and again for DURATION (90s, 10m, 1h) "
+        "and judge them over time against the rank's own first minute and the other ranks: a GPU that slows once "
+        "hot is named with its clocks, temperature and throttle reasons",
+    )
+    p.add_argument(
         "--deep",
         action="store_true",
         help="also measure every node pair and every GPU pair inside each node (send/recv)",
@@ -205,7 +234,7 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
         help="dense peak TFLOP/s per GPU for MFU, for a GPU the built-in table lacks",
     )
     p.add_argument("--seed", type=_seed, default=1234, help=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/1 JSON report")
+    p.add_argument("--json", action="store_true", help="print the gpudoctor.smoke/2 JSON report")
     p.add_argument(
         "--prometheus",
         metavar="FILE",
@@ -219,6 +248,12 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
 
 
 def options_from_args(args) -> SmokeOptions:
+    if args.quick and args.deep:
+        raise OptionsError("--quick and --deep ask for opposite things: a short run, and every pair of ranks")
+    if args.quick and args.soak:
+        raise OptionsError("--quick and --soak ask for opposite things: a short run, and minutes of measurements")
+    if args.soak and args.timeout is not None and args.timeout <= args.soak:
+        raise OptionsError(f"--timeout {args.timeout:g} s leaves no time for --soak {args.soak:g} s and the run itself")
     if args.warmup is not None and args.steps is not None and args.warmup > args.steps - 3:
         raise OptionsError(f"--warmup {args.warmup} leaves fewer than 3 of --steps {args.steps} to measure")
     flags = {
@@ -263,6 +298,8 @@ def options_from_args(args) -> SmokeOptions:
         min_hostbw_gbps=args.min_hostbw,
         min_linkbw_gbps=args.min_linkbw,
         deep=args.deep,
+        quick=args.quick,
+        soak=args.soak,
         save_baseline=args.save_baseline,
         baseline=baseline.load(args.baseline) if args.baseline else None,
         baseline_path=args.baseline,
@@ -285,7 +322,7 @@ def run(args) -> int:
         faults.parse(os.environ.get(faults.ENV))
         here = world.detect()
     except (OptionsError, world.WorldError, faults.FaultSpecError) as e:
-        print(f"gpudoctor smoke: {e}", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: {e}"), file=sys.stderr)
         return ExitCode.USAGE
     from gpudoctor.sample_train import interpreter, launch
 
@@ -298,7 +335,7 @@ def run(args) -> int:
         try:
             return launch.run_spawn(opts)
         except launch.TooManyRanks as e:
-            print(f"gpudoctor smoke: {e}", file=sys.stderr)
+            print(clean(f"gpudoctor smoke: {e}"), file=sys.stderr)
             return ExitCode.USAGE
     if opts.nprocs is not None and opts.nprocs != here.local_world_size:
         print(

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import outliers, peaks, placement
+from gpudoctor.sample_train import fit, outliers, peaks, placement
 from gpudoctor.sample_train.findings import failed, make, ranks_text
-from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, SIZES, GPTConfig, size_for_gpu
+from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, QUICK_STEPS, QUICK_WARMUP, SIZES, GPTConfig, size_for_gpu
 
 STAGES = (
     "start",
@@ -27,6 +27,7 @@ STAGES = (
     "first all-reduce",
     "matmul benchmark",
     "part benchmarks",
+    "correctness",
     "all-reduce benchmark",
     "all-reduce inside and across nodes",  # two nodes or more
     "node pairs",  # two nodes or more
@@ -35,6 +36,7 @@ STAGES = (
     "straggler probe",
     "training",
     "parameter checksum",
+    "soak",  # --soak
     "finished",
 )
 TRAINING = STAGES.index("training")
@@ -73,7 +75,7 @@ class Keys:
 
 
 def phase(stage: str, step: int | None = None, part: str | None = None) -> dict:
-    label = stage if stage != "training" else f"step {step} ({part})"
+    label = f"step {step} ({part})" if stage == "training" else (f"soak sample {step}" if stage == "soak" else stage)
     return {
         "label": label,
         "order": [STAGES.index(stage), step or 0, STEP_PARTS.index(part) if part else 0],
@@ -100,8 +102,9 @@ class _Stop(Exception):
         self.finding = finding
 
 
-def plan_run(joins: dict[int, dict], opts) -> dict:
-    """The model and precision every rank trains with, decided once from all ranks' reports."""
+def plan_run(joins: dict[int, dict], opts, fits: str | None = None) -> dict:
+    """The model and precision every rank trains with, decided once from all ranks' reports. fits: the largest
+    model the GPUs' free memory allows, where another process holds some (fit.judge)."""
     records = list(joins.values())
     if all(r["device_type"] == "cpu" for r in records):
         size = "tiny" if opts.size == "auto" else opts.size
@@ -119,6 +122,8 @@ def plan_run(joins: dict[int, dict], opts) -> dict:
         spec = [p.tflops for p in (peaks.identify(name, memory) for name, memory in gpus) if p]
         memory = min(r.get("gpu_memory_bytes") or 0 for r in records)
         size = size_for_gpu(memory, min(spec) if spec else None) if opts.size == "auto" else opts.size
+        if opts.size == "auto":
+            size = min((size, fits or size, "small" if opts.quick else size), key=list(SIZES).index)
         native = all(r.get("bf16_native") for r in records)
         precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp16")
         why = {
@@ -154,8 +159,9 @@ def node_layout(joins: dict[int, dict]) -> list[list[int]]:
 
 
 def _apply_overrides(cfg: GPTConfig, opts) -> GPTConfig:
-    steps = opts.steps or cfg.steps
-    warmup = cfg.warmup if opts.warmup is None else opts.warmup
+    quick = getattr(opts, "quick", False)
+    steps = opts.steps or (QUICK_STEPS if quick else cfg.steps)
+    warmup = (QUICK_WARMUP if quick else cfg.warmup) if opts.warmup is None else opts.warmup
     warmup = max(0, min(warmup, steps - MIN_MEASURED_STEPS))
     return replace(
         cfg,
@@ -202,10 +208,12 @@ class Coordinator:
         try:
             self._await("join", self.joins, self.keys.join)
             findings = [make("GD-SMOKE-001", Severity.PASS, self._joined_text()), *placement.check(self.joins)]
+            fits, fitting = fit.judge(self.joins, self.opts)
+            findings += fitting
             if failed(findings):
                 self._publish(self.keys.plan, {"go": False, "reason": "placement"})
                 return self._verdict(False, findings)
-            self.plan = plan_run(self.joins, self.opts)
+            self.plan = plan_run(self.joins, self.opts, fits)
             self._publish(self.keys.plan, self.plan)
             self._await("result", self.results, self.keys.result)
         except _Stop as stop:

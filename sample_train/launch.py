@@ -27,6 +27,7 @@ from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, read_
 from gpudoctor.sample_train.findings import make, ranks_text
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.progress import Progress
+from gpudoctor.sanitize import clean
 
 # Host memory one spawned rank needs: a CPU rank of the tiny model peaked at 340 MiB RSS (torch, gloo, the
 # model, a batch; measured with psutil on torch 2.13 CPU), GPU ranks hold the CUDA context's host side too.
@@ -39,14 +40,14 @@ LAST_RESORT_S = 30.0  # past --timeout: the coordinator and watchdogs act long b
 LOG_TAIL_CHARS = 1500
 
 
-def default_timeout(device: str, compile_model: bool) -> float:
-    """Whole-run bound: torch import, NCCL set-up and a short run, with room for slow file systems."""
-    return (120.0 if device == "cpu" else 180.0) + (300.0 if compile_model else 0.0)
+def default_timeout(device: str, compile_model: bool, soak_s: float | None = None) -> float:
+    """Whole-run bound: torch import, NCCL set-up and a short run, with room for slow file systems; and the soak."""
+    return (120.0 if device == "cpu" else 180.0) + (300.0 if compile_model else 0.0) + (soak_s or 0.0)
 
 
 def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
     if rep.get("refused"):  # a baseline of another kind of run: nothing is judged, one line, exit 2
-        print(f"gpudoctor smoke: {rep['refused']}", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: {rep['refused']}"), file=sys.stderr)
         return ExitCode.USAGE
     saved = _save_baseline(rep, opts.save_baseline) if opts.save_baseline else True
     if opts.prometheus:
@@ -64,11 +65,11 @@ def _save_baseline(rep: dict, path: str) -> bool:
     """Writes the run's figures as a baseline, only from a run that passed; says so on stderr either way.
     False: it could not be written (the run then fails: the user asked for a file that is not there)."""
     if not rep["ok"] or not rep.get("expectations"):
-        print(f"gpudoctor smoke: --save-baseline {path}: not saved, the run did not pass", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: --save-baseline {path}: not saved, the run did not pass"), file=sys.stderr)
         return True
     if not _write(path, json.dumps(baseline.from_report(rep), indent=2) + "\n", "--save-baseline"):
         return False
-    print(f"gpudoctor smoke: baseline saved to {path}", file=sys.stderr)
+    print(clean(f"gpudoctor smoke: baseline saved to {path}"), file=sys.stderr)
     return True
 
 
@@ -85,7 +86,7 @@ def _write(path: str, text: str, what: str) -> bool:
     try:
         write_output(path, text, what)
     except FileIOError as e:
-        print(f"gpudoctor smoke: {e}", file=sys.stderr)
+        print(clean(f"gpudoctor smoke: {e}"), file=sys.stderr)
         return False
     return True
 
@@ -97,7 +98,7 @@ def refuse_baseline(opts: SmokeOptions, world_size: int, device: str) -> int | N
     why = baseline.early_mismatch(opts.baseline, world_size, device)
     if why is None:
         return None
-    print(f"gpudoctor smoke: --baseline {opts.baseline_path}: {why}", file=sys.stderr)
+    print(clean(f"gpudoctor smoke: --baseline {opts.baseline_path}: {why}"), file=sys.stderr)
     return ExitCode.USAGE
 
 
@@ -190,7 +191,7 @@ def _run_spawn(opts: SmokeOptions) -> int:
     refused = refuse_baseline(opts, nprocs, opts.device)
     if refused is not None:
         return refused
-    opts.timeout = opts.timeout or default_timeout(opts.device, opts.compile)
+    opts.timeout = opts.timeout or default_timeout(opts.device, opts.compile, opts.soak)
     deadline = started + opts.timeout
     store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.timeout), wait_for_workers=False)
     namespace = new_namespace()
@@ -321,7 +322,7 @@ def run_in_world(world: World, opts: SmokeOptions) -> int:
     refused = refuse_baseline(opts, world.world_size, "cpu" if opts.device == "cpu" else "cuda")
     if refused is not None:
         return refused
-    opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile)
+    opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile, opts.soak)
     deadline = started + opts.timeout
     exits.last_resort(
         opts.timeout + LAST_RESORT_S,

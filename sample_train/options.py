@@ -44,6 +44,8 @@ class SmokeOptions:
     min_hostbw_gbps: float | None = None  # per rank, pinned host<->device, each direction
     min_linkbw_gbps: float | None = None  # per node pair, send/recv each direction
     deep: bool = False  # every node pair, and the GPU pairs inside each node
+    quick: bool = False  # node qualification in seconds: a small model, few steps, shorter benchmarks
+    soak: float | None = None  # --soak: seconds of repeated part measurements after training (sustained speed)
     save_baseline: str | None = None
     baseline: dict | None = None  # the loaded --baseline file (sample_train/baseline.py)
     baseline_path: str | None = None

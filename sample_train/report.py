@@ -1,16 +1,16 @@
-"""From the coordinator's verdict to the gpudoctor.smoke/1 report and its verdicts (no torch)."""
+"""From the coordinator's verdict to the gpudoctor.smoke/2 report and its verdicts (no torch)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import baseline, metrics, peaks, slowness
+from gpudoctor.sample_train import baseline, correctness, metrics, peaks, slowness, soak
 from gpudoctor.sample_train.findings import failed, make, ranks_text
+from gpudoctor.sanitize import json_text
 
-SCHEMA = "gpudoctor.smoke/1"
+SCHEMA = "gpudoctor.smoke/2"
 LOSS_DROP = 0.05  # the last steps' mean loss must be at least 5% below the first steps'
 LOSS_WINDOW = 3
 
@@ -38,14 +38,22 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "expectations": None,
         "scaling": None,
         "exclude": None,
+        "correctness": None,
+        "soak": None,
+        "next_steps": [],
     }
     refused = None
     if verdict.ok:
         body = _measurements(verdict, plan, opts)
-        sections, speed = _slowness(body, [verdict.results[r] for r in sorted(verdict.results)], plan, opts)
+        results = [verdict.results[r] for r in sorted(verdict.results)]
+        sections, speed = _slowness(body, results, plan, opts)
         body.update(sections)
         findings += _judge(body, plan, opts) + speed
+        body["correctness"], right = correctness.judge(body["ranks"], verdict.joins, results)
+        body["soak"], held = soak.judge(body["ranks"], results, verdict.joins[0]["device_type"], opts.soak or 0)
+        findings += right + held
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
+        body["next_steps"] = slowness.next_steps([f.to_dict() for f in findings], body["ranks"], body["nodes"])
     ok = verdict.ok and not failed(findings)
     rep = {
         "schema": SCHEMA,
@@ -86,6 +94,7 @@ def _run_section(plan: dict, verdict, opts) -> dict | None:
         "precision_reason": plan["precision_reason"],
         "optimizer": first.get("optimizer"),
         "compile": opts.compile,
+        "quick": opts.quick,
         "backend": first.get("backend"),
         "dataloader": first.get("dataloader"),
         "timeout_s": opts.timeout,
@@ -521,18 +530,19 @@ def render_text(report: dict, file=None) -> None:
                 f"{m['steps']} steps ({m['warmup']} warm-up) · {run['precision']}"
                 + (f" · {run['optimizer']}" if run["optimizer"] else "")
                 + (" · compiled" if run["compile"] else "")
+                + (" · --quick" if run.get("quick") else "")
             )
         )
     if report.get("throughput"):
         _print_metrics(console, report, escape)
     text.render([Finding.from_dict(f) for f in report["findings"]], file=file or sys.stdout)
-    exclude = report.get("exclude")
-    if exclude:
-        console.print(escape(f"next: leave out the slow host(s): sbatch {exclude['sbatch']} ..."), style="bold")
-        if exclude["keep_hosts"]:
-            console.print(escape(f"      hosts to keep (hostfile launchers): {' '.join(exclude['keep_hosts'])}"))
-        elif exclude["note"]:
-            console.print(escape(f"      {exclude['note']}"))
+    steps = report.get("next_steps")
+    if steps is None and report.get("ranks"):  # a report written before next_steps: derived from what it holds
+        steps = slowness.next_steps(report.get("findings") or [], report["ranks"], report.get("nodes") or [])
+    for i, step in enumerate(steps or []):
+        console.print(escape(("next: " if i == 0 else "      ") + step["text"]), style="bold" if i == 0 else None)
+        for command in step.get("commands") or []:
+            console.print(escape(f"        {command}"))
     console.print("[bold green]smoke run passed[/]" if report["ok"] else "[bold red]smoke run failed[/]")
 
 
@@ -589,7 +599,14 @@ def _print_metrics(console, report: dict, escape) -> None:
                     f"  all-reduce across nodes: busbw {across} (slowest group), inside nodes {inside} (slowest node)"
                 )
             )
-    for line in _speed_lines(report):
+    right = report.get("correctness")
+    if right:
+        memory = [r["memory"]["bytes"] for r in right["per_rank"] if (r.get("memory") or {}).get("bytes")]
+        lines_right = f"correctness: {right['verdict']} ({right['compared']}"
+        if memory:
+            lines_right += f"; device memory patterns over {min(memory) / 2**20:,.0f} MiB or more per rank"
+        console.print("  " + escape(lines_right + ")"))
+    for line in _speed_lines(report) + _soak_lines(report.get("soak")):
         console.print("  " + escape(line))
     slow = {s["rank"] for s in (report.get("parts") or {}).get("slow", [])}
     for r in report["ranks"]:
@@ -636,9 +653,31 @@ def _speed_lines(report: dict) -> list[str]:
     return lines
 
 
+def _soak_lines(section: dict | None) -> list[str]:
+    """Each rank's figures over the soak: its first and last samples' matmul, and its clock or CPU share then."""
+    if not section:
+        return []
+    lines = [
+        f"soak: {section['duration_s']:g} s, {section['samples_per_rank']} samples per rank ({section['reference']})"
+    ]
+    for r in section["per_rank"]:
+        first, last = r["samples"][0], r["samples"][-1]
+        clock = (
+            f", SM clock {first.get('sm_clock_mhz')} -> {last.get('sm_clock_mhz')} MHz, "
+            f"{first.get('temperature_c')} -> {last.get('temperature_c')} °C"
+            if first.get("sm_clock_mhz") is not None
+            else ""
+        )
+        lines.append(
+            f"  rank {r['rank']}: matmul {first['matmul_tflops']:.3g} -> {last['matmul_tflops']:.3g} TFLOP/s, "
+            f"memory copy {first['memory_copy_gbps']:.3g} -> {last['memory_copy_gbps']:.3g} GB/s{clock}"
+        )
+    return lines
+
+
 def print_json(report: dict, file=None) -> None:
     from gpudoctor.report.json_report import strict_json  # NaN/Infinity (a diverged loss) as strings: strict JSON
 
     out = file or sys.stdout
-    out.write(json.dumps(strict_json(report), indent=2, default=str, allow_nan=False) + "\n")
+    out.write(json_text(strict_json(report), indent=2, default=str, allow_nan=False) + "\n")
     out.flush()

@@ -48,13 +48,23 @@ SIZES = {
     "large": GPTConfig("large", 32768, 4096, 6, 32, 2048, 8, 40, 10, 3e-4),
 }
 MIN_MEASURED_STEPS = 3
+# What the small model needs on one GPU, estimated as the large one is above: 68M matmul parameters x 18 bytes
+# (fp32 weights, grads, AdamW moments, bf16 copies) 1.2 GB, activations 38 x d x 8192 tokens x 6 layers 1.4 GB,
+# the loss (8192 x 32768 logits, ~10 bytes each) 2.7 GB, and the benchmarks' buffers (~1.5 GB).
+SMALL_MIN_GIB = 6
+# --quick: enough steps for the loss to fall measurably (GD-SMOKE-006) and 7 timed ones; the small model on a GPU
+# (its DDP broadcast and first steps take a fraction of a second where the large one's take seconds).
+QUICK_STEPS, QUICK_WARMUP = 10, 3
 
 
-def size_for_gpu(memory_bytes: int | None, spec_tflops: float | None) -> str:
-    """large on 80 GB-class GPUs with >= 300 TFLOP/s, medium from 20 GB, small below."""
+def size_for_gpu(memory_bytes: int | None, spec_tflops: float | None, floor: bool = False) -> str | None:
+    """large on 80 GB-class GPUs with >= 300 TFLOP/s, medium from 20 GB, small below. floor: None below what the
+    small model needs (the memory is then the free memory, not the total: sample_train/fit.py)."""
     gib = (memory_bytes or 0) / 2**30
     if gib >= 70 and (spec_tflops is None or spec_tflops >= 300):
         return "large"
     if gib >= 20:
         return "medium"
+    if floor and gib < SMALL_MIN_GIB:
+        return None
     return "small"

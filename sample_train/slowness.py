@@ -10,6 +10,7 @@ name a slow node or link.
 
 from __future__ import annotations
 
+from gpudoctor import shellquote
 from gpudoctor.model import Severity
 from gpudoctor.readers.slurmfmt import compress_hostlist
 from gpudoctor.sample_train import metrics, outliers, peaks
@@ -102,35 +103,177 @@ def where(row: dict) -> str:
     return text
 
 
-def reason(row: dict) -> str | None:
-    """Why the device is slow, as it says itself at that moment; None when it gives no reason."""
+# The software power cap holds clocks at the board's power limit: what every GPU does at full load (the recorded
+# H200 at 691 of 700 W, reasons 0x4), not a cause by itself; a lowered limit is named on its own.
+NORMAL_AT_LOAD = {"sw_power_cap"}
+
+
+def causes(row: dict) -> dict:
+    """What the device says about itself at that moment, sorted by what can be done about it: other processes on
+    its GPU and CPU limits (the user's to stop or raise), a lowered power limit (the administrator's), clocks held
+    down by the hardware or a degraded PCIe link (the node's), and notes that are no cause (the power cap)."""
     condition = row.get("condition") or {}
     gpu, cpu = condition.get("gpu"), condition.get("cpu")
-    said = []
+    out: dict = {"others": [], "throttle": [], "clock": None, "pcie": [], "power_limit": None, "cpu": [], "notes": []}
     if gpu and not gpu.get("error"):
         active = [r for r in (gpu.get("throttle_reasons") or {}).get("active", []) if r not in IDLE_REASONS]
-        if active:
-            said.append("clocks held down: " + ", ".join(active))
+        out["throttle"] = [r for r in active if r not in NORMAL_AT_LOAD]
+        if any(r in NORMAL_AT_LOAD for r in active):
+            out["notes"].append("at its power cap (sw_power_cap: normal at full load, not a cause by itself)")
         clock, top = gpu.get("sm_clock_mhz"), gpu.get("sm_clock_max_mhz")
         if clock and top and clock < 0.9 * top:
-            said.append(f"SM clock {clock} of {top} MHz")
+            out["clock"] = f"SM clock {clock} of {top} MHz"
         pcie = gpu.get("pcie") or {}
         if pcie.get("width_current") and pcie.get("width_max") and pcie["width_current"] < pcie["width_max"]:
-            said.append(f"PCIe link x{pcie['width_current']} of x{pcie['width_max']}")
+            out["pcie"].append(f"PCIe link x{pcie['width_current']} of x{pcie['width_max']}")
         if pcie.get("gen_current") and pcie.get("gen_max") and pcie["gen_current"] < pcie["gen_max"]:
-            said.append(f"PCIe gen {pcie['gen_current']} of {pcie['gen_max']}")
+            out["pcie"].append(f"PCIe gen {pcie['gen_current']} of {pcie['gen_max']}")
         limit, default = gpu.get("power_limit_w"), gpu.get("power_limit_default_w")
         if limit and default and limit < 0.95 * default:
-            said.append(f"power limit {limit:.0f} W of its default {default:.0f} W")
-        others = [p["pid"] for p in gpu.get("processes") or [] if p.get("pid") not in row.get("job_pids", ())]
-        if others:
-            said.append(f"other processes on the GPU: PID {', '.join(map(str, others))}")
+            out["power_limit"] = f"power limit {limit:.0f} W of its default {default:.0f} W"
+        out["others"] = [p for p in gpu.get("processes") or [] if p.get("pid") not in row.get("job_pids", ())]
     if cpu:
         if cpu.get("cpu_limit") and cpu["cpu_limit"] < 1:
-            said.append(f"its cgroup's CPU quota is {cpu['cpu_limit']:g} CPU")
+            out["cpu"].append(f"its cgroup's CPU quota is {cpu['cpu_limit']:g} CPU")
         if cpu.get("load_1m") and cpu.get("affinity_cpus") and cpu["load_1m"] > 2 * cpu["affinity_cpus"]:
-            said.append(f"load {cpu['load_1m']:g} on its {cpu['affinity_cpus']} CPU(s)")
+            out["cpu"].append(f"load {cpu['load_1m']:g} on its {cpu['affinity_cpus']} CPU(s)")
+    return out
+
+
+def reason(row: dict) -> str | None:
+    """Why the device is slow, as it says itself at that moment, the likeliest cause first; None when it gives
+    no reason."""
+    c = causes(row)
+    said = []
+    if c["others"]:
+        said.append(f"other processes on the GPU: PID {', '.join(str(p['pid']) for p in c['others'])}")
+    if c["throttle"]:
+        said.append("clocks held down: " + ", ".join(c["throttle"]))
+    if c["clock"]:
+        said.append(c["clock"] + (f" ({c['notes'][0]})" if c["notes"] and not c["throttle"] else ""))
+    said += c["pcie"] + ([c["power_limit"]] if c["power_limit"] else []) + c["cpu"]
     return "; ".join(said) or None
+
+
+def _pids_text(others: list[dict]) -> str:
+    def one(p: dict) -> str:
+        used = p.get("used_memory_bytes")
+        return f"PID {p['pid']}" + (f" ({used / 2**30:.1f} GiB)" if used else "")
+
+    return ", ".join(one(p) for p in others)
+
+
+def next_steps(findings: list[dict], ranks: list[dict], nodes: list[dict]) -> list[dict]:
+    """What to do about each rank or node a warning or failure named, matched to its cause: another process on
+    the GPU -> that PID and how to see and stop it; CPU limits -> the limit; a lowered power limit or clocks held
+    down by the hardware -> the reason; a slow node or link, or a slow rank without a reason -> leave its host out,
+    but never every host of the run (nothing would be left to run on)."""
+    by_rank = {r["rank"]: r for r in ranks}
+    host_of_node = {n["node"]: n["host"] for n in nodes}
+    named_ranks: dict[int, set[str]] = {}
+    slow_hosts: dict[str, set[str]] = {}
+    for f in findings:
+        if f.get("severity") not in ("warn", "fail"):
+            continue
+        evidence = f.get("evidence") or {}
+        for rank in evidence.get("ranks", []):
+            if rank in by_rank:
+                named_ranks.setdefault(rank, set()).add(f["id"])
+        for node in evidence.get("slow_nodes", []):
+            if node in host_of_node:
+                slow_hosts.setdefault(host_of_node[node], set()).add(f["id"])
+    steps: list[dict] = []
+    for rank in sorted(named_ranks):
+        row = by_rank[rank]
+        c = causes(row)
+        base = {
+            "rank": rank,
+            "host": row.get("host"),
+            "gpu_index": row.get("gpu_index"),
+            "checks": sorted(named_ranks[rank]),
+        }
+        local = False
+        if c["others"]:
+            pids = ",".join(str(p["pid"]) for p in c["others"])
+            steps.append(
+                {
+                    **base,
+                    "cause": "other_process",
+                    "text": f"{where(row)} shares its GPU with another process ({_pids_text(c['others'])}): see what "
+                    "it is and whose, then stop it (or wait for it) and run smoke again",
+                    "commands": [
+                        "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+                        f"ps -o user,cmd -p {pids}",
+                    ],
+                    "pids": [p["pid"] for p in c["others"]],
+                }
+            )
+            local = True
+        if c["cpu"]:
+            steps.append(
+                {
+                    **base,
+                    "cause": "cpu",
+                    "text": f"{where(row)}: {'; '.join(c['cpu'])}",
+                    "commands": ["nproc", "uptime"],
+                }
+            )
+            local = True
+        if c["power_limit"]:
+            steps.append(
+                {
+                    **base,
+                    "cause": "power_limit",
+                    "text": f"{where(row)}: {c['power_limit']} (set by an administrator or a tool)",
+                    "commands": ["nvidia-smi -q -d POWER"],
+                }
+            )
+            local = True
+        if c["throttle"] or c["pcie"]:
+            what = (["clocks held down: " + ", ".join(c["throttle"])] if c["throttle"] else []) + c["pcie"]
+            steps.append(
+                {
+                    **base,
+                    "cause": "hardware",
+                    "text": f"{where(row)}: {'; '.join(what)} (cooling, power delivery or the PCIe slot)",
+                    "commands": ["nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER,PCIE"],
+                }
+            )
+        if not local:  # the node's own fault, or no reason given: a host to leave out
+            slow_hosts.setdefault(str(row.get("host")), set()).update(named_ranks[rank])
+    every = sorted({str(r.get("host")) for r in ranks})
+    if slow_hosts:
+        keep = [h for h in every if h not in slow_hosts]
+        hosts = sorted(slow_hosts)
+        if keep:
+            steps.append(
+                {
+                    "cause": "slow_host",
+                    "hosts": hosts,
+                    "checks": sorted(set().union(*slow_hosts.values())),
+                    "sbatch": f"--exclude={compress_hostlist(hosts)}",
+                    "text": f"leave out the slow host(s): sbatch --exclude={compress_hostlist(hosts)} ... "
+                    f"(hosts to keep: {' '.join(keep)})",
+                    "commands": [],
+                }
+            )
+        else:
+            steps.append(
+                {
+                    "cause": "every_host",
+                    "hosts": hosts,
+                    "checks": sorted(set().union(*slow_hosts.values())),
+                    "text": "every host of this run was named, so excluding them leaves nothing to run on: "
+                    + (
+                        "see the causes above, or run smoke on more nodes to compare them"
+                        if steps
+                        else "run smoke again (a passing load may have caused it), with --baseline from a known-good "
+                        "node, or on more nodes to compare them"
+                    ),
+                    "commands": [],
+                }
+            )
+    return steps
 
 
 def straggler_finding(slow: list[dict], n: int, device: str):
@@ -502,7 +645,8 @@ def _exclude(named: dict[str, set[str]], ranks: list[dict]) -> dict | None:
     keep = [h for h in every if h not in named]
     return {
         "hosts": hosts,
-        "sbatch": f"--exclude={compress_hostlist(hosts)}",
+        # shell text, copy-pasted: quoted when a list's brackets (node[1-3]) would glob or a name is odd
+        "sbatch": shellquote.quote(f"--exclude={compress_hostlist(hosts)}"),
         "keep_hosts": keep,
         "because": {h: sorted(ids) for h, ids in named.items()},
         "note": None if keep else "every host of this run was named: nothing is left to run on",

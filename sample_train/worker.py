@@ -6,7 +6,6 @@ by launch.run_in_world under torchrun/srun.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -25,7 +24,7 @@ from gpudoctor.job.compare import node_index
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.job.world import World
 from gpudoctor.readers import slurmfmt
-from gpudoctor.sample_train import bench, faults
+from gpudoctor.sample_train import bench, faults, selftest
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
 from gpudoctor.sample_train.exits import die, finish, last_resort
@@ -37,6 +36,7 @@ HEARTBEAT_S = 0.5
 GRACE_S = 10.0  # past the deadline, a rank ends itself if nobody has stopped it
 STRAGGLER_PROBE_STEPS = 4  # the first is warm-up (kernel selection, allocations) and is dropped
 PART_SECONDS_GPU, PART_SECONDS_CPU = 0.3, 0.1  # each part benchmark's timed windows together
+SOAK_WINDOW_GPU_S, SOAK_WINDOW_CPU_S = 1.0, 0.4  # one soak sample's matmul window (its memory copy: a quarter)
 # A CPU rank stands in for a GPU: one intra-op thread. Ranks (and "nodes" sharing a machine) each see every CPU;
 # with several threads each they oversubscribe the cores, and OpenMP's spinning workers then make a rank's
 # timings differ 30x from run to run (measured on 4 netns nodes x 2 threads on 2 cores), which no comparison
@@ -148,7 +148,9 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         "device_error": None,
     }
     if opts.device == "cpu":
-        record.update(device="cpu", bf16_native=cpu_has_bf16(), cpu_threads=CPU_RANK_THREADS)
+        from gpudoctor.probe.host import cpu_model
+
+        record.update(device="cpu", bf16_native=cpu_has_bf16(), cpu_threads=CPU_RANK_THREADS, cpu_model=cpu_model())
         return torch.device("cpu"), record
     for var in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         if env.get(var):
@@ -185,11 +187,30 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         pci_bus_id=pci_address(getattr(props, "pci_domain_id", 0), bus, getattr(props, "pci_device_id", 0)),
         gpu_memory_bytes=props.total_memory,
         compute_capability=[props.major, props.minor],
+        multiprocessors=getattr(props, "multi_processor_count", None),
         bf16_native=props.major >= 8,
         cuda=torch.version.cuda,
         nccl=_nccl_version(),
     )
+    record.update(_memory_in_use(index, str(record["pci_bus_id"] or "")))
     return torch.device("cuda", index), record
+
+
+def _memory_in_use(index: int, pci_bus_id: str) -> dict:
+    """The GPU's free memory and the processes NVML sees on it, as this rank joins (sample_train/fit.py sizes the
+    run from them and names a process that is not the job's)."""
+    out: dict = {"gpu_free_bytes": None, "gpu_processes": None}
+    try:
+        out["gpu_free_bytes"] = int(torch.cuda.mem_get_info(index)[0])
+    except Exception:  # a GPU that cannot say: the model is sized from its total, as before
+        pass
+    if pci_bus_id:
+        from gpudoctor.probe import nvidia
+
+        state = nvidia.device_state(pci_bus_id)
+        if not state.get("error"):
+            out["gpu_processes"] = state.get("processes")
+    return out
 
 
 def _condition(record: dict) -> dict:
@@ -201,6 +222,23 @@ def _condition(record: dict) -> dict:
     from gpudoctor.probe import host
 
     return {"cpu": host.cpu_share()}
+
+
+def _brief(record: dict) -> dict:
+    """What a soak sample keeps of the device's condition: clocks, temperature, power and throttle reasons, or the
+    CPU quota and load."""
+    condition = _condition(record)
+    gpu, cpu = condition.get("gpu"), condition.get("cpu")
+    if gpu and not gpu.get("error"):
+        keep = ("sm_clock_mhz", "sm_clock_max_mhz", "temperature_c", "power_draw_w", "power_limit_w")
+        return {
+            **{k: gpu.get(k) for k in keep},
+            "throttle": (gpu.get("throttle_reasons") or {}).get("active", []),
+            "processes": [p.get("pid") for p in gpu.get("processes") or []],
+        }
+    if cpu:
+        return {k: cpu.get(k) for k in ("cpu_limit", "load_1m", "affinity_cpus")}
+    return {}
 
 
 def _nccl_version() -> str | None:
@@ -290,6 +328,8 @@ class Rank:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
         wd.set_phase("matmul benchmark")
         n, seconds = (8192, 1.0) if cuda else (256, 0.2)
+        if self.opts.quick:
+            seconds /= 3
         result["matmul"] = {
             "n": n,
             "dtype": str(dtype).replace("torch.", ""),
@@ -298,6 +338,9 @@ class Rank:
 
         wd.set_phase("part benchmarks")
         result["parts"] = self._parts(device, dtype, cfg)
+
+        wd.set_phase("correctness")
+        result["correctness"] = selftest.run(device, world.rank)
 
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
@@ -335,10 +378,35 @@ class Rank:
         result["samples_per_step"] = cfg.batch_size
         return result
 
+    def soak(self, device: torch.device, plan: dict, record: dict) -> list[dict]:
+        """Sustained speed: the square matmul and the device memory copy measured again and again for --soak
+        seconds (each sample the mean over its window: a throttling GPU is slow on average, not in its best
+        moment), with the device's condition read after each."""
+        cuda = device.type == "cuda"
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
+        n, window = (8192, SOAK_WINDOW_GPU_S) if cuda else (256, SOAK_WINDOW_CPU_S)
+        size = 512 * 2**20 if cuda else 64 * 2**20
+        src = torch.ones(size, dtype=torch.uint8, device=device)
+        dst = torch.zeros_like(src)
+        faults.maybe_inject(self.world.rank, "soak")
+        samples: list[dict] = []
+        start = time.monotonic()
+        end = min(start + (self.opts.soak or 0.0), self.deadline - GRACE_S)
+        while time.monotonic() < end:
+            self.wd.set_phase("soak", step=len(samples))
+            t = time.monotonic() - start
+            matmul = bench.gemm_tflops(device, dtype, n, n, n, window, 1)
+            copy = bench.copy_gbps(src, dst, device, window / 4, 1)
+            samples.append({"t": round(t, 2), "matmul_tflops": matmul, "memory_copy_gbps": copy, **_brief(record)})
+        del src, dst
+        return samples
+
     def _allreduce_bench(self, device: torch.device, group=None) -> dict:
         cuda = device.type == "cuda"
         payload, dtype = (256 * 2**20, torch.bfloat16) if cuda else (4 * 2**20, torch.float32)
         iters, warmup = (20, 5) if cuda else (5, 2)
+        if self.opts.quick:
+            iters, warmup = max(3, iters // 3), 2
         seconds = bench.allreduce_seconds(device, payload, dtype, iters, warmup, group)
         return {
             "payload_bytes": payload,
@@ -486,25 +554,8 @@ class Rank:
 
 
 def param_checksum(model: torch.nn.Module) -> str:
-    """An exact fingerprint of every parameter's bits, computed where the parameters live.
-
-    Integer sums of 16-bit halves of each float's bit pattern (plain and position-weighted):
-    order-independent, so reduction order cannot make equal parameters look different.
-    """
-    digest = hashlib.sha256()
-    chunk = 1 << 24
-    for name, p in sorted(model.named_parameters()):
-        flat = p.detach().reshape(-1)
-        bits = flat.view(torch.int32) if flat.element_size() == 4 else flat.view(torch.int16).to(torch.int32)
-        sums = [0, 0, 0, 0]
-        for start in range(0, bits.numel(), chunk):
-            b = bits[start : start + chunk].to(torch.int64)
-            w = torch.arange(start, start + b.numel(), device=b.device) % 251 + 1
-            lo, hi = b & 0xFFFF, (b >> 16) & 0xFFFF
-            part = torch.stack([lo.sum(), hi.sum(), (lo * w).sum(), (hi * w).sum()]).tolist()
-            sums = [s + q for s, q in zip(sums, part, strict=True)]
-        digest.update(f"{name}:{p.dtype}:{tuple(p.shape)}:{sums};".encode())
-    return digest.hexdigest()[:16]
+    """An exact fingerprint of every parameter's bits (selftest.fingerprint), computed where they live."""
+    return selftest.fingerprint(sorted(model.named_parameters()))
 
 
 def peak_memory(device: torch.device) -> dict:
@@ -542,6 +593,9 @@ def run_rank(
             raise Stopped(record.get("device_error") or "this rank has no device")
         result = rank.train(device, plan)
         result["condition"] = _condition(record)
+        if opts.soak:
+            watchdog.set_phase("soak", step=0)
+            result["soak"] = rank.soak(device, plan, record)
         watchdog.set_phase("finished")
         result.update(host=record["host"], local_rank=world.local_rank, stage_seconds=watchdog.stage_seconds)
         watchdog.stop()  # our last store write is the result: nothing may touch the store after

@@ -387,14 +387,32 @@ def render_text(findings, job: dict, header: str, verbose: bool = False, file=No
     counts: dict = defaultdict(int)
     for f in findings:
         counts[f.severity.value] += 1
-    passing = [n for n in nodes if not _node_has_problem(n, findings)]
     verdict = "problems found" if counts["fail"] else ("warnings" if counts["warn"] else "no problems found")
     summary = ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "error", "info", "pass", "skip") if counts[s])
-    say(f"\n{verdict}: {summary or 'no checks ran'}; pass on {len(passing)} of {len(nodes)} node(s)")
+    say(f"\n{verdict}: {summary or 'no checks ran'}; {nodes_summary(nodes, findings)}")
 
 
-def _node_has_problem(node: str, findings) -> bool:
-    for f in findings:
-        if f.severity.value in ("fail", "warn", "error") and node in (f.evidence.get("nodes") or []):
-            return True
-    return False
+def nodes_summary(nodes: list[str], findings) -> str:
+    """How many nodes pass, have only warnings, or fail: a warn is not a failed node."""
+    worst = {node: _node_worst(node, findings) for node in nodes}
+    passing = sum(1 for w in worst.values() if w is None)
+    warned = sum(1 for w in worst.values() if w == "warn")
+    failing = len(nodes) - passing - warned
+    parts = [f"pass on {passing} of {len(nodes)} node(s)"] if passing or not nodes else []
+    if warned:
+        parts.append(f"{warned} node{'s' if warned > 1 else ''} with warnings")
+    if failing:
+        parts.append(f"{failing} node{'s' if failing > 1 else ''} failing")
+    return ", ".join(parts)
+
+
+def _node_worst(node: str, findings) -> str | None:
+    """'fail' (a fail or error names the node), 'warn' (only warnings do) or None."""
+    named = {
+        f.severity.value
+        for f in findings
+        if f.severity.value in ("fail", "error", "warn") and node in (f.evidence.get("nodes") or [])
+    }
+    if named & {"fail", "error"}:
+        return "fail"
+    return "warn" if "warn" in named else None

@@ -3,8 +3,10 @@
 The job runs with this process's environment (the probe's, `facts.env`) plus what its --sbatch
 script sets: before submission (no SLURM_JOB_ID here) the script's #SBATCH directives imply
 SLURM_NNODES, SLURM_NTASKS, ... (as sbatch sets them in the batch shell), and its `export`/`unset`
-lines apply on top, in script order. Values the script computes at run time ($(...), $VAR left
-unexpanded) and credential-named exports are unknown: dropped rather than guessed.
+lines apply on top, in script order, then the training launch's own environment: `NAME=value srun ...`,
+`env NAME=value ...`, `env -u NAME`, `env -i` (bash(1) SIMPLE COMMAND EXPANSION; coreutils env(1)).
+Values the script computes at run time ($(...), $VAR left unexpanded, the script's own arguments $1 ...)
+and credential-named exports are unknown: dropped rather than guessed.
 
     env = job_env(facts, ctx)
     env.get("PYTORCH_CUDA_ALLOC_CONF")    -> the value the job gets
@@ -62,10 +64,38 @@ def job_env(facts, ctx) -> JobEnv:
         for name, value in implied_slurm_env(sb.options, sb.job_name or "").items():
             env.put(name, value, DIRECTIVES)
     script = (sb.path or "the script").rsplit("/", 1)[-1]
+    launch = getattr(sb, "launch", None)
+    if launch is not None and launch.env_cleared:
+        # `env -i ... python train.py`: the program starts from an empty environment; only what the line itself
+        # gives (and SLURM's own variables, when srun comes after the clearing and sets them per task) reaches it.
+        for name in list(env):
+            if env.source(name) != DIRECTIVES:
+                env.drop(name)
     for name, entry in sb.exports.items():
         value = entry.value
+        if launch is not None and launch.env_cleared and not entry.command_only:
+            continue
         if value is None or entry.redacted or _UNKNOWN_VALUE.search(str(value)):
             env.drop(name)
         else:
-            env.put(name, str(value), f"{script} line {entry.line}")
+            where = f"{script} line {entry.line}"
+            env.put(name, str(value), f"{where} (for its command)" if entry.command_only else where)
     return env
+
+
+_ARGUMENT_REF = re.compile(r"\$\{?([1-9]\d*|[@*#])")
+_ORDINALS = {"1": "first", "2": "second", "3": "third", "4": "fourth", "5": "fifth"}
+
+
+def script_argument_note(value: str | None, script: str = "job.slurm") -> str | None:
+    """Why a value that names the script's arguments ($1, ${2:-x}, "$@") is unknown before submission; None when it
+    names none. bash(1) "Positional Parameters": the arguments `sbatch FILE ARGS` passes; empty when none is given."""
+    m = _ARGUMENT_REF.search(value or "")
+    if m is None:
+        return None
+    name = m.group(1)
+    what = f"the script's {_ORDINALS.get(name, name + 'th')} argument" if name.isdigit() else "the script's arguments"
+    return (
+        f"${name} is {what}: unknown before submission (empty unless `sbatch {script} ARGS` gives it); "
+        f"name them with `gpudoctor check --sbatch {script} -- ARGS`"
+    )

@@ -27,6 +27,7 @@ from typing import Any
 from gpudoctor import __version__
 from gpudoctor.job import exchange, rankmap
 from gpudoctor.job.compare import Member, aspects, digest, emit, job_specs, label_nodes, node_index, view
+from gpudoctor.sanitize import clean
 
 DEFAULT_TIMEOUT = 60.0
 FETCH_S = 10.0  # rank 0's extra wait for the contents it asked for
@@ -37,7 +38,7 @@ RANK_ONLY_SECTIONS = frozenset({"env"})  # a non-leader rank runs the checks tha
 
 
 def _say(text: str) -> None:
-    print(f"gpudoctor: {text}", file=sys.stderr, flush=True)
+    print(clean(f"gpudoctor: {text}"), file=sys.stderr, flush=True)
 
 
 def run(args, specs: list, ctx, probe_kwargs: dict, usage_error) -> int:

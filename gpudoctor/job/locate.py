@@ -32,6 +32,8 @@ def _action_span(action, script):
         return next((u.span for u in script.unknown_directives if action.key in u.options), None)
     if kind is ActionKind.SBATCH_HOIST:
         return next((d.span for d in script.late_directives if d.text == action.value), None)
+    if kind is ActionKind.DIRECTIVE_REPAIR:
+        return next((la.marker for la in script.lookalike_directives if la.text == action.value), None)
     if kind is ActionKind.CONTINUATION_REPAIR:
         return next((b.backslash for b in script.broken_continuations if b.text == action.value), None)
     if kind is ActionKind.EXPORT_REMOVE:
@@ -46,6 +48,9 @@ def _assignment_span(action, script):
     """A fix that sets or unsets a variable the script itself assigns: the problem is that assignment."""
     if ActionKind(action.kind) not in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
         return None
+    own = [a for a in (script.launch.env if script.launch is not None else ()) if a.name == action.target]
+    if own:  # `NAME=value srun ...`: the launch command's own value is the one the job gets
+        return own[-1].value_span or own[-1].span
     found = [a for a in script.assignments if a.name == action.target]
     return found[-1].span if found else None  # the last one is what the launch sees
 
@@ -54,7 +59,32 @@ def locate(outcome: Outcome, ctx: Context) -> Location | None:
     """The outcome's own location, else the one its fix or evidence names in ctx's batch script or config."""
     if outcome.location is not None:
         return outcome.location
-    return _in_script(outcome, ctx) or _in_config(outcome, ctx)
+    return _in_script(outcome, ctx) or _on_launch_override(outcome, ctx) or _in_config(outcome, ctx)
+
+
+def _config_keys(outcome: Outcome) -> tuple[list[str], list[dict]]:
+    """The config keys an outcome is about, most telling first, and the settings of its evidence."""
+    keys = [
+        a.key
+        for a in (outcome.fix.actions if outcome.fix else ())
+        if ActionKind(a.kind) is ActionKind.YAML_SET and a.key
+    ]
+    settings = [v for v in outcome.evidence.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
+    keys += [v["path"] for v in settings if v.get("problem")]
+    keys += [v["path"] for v in settings if v["path"] in outcome.message]
+    return keys, settings
+
+
+def _on_launch_override(outcome: Outcome, ctx: Context) -> Location | None:
+    """A setting the launch line's override gives (readers/dlconfig's evidence `set_by`): the problem is there."""
+    script: Any = ctx.sbatch
+    if script is None or getattr(script, "launch", None) is None or not ctx.sbatch_path:
+        return None
+    keys, settings = _config_keys(outcome)
+    overridden = {v["path"] for v in settings if v.get("set_by")}
+    if keys and keys[0] in overridden:
+        return _at(ctx.sbatch_path, script.launch.span)
+    return None
 
 
 def _in_config(outcome: Outcome, ctx: Context) -> Location | None:
@@ -63,10 +93,7 @@ def _in_config(outcome: Outcome, ctx: Context) -> Location | None:
     lines, path = ctx.config_lines or {}, ctx.config_path
     if not lines or not path:
         return None
-    keys = [a.key for a in (outcome.fix.actions if outcome.fix else ()) if ActionKind(a.kind) is ActionKind.YAML_SET]
-    settings = [v for v in outcome.evidence.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
-    keys += [v["path"] for v in settings if v.get("problem")]
-    keys += [v["path"] for v in settings if v["path"] in outcome.message]
+    keys, _ = _config_keys(outcome)
     line = next((lines[k] for k in keys if k in lines), None)
     return Location(path, line) if line else None
 

@@ -62,8 +62,10 @@ class JobShape:
     directive_lines: dict = field(default_factory=dict)
     srun_options: dict | None = None  # sbatch: options on the launch line's srun
     evidence: dict = field(default_factory=dict)  # name -> value for every input used
+    evidence_extra: dict = field(default_factory=dict)  # read while working out the launcher, merged into evidence
     problems: list[str] = field(default_factory=list)  # values that could not be read
     notes: list[str] = field(default_factory=list)  # readable, but judged with an assumption
+    program: Any = None  # readers.program.ProgramModel of the launched program (sbatch; None: not looked for)
 
     @property
     def from_script(self) -> bool:
@@ -130,8 +132,17 @@ def _lightning_from_config(config: dict | None) -> dict:
 
 
 def _lightning_hints(shape: JobShape, ctx, launch_hints: dict | None) -> dict:
-    """devices/num_nodes Lightning will be given, each as (value, source)."""
+    """devices/num_nodes Lightning will be given, each as (value, source); value None: not known.
+
+    A literal in the program's own Trainer(...) call is what Lightning gets (no command line reaches it); an
+    expression there (`devices=args.devices`, `Trainer(**cfg)`) takes the launch line's or the config's value.
+    """
     hints: dict = {}
+    program = shape.program if shape.program is not None and shape.program.kind == "lightning" else None
+    if program is not None:
+        for key, (value, where) in program.lightning.items():
+            if key in ("devices", "num_nodes", "accelerator", "strategy") and value is not None:
+                hints[key] = (value, where)
     for key, (value, where) in _lightning_from_config(ctx.config).items():
         hints[key] = (value, f"{ctx.config_path or 'config'}: {where}")
     for key, value in (launch_hints or {}).items():
@@ -139,7 +150,28 @@ def _lightning_hints(shape: JobShape, ctx, launch_hints: dict | None) -> dict:
             hints.setdefault(key, (value, "launch line"))
     if "devices" not in hints and ctx.expect_gpus:
         hints["devices"] = (ctx.expect_gpus, "--expect-gpus")
+    if program is not None:
+        for key, (_value, where) in program.lightning.items():
+            if key in ("devices", "num_nodes") and key not in hints:
+                hints[key] = (None, f"{where}: not a literal, so not known here")
     return hints
+
+
+def _lightning_default(shape: JobShape, key: str) -> tuple:
+    """(value, source) of a Trainer argument nobody visible sets: Lightning's default when the program's own
+    Trainer call is read and leaves it out; otherwise not known (None) for num_nodes -- the program may set it --
+    and the default 'auto', marked as assumed, for devices."""
+    default = {"devices": "auto", "num_nodes": 1}[key]
+    program = shape.program
+    if program is not None and program.kind == "lightning" and not program.lightning_cli:
+        call = program.lightning.get("**") or program.lightning.get("_call")
+        if "**" not in program.lightning:
+            return default, f"Lightning's default: the Trainer call at {call[1] if call else '?'} does not set it"
+        return None, f"not known: {call[1] if call else 'the Trainer call'} passes its arguments from a mapping"
+    why = program.describe() if program is not None else "the program was not read"
+    if key == "num_nodes":
+        return None, f"not known: the program sets it and is not shown ({why})"
+    return default, f"default, assumed: the program may set it ({why})"
 
 
 def _uses_lightning(ctx, launch_hints: dict | None) -> tuple[bool, str | None]:
@@ -327,6 +359,7 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
         launch_line=launch.text if launch else None,
         launch_lineno=launch.line if launch else None,
         cuda_visible_export=exports.get("CUDA_VISIBLE_DEVICES"),
+        program=sb.program,
     )
     if sb.het_components > 1:
         shape.notes.append(
@@ -370,8 +403,11 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     _launcher_from_script(shape, launch, ctx)
     if shape.cuda_visible_export:
         ev["export CUDA_VISIBLE_DEVICES"] = shape.cuda_visible_export.value
+    ev.update(shape.evidence_extra)
     if shape.launch_line:
         ev["launch line"] = f"line {shape.launch_lineno}: {_short(shape.launch_line)}"
+    if sb.program is not None and launch is not None and launch.launcher in ("python", "lightning", None):
+        ev.update(sb.program.evidence())  # what the program itself does with processes and GPUs, and where
     shape.evidence = ev
     return shape
 
@@ -518,17 +554,33 @@ def _launcher_from_script(shape: JobShape, launch: Launch | None, ctx) -> None:
         if launcher == "torchrun" and launch.nproc_per_node is None:
             shape.procs_per_task = 1  # torchrun's default is one process
     elif launch is not None and shape.launcher == "accelerate" and launcher == "accelerate":
-        total = _count_arg(launch.num_processes, None)
-        machines = _count_arg(launch.nnodes, None) or 1
-        shape.procs_per_task = total // machines if total else None
+        _accelerate_counts(shape, launch)
     elif shape.launcher == "python":
         shape.procs_per_task = 1
     light, why = _uses_lightning(ctx, light_hints)
+    program = shape.program
+    if not light and not ctx.launcher and program is not None and program.kind == "lightning":
+        light, why = True, program.describe()
     if light:
         if shape.launcher in (None, "python"):
             shape.launcher, shape.launcher_source = "lightning", why
             shape.procs_per_task = None  # decided by Lightning's rules, see lightning_plan()
         shape.lightning = _lightning_hints(shape, ctx, light_hints)
+
+
+def _accelerate_counts(shape: JobShape, launch: Launch) -> None:
+    """accelerate's processes per launch from its line and its --config_file (readers/accelerate.py)."""
+    from gpudoctor.readers.accelerate import accelerate_plan
+
+    plan = accelerate_plan(launch)
+    shape.procs_per_task = plan.procs_per_machine
+    for name in ("mode", "num_processes", "num_machines", "machine_rank"):
+        setting = getattr(plan, name)
+        if setting.source != "launch line" and setting.value is not None:
+            shape.evidence_extra[f"accelerate {name}"] = f"{setting.value} ({setting.source})"
+    config = launch.launcher_config
+    if config is None or config.status == "read":  # an unread config file is GD-SLURM-033's finding
+        shape.notes.extend(plan.notes)
 
 
 # ---------------------------------------------------------------- entry point
@@ -581,7 +633,7 @@ class LightningPlan:
 
     devices: int | None
     devices_source: str
-    num_nodes: int
+    num_nodes: int | None  # None: the program sets it and is not shown
     num_nodes_source: str
     slurm_detected: bool  # SLURM_NTASKS set and the job name is not bash/interactive
     spawns: bool | None  # Lightning starts its own processes (None: depends on the version)
@@ -590,28 +642,37 @@ class LightningPlan:
     hang: str | None = None  # Lightning starts but waits forever
     version_dependent: bool = False  # Lightning 1.x would start its own processes here instead (version unknown)
     notes: list[str] = field(default_factory=list)
+    devices_assumed: bool = False  # devices is Lightning's default 'auto' only because the program is not shown
+    unknown: list[str] = field(default_factory=list)  # checks Lightning makes that cannot be judged here
 
 
 def lightning_plan(shape: JobShape, major: int | None) -> LightningPlan:
     hints = shape.lightning
-    raw_devices, dev_src = hints.get("devices", ("auto", "default"))
+    raw_devices, dev_src = hints.get("devices") or _lightning_default(shape, "devices")
+    devices_assumed = "devices" not in hints and dev_src.startswith("default, assumed")
     devices = _as_int(raw_devices)
-    if devices is None and str(raw_devices) in ("auto", "-1", "None"):
-        devices, dev_src = shape.task_gpus, f"devices={raw_devices}: the {shape.task_gpus} GPU(s) a task sees"
+    if raw_devices is None:
+        dev_src = f"devices {dev_src}"
+    elif devices is None and str(raw_devices) in ("auto", "-1", "None"):
+        devices, dev_src = (
+            shape.task_gpus,
+            f"devices={raw_devices}: the {shape.task_gpus} GPU(s) a task sees ({dev_src})",
+        )
     elif devices is not None:
         dev_src = f"devices={devices} ({dev_src})"
-    raw_nodes, nodes_src = hints.get("num_nodes", (1, "default"))
-    num_nodes = _as_int(raw_nodes) or 1
-    nodes_src = f"num_nodes={num_nodes} ({nodes_src})"
+    raw_nodes, nodes_src = hints.get("num_nodes") or _lightning_default(shape, "num_nodes")
+    num_nodes = _as_int(raw_nodes) or 1 if raw_nodes is not None else None
+    nodes_src = f"num_nodes={num_nodes} ({nodes_src})" if num_nodes is not None else f"num_nodes {nodes_src}"
     detected = shape.ntasks_in_env and not shape.interactive_name
     plan = LightningPlan(devices, dev_src, num_nodes, nodes_src, detected, None, None)
+    plan.devices_assumed = devices_assumed
     ntasks = shape.ntasks
     if not detected:
         plan.spawns = True
         per_task = devices
         plan.ranks_per_node = (shape.tasks_here or 1) * per_task if per_task else None
         return plan
-    requested = devices * num_nodes if devices else None
+    requested = devices * num_nodes if devices and num_nodes else None
     if major is not None and major < 2:
         # 1.x: _is_slurm_managing_tasks() -- SLURM manages only when its task count matches.
         plan.spawns = not (ntasks is not None and requested is not None and ntasks == requested)
@@ -643,11 +704,22 @@ def lightning_plan(shape: JobShape, major: int | None) -> LightningPlan:
             f"HINT: Use `--ntasks-per-node={ntasks}` instead."
         )
     if shape.ntasks_per_node is not None and devices is not None and shape.ntasks_per_node != devices:
-        plan.errors.append(
-            f"You set `devices={devices}` in Lightning, but the number of tasks per node configured in SLURM "
-            f"`--ntasks-per-node={shape.ntasks_per_node}` does not match. HINT: Set `devices={shape.ntasks_per_node}`."
-        )
-    if shape.nodes is not None and shape.nodes != num_nodes:
+        # devices is the program's: a mismatch is certain only when no devices value can match (a task sees fewer
+        # GPUs than there are tasks per node, so devices=ntasks-per-node would ask for GPUs it cannot see)
+        if plan.devices_assumed and not (shape.task_gpus is not None and shape.ntasks_per_node > shape.task_gpus):
+            plan.unknown.append(
+                f"Lightning refuses to start unless devices={shape.ntasks_per_node} (tasks per node); {dev_src}"
+            )
+        else:
+            plan.errors.append(
+                f"You set `devices={devices}` in Lightning, but the number of tasks per node configured in SLURM "
+                f"`--ntasks-per-node={shape.ntasks_per_node}` does not match. "
+                f"HINT: Set `devices={shape.ntasks_per_node}`."
+            )
+    if num_nodes is None:
+        if shape.nodes is not None and shape.nodes > 1:  # on one node the default 1 fits
+            plan.unknown.append(f"Lightning refuses to start unless num_nodes={shape.nodes}; {nodes_src}")
+    elif shape.nodes is not None and shape.nodes != num_nodes:
         plan.errors.append(
             f"You set `num_nodes={num_nodes}` in Lightning, but the number of nodes configured in SLURM "
             f"`--nodes={shape.nodes}` does not match. HINT: Set `num_nodes={shape.nodes}`."

@@ -1,6 +1,6 @@
 """What a `gpudoctor check` verdict is about: the job, or the machine gpudoctor runs on.
 
-The patient is the job (DESIGN.md). Where gpudoctor runs decides what it can see of it:
+The patient is the job (docs/architecture.md). Where gpudoctor runs decides what it can see of it:
 
 - inside the job's own environment (a SLURM allocation, or rank variables set by a launcher), this
   machine is one of the job's nodes: every finding is about the job and counts;

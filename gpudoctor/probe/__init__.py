@@ -114,9 +114,24 @@ def collect(
             out[name] = torch_probe.result()
         else:
             out[name] = pending[name](deadline)
+    _describe_torch_cudnn(out)
     meta = {
         "tool": {"name": "gpudoctor", "version": __version__},
         "collected_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "probe_seconds": round(time.monotonic() - started, 3),
     }
     return Facts(sections=out, meta=meta)
+
+
+def _describe_torch_cudnn(out: dict) -> None:
+    """torch's own cuDNN folders, read once the torch child has said which they are (libraries.cudnn_loader.bundle):
+    the loader's choice for cuDNN's sub-libraries depends on their RUNPATH (GD-CUDA-005)."""
+    torch, libs = out.get("torch"), out.get("libraries")
+    if not isinstance(torch, dict) or not isinstance(libs, dict) or not isinstance(libs.get("cudnn_loader"), dict):
+        return
+    from gpudoctor.probe.libraries import describe_cudnn_dirs, torch_cudnn_dirs
+
+    try:
+        libs["cudnn_loader"]["bundle"] = describe_cudnn_dirs(torch_cudnn_dirs(torch))
+    except OSError as e:
+        libs["cudnn_loader"]["bundle_error"] = str(e)[:200]

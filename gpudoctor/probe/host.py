@@ -91,7 +91,7 @@ def _container() -> dict:
     return c
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
     """The CPU's marketing name.
 
     Linux names it in /proc/cpuinfo, which costs nothing. py-cpuinfo is the portable
@@ -133,7 +133,7 @@ def probe() -> dict:
         "os_release": _os_release(),
         "kernel": platform.release(),
         "machine": platform.machine(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count_logical": psutil.cpu_count(logical=True),
         "cpu_count_physical": psutil.cpu_count(logical=False),
         "cpus_allowed": allowed,

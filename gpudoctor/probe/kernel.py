@@ -8,7 +8,8 @@ PCIe AER errors. When no source can be read (a container, a user without the rig
 {"readable": false, "attempts": [{source, reason}]} so a check can say why it cannot judge.
 
 Section "kernel": cmdline (str | None), iommu_params [str], log {readable, source, window_hours, xid [...],
-reset_required [...], aer [...], truncated, attempts}.
+reset_required [...], aer [...], truncated, attempts, aer_corrected_by_device {source: count} (uncapped, issue
+25), window_seconds (the time the counts cover)}.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ RESET_REQUIRED = re.compile(
 RECOVERY_ACTION = re.compile(r"recovery action changed from .*? to 0x[0-9A-Fa-f]+ \(([^)]*)\)")
 AER = re.compile(r"AER: (?:Multiple )?(Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)) error received:?\s*(\S*)")
 PCIE_BUS_ERROR = re.compile(r"(\S+): PCIe Bus Error: severity=([^,]+)")
+CORRECTED_PREFIX = "aer_corrected:"  # counts' keys for corrected AER errors per source device
 
 
 def run_bounded(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, str, str]:
@@ -72,6 +74,10 @@ def classify(message: str, seconds_ago: float | None, events: dict[str, list], c
         severity = (
             m.group(1).lower().replace("uncorrected (non-fatal)", "non_fatal").replace("uncorrected (fatal)", "fatal")
         )
+        if severity == "corrected":  # one "AER: Corrected error received: <source>" line per error, uncapped
+            key = CORRECTED_PREFIX + (m.group(2) or "?")
+            if key in counts or sum(k.startswith(CORRECTED_PREFIX) for k in counts) < MAX_EVENTS:
+                counts[key] = counts.get(key, 0) + 1
         _add(
             events,
             counts,
@@ -232,7 +238,12 @@ def kernel_log(
             "reset_required": events.get("reset_required", []),
             "aer": events.get("aer", []),
             "counts": {k: counts.get(k, 0) for k in ("xid", "reset_required", "aer")},
-            "truncated": any(n > MAX_EVENTS for n in counts.values()),
+            "aer_corrected_by_device": {
+                k.removeprefix(CORRECTED_PREFIX): n for k, n in counts.items() if k.startswith(CORRECTED_PREFIX)
+            },
+            # the time the counts cover: the window, or less when the machine booted within it
+            "window_seconds": round(min(window, uptime)) if uptime is not None else None,
+            "truncated": any(n > MAX_EVENTS for k, n in counts.items() if not k.startswith(CORRECTED_PREFIX)),
             "attempts": attempts,
         }
     return {"readable": False, "source": None, "window_hours": hours, "attempts": attempts}

@@ -45,7 +45,14 @@ def _scan_dir(directory: str, source: str, found: dict) -> None:
                 found[fam].append(entry)
 
 
-def _ldconfig_dirs() -> list[str]:
+_LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s*=>\s*(\S.*?)\s*$")
+MAX_CACHE_ENTRIES = 400  # CUDA-library entries kept from `ldconfig -p` (a CUDA install registers a few dozen)
+MAX_CUDNN_FILES = 128  # cuDNN files described per folder
+
+
+def _ldconfig_entries() -> list[dict]:
+    """The ld.so cache's entries for the CUDA libraries ({soname, flags, path}), in the cache's order: the
+    loader takes the first entry of a name whose flags fit it. Empty when ldconfig is missing or hangs."""
     exe = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
     if not exe:
         return []
@@ -53,15 +60,78 @@ def _ldconfig_dirs() -> list[str]:
         out = run_bounded([exe, "-p"], timeout=5).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
-    dirs = []
-    for line in out.splitlines():
-        if "=>" in line and any(
-            k in line for k in ("libcudnn", "libnccl", "libcudart", "libcublas", "libnvJitLink", "libcuda.so")
+    return parse_ldconfig(out)
+
+
+def parse_ldconfig(text: str) -> list[dict]:
+    """`ldconfig -p` lines of the CUDA libraries: [{soname, flags, path}] in the cache's order."""
+    entries = []
+    for line in text.splitlines():
+        m = _LDCONFIG_LINE.match(line)
+        if m and any(
+            k in m.group(1) for k in ("libcudnn", "libnccl", "libcudart", "libcublas", "libnvJitLink", "libcuda.so")
         ):
-            d = os.path.dirname(line.split("=>", 1)[1].strip())
-            if d not in dirs:
-                dirs.append(d)
-    return dirs
+            entries.append({"soname": m.group(1), "flags": m.group(2), "path": m.group(3)})
+            if len(entries) >= MAX_CACHE_ENTRIES:
+                break
+    return entries
+
+
+def _ldconfig_dirs(entries: list[dict]) -> list[str]:
+    return list(dict.fromkeys(os.path.dirname(e["path"]) for e in entries))
+
+
+def _cudnn_files(directory: str) -> list[dict]:
+    """libcudnn*.so* files of a folder by name (the name is what the loader opens), with their real paths."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith("libcudnn") and ".so" in n)
+    except OSError:
+        return []
+    out = []
+    for name in names[:MAX_CUDNN_FILES]:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            out.append({"name": name, "realpath": os.path.realpath(path)})
+    return out
+
+
+def cudnn_loader(ld_dirs: list[str], cache: list[dict]) -> dict:
+    """What the dynamic loader could hand a cuDNN sub-library request from outside torch's own folder: the ld.so
+    cache's libcudnn* entries and the libcudnn* files in each LD_LIBRARY_PATH entry (GD-CUDA-005)."""
+    ld_cache = [
+        {**e, "realpath": os.path.realpath(e["path"])}
+        for e in cache
+        if os.path.basename(e["soname"]).startswith("libcudnn")
+    ]
+    return {
+        "ld_cache": ld_cache,
+        "ld_library_path": [{"dir": d, "files": _cudnn_files(d)} for d in ld_dirs],
+    }
+
+
+def describe_cudnn_dirs(dirs: list[str]) -> list[dict]:
+    """torch's own cuDNN folders: each libcudnn* file with the dynamic-section entries that decide where the
+    loader looks for what it loads (SONAME, NEEDED, RPATH, RUNPATH), read from the ELF file (probe/elf.py)."""
+    from gpudoctor.probe.elf import dynamic_info
+
+    out = []
+    for d in dict.fromkeys(dirs):
+        files = []
+        for f in _cudnn_files(d):
+            info = dynamic_info(os.path.join(d, f["name"]))
+            if info is not None:
+                info["needed"] = [n for n in info["needed"] if n.startswith("libcudnn")]
+            files.append({**f, "dynamic": info})
+        out.append({"dir": d, "files": files})
+    return out
+
+
+def torch_cudnn_dirs(torch: dict) -> list[str]:
+    """The folders torch's cuDNN comes from: those of the libcudnn files its process mapped, and the cuDNN wheel's."""
+    mapped = ((torch.get("loaded_libraries") or {}).get("cudnn")) or []
+    dirs = [os.path.dirname(os.path.normpath(p)) for p in mapped]
+    dirs += [d for d in torch.get("wheel_lib_dirs") or [] if os.path.basename(os.path.dirname(d)) == "cudnn"]
+    return list(dict.fromkeys(dirs))
 
 
 def _wheel_dirs() -> list[str]:
@@ -116,7 +186,8 @@ def probe(environ: dict | None = None) -> dict:
     ld_dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
     for d in ld_dirs:
         _scan_dir(d, "LD_LIBRARY_PATH", found)
-    for d in _ldconfig_dirs():
+    cache = _ldconfig_entries()
+    for d in _ldconfig_dirs(cache):
         if d not in ld_dirs:
             _scan_dir(d, "ldconfig", found)
     for d in _wheel_dirs():
@@ -127,4 +198,5 @@ def probe(environ: dict | None = None) -> dict:
         # forward-compat libcuda (cuda-compat package) on LD_LIBRARY_PATH: lets an old driver run newer CUDA
         "cuda_compat": [e for e in found["cuda_driver"] if e["source"] == "LD_LIBRARY_PATH" and "compat" in e["path"]],
         "toolkit": _toolkit(env),
+        "cudnn_loader": cudnn_loader(ld_dirs, cache),
     }

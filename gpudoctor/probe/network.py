@@ -11,6 +11,16 @@ SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
 
 
+def device_bus(net_dir: str) -> str | None:
+    """The bus a network interface's device sits on: the name of <net_dir>/device/subsystem's target ('pci',
+    'usb', ...), which NCCL's topology detection reads (src/graph/xml.cc ncclTopoGetSubsystem); None without a
+    device (virtual interfaces: bridges, bonds, veth, tunnels)."""
+    subsystem = os.path.join(net_dir, "device", "subsystem")
+    if not os.path.exists(subsystem):
+        return None
+    return os.path.basename(os.path.realpath(subsystem)) or None
+
+
 def _interfaces() -> list[dict]:
     try:
         import psutil
@@ -32,6 +42,7 @@ def _interfaces() -> list[dict]:
                 # getifaddrs() (which NCCL walks to choose) lists IPv4 addresses by interface index
                 "ifindex": small_int(_read(os.path.join(SYS_NET, name, "ifindex"))),
                 "loopback": name == "lo" or _read(os.path.join(SYS_NET, name, "type")) == "772",
+                "bus": device_bus(os.path.join(SYS_NET, name)),
                 "mtu": st.mtu if st else None,
                 "speed_mbps": st.speed if st and st.speed else None,
                 "addresses": [a.address for a in addrs.get(name, []) if a.family.name in ("AF_INET", "AF_INET6")],

@@ -8,7 +8,9 @@ read past the first 64 bytes: without it acs is {"readable": false}.
 
 Section "pci": iommu {enabled, groups}, gpus [{bdf, iommu_group, iommu_domain, bridges [bdf, from
 the root port down], aer {fatal, non_fatal, corrected} | None (totals since boot)}], bridges [{bdf,
-root_port, acs {readable, capable, control, request_redirect, completion_redirect, source_validation}}].
+root_port, acs {readable, capable, control, request_redirect, completion_redirect, source_validation},
+aer {...} | None (the port's own totals since boot: link errors are counted at both ends)}],
+uptime_seconds (when the totals were read: their rate per hour since boot).
 """
 
 from __future__ import annotations
@@ -121,5 +123,24 @@ def probe(root: str = "/") -> dict:
             for _ in range(i):
                 path = os.path.dirname(path)
             if bdf not in bridges:
-                bridges[bdf] = {"bdf": bdf, "root_port": bdf == above[0], "acs": acs_state(_read_config(path))}
-    return {"iommu": _iommu(root), "gpus": gpus, "bridges": sorted(bridges.values(), key=lambda b: b["bdf"])}
+                bridges[bdf] = {
+                    "bdf": bdf,
+                    "root_port": bdf == above[0],
+                    "acs": acs_state(_read_config(path)),
+                    "aer": aer_counts(path),
+                }
+    return {
+        "iommu": _iommu(root),
+        "gpus": gpus,
+        "bridges": sorted(bridges.values(), key=lambda b: b["bdf"]),
+        "uptime_seconds": _uptime(root),
+    }
+
+
+def _uptime(root: str) -> float | None:
+    """Seconds since boot (/proc/uptime's first field), the time the AER totals were counted over."""
+    text = read_text(os.path.join(root, "proc/uptime")) or ""
+    try:
+        return float(text.split()[0])
+    except (IndexError, ValueError):
+        return None

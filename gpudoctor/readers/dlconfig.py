@@ -103,6 +103,7 @@ class Found:
     raw: Any = None
     problem: str | None = None  # why value is None although the key is there
     also: tuple[str, ...] = ()  # other places that set it
+    set_by: str | None = None  # the launch-line override that gives the value ("launch line 6: data.num_workers=2")
 
 
 @dataclass
@@ -150,6 +151,8 @@ class LoaderSettings:
             return f"{name} not set"
         shown = f.value if f.problem is None else f.raw
         key = f.path.rsplit(".", 1)[-1]
+        if f.set_by:
+            return f"{key}={shown} ({f.set_by}, over {self.source})"
         return f"{key}={shown}" if key == f.path else f"{key}={shown} ({f.path})"
 
     def evidence(self) -> dict:
@@ -160,6 +163,8 @@ class LoaderSettings:
                 out[name]["problem"] = f.problem
             if f.also:
                 out[name]["also_at"] = list(f.also)
+            if f.set_by:
+                out[name]["set_by"] = f.set_by
         return out
 
 
@@ -381,8 +386,13 @@ def _framework_defaults(frameworks: frozenset[str]) -> dict[str, Found]:
     return {name: Found(name, value, key, raw=value) for name, (key, value) in HF_DEFAULTS.items()}
 
 
-def find_settings(config: dict | None, source: str = "config", env: dict | None = None) -> LoaderSettings:
-    """The dataloader settings a training config states (none are invented: unset stays unset)."""
+def find_settings(
+    config: dict | None, source: str = "config", env: dict | None = None, overrides=None
+) -> LoaderSettings:
+    """The dataloader settings a training config states (none are invented: unset stays unset).
+
+    overrides (readers/overrides.LaunchOverrides): config is already the one they make; a setting one of them
+    gives says so (set_by), and one a program flag may set (`--num_workers 2`) is unknown."""
     settings = LoaderSettings(source=source)
     if not config:
         return settings
@@ -401,8 +411,50 @@ def find_settings(config: dict | None, source: str = "config", env: dict | None 
         best = max(train_side, key=lambda it: _score(it[2]))
         found = _read(name, best[0], best[1], config, env)
         others = tuple(".".join(p) for p, _, _ in items if p != best[0])
-        settings.found[name] = Found(found.name, found.value, found.path, found.raw, found.problem, others)
+        settings.found[name] = _overridden(
+            Found(found.name, found.value, found.path, found.raw, found.problem, others), overrides, config
+        )
     return settings
+
+
+def _overridden(found: Found, overrides, config: dict) -> Found:
+    """The setting as the launch line leaves it: given by a known override, or unknown under a program flag."""
+    if not overrides:
+        return found
+    from dataclasses import replace
+
+    flag = overrides.opaque(found.path)
+    if flag is not None:
+        return replace(
+            found,
+            value=None,
+            problem=(
+                f"{overrides.where()} passes `{flag.written}` to the program: whether it sets {found.path} from that "
+                "option is in the program's code, so the value the job runs with is not known"
+            ),
+        )
+    group = overrides.group_choice(found.path, config)
+    if group is not None:
+        return replace(
+            found,
+            value=None,
+            problem=(
+                f"{overrides.where()} picks the config group `{group.written}`: {found.path} comes from that group's "
+                "file, not the config given"
+            ),
+        )
+    override = overrides.setting(found.path, config)
+    if override is None:
+        return found
+    if not override.known:
+        return replace(
+            found,
+            value=None,
+            raw=override.raw,
+            problem=f"{overrides.where()} sets it to `{override.written}`, known only when the job runs",
+            set_by=f"{overrides.where()}: {override.written}",
+        )
+    return replace(found, set_by=f"{overrides.where()}: {override.written}")
 
 
 def from_context(ctx, env: dict | None = None) -> LoaderSettings | None:
@@ -411,7 +463,7 @@ def from_context(ctx, env: dict | None = None) -> LoaderSettings | None:
         return None
     if ctx.config_path == LIVE_SOURCE:
         return live_settings(ctx.config)
-    return find_settings(ctx.config, ctx.config_path or "config", env)
+    return find_settings(ctx.config, ctx.config_path or "config", env, getattr(ctx, "overrides", None))
 
 
 # A DataLoader object read by gpudoctor.audit_dataloader travels in Context.config under this source.

@@ -10,6 +10,7 @@ CUDA_VISIBLE_DEVICES is read by gpudoctor.readers.cudavis.
     parse_gres("gpu:h200:1")                 -> GpuRequest(count=1, type="h200")
     parse_gres("gpu:a100:2(IDX:0-1)")        -> GpuRequest(count=2, type="a100", indices=(0, 1))
     parse_gpus("h100:4")                     -> GpuRequest(count=4, type="h100")   (--gpus, --gpus-per-node/-task)
+    job_detail(text of `scontrol show job -d`) -> JobDetail(state, nodes, gpus per node, batch script path)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ __all__ = [
     "parse_gpus",
     "parse_gpu_env",
     "split_top_level",
+    "JobDetail",
+    "job_detail",
 ]
 
 
@@ -380,3 +383,65 @@ def parse_gpu_env(name: str, value: str) -> GpuRequest:
         return parse_gpus(value)
     except SlurmFormatError as e:
         raise SlurmFormatError(f"{name}: {e}") from None
+
+
+# ---------------------------------------------------------------- scontrol show job -d
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """What `scontrol show job -d JOB` says of a job's placement: its state, nodes, the GPU indices it holds on
+    each node (the detail lines `Nodes=n[1-2] CPU_IDs=... GRES=gpu:h200:4(IDX:0-3)`), and its batch script."""
+
+    job_id: str
+    state: str | None
+    nodes: tuple[str, ...]
+    gpus: dict  # node -> tuple of GPU indices (nodes without GPUs: ())
+    batch: bool
+    command: str | None  # the batch script's path as submitted (scontrol's Command=)
+    user: str | None
+
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z/:]+)=(\S*)")
+
+
+def job_detail(text: str) -> JobDetail:
+    """Read `scontrol show job -d JOB`'s multi-line record (one job; the first record when several)."""
+    fields: dict[str, str] = {}
+    gpus: dict[str, tuple[int, ...]] = {}
+    first = True
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            if fields:
+                break
+            continue
+        if stripped.startswith("Nodes=") and not first:  # a detail line: the nodes and what they hold
+            found = dict(_FIELD.findall(stripped))
+            hosts = expand_nodelist(found.get("Nodes", ""))
+            req = parse_gres(found.get("GRES", "")) if found.get("GRES") else None
+            held = tuple(req.indices or ()) if req is not None else ()
+            for host in hosts:
+                gpus[host] = held
+            continue
+        first = False
+        if stripped.startswith("Command="):  # a path may hold spaces: the rest of the line
+            fields["Command"] = stripped[len("Command=") :]
+            continue
+        for key, value in _FIELD.findall(stripped):
+            fields.setdefault(key, value)
+    if "JobId" not in fields:
+        raise SlurmFormatError("scontrol show job: no JobId in its output")
+    nodelist = fields.get("NodeList", "")
+    nodes = tuple(expand_nodelist(nodelist)) if nodelist and nodelist != "(null)" else ()
+    user = fields.get("UserId", "").split("(")[0] or None
+    command = fields.get("Command")
+    return JobDetail(
+        job_id=fields["JobId"],
+        state=fields.get("JobState"),
+        nodes=nodes,
+        gpus={n: gpus.get(n, ()) for n in nodes},
+        batch=fields.get("BatchFlag") == "1",
+        command=None if command in (None, "", "(null)") else command,
+        user=user,
+    )

@@ -17,13 +17,18 @@ def load_config(path: str) -> dict:
         text = read_input(path, "--config")
     except FileIOError as e:
         raise ConfigError(str(e)) from None
+    return parse_config(text, path, "--config")
+
+
+def parse_config(text: str, path: str, what: str) -> dict:
+    """A config's text as a mapping: JSON for a .json name, YAML (safe) otherwise; ConfigError names `what path`."""
     if os.path.splitext(path)[1].lower() == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"--config {path}: broken JSON at line {e.lineno}: {e.msg}") from None
+            raise ConfigError(f"{what} {path}: broken JSON at line {e.lineno}: {e.msg}") from None
         except (ValueError, RecursionError) as e:
-            raise ConfigError(f"--config {path}: {_unreadable(e)}") from None
+            raise ConfigError(f"{what} {path}: {_unreadable(e)}") from None
     else:
         import yaml
 
@@ -33,14 +38,14 @@ def load_config(path: str) -> dict:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ConfigError(f"--config {path}: broken YAML{where}: {problem}") from None
+            raise ConfigError(f"{what} {path}: broken YAML{where}: {problem}") from None
         except (ValueError, RecursionError) as e:  # see _unreadable
-            raise ConfigError(f"--config {path}: {_unreadable(e)}") from None
+            raise ConfigError(f"{what} {path}: {_unreadable(e)}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping at the top level, got {type(data).__name__}")
-    _check_expanded_size(data, path)
+        raise ConfigError(f"{what} {path}: expected a mapping at the top level, got {type(data).__name__}")
+    _check_expanded_size(data, path, what)
     return data
 
 
@@ -50,7 +55,7 @@ def load_config(path: str) -> dict:
 MAX_VALUES = 1_000_000
 
 
-def _check_expanded_size(data, path: str) -> None:
+def _check_expanded_size(data, path: str, what: str = "--config") -> None:
     count = 0
     # a value and the ids of the containers it is inside
     stack: list[tuple[object, frozenset[int]]] = [(data, frozenset())]
@@ -58,11 +63,11 @@ def _check_expanded_size(data, path: str) -> None:
         node, inside = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise ConfigError(f"--config {path}: expands to more than {MAX_VALUES:,} values (YAML aliases of aliases?)")
+            raise ConfigError(f"{what} {path}: expands to more than {MAX_VALUES:,} values (YAML aliases of aliases?)")
         if isinstance(node, (dict, list)):
             if id(node) in inside:
                 raise ConfigError(
-                    f"--config {path}: a YAML alias refers to a value that contains it (the config never ends)"
+                    f"{what} {path}: a YAML alias refers to a value that contains it (the config never ends)"
                 )
             inside = inside | {id(node)}
             stack.extend((child, inside) for child in (node.values() if isinstance(node, dict) else node))
@@ -80,13 +85,21 @@ def key_lines(path: str) -> dict[str, int]:
     ('data.loader.num_workers'; list items by index): where a finding about that setting points. YAML's
     composer keeps every node's position (JSON is read the same way); {} when the file cannot be composed,
     since a finding without a line still stands."""
-    import yaml
-
     from gpudoctor.fileio import FileIOError, read_input
 
     try:
-        root = yaml.compose(read_input(path, "--config"), Loader=yaml.SafeLoader)
-    except (FileIOError, yaml.YAMLError, ValueError, RecursionError):
+        return text_key_lines(read_input(path, "--config"))
+    except FileIOError:
+        return {}
+
+
+def text_key_lines(text: str) -> dict[str, int]:
+    """key_lines over a config's text already read."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, ValueError, RecursionError):
         return {}
     lines: dict[str, int] = {}
     stack: list[tuple[object, str]] = [(root, "")]

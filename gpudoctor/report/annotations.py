@@ -4,11 +4,14 @@ Only the verdict's findings are written (job.target.split: those about the submi
 verdict, would annotate a pull request with the CI runner's missing GPU). A finding with no line of its
 own (Finding.location, job/locate.py) that is about the job a script or config describes goes on line 1
 of that file (the batch script first): it is about the file as a whole. Any other finding has no file.
+Every text from outside (a file name, a message quoting a script) goes through the one sanitiser
+(gpudoctor.sanitize.clean) first: no escape sequence or control byte reaches the CI log or terminal.
 """
 
 from __future__ import annotations
 
 from gpudoctor.model import Context, Finding, Location, Severity
+from gpudoctor.sanitize import clean
 
 # GitHub workflow commands per severity (docs.github.com: workflow-commands-for-github-actions).
 GITHUB_COMMAND = {Severity.FAIL: "error", Severity.ERROR: "error", Severity.WARN: "warning", Severity.INFO: "notice"}
@@ -24,12 +27,15 @@ def where(finding: Finding, ctx: Context) -> Location | None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return " ".join(clean(text).split())
 
 
 def escape_data(text: str) -> str:
-    """A workflow command's message, escaped as actions/toolkit's command.ts escapeData does."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message, escaped as actions/toolkit's command.ts escapeData does, after the
+    sanitiser (gpudoctor.sanitize.clean) has dropped escape sequences and written other control characters
+    as \\xNN: CR and LF are left to GitHub's own escaping (%0D, %0A), which the runner turns back into line
+    breaks of the annotation."""
+    return clean(text, keep="\r").replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:
@@ -63,7 +69,7 @@ def github(findings: list[Finding], ctx: Context) -> str:
 def concise_line(finding: Finding, ctx: Context) -> str:
     """`path:line: GD-ID message` (ruff/flake8 style; `gpudoctor: GD-ID ...` for a finding with no file)."""
     loc = where(finding, ctx)
-    head = f"{loc.file}:{loc.line or 1}" if loc is not None else "gpudoctor"
+    head = f"{_one_line(loc.file)}:{loc.line or 1}" if loc is not None else "gpudoctor"
     kind = "" if finding.severity is not Severity.WARN else "warning: "
     return f"{head}: {finding.id} {kind}{_one_line(finding.message)}"
 

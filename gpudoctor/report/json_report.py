@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import platform
 
 from gpudoctor import __version__
 from gpudoctor.model import Finding
 from gpudoctor.runner import summarize
+from gpudoctor.sanitize import json_text
 
 SCHEMA = "gpudoctor.report/1"
 
@@ -30,7 +30,7 @@ def build(findings: list[Finding], facts_meta: dict | None = None, extra: dict |
 def render(findings: list[Finding], facts_meta: dict | None = None, extra: dict | None = None) -> str:
     # default=str: evidence quoted from a YAML config may hold dates, sets or bytes.
     # allow_nan=False: NaN/Infinity are not JSON (RFC 8259); strict parsers (jq, JSON.parse, Go) reject them.
-    return json.dumps(strict_json(build(findings, facts_meta, extra)), indent=2, default=str, allow_nan=False) + "\n"
+    return json_text(strict_json(build(findings, facts_meta, extra)), indent=2, default=str, allow_nan=False) + "\n"
 
 
 NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}

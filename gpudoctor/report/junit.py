@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from gpudoctor.model import Finding, Severity
+from gpudoctor.sanitize import clean
 
 # Characters XML 1.0 cannot hold (most control characters, lone surrogates): one in a message,
 # e.g. from an environment value, would make the whole report unparsable for the CI.
@@ -28,8 +29,8 @@ def render(findings: list[Finding], strict: bool = False) -> str:
         counts: defaultdict[str, int] = defaultdict(int)
         for f in items:
             case = ET.SubElement(suite, "testcase", classname=f"gpudoctor.{cat}", name=f"{f.id} {f.name}")
-            message = _xml(f.message)
-            text = message + (f"\nfix: {_xml(f.fix.title)}" if f.fix else "")
+            message = _xml(clean(f.message))
+            text = message + (f"\nfix: {_xml(clean(f.fix.title))}" if f.fix else "")
             failing = f.severity is Severity.FAIL or (strict and f.severity is Severity.WARN)
             if failing:
                 ET.SubElement(case, "failure", message=message, type=f.severity.value).text = text

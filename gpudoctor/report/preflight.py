@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
 
+from gpudoctor import shellquote
 from gpudoctor.facts import Facts, collectable_env
 
 
@@ -77,7 +77,7 @@ def fix_command(ctx, python: str | None = None, node_snapshot: str | None = None
         parts += ["--expect-gpus", str(ctx.expect_gpus)]
     if python:
         parts += ["--python", python]
-    return " ".join(shlex.quote(p) for p in parts)
+    return shellquote.command(parts)  # a file name with any bytes is copy-pasted exactly
 
 
 def header(version: str, facts: Facts, target, snapshot: str | None) -> str:

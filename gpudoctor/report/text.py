@@ -19,12 +19,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
-import shlex
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpudoctor import shellquote
 from gpudoctor.job.target import Target
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
 from gpudoctor.sanitize import clean
@@ -58,6 +57,7 @@ FILE_EDITS = frozenset(
         ActionKind.OVERRIDE_SET,
         ActionKind.SBATCH_RENAME,
         ActionKind.CONTINUATION_REPAIR,
+        ActionKind.DIRECTIVE_REPAIR,
     }
 )
 DEFAULT_EVIDENCE_LINES = 2
@@ -118,18 +118,20 @@ def evidence_lines(
     return lines
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_./:,=@%+\-]*")
-_EXPANDED = re.compile(r"[A-Za-z0-9_./:,=@%+\-${}]*")
-
-
 def export_line(name: str, value) -> str:
-    """`export NAME=value` as a person would type it: bare when safe, "$VAR" kept expandable, else single-quoted."""
-    text = str(value)
-    if _PLAIN.fullmatch(text):
-        return f"export {name}={text}"
-    if _EXPANDED.fullmatch(text):
-        return f'export {name}="{text}"'
-    return f"export {name}={shlex.quote(text)}"
+    """`export NAME=value` as the shell must read it (gpudoctor.shellquote: the value's bytes exactly, a
+    Reference kept live); a name no shell can set is a comment saying so, never an assignment."""
+    try:
+        return shellquote.export(name, value if isinstance(value, str) else str(value))
+    except ValueError as e:
+        return f"# {e}; no shell line can set it"
+
+
+def unset_line(name: str) -> str:
+    try:
+        return shellquote.unset(name)
+    except ValueError as e:
+        return f"# {e}; no shell line can unset it"
 
 
 def action_lines(fix: Fix) -> list[str]:
@@ -139,9 +141,9 @@ def action_lines(fix: Fix) -> list[str]:
     for a in fix.actions:
         kind = ActionKind(a.kind)
         if kind is ActionKind.SET_ENV:
-            out.append(export_line(a.target, a.value))
+            out.append(export_line(a.target, a.env_value))
         elif kind is ActionKind.UNSET_ENV:
-            out.append(f"unset {a.target}")
+            out.append(unset_line(a.target))
         elif kind is ActionKind.COMMAND:
             out.append(a.target)
         elif kind is ActionKind.SBATCH_SET:
@@ -164,6 +166,8 @@ def action_lines(fix: Fix) -> list[str]:
             out.append(f"{a.target}: #SBATCH {a.key} -> --{a.value}")
         elif kind is ActionKind.CONTINUATION_REPAIR:
             out.append(f"{a.target}: nothing after the backslash of `{a.value}` (its comment moves above the command)")
+        elif kind is ActionKind.DIRECTIVE_REPAIR:
+            out.append(f"{a.target}: write `{a.value}` as an #SBATCH directive")
         else:  # a kind added later: its raw form rather than nothing
             out.append(f"{kind.value} {a.target} {a.key or ''} {a.value if a.value is not None else ''}".strip())
     return out
@@ -186,6 +190,7 @@ class View:
     label: str | None = None  # "rank 3/8 on gpu07": prefixed to every line under a launcher
     subject: str | None = None  # what the verdict line names ("the run"); default: the job or this machine
     notes: bool = False  # show every note in full (a command without -v, such as smoke)
+    fails_mean: str = "it will not run as intended"  # what a fail says of the subject (watch: of a running job)
 
 
 def _color(file) -> bool:
@@ -369,14 +374,14 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
     )
 
 
-def _verdict(findings: list[Finding], target, subject: str | None = None) -> tuple[str, str]:
+def _verdict(
+    findings: list[Finding], target, subject: str | None = None, fails_mean: str = View.fails_mean
+) -> tuple[str, str]:
     c = Counter(f.severity for f in findings)
     what = subject or ("the job" if getattr(target, "kind", None) == "job" else "this machine")
     parts = [f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s]]
     if c[Severity.FAIL]:
-        return f"✗ {what}: {', '.join(parts)} — it will not run as intended" + (
-            " (exit 1)" if target else ""
-        ), "bold red"
+        return f"✗ {what}: {', '.join(parts)} — {fails_mean}" + (" (exit 1)" if target else ""), "bold red"
     if c[Severity.ERROR]:  # a check that could not run judged nothing: never a pass (model.exit_code)
         failed = sorted({f.id for f in findings if f.severity is Severity.ERROR})
         shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
@@ -424,7 +429,7 @@ def render(findings: list[Finding], header: str = "", verbose=False, file=None, 
             out.text(2, f"{i}. {step}")
     if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
         out.line()
-    text, style = _verdict(verdict, target, view.subject)
+    text, style = _verdict(verdict, target, view.subject, view.fails_mean)
     out.text(0, text, style)
     body = out.buf.getvalue()
     if view.label:

@@ -625,3 +625,19 @@ def test_file_versions_and_build_versions():
     assert file_version("/x/libcudnn.so.9.1.0") == (9, 1, 0)
     assert file_version("/x/libcublasLt.so.12.4.5.8") == (12, 4, 5, 8)
     assert file_version("/x/libcudnn.so.9") is None  # the wheels' bare soname says only the major
+
+
+# --- GD-CUDA-009 kineto-daemon-initialises-cuda-at-import -----------------------------------------
+
+
+@pytest.mark.parametrize("value", ["1", "0", ""])
+def test_kineto_use_daemon_set_to_any_value_warns(value):
+    (f,) = run("GD-CUDA-009", make_facts(env={"PATH": "/usr/bin", "KINETO_USE_DAEMON": value}))
+    assert f.severity is Severity.WARN and "initialization error" in f.message
+    assert f.fix.actions[0].target == "KINETO_USE_DAEMON" and f.fix.safety.value == "safe"
+
+
+@pytest.mark.parametrize("env", [{}, {"KINETO_LOG_LEVEL": "3"}])
+def test_kineto_daemon_unset_passes(env):
+    (f,) = run("GD-CUDA-009", make_facts(env={"PATH": "/usr/bin", **env}))
+    assert f.severity is Severity.PASS

@@ -216,3 +216,92 @@ def test_snapshot_o_a_device_and_a_symlink_keep_what_they_are(tmp_path):
     link.symlink_to(target)
     r = gpudoctor("snapshot", "-o", str(link))
     assert r.returncode == 0 and link.is_symlink() and '"gpudoctor.facts/1"' in target.read_text(), r.stderr
+
+
+# --- one symlink rule for every writer (issue 24) -----------------------------------------------------------
+
+SNAPSHOT = str(ROOT / "tests" / "fixtures" / "facts" / "recorded-cpu-debian12-torch2.13-nogpu.json")
+SEED_FIXED = ROOT / "tests" / "fixtures" / "sbatch" / "seed-fixed-ntasks1-lightning.slurm"
+
+
+def _writer_argv(writer: str, out: Path, work: Path) -> list[str]:
+    """The command line of one writer, writing to out (for fix --apply, out is the script edited)."""
+    return {
+        "check --junit": ["check", "--snapshot", SNAPSHOT, "--select", "nccl", "--junit", str(out)],
+        "check --prometheus": ["check", "--snapshot", SNAPSHOT, "--select", "nccl", "--prometheus", str(out)],
+        "docs -o": ["docs", "-o", str(out)],
+        "fix --apply": ["fix", "--snapshot", SNAPSHOT, "--launcher", "lightning", "--sbatch", str(out), "--apply"],
+        # facts with NCCL_DEBUG=INFO, replayed: one environment change to write
+        "fix --env-file": ["fix", "--snapshot", str(work / "nccl-info.json"), "--env-file", str(out)],
+    }[writer]
+
+
+WRITERS = ["check --junit", "check --prometheus", "docs -o", "snapshot -o", "fix --apply", "fix --env-file"]
+
+
+def _run_writer(writer: str, out: Path, work: Path, monkeypatch, capsys) -> tuple[int, str]:
+    from gpudoctor.cli import main
+    from gpudoctor.facts import Facts
+    from tests.factsutil import make_facts
+
+    monkeypatch.setenv("SLURM_CONF", os.devnull)
+    if writer == "snapshot -o":  # cmd_snapshot's write without its probe (seconds): Facts.dump, the same writer
+        try:
+            Facts.load(SNAPSHOT).dump(str(out))
+        except FileIOError as e:
+            print(f"gpudoctor: {e}", file=sys.stderr)
+            return 2, capsys.readouterr().err
+        return 0, capsys.readouterr().err
+    make_facts("recorded-cpu-debian12-torch2.13-nogpu", env={"NCCL_DEBUG": "INFO"}).dump(str(work / "nccl-info.json"))
+    code = main(_writer_argv(writer, out, work))
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_every_writer_follows_a_symlink_within_its_directory(tmp_path, writer, monkeypatch, capsys):
+    target = tmp_path / "real.out"
+    target.write_bytes(SEED_FIXED.read_bytes() if writer == "fix --apply" else b"old\n")
+    link = tmp_path / "latest.out"
+    link.symlink_to("real.out")
+    code, err = _run_writer(writer, link, tmp_path, monkeypatch, capsys)
+    assert code in (0, 1), err  # fix --apply: written, an unsafe-only fail remains (exit 1)
+    assert link.is_symlink() and os.readlink(link) == "real.out"
+    assert target.read_bytes() not in (b"old\n", SEED_FIXED.read_bytes())
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_every_writer_refuses_a_symlink_out_of_its_directory(tmp_path, writer, monkeypatch, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / "victim"
+    original = SEED_FIXED.read_bytes() if writer == "fix --apply" else b"keep me\n"
+    victim.write_bytes(original)
+    here = tmp_path / "checkout"
+    here.mkdir()
+    link = here / "out.file"
+    link.symlink_to(victim)
+    code, err = _run_writer(writer, link, tmp_path, monkeypatch, capsys)
+    assert code == 2 and "outside its own directory" in err and len(err.strip().splitlines()) == 1, err
+    assert victim.read_bytes() == original and os.listdir(elsewhere) == ["victim"]
+    assert link.is_symlink() and os.listdir(here) == ["out.file"]
+
+
+def test_a_symlinked_directory_in_the_path_is_followed(tmp_path):
+    """node_exporter's textfile directory is often a link: the path names it, so it is written there."""
+    real_dir = tmp_path / "srv-textfile"
+    real_dir.mkdir()
+    (tmp_path / "textfile").symlink_to(real_dir)
+    write_output(str(tmp_path / "textfile" / "gpudoctor.prom"), "x 1\n", what="--prometheus")
+    assert (real_dir / "gpudoctor.prom").read_text() == "x 1\n"
+
+
+def test_smoke_writers_refuse_a_symlink_out_of_its_directory(tmp_path, capsys):
+    from gpudoctor.sample_train.launch import _write
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "base.json").symlink_to(victim)
+    assert _write(str(tmp_path / "d" / "base.json"), "{}\n", "--save-baseline") is False
+    assert "outside its own directory" in capsys.readouterr().err and victim.read_text() == "keep me\n"
+    assert write_output("/dev/stdout", "", what="-o") is None  # a descriptor's magic link is written through

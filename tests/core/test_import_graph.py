@@ -1,5 +1,5 @@
-"""The layering holds (DESIGN.md): the core (gpudoctor/) imports nothing of the packages above it
-(checks, fixes, sample_train), and no two modules import each other, directly or round a circle —
+"""The layering holds (docs/architecture.md): the core (gpudoctor/) imports nothing of the packages above it
+(checks, fixes, sample_train, watch), and no two modules import each other, directly or round a circle —
 counting imports made inside functions, which hide a circle without removing it."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Installed names of the source folders (pyproject's package-dir).
 FOLDERS = {"gpudoctor": ROOT / "gpudoctor", "gpudoctor.checks": ROOT / "checks", "gpudoctor.fixes": ROOT / "fixes"}
 FOLDERS["gpudoctor.sample_train"] = ROOT / "sample_train"
-ABOVE_THE_CORE = ("gpudoctor.checks", "gpudoctor.fixes", "gpudoctor.sample_train")
+FOLDERS["gpudoctor.watch"] = ROOT / "watch"
+ABOVE_THE_CORE = ("gpudoctor.checks", "gpudoctor.fixes", "gpudoctor.sample_train", "gpudoctor.watch")
 
 
 def modules() -> dict[str, Path]:
@@ -21,7 +22,7 @@ def modules() -> dict[str, Path]:
             rel = path.relative_to(folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([prefix, *parts])
-            if prefix == "gpudoctor" and parts and parts[0] in ("checks", "fixes", "sample_train"):
+            if prefix == "gpudoctor" and parts and parts[0] in ("checks", "fixes", "sample_train", "watch"):
                 continue  # not a folder of the core (none exists today; kept explicit)
             found[name] = path
     return found

@@ -142,6 +142,16 @@ def test_smoke_checks_are_listed_but_never_run_by_check():
             select(SPECS, [name], None)
 
 
+def test_watch_verdicts_are_listed_but_never_run_by_check():
+    watch = [s for s in SPECS.values() if s.source == "watch"]
+    assert sorted(s.id for s in watch) == [f"GD-WATCH-{n:03d}" for n in range(1, len(watch) + 1)]
+    ids = {f.id for f in run_checks(SPECS.values(), make_facts(), Context())}
+    assert ids and not ids & {s.id for s in watch}
+    assert not {s.id for s in select(SPECS, ["slurm"], None)} & {s.id for s in watch}
+    with pytest.raises(RegistryError, match="judged by `gpudoctor watch`"):
+        select(SPECS, ["GD-WATCH-001"], None)
+
+
 # --- registration mistakes, each caught at import with the file and the check --------------
 
 GOOD = dict(

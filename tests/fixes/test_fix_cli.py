@@ -349,3 +349,19 @@ def test_validate_runs_a_real_smoke_with_the_fixed_environment(tmp_path):
     v = out["validation"]
     assert v["ran"] is True and v["ok"] is True and v["summary"].startswith("smoke passed"), v
     assert r.returncode == 0
+
+
+def test_apply_repairs_a_stray_bang_directive_and_the_rendezvous_port(tmp_path, capsys):
+    """A safe plan on a real pattern: `!#SBATCH --signal` made a directive, a one-node c10d endpoint freed."""
+    p = tmp_path / "job.slurm"
+    p.write_text(
+        "#!/bin/bash\n#SBATCH --gres=gpu:2\n!#SBATCH --signal=SIGUSR1@90\n"
+        "torchrun --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=localhost:6000 --rdzv_id=100 t.py\n"
+    )
+    rc = main(["fix", "--snapshot", SNAPSHOT, "--sbatch", str(p), "--apply", "--select", "GD-SLURM-025,GD-SLURM-026"])
+    capsys.readouterr()
+    assert rc == 0
+    assert p.read_text() == (
+        "#!/bin/bash\n#SBATCH --gres=gpu:2\n#SBATCH --signal=SIGUSR1@90\n"
+        "torchrun --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=localhost:0 --rdzv_id=100 t.py\n"
+    )

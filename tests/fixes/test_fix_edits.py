@@ -12,6 +12,7 @@ from gpudoctor.fixes.plan import make_plan
 from gpudoctor.fixes.sbatch_edit import EditError
 from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
 from gpudoctor.readers.sbatch import parse_sbatch
+from gpudoctor.shellquote import Reference
 from tests.factsutil import make_facts
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "sbatch"
@@ -80,7 +81,7 @@ def test_exports_set_in_place_added_before_launch_and_removed():
     text = "#!/bin/bash\n#SBATCH --nodes=1\nexport A=1 NCCL_DEBUG=INFO\n  srun python t.py\n"
     new = edit.set_export(text, "NCCL_DEBUG", "WARN")
     assert "export A=1 NCCL_DEBUG=WARN\n" in new
-    new = edit.set_export(new, "OMP_NUM_THREADS", "$SLURM_CPUS_PER_TASK")
+    new = edit.set_export(new, "OMP_NUM_THREADS", Reference("SLURM_CPUS_PER_TASK"))
     assert '  export OMP_NUM_THREADS="$SLURM_CPUS_PER_TASK"\n  srun python t.py\n' in new
     new = edit.remove_export(new, "NCCL_DEBUG")
     assert "\nexport A=1\n" in new
@@ -89,21 +90,36 @@ def test_exports_set_in_place_added_before_launch_and_removed():
     assert "  unset CUDA_VISIBLE_DEVICES\n  srun python t.py\n" in new
 
 
-def test_override_on_the_launch_line_hydra_and_flags():
-    text = "#!/bin/bash\nsrun python t.py \\\n  +data.batch_size=22 \\\n  --num-workers 4\n"
+def test_override_on_the_launch_line_hydra_jsonargparse_and_launcher_flags():
+    text = "#!/bin/bash\nsrun python t.py \\\n  +data.batch_size=22 \\\n  --num-workers 4 --model.lr 0.1\n"
     assert edit.override_on_launch(text, "data.batch_size")
     new = edit.set_override(text, "data.batch_size", 16)
     assert "  +data.batch_size=16 \\\n" in new
-    new = edit.set_override(new, "loader.num_workers", 8)
-    assert "  --num-workers 8\n" in new
-    assert not edit.override_on_launch(text, "model.lr")
+    # a plain program option is not known to set a config key: never edited for one (issue 25 class 7)
+    assert not edit.override_on_launch(text, "loader.num_workers")
+    with pytest.raises(EditError):
+        edit.set_override(new, "loader.num_workers", 8)
+    # jsonargparse: --model.lr sets model.init_args.lr of a class_path section
+    config = {"model": {"class_path": "M", "init_args": {"lr": 1.0}}}
+    assert edit.override_on_launch(text, "model.init_args.lr", config)
+    assert "--model.lr 0.5" in edit.set_override(text, "model.init_args.lr", 0.5)
+    # a launcher's own option (no dots) is its flag: torchrun --nproc-per-node
+    launcher = "#!/bin/bash\ntorchrun --nproc-per-node 4 t.py\n"
+    assert "--nproc-per-node 2 " in edit.set_override(launcher, "nproc_per_node", 2)
     # a key that merely ends like another is not the same key
     assert not edit.override_on_launch("#!/bin/bash\nsrun python t.py x.data.batch_size=1\n", "data.batch_size")
 
 
 def test_shell_lines_quote_values_and_skip_bad_names():
-    out = env_lines({"A": "x y", "B": "$SLURM_CPUS_PER_TASK", "C": None, "BAD NAME": "1", "D": "$(rm -rf ~)"})
-    assert out == ["export A='x y'", 'export B="$SLURM_CPUS_PER_TASK"', "unset C", "export D='$(rm -rf ~)'"]
+    changes = {"A": "x y", "B": Reference("SLURM_CPUS_PER_TASK"), "C": None, "BAD NAME": "1", "D": "$(rm -rf ~)"}
+    out = env_lines({**changes, "E": "$SLURM_CPUS_PER_TASK"})  # a plain str is a literal, even one like a reference
+    assert out == [
+        "export A='x y'",
+        'export B="$SLURM_CPUS_PER_TASK"',
+        "export D='$(rm -rf ~)'",
+        "export E='$SLURM_CPUS_PER_TASK'",
+        "unset C",  # after the exports: a reference reads the environment as it was judged
+    ]
 
 
 # ---------------------------------------------------------------- the planner's rules, on a real file
@@ -260,3 +276,18 @@ def test_a_refused_fix_names_the_new_problem_without_cutting_a_word():
     kept, why = judge(target, [target], after)
     assert not kept and why.startswith("it would cause GD-SLURM-008 warn: 8 CPU(s) per task")
     assert why.endswith(" ...") and why[: -len(" ...")].split()[-1] in workers.split()
+
+
+def test_repair_directive_rewrites_only_the_marker():
+    from gpudoctor.fixes.sbatch_edit import EditError, repair_directive
+
+    text = "#!/bin/bash\n#SBATCH -N1\n!#SBATCH --signal=USR1@90  # note\n  #SBATCH -c 4\n##SBATCH -t 5\npython t.py\n"
+    out = repair_directive(text, "!#SBATCH --signal=USR1@90  # note")
+    out = repair_directive(out, "  #SBATCH -c 4")
+    assert (
+        out == "#!/bin/bash\n#SBATCH -N1\n#SBATCH --signal=USR1@90  # note\n#SBATCH -c 4\n##SBATCH -t 5\npython t.py\n"
+    )
+    import pytest
+
+    with pytest.raises(EditError):
+        repair_directive(out, "##SBATCH -t 5")  # switched off on purpose: never repaired

@@ -294,3 +294,19 @@ def test_one_host_needs_every_rank_and_a_real_host_name():
     assert one_host({"members": members, "missing_ranks": [2]}) is None  # rank 2 may be elsewhere
     assert one_host({"members": [*members, {"rank": 2, "hostname": "n2"}]}) is None
     assert one_host({"members": [{"rank": 0, "hostname": "localhost"}, {"rank": 1, "hostname": "localhost"}]}) is None
+
+
+def _finding(severity: str, nodes: list[str]):
+    from gpudoctor.model import Finding
+
+    return Finding("GD-X-001", "x", "host", Severity(severity), "t", "m", evidence={"nodes": nodes})
+
+
+def test_a_node_with_only_warnings_is_not_a_failed_node():
+    from gpudoctor.job.compare import nodes_summary
+
+    assert nodes_summary(["n1"], [_finding("warn", ["n1"])]) == "1 node with warnings"
+    assert nodes_summary(["n1", "n2"], [_finding("info", ["n1"])]) == "pass on 2 of 2 node(s)"
+    mixed = [_finding("warn", ["n1", "n2"]), _finding("fail", ["n2"]), _finding("error", ["n3"])]
+    summary = nodes_summary(["n1", "n2", "n3", "n4"], mixed)
+    assert summary == "pass on 1 of 4 node(s), 1 node with warnings, 2 nodes failing"

@@ -46,7 +46,8 @@ def test_xid_reset_and_aer_lines_are_classified():
     assert len(events["reset_required"]) == 1 and "Reset Required" in events["reset_required"][0]["message"]
     assert [a["severity"] for a in events["aer"]] == ["non_fatal", "corrected", "fatal"]
     assert events["aer"][0]["device"] == "0000:3b:00.0"
-    assert counts == {"xid": 2, "reset_required": 1, "aer": 3}
+    # corrected errors are also counted per source device, without the cap on listed events (GD-HW-011's rate)
+    assert counts == {"xid": 2, "reset_required": 1, "aer": 3, "aer_corrected:0000:3b:00.0": 1}
 
 
 def test_journal_is_read_when_kmsg_is_missing_and_old_lines_are_dropped(tmp_path):
@@ -62,6 +63,7 @@ def test_journal_is_read_when_kmsg_is_missing_and_old_lines_are_dropped(tmp_path
     assert log["readable"] and log["source"] == "journalctl"
     assert [x["code"] for x in log["xid"]] == [63]  # the DBE two hours ago is outside the 1-hour window
     assert log["attempts"][0]["source"] == "/dev/kmsg" and "does not exist" in log["attempts"][0]["reason"]
+    assert log["aer_corrected_by_device"] == {} and log["window_seconds"] == 3600
 
 
 def test_a_hanging_journalctl_is_killed_with_its_child_and_dmesg_is_used(tmp_path):
@@ -158,8 +160,15 @@ def test_acs_redirect_on_the_switch_above_two_gpus_is_read_from_config_space(tmp
     (gpu0 / "aer_dev_fatal").write_text("Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 0\n")
     (gpu0 / "aer_dev_nonfatal").write_text("Undefined 0\nCmpltTO 2\nTOTAL_ERR_NONFATAL 2\n")
     (gpu0 / "aer_dev_correctable").write_text("RxErr 17\nTOTAL_ERR_COR 17\n")
+    port = gpu0.parent  # the switch's downstream port: the other end of GPU 0's link counts its own errors
+    (port / "aer_dev_correctable").write_text("RxErr 90000\nBadTLP 12\nTOTAL_ERR_COR 90012\n")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/uptime").write_text("86400.25 1234567.00\n")
 
     section = pci.probe(str(tmp_path))
+    assert section["uptime_seconds"] == 86400.25
+    assert [b["bdf"] for b in section["bridges"] if b["aer"]] == ["0000:02:08.0"]
+    assert next(b for b in section["bridges"] if b["bdf"] == "0000:02:08.0")["aer"] == {"corrected": 90012}
     assert [g["bdf"] for g in section["gpus"]] == ["0000:03:00.0", "0000:04:00.0"]
     assert section["gpus"][0]["bridges"] == chain and section["gpus"][0]["iommu_domain"] == "DMA-FQ"
     bridges = {b["bdf"]: b for b in section["bridges"]}
@@ -254,3 +263,20 @@ def test_malformed_new_sections_are_refused_by_the_schema():
     assert "pci.bridges.0" in first_problem(bad_acs)
     ok_error = {"schema": "gpudoctor.facts/1", "kernel": {"error": "probe timed out", "timed_out": True}}
     assert first_problem(ok_error) is None
+
+
+def test_a_nics_bus_is_the_subsystem_its_device_links_to(tmp_path):
+    from gpudoctor.probe.network import device_bus
+
+    usb = tmp_path / "sys/bus/usb"
+    usb.mkdir(parents=True)
+    device = tmp_path / "sys/devices/pci0000:00/0000:00:14.0/usb1/1-4/1-4:1.0"
+    device.mkdir(parents=True)
+    (device / "subsystem").symlink_to(usb)
+    nic = tmp_path / "sys/class/net/enx0c3796a1b2c3"
+    nic.mkdir(parents=True)
+    (nic / "device").symlink_to(device)
+    assert device_bus(str(nic)) == "usb"
+    bridge = tmp_path / "sys/class/net/br0"
+    bridge.mkdir(parents=True)
+    assert device_bus(str(bridge)) is None

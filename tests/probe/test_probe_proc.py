@@ -52,7 +52,7 @@ def test_a_hanging_ldconfig_with_a_child_is_killed_whole(tmp_path, monkeypatch):
     _script(tmp_path / "ldconfig", f"sleep 300 &\necho $! > {pidfile}\nsleep 300\n")
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     t0 = time.monotonic()
-    assert libraries._ldconfig_dirs() == []
+    assert libraries._ldconfig_entries() == []
     took = time.monotonic() - t0
     assert took < 8, took
     assert _gone(_child_pid(pidfile)), "ldconfig's child outlived the probe"

@@ -27,7 +27,8 @@ from gpudoctor.runner import run_check
 from tests.factsutil import make_facts
 
 REALWORLD = Path(__file__).parents[1] / "fixtures" / "sbatch" / "realworld"
-SCRIPTS = sorted(REALWORLD.glob("*.slurm"))
+# A script in a folder of its own comes with the program it launches (readers/program.py reads it).
+SCRIPTS = sorted(REALWORLD.glob("*.slurm")) + sorted(REALWORLD.glob("*/*.slurm"))
 CATEGORIES = ("slurm", "distributed")
 DEFAULT_SLURM_VERSION = "22.05.8"
 BAD = (Severity.WARN, Severity.FAIL)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from gpudoctor.readers import slurmfmt
 from gpudoctor.readers.slurmfmt import (
     GpuRequest,
     SlurmFormatError,
@@ -126,3 +127,52 @@ def test_parse_int_and_split():
     with pytest.raises(SlurmFormatError):
         parse_int("0", "nodes", minimum=1)
     assert split_top_level("a[1,2],b(IDX:0,1),c") == ["a[1,2]", "b(IDX:0,1)", "c"]
+
+
+# ---------------------------------------------------------------- scontrol show job -d (gpudoctor watch)
+
+# As slurm-wlm 22.05 printed it for a running job on the test cluster (tests/watch/test_watch_slurm.py), cut;
+# the second job's detail lines are constructed in the same format for two nodes with different GPUs.
+SHOW_JOB = """\
+JobId=1 JobName=one.sh
+   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
+   NodeList=gdw23022
+   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=gpu:h200:8
+     Nodes=gdw23022 CPU_IDs=255 Mem=0 GRES=gpu:h200:8(IDX:0-7)
+   MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0
+   Command=/home/alice/my jobs/one.sh
+   WorkDir=/home/alice
+   TresPerNode=gres:gpu:8
+"""
+SHOW_TWO_NODES = """\
+JobId=77 JobName=train
+   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=0 Reboot=0 ExitCode=0:0
+   NodeList=gpu[01-02]
+     Nodes=gpu01 CPU_IDs=0-7 Mem=0 GRES=gpu:a100:4(IDX:0-3)
+     Nodes=gpu02 CPU_IDs=0-7 Mem=0 GRES=gpu:a100:2(IDX:2,5),nic:1(IDX:0)
+   Command=(null)
+"""
+
+
+def test_job_detail_reads_nodes_gpu_indices_and_the_script():
+    d = slurmfmt.job_detail(SHOW_JOB)
+    assert (d.job_id, d.state, d.user, d.batch) == ("1", "RUNNING", "alice", True)
+    assert d.nodes == ("gdw23022",) and d.gpus == {"gdw23022": (0, 1, 2, 3, 4, 5, 6, 7)}
+    assert d.command == "/home/alice/my jobs/one.sh"  # a path with a space: the rest of the line
+
+
+def test_job_detail_reads_each_nodes_own_gpus():
+    d = slurmfmt.job_detail(SHOW_TWO_NODES)
+    assert d.nodes == ("gpu01", "gpu02") and d.gpus == {"gpu01": (0, 1, 2, 3), "gpu02": (2, 5)}
+    assert d.batch is False and d.command is None
+
+
+@pytest.mark.parametrize("text", ["", "slurm_load_jobs error: Invalid job id specified\n", "JobName=x\n"])
+def test_job_detail_without_a_job_is_an_error(text):
+    with pytest.raises(slurmfmt.SlurmFormatError):
+        slurmfmt.job_detail(text)

@@ -23,6 +23,7 @@ from gpudoctor.job.target import Target, decide, split
 from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
 from gpudoctor.readers.sbatch import parse_sbatch
 from gpudoctor.report import text
+from gpudoctor.shellquote import Reference
 from tests.cliutil import clean_env, run_gpudoctor
 from tests.factsutil import FIXTURES, RECORDED_CPU, make_facts, run
 
@@ -162,7 +163,7 @@ def _commands_in_json(report: dict) -> list[str]:
             if a["kind"] == "command":
                 out.append(a["target"])
             elif a["kind"] == "set_env":
-                out.append(text.export_line(a["target"], a["value"]))
+                out.append(text.export_line(a["target"], Action.from_dict(a).env_value))
             elif a["kind"] == "unset_env":
                 out.append(f"unset {a['target']}")
     return out
@@ -288,9 +289,10 @@ def test_next_steps_hold_shell_commands_and_one_fix_line():
     assert steps[0].startswith("gpudoctor fix --apply --sbatch job.slurm --unsafe-fixes")
     assert "export NCCL_X='a b'" in steps
     assert (
-        text.export_line("SRUN_CPUS_PER_TASK", "$SLURM_CPUS_PER_TASK")
+        text.export_line("SRUN_CPUS_PER_TASK", Reference("SLURM_CPUS_PER_TASK"))
         == 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'
     )
+    assert text.export_line("X", "$HOME") == "export X='$HOME'"  # a value read from the user: kept literal
 
 
 def test_split_keeps_job_findings_in_the_verdict():

@@ -109,6 +109,7 @@ def test_two_spawned_cpu_ranks_train_and_report():
     assert [x["rank"] for x in rep["ranks"]] == [0, 1]
     assert rep["loss"]["last"] < rep["loss"]["first"] * 0.95
     assert rep["params_identical"] is True
+    assert rep["correctness"]["verdict"] == "pass" and findings(rep)["GD-SMOKE-021"]["severity"] == "pass"
     assert rep["throughput"]["tokens_per_s"] > 0 and rep["step_time_s"]["p95"] >= rep["step_time_s"]["p50"] > 0
     assert rep["allreduce"]["busbw_gbps"] > 0 and rep["allreduce"]["payload_bytes"] == 4 << 20
     assert rep["mfu"]["vs_spec"] is None and "CPU" in rep["mfu"]["vs_spec_missing_reason"]
@@ -238,6 +239,7 @@ def test_throughput_floor_fails_and_config_dataloader_settings_are_used(tmp_path
         (["--config", "/nonexistent/train.yaml"], {}, "no such file"),
         (["--steps", "12", "--warmup", "10"], {}, "fewer than 3"),
         (["--steps", "4"], {}, "expected 10 or more"),
+        (["--quick", "--deep"], {}, "--quick and --deep"),
         (["--num-workers", "0", "--prefetch-factor", "2"], {}, "prefetch_factor=2 needs num_workers > 0"),
         (
             [],

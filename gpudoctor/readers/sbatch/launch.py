@@ -83,6 +83,46 @@ def _strip_prefixes(tokens: list[str]) -> list[str]:
     return tokens[i:]
 
 
+def command_environment(tokens: list[str]) -> tuple[list[tuple[int, str, str | None]], bool]:
+    """The environment a command line gives the program it runs, beyond what it inherits: `NAME=value` words in
+    front of a command (bash(1) SIMPLE COMMAND EXPANSION: "the variables are added to the environment of the
+    executed command and do not affect the current shell environment"), and env(1)'s `NAME=value`, `-u NAME`,
+    `-i` (coreutils env: "-i, --ignore-environment: start with an empty environment"), in front of the command
+    and after srun's options. Returns ([(word index, name, value or None for unset)], cleared by env -i)."""
+    found: list[tuple[int, str, str | None]] = []
+    cleared = False
+    i, n = 0, len(tokens)
+    while i < n:
+        tok = tokens[i]
+        if m := _ASSIGN.match(tok):
+            found.append((i, m.group(1), m.group(2)))
+            i += 1
+            continue
+        prog = os.path.basename(tok)
+        if prog == "srun":
+            _, _, rest = parse_options(tokens[i + 1 :], srun=True)
+            i = n - len(rest)
+            continue
+        if prog not in _PREFIX_COMMANDS:
+            break
+        i += 1
+        is_env = prog == "env"
+        with_value = _WRAPPER_VALUE_OPTIONS | (_ENV_VALUE_OPTIONS if is_env else set())
+        while i < n and tokens[i].startswith("-"):
+            opt = tokens[i]
+            if is_env and opt in ("-i", "--ignore-environment", "-"):
+                cleared = True
+                found.clear()  # what was given before the clearing is gone too
+            elif is_env and opt in ("-u", "--unset") and i + 1 < n:
+                found.append((i + 1, tokens[i + 1], None))
+            elif is_env and opt.startswith("--unset="):
+                found.append((i, opt.split("=", 1)[1], None))
+            elif is_env and opt.startswith("-u") and len(opt) > 2:
+                found.append((i, opt[2:], None))
+            i += 2 if opt in with_value else 1
+    return found, cleared
+
+
 def _take(args: list[str], names: tuple[str, ...], flags: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
     """Launcher options (`--x v`, `--x=v`, flags) up to the first positional -> (options, rest)."""
     opts: dict[str, str | bool] = {}
@@ -220,7 +260,8 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         inner = _shell_command_string(args)
         picked = _inner_launch(inner, depth + 1) if inner and depth < MAX_SHELL_DEPTH else None
         if picked:  # srun bash -c "RANK=\$SLURM_PROCID python train.py": judge what the shell runs
-            return {**describe_command(picked, depth + 1), "via_shell": f"{prog} -c"}
+            inner_desc = describe_command(picked, depth + 1)
+            return {**inner_desc, "via_shell": f"{prog} -c", "task_command": inner_desc.get("task_command") or inner}
         return out
     if prog == "torchrun":
         return {**out, "launcher": "torchrun", **_torchrun(args)}
@@ -299,12 +340,15 @@ def _unwrap(prog: str, args: list[str]) -> list[str] | None:
 def _torchrun(args: list[str]) -> dict:
     opts, rest = _take(args, _TORCHRUN_VALUES, _TORCHRUN_FLAGS)
     res = {
+        "launcher_options": opts,
         "nproc_per_node": opts.get("nproc-per-node"),
         "nnodes": opts.get("nnodes"),
         "standalone": bool(opts.get("standalone")),
         "rdzv_backend": opts.get("rdzv-backend"),
         "rdzv_endpoint": opts.get("rdzv-endpoint"),
         "node_rank": opts.get("node-rank"),
+        "master_port": opts.get("master-port"),
+        "rdzv_id": opts.get("rdzv-id"),
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }
@@ -328,17 +372,33 @@ def _accelerate(args: list[str]) -> dict:
             "config-file",
             "dynamo-backend",
             "rdzv-backend",
+            "rdzv-conf",
             "num-cpu-threads-per-process",
+            "deepspeed-multinode-launcher",
+            "deepspeed-hostfile",
         ),
-        ("multi-gpu", "use-deepspeed", "use-fsdp", "cpu", "module", "m", "no-python"),
+        (
+            "multi-gpu",
+            "use-deepspeed",
+            "use-fsdp",
+            "use-megatron-lm",
+            "tpu",
+            "cpu",
+            "same-network",
+            "module",
+            "m",
+            "no-python",
+        ),
     )
     return {
         "launcher": "accelerate",
+        "launcher_options": opts,
         "num_processes": opts.get("num-processes"),
         "nnodes": opts.get("num-machines"),
         "node_rank": opts.get("machine-rank"),
         "rdzv_backend": opts.get("rdzv-backend"),
         "config_file": opts.get("config-file"),
+        "master_port": opts.get("main-process-port"),
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }
@@ -374,9 +434,12 @@ def _deepspeed(args: list[str]) -> dict:
     )
     return {
         "launcher": "deepspeed",
+        "launcher_options": opts,
         "nproc_per_node": opts.get("num-gpus"),
         "nnodes": opts.get("num-nodes"),
         "deepspeed_launcher": opts.get("launcher"),
+        "hostfile": opts.get("hostfile"),
+        "master_port": opts.get("master-port"),
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }

@@ -20,12 +20,18 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
+from dataclasses import replace
 from types import MappingProxyType
 
 from gpudoctor.readers import slurmfmt
-from gpudoctor.readers.sbatch.launch import describe_launch, side_step, trains
+from gpudoctor.readers.program import launched_program
+from gpudoctor.readers.sbatch import names
+from gpudoctor.readers.sbatch.launch import command_environment, describe_launch, side_step, trains
+from gpudoctor.readers.sbatch.lookalike import find_lookalikes
 from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
 from gpudoctor.readers.sbatch.script import (
+    UNKNOWN_DIRECTORY,
     Assignment,
     BashSyntax,
     BatchScript,
@@ -39,12 +45,14 @@ from gpudoctor.readers.sbatch.script import (
 )
 from gpudoctor.readers.sbatch.shell import (
     MAX_VALUE,
+    POSITIONAL,
     Branches,
     Command,
     Expander,
     Source,
     Token,
     commands,
+    split_commands,
     tokenize,
     unquote,
 )
@@ -54,7 +62,16 @@ MAX_SCRIPT_BYTES = 8 * 1024 * 1024  # real batch scripts are kilobytes; this bou
 BASH_TIMEOUT_S = 5.0
 # Set per task by srun: the batch shell's value (task 0) is not what a task's own shell sees.
 PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"})
+# Not expanded where a shell of its own expands them later (single quotes, \$): per-task variables, and the
+# positional parameters, which an inner `bash -c '...'` has its own of.
+DEFERRED = PER_TASK_VARS | POSITIONAL
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+# A command substitution, or a name srun or the node sets per task ($HOSTNAME, $SLURM_PROCID, $RANDOM ...):
+# the expansions readers/pertask.py tells apart (its _VARYING_NAMES); anything else is the same in every task.
+_MAY_VARY = re.compile(
+    r"\$\(|`|\$\{?(HOSTNAME|HOST|SLURMD_NODENAME|SLURM_NODEID|SLURM_TOPOLOGY_ADDR|SLURM_PROCID|SLURM_TASK_PID|"
+    r"BASHPID|SLURM_LOCALID|RANDOM|SRANDOM)\b"
+)
 _MAX_DIGITS = 9  # sbatch reads counts as 32-bit integers; longer numbers are out of its range
 # A directive number this long is refused outright (exit 2) rather than judged: Python's int() refuses
 # over 4300 digits, and no SLURM value comes near. Shorter out-of-range counts are left to the checks.
@@ -67,7 +84,7 @@ def expand_vars(text: str, known: dict[str, str]) -> str:
     In single quotes and after a backslash the per-task SLURM variables stay as written: each task's
     shell expands them to its own values.
     """
-    return Expander().expand(text, known, PER_TASK_VARS)
+    return Expander().expand(text, known, DEFERRED)
 
 
 def _one_line(text: str) -> str:
@@ -176,23 +193,23 @@ def _header(src: Source, path: str):
     text = src.text
     for lineno, raw in enumerate(text.split("\n"), 1):
         start, offset = offset, offset + len(raw) + 1
-        if first_command is not None and not raw.startswith("#SBATCH"):
+        marker = directive_marker(raw)
+        if first_command is not None and marker is None:
             continue  # below the first command only #SBATCH lines matter (sbatch ignores them)
         stripped = redact(raw.strip())  # shown in findings: a credential in `--export=...,TOKEN=x` never is
         line_span = src.span(start, start + len(raw))
-        if raw.startswith("#SBATCH"):
+        if marker is not None:
             entry = ScriptLine(lineno, stripped, line_span)
             if first_command is not None:
                 late.append(entry)
                 continue
-            rest = raw[len("#SBATCH") :]
-            if rest and not rest[0].isspace():
-                unknown.append(entry)  # '#SBATCHx' is a comment to sbatch
-                continue
+            rest = raw[len(marker) :]
+            # sbatch splits what follows the marker into words whether or not a blank comes first:
+            # `#SBATCH--time=1:00` is read, `#SBATCHx` makes it refuse the script ("Invalid directive ... x")
             if rest.split()[:1] in (["hetjob"], ["packjob"]):  # the next component of a heterogeneous job
                 components.append([])
                 continue
-            directives, bad = _directive_line(src, lineno, start + len("#SBATCH"), rest, raw, line_span, path)
+            directives, bad = _directive_line(src, lineno, start + len(marker), rest, raw, line_span, path)
             components[-1].extend(directives)
             if bad:
                 unknown.append(ScriptLine(lineno, stripped, line_span, tuple(bad)))
@@ -204,6 +221,16 @@ def _header(src: Source, path: str):
         if first_command is None:
             first_command = start
     return components, unknown, late, commented, first_command
+
+
+# The words sbatch takes as directives at the very start of a line (src/sbatch/opt.c, _opt_batch_script,
+# case-sensitive xstrncmp); #SLURM is still read in 22.05 and later, with "error: Change from #SLURM to #SBATCH".
+DIRECTIVE_MARKERS = ("#SBATCH", "#SLURM")
+
+
+def directive_marker(raw: str) -> str | None:
+    """The directive word a line starts with, as sbatch matches it; None for any other line."""
+    return next((m for m in DIRECTIVE_MARKERS if raw.startswith(m)), None)
 
 
 def _directive_words(rest: str) -> list[Token]:
@@ -263,6 +290,18 @@ def _directive_line(src: Source, lineno: int, base: int, rest: str, raw: str, li
             )
         )
     return out, bad
+
+
+_SRUN_WORD = re.compile(r"(?<![\w.-])srun(?![\w.-])")
+
+
+def _srun_lines(text: str) -> tuple[int, ...]:
+    """Lines that name srun outside a comment: in a command, a variable's value, an alias or a heredoc alike
+    (where it is named, a step may be started; where it is nowhere, none is)."""
+    if "srun" not in text:
+        return ()
+    code = names.code_text(text)
+    return names.line_numbers(code, [m.start() for m in _SRUN_WORD.finditer(code)])
 
 
 def _until_comment(tokens: list[Token]) -> list[Token]:
@@ -347,13 +386,17 @@ def _stray_arguments(src: Source, cmds: list[Command], reported: set[int]) -> li
 class _Body:
     """The body's commands in order, with the variables known so far."""
 
-    def __init__(self, src: Source, path: str, known: dict[str, str]) -> None:
-        self.src, self.path, self.known = src, path, known
+    def __init__(self, src: Source, path: str, known: dict[str, str], arguments: tuple[str, ...] | None = None) -> None:
+        self.src, self.path, self.known, self.arguments = src, path, known, arguments
         self.expander = Expander()
         self.assignments: list[Assignment] = []
         self.launches: list[tuple[Launch, dict]] = []
         self.arrays: set[str] = set()
         self.branches = Branches()
+        self.chdirs: list[tuple[int, str]] = []
+        self.cwd: str | None = None  # after `cd DIR`: DIR as expanded (None: where the job started)
+        # per variable: the $(...), `...` and $NAME its value holds as evaluated by the batch shell (not as text)
+        self.evaluated: dict[str, frozenset[str]] = {}
 
     def read(self, cmds: list[Command]) -> None:
         for cmd in cmds:
@@ -361,13 +404,16 @@ class _Body:
 
     def _command(self, cmd) -> None:
         raw_words = [w.text for w in cmd.words]
-        joined = " ".join(raw_words)
+        joined = original = " ".join(raw_words)
         for name in self.arrays:  # "${CMD[@]}" is the array's words, each one word
             joined = joined.replace(f'"${{{name}[@]}}"', f"${{{name}[@]}}")
-        expanded = self.expander.expand(joined, self.known, PER_TASK_VARS)
+        if self.arguments is not None and "$" in joined:  # "$@": each argument one word (bash(1) "Special Parameters")
+            words = " ".join(shlex.quote(a) for a in self.arguments)
+            joined = joined.replace('"$@"', words).replace('"${@}"', words)
+        expanded = self.expander.expand(joined, self.known, DEFERRED)
         line = self.src.position(cmd.start)[0]
         as_written = _one_line(self.src.text[cmd.start : cmd.end])
-        subs = [cmd] if expanded == joined else commands(tokenize(expanded))  # re-read only what expansion changed
+        subs = [cmd] if expanded == original else commands(tokenize(expanded))  # re-read only what expansion changed
         for sub in subs:
             tokens = self.branches.feed([unquote(w.text) for w in sub.words])
             if not tokens or not self.branches.may_run:
@@ -375,6 +421,8 @@ class _Body:
             if tokens[0] == "export":
                 for tok in tokens[1:]:
                     self._assign(tok, cmd, line, as_written, exported=True)
+                continue
+            if tokens[0] in ("shift", "set") and self.arguments is not None and self._positional(tokens):
                 continue
             if tokens[0] == "unset":
                 for tok in tokens[1:]:
@@ -397,7 +445,25 @@ class _Body:
                 for tok in tokens:
                     self._assign(tok, cmd, line, as_written, exported=False)
                 continue
+            if tokens[0] in ("cd", "pushd"):  # where a relative program or config path is looked up
+                self.chdirs.append((line, next((t for t in tokens[1:] if not t.startswith("-")), "~")))
+                self.cwd = _changed_directory(self.cwd, tokens[1:])
+                continue
             self._launch(tokens, cmd, line, as_written)
+
+    def _positional(self, tokens: list[str]) -> bool:
+        """`shift [n]` and `set -- ARGS` change the script's arguments (bash(1) SHELL BUILTIN COMMANDS)."""
+        if tokens[0] == "shift":
+            n = int(tokens[1]) if len(tokens) > 1 and tokens[1].isdigit() and len(tokens[1]) < 6 else 1
+            self.arguments = (self.arguments or ())[n:] if n <= len(self.arguments or ()) else self.arguments
+        elif tokens[1:2] == ["--"]:
+            self.arguments = tuple(tokens[2:])
+        else:
+            return False
+        for name in POSITIONAL:
+            self.known.pop(name, None)
+        self.known.update(_positional(self.arguments))
+        return True
 
     def _assign(self, tok: str, cmd, line: int, as_written: str, exported: bool) -> None:
         m = _ASSIGN.match(tok)
@@ -424,6 +490,12 @@ class _Body:
             value = value[1:-1].strip()
             self.arrays.add(name)
         span = self.src.span(cmd.start, cmd.end)
+        if raw is not None:
+            evaluated = self._batch_evaluated(raw.text[raw.text.index("=") + 1 :])
+            if evaluated:
+                self.evaluated[name] = evaluated
+            else:
+                self.evaluated.pop(name, None)
         if is_credential_name(name):
             self.known.pop(name, None)  # never expanded into a launch line or evidence
             self.assignments.append(
@@ -453,17 +525,97 @@ class _Body:
             raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
         if desc is None:
             return
-        self.launches.append(
-            (
-                _to_launch(
-                    desc, line, redact(as_written), " ".join(redact_words(tokens)), self.src.span(cmd.start, cmd.end)
-                ),
-                desc,
-            )
+        cwd = self.cwd
+        if desc.get("task_command"):
+            desc["batch_evaluated"] = self._batch_evaluated(" ".join(w.text for w in cmd.words))
+            cwd = _task_directory(cwd, desc["task_command"])
+        launch = _to_launch(
+            desc, line, redact(as_written), " ".join(redact_words(tokens)), self.src.span(cmd.start, cmd.end), cwd
         )
+        env, cleared = self._command_env(tokens, cmd, line, as_written)
+        if env or cleared:
+            launch = replace(launch, env=env, env_cleared=cleared)
+        self.launches.append((launch, desc))
+
+    def _command_env(self, tokens: list[str], cmd, line: int, as_written: str) -> tuple[tuple[Assignment, ...], bool]:
+        """The launch command's own environment (launch.command_environment), as Assignments on its line; values
+        expanded by the batch shell, credentials redacted, never added to the variables the script knows."""
+        found, cleared = command_environment(tokens)
+        span = self.src.span(cmd.start, cmd.end)
+        out = []
+        used: set[int] = set()
+        for _, name, value in found:
+            # the k-th `NAME=` word written is the k-th found (`A=1 srun env A=2 ...`: two words, two spans)
+            raw = next((w for w in cmd.words if w.text.startswith(f"{name}=") and w.start not in used), None)
+            if raw is not None:
+                used.add(raw.start)
+            value_span = self.src.span(raw.start + len(name) + 1, raw.end) if raw is not None else None
+            secret = is_credential_name(name) and value is not None
+            shown = REDACTED if secret else None if value is None or len(value) > MAX_VALUE else redact(value)
+            out.append(
+                Assignment(
+                    name,
+                    shown,
+                    line,
+                    redact(as_written),
+                    span,
+                    value_span,
+                    exported=False,
+                    unset=value is None,
+                    redacted=secret,
+                    command_only=True,
+                )
+            )
+        return tuple(out), cleared
+
+    def _batch_evaluated(self, raw: str) -> frozenset[str]:
+        """What the batch shell evaluates in raw text (as written) that a task's shell would evaluate differently:
+        its own live $(...), `...` (also as the reader expands them) and per-node/per-task $NAMEs, and what the
+        variables named there hold already evaluated. Only variables that hold some are remembered, and the
+        common case (no substitution, no such name) costs one regex search: 100k assignments stay fast."""
+        if not self.evaluated and not _MAY_VARY.search(raw):
+            return frozenset()
+        from gpudoctor.readers.pertask import MAX_EVALUATED, evaluated_parts, referenced_names, varies
+
+        parts = [p for p in evaluated_parts(raw) if varies(p)] if _MAY_VARY.search(raw) else []
+        out = set(parts) | {
+            self.expander.expand(p, self.known, PER_TASK_VARS) for p in parts if p.startswith(("$(", "`"))
+        }
+        for name in referenced_names(raw) if self.evaluated else ():
+            if len(out) >= MAX_EVALUATED:
+                break
+            out |= self.evaluated.get(name, frozenset())
+        return frozenset(out)
 
 
-def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
+def _changed_directory(cwd: str | None, args: list[str]) -> str | None:
+    """The working directory after `cd ARGS` (bash(1) cd: `cd` alone goes to $HOME; -L/-P/-e/-@ are options)."""
+    args = [a for a in args if a not in ("-L", "-P", "-e", "-@", "--")]
+    if not args or args[0] == "-" or "`" in args[0] or "$(" in args[0]:
+        return UNKNOWN_DIRECTORY
+    target = args[0]
+    if re.fullmatch(r"\$\{?SLURM_SUBMIT_DIR\}?/?", target):
+        return None  # where sbatch was run: where the job starts anyway
+    if "$" in target or target.startswith("~") or cwd == UNKNOWN_DIRECTORY:
+        return UNKNOWN_DIRECTORY
+    if os.path.isabs(target) or cwd is None:
+        return os.path.normpath(target) if os.path.isabs(target) else target
+    return os.path.normpath(os.path.join(cwd, target))
+
+
+def _task_directory(cwd: str | None, task_command: str) -> str | None:
+    """The directory the launcher in `srun bash -c 'cd DIR && accelerate launch ...'` runs in."""
+    from gpudoctor.readers.sbatch.launch import describe_command
+
+    cmds = split_commands(task_command)
+    last = max((i for i, c in enumerate(cmds) if c and describe_command(c).get("launcher")), default=-1)
+    for words in cmds[:last]:
+        if words and words[0] in ("cd", "pushd"):
+            cwd = _changed_directory(cwd, words[1:])
+    return cwd
+
+
+def _to_launch(desc: dict, line: int, text: str, expanded: str, span, cwd: str | None = None) -> Launch:
     srun = desc.get("srun")
     light = desc.get("lightning")
 
@@ -496,10 +648,21 @@ def _to_launch(desc: dict, line: int, text: str, expanded: str, span) -> Launch:
         rdzv_endpoint=desc.get("rdzv_endpoint"),
         config_file=desc.get("config_file"),
         deepspeed_launcher=desc.get("deepspeed_launcher"),
+        hostfile=opt("hostfile"),
+        master_port=opt("master_port"),
+        rdzv_id=opt("rdzv_id"),
         lightning=MappingProxyType(dict(light)) if light else None,
         inline=bool(desc.get("inline")),
         gpudoctor=bool(desc.get("gpudoctor")),
         via_shell=desc.get("via_shell"),
+        launcher_options=MappingProxyType(
+            {k: v if v is True else redact(str(v)) for k, v in desc["launcher_options"].items()}
+        )
+        if desc.get("launcher_options") is not None
+        else None,
+        cwd=cwd,
+        task_command=desc.get("task_command"),
+        batch_evaluated=desc.get("batch_evaluated") or frozenset(),
     )
 
 
@@ -520,13 +683,26 @@ def _het_group(launch: Launch | None, components: int) -> int:
 _PARSE_CACHE = 4
 
 
-def parse_sbatch(text: str, path: str = "<script>") -> BatchScript:
-    """The script read as sbatch (directives) and bash (body) read it; raises SbatchError."""
-    return _parse_sbatch_cached(text, path)
+def _positional(arguments: tuple[str, ...] | None) -> dict[str, str]:
+    """$1 ... and "$@"/"$*"/"$#" from the arguments given to the script; none when they are not known."""
+    if arguments is None:
+        return {}
+    known = {str(i): "" for i in range(1, 100)}  # bash: a parameter past the last argument is empty
+    known.update({str(i): a for i, a in enumerate(arguments, 1)})
+    known.update({"@": " ".join(arguments), "*": " ".join(arguments), "#": str(len(arguments))})
+    return known
+
+
+def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] | None = None) -> BatchScript:
+    """The script read as sbatch (directives) and bash (body) read it; raises SbatchError.
+
+    arguments: what `sbatch FILE ARGS` passes the script ($1, $2, ...); None when not known, and then every
+    reference to one stays as written (unknown), never read as empty."""
+    return _parse_sbatch_cached(text, path, None if arguments is None else tuple(arguments))
 
 
 @functools.lru_cache(maxsize=_PARSE_CACHE)
-def _parse_sbatch_cached(text: str, path: str) -> BatchScript:
+def _parse_sbatch_cached(text: str, path: str, arguments: tuple[str, ...] | None) -> BatchScript:
     src = Source(text)
     components, unknown, late, commented, first_command = _header(src, path)
     values = []
@@ -541,8 +717,9 @@ def _parse_sbatch_cached(text: str, path: str) -> BatchScript:
     # The batch shell is task 0 on node 0: `export RANK=$SLURM_PROCID` there gives every srun task RANK=0.
     batch_shell = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
     known.update(batch_shell)
+    known.update(_positional(arguments))
     tokens = tokenize(text)
-    body = _Body(src, path, known)
+    body = _Body(src, path, known, tuple(arguments) if arguments is not None else None)
     cmds = commands(tokens)
     body.read(cmds)
     descs = [d for _, d in body.launches]
@@ -566,33 +743,44 @@ def _parse_sbatch_cached(text: str, path: str) -> BatchScript:
         unknown_directives=tuple(unknown),
         late_directives=tuple(late),
         commented_directives=tuple(commented),
+        lookalike_directives=tuple(find_lookalikes(src)),
         assignments=tuple(body.assignments),
         launches=tuple(launches),
         launch=launch,
         broken_continuations=tuple(broken),
         stray_arguments=tuple(_stray_arguments(src, cmds, {b.next_line for b in broken})),
         first_command_line=src.position(first_command)[0] if first_command is not None else None,
+        srun_lines=_srun_lines(text),
+        arguments=tuple(arguments) if arguments is not None else None,
+        assigned_names=names.assigned_names(text),
+        other_sources=names.other_sources(text),
+        chdirs=tuple(body.chdirs),
         variables=MappingProxyType(
-            {k: redact(v) for k, v in known.items() if not k.startswith("SLURM_") and k not in batch_shell}
+            {
+                k: redact(v)
+                for k, v in known.items()
+                if not k.startswith("SLURM_") and k not in batch_shell and k not in POSITIONAL
+            }
         ),
     )
 
 
-def load_sbatch(path: str, check_syntax: bool = True) -> BatchScript:
+def load_sbatch(path: str, check_syntax: bool = True, arguments: tuple[str, ...] | None = None) -> BatchScript:
     """Read and parse a batch script; SbatchError for a missing, unreadable, oversized or malformed one.
 
     check_syntax: also run `bash -n` on it (bounded), recorded in BatchScript.bash_syntax.
+    arguments: the script's own arguments (`sbatch FILE ARGS`), when known.
     """
     text = _read_script(path)
     if "\x00" in text:
         raise SbatchError(f"--sbatch {path}: a binary file, not a batch script")
     _check_sbatch_accepts(text, path)
-    script = parse_sbatch(text, path)
-    if check_syntax:
-        from dataclasses import replace
+    from gpudoctor.readers.accelerate import with_config_files
 
+    script = with_config_files(parse_sbatch(text, path, arguments))
+    if check_syntax:
         script = replace(script, bash_syntax=bash_syntax(text))
-    return script
+    return replace(script, program=launched_program(script))  # readers/program.py: what the launch runs
 
 
 def _read_script(path: str) -> str:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
+
+UNKNOWN_DIRECTORY = "?"  # Launch.cwd after a `cd` only the job's shell can resolve ($(dirname $0), `cd` alone, `cd -`)
 
 
 class SbatchError(ValueError):
@@ -63,6 +66,15 @@ class Assignment:
     exported: bool
     unset: bool = False
     redacted: bool = False
+    # `NAME=value cmd`, `env NAME=value cmd`, `env -u NAME cmd`: the environment of that one command only (bash(1)
+    # SIMPLE COMMAND EXPANSION), not of the shell or the commands after it.
+    command_only: bool = False
+
+    def described(self) -> str:
+        """What the line does with the variable: 'exports X=v', 'sets X=v for its command', 'unsets X'."""
+        what = f"unsets {self.name}" if self.unset else f"{'sets' if self.command_only else 'exports'} {self.name}="
+        what += "" if self.unset else str(self.value)
+        return f"{what} for its command" if self.command_only else what
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,21 @@ class SrunStep:
 
     options: Mapping[str, str | bool]
     unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    """A launcher's config file named on the launch line (`accelerate launch --config_file F`), as read.
+
+    status: "read"; "missing" (no file where the launch looks); "unreadable" (not a file, too large, broken
+    YAML/JSON: `problem` says which); "unresolved" (the path holds a value only the job's shell knows)."""
+
+    written: str  # the path as the launch line gives it
+    path: str | None  # where it was found, or the first place looked
+    status: str
+    values: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # top-level keys
+    lines: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # key -> 1-based line
+    problem: str = ""  # why it was not read, or where the relative path was looked for
 
 
 @dataclass(frozen=True)
@@ -96,10 +123,32 @@ class Launch:
     rdzv_endpoint: str | None = None
     config_file: str | None = None
     deepspeed_launcher: str | None = None
+    hostfile: str | None = None  # deepspeed --hostfile
+    master_port: str | None = None  # --master-port (torchrun, torch.distributed.launch, deepspeed), --main_process_port
+    rdzv_id: str | None = None  # torchrun --rdzv-id
     lightning: Mapping[str, str | bool] | None = None  # trainer.devices/num_nodes/... on the line
     inline: bool = False  # python -c '...'
     gpudoctor: bool = False  # a gpudoctor preflight
     via_shell: str | None = None  # "bash -c": the launcher was read inside a shell's command string
+    launcher_options: Mapping[str, str | bool] | None = None  # the launcher's own options as given (dashed names)
+    cwd: str | None = None  # the directory a `cd` before the line moved to (None: where the job started)
+    launcher_config: LauncherConfig | None = None  # the config_file read (load_sbatch does the reading)
+    # `srun bash -c STRING`: STRING as each task's shell gets it, and the expansions ($(...), `...`, $NAME) the
+    # batch shell already did before srun (their text): what is left in STRING, each task's shell does itself
+    task_command: str | None = None
+    batch_evaluated: frozenset[str] = frozenset()
+    env: tuple[Assignment, ...] = ()  # the command's own environment: prefix assignments, env(1) NAME=v / -u NAME
+    env_cleared: bool = False  # `env -i`: the command starts from an empty environment
+
+    def python_command(self) -> str | None:
+        """The plain python command this line runs (`python3 main.py --lr 1e-3`), for a fix text that names the
+        script's own program instead of a placeholder; None when it is not a python script or module."""
+        if self.launcher != "python" or not (self.script or self.module):
+            return None
+        import shlex
+
+        target = self.script if self.script else f"-m {self.module}"
+        return " ".join([self.program or "python", shlex.quote(target), *map(shlex.quote, self.script_args)])
 
 
 @dataclass(frozen=True)
@@ -145,6 +194,7 @@ class BatchScript:
     unknown_directives: tuple[ScriptLine, ...] = ()
     late_directives: tuple[ScriptLine, ...] = ()  # #SBATCH below the first command: sbatch ignores them
     commented_directives: tuple[ScriptLine, ...] = ()  # '##SBATCH' / '# SBATCH' / '  #SBATCH'
+    lookalike_directives: tuple = ()  # lookalike.LookalikeDirective: header lines like #SBATCH that sbatch skips
     assignments: tuple[Assignment, ...] = ()
     launches: tuple[Launch, ...] = ()
     launch: Launch | None = None  # the training launch
@@ -153,6 +203,17 @@ class BatchScript:
     first_command_line: int | None = None
     variables: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     bash_syntax: BashSyntax | None = None
+    # Lines outside comments where the word `srun` appears (a command, a value, a function, a heredoc): where none
+    # is, the script itself starts no srun step.
+    srun_lines: tuple[int, ...] = ()
+    # The arguments `sbatch FILE ARGS` gives the script ($1, $2, ...: `gpudoctor check --sbatch FILE -- ARGS`);
+    # None when not given: each is unknown before submission.
+    arguments: tuple[str, ...] | None = None
+    # Names some line may assign (readers/sbatch/names.py), and lines that may set others (source, eval, module).
+    assigned_names: frozenset[str] = frozenset()
+    other_sources: tuple[int, ...] = ()
+    chdirs: tuple[tuple[int, str], ...] = ()  # `cd DIR` / `pushd DIR` in the batch shell: (line, DIR expanded)
+    program: Any = None  # readers.program.ProgramModel of the launched program (load_sbatch; None: not looked for)
 
     @property
     def options(self) -> dict[str, str | bool]:
@@ -169,5 +230,10 @@ class BatchScript:
 
     @property
     def exports(self) -> dict[str, Assignment]:
-        """The last `export NAME=...` or `unset NAME` per name: what srun tasks inherit."""
-        return {a.name: a for a in self.assignments if a.exported or a.unset}
+        """The last `export NAME=...` or `unset NAME` per name, then the training launch's own environment
+        (`NAME=value srun ...`, `env -u NAME ...`), which the launched command gets on top: what srun tasks
+        and the training processes inherit."""
+        out = {a.name: a for a in self.assignments if a.exported or a.unset}
+        if self.launch is not None:
+            out.update({a.name: a for a in self.launch.env})
+        return out

@@ -349,7 +349,19 @@ def _ansi_c(body: str) -> str:
 MAX_VALUE = 64 * 1024  # a variable longer than this is unknown (bash would hold it; no launch line needs it)
 EXPANSION_BUDGET = 8 * 1024 * 1024  # characters produced by expansions over one script
 
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+# A name, or a positional/special parameter ($1, ${10}, $@, $*, $#): bash(1) "PARAMETERS", "Positional Parameters".
+_VAR = re.compile(
+    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*|\d+|[@*#])(\[[@*]\])?(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*|\d|[@*#]))"
+)
+# The script's arguments ($1 ... $9, ${10}..., "$@", "$*", "$#"): what `sbatch job.slurm ARGS` passes. A shell
+# started inside the script (`bash -c '...'`) has its own, so they are never expanded in a deferred segment.
+POSITIONAL = frozenset({*map(str, range(100)), "@", "*", "#"})
+
+
+def is_script_argument(name: str) -> bool:
+    return name in POSITIONAL and name != "0"
+
+
 _ARITH = re.compile(r"\$\(\(([^()]*)\)\)")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ARITH_OK = re.compile(r"[\d\s+\-*/%()]+")
@@ -384,8 +396,8 @@ class Expander:
             name = m.group(1) or m.group(4)
             if name in known and name not in skip:
                 return known[name]
-            if m.group(3) is not None:
-                return m.group(3)
+            if m.group(3) is not None and name not in POSITIONAL:
+                return m.group(3)  # ${1:-x}: the argument may be given at submission; unknown, not the default
             return m.group(0)
 
         return _VAR.sub(sub, text)

@@ -1,0 +1,150 @@
+"""`gpudoctor watch --job` on real SLURM jobs: the single-node slurm-wlm cluster with 8 fake GPUs in gres.conf
+(tests/slurmcluster.py). NVML is not here, so the allocated GPUs are judged from the processes' own
+CUDA_VISIBLE_DEVICES, read by the probe that `watch` starts inside the job with `srun --overlap`.
+
+- a job that asks for 8 GPUs and starts one process that sees one of them: the 7 others are named, with the
+  batch script's own checks' fix (GD-SLURM-003: --ntasks-per-node=8 under srun);
+- a correct job (8 tasks, one GPU each): none named;
+- a probe that cannot run on the node: the node is "not observed" (a fail), never healthy;
+- the GPUs an `srun --overlap` step is given inside the job: all of the job's without --gres, none with --gres=none.
+Skipped, with the reason, where the cluster cannot start (not root, no SLURM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+GD = [sys.executable, "-m", "gpudoctor"]
+
+
+def _submit(cluster, tmp_path: Path, name: str, body: str) -> str:
+    train = tmp_path / "train.py"
+    train.write_text("import time\ntime.sleep(120)\n")
+    script = tmp_path / f"{name}.sbatch"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH --output={tmp_path}/{name}.out\n{body.format(python=sys.executable, train=train)}"
+    )
+    r = subprocess.run(
+        ["sbatch", "--parsable", str(script)], env=cluster.env(), capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split(";")[0]
+
+
+def _processes_of(job: str, program: str) -> int:
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={job}".encode() in env and program.encode() in cmd:
+            count += 1
+    return count
+
+
+def _wait_for(job: str, program: str, count: int, timeout: float = 30) -> None:
+    """Until the job runs `count` processes of `program` (the job's start, not a guess at its timing)."""
+    deadline = time.monotonic() + timeout
+    while _processes_of(job, program) < count:
+        assert time.monotonic() < deadline, f"job {job} did not start {count} x {program} within {timeout} s"
+        time.sleep(0.2)
+
+
+def _watch(cluster, job: str, *extra: str) -> tuple[int, dict, str]:
+    r = subprocess.run(
+        [*GD, "watch", "--job", job, "--for", "1s", "--json", *extra],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.stdout.strip(), r.stderr
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def _step_gpus(cluster, job: str, *extra: str) -> str | None:
+    r = subprocess.run(
+        ["srun", "--jobid", job, "--overlap", "-N1", "--ntasks-per-node=1", *extra, "printenv", "SLURM_STEP_GPUS"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return r.stdout.strip() or None
+
+
+def _by_id(report: dict) -> dict:
+    return {f["id"]: f for f in report["findings"]}
+
+
+def _cancel(cluster, job: str) -> None:
+    subprocess.run(["scancel", job], env=cluster.env(), capture_output=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the next test's job needs the GPUs back
+        r = subprocess.run(["squeue", "-h", "-j", job], env=cluster.env(), capture_output=True, text=True, timeout=10)
+        if not r.stdout.strip():
+            return
+        time.sleep(0.2)
+
+
+def test_one_process_on_an_eight_gpu_job_names_seven_idle_gpus(slurm_cluster, tmp_path):
+    body = "#SBATCH --gres=gpu:8\n#SBATCH --ntasks=1\nCUDA_VISIBLE_DEVICES=0 {python} {train}\n"
+    job = _submit(slurm_cluster, tmp_path, "one", body)
+    try:
+        _wait_for(job, "train.py", 1)
+        code, report, err = _watch(slurm_cluster, job)
+        found = _by_id(report)
+        idle = found["GD-WATCH-001"]
+        assert idle["severity"] == "fail", idle
+        assert idle["evidence"]["unused"] == [1, 2, 3, 4, 5, 6, 7], idle
+        assert "1 training process(es) where 8 were meant" in idle["message"]
+        # the cause and its fix are the batch script's own checks' (GD-SLURM-003: one task where 8 GPUs are)
+        assert "GD-SLURM-003" in idle["evidence"]["batch_script"], idle["evidence"]
+        # one fix: GD-SLURM-003's lines (the script is a copy here), and leaving CUDA_VISIBLE_DEVICES to SLURM
+        # (the process's own value is 0 where SLURM set 0-7 for the batch step)
+        lines = [a["target"] for a in idle["fix"]["actions"]]
+        assert "#SBATCH --ntasks-per-node=8" in lines and "start the launch line with `srun`" in lines, lines
+        assert any(line.startswith("do not set CUDA_VISIBLE_DEVICES=0") for line in lines), lines
+        assert "was set by the job, not by SLURM (SLURM set 0,1,2,3,4,5,6,7" in idle["message"]
+        assert code == 1
+        assert found["GD-WATCH-006"]["severity"] == "info"  # no NVML here: said, not taken for healthy
+        assert report["watch"]["answered"] == report["watch"]["nodes"]
+
+        # what the probe's step is given (watch/cli.py): with --overlap and no --gres, every GPU of the job
+        # (so a device cgroup lets NVML open them); --gres=none would give it none
+        assert _step_gpus(slurm_cluster, job) == "0,1,2,3,4,5,6,7"
+        assert _step_gpus(slurm_cluster, job, "--gres=none") is None
+
+        # the probe cannot run there: the node is not observed, and that is a fail, never a pass
+        code, report, err = _watch(slurm_cluster, job, "--python", "/bin/false")
+        unobserved = _by_id(report)["GD-WATCH-006"]
+        assert unobserved["severity"] == "fail" and "could not observe" in unobserved["message"], unobserved
+        assert code == 1
+        assert _by_id(report)["GD-WATCH-001"]["severity"] != "pass"
+    finally:
+        _cancel(slurm_cluster, job)
+
+
+def test_a_job_with_one_task_per_gpu_names_none(slurm_cluster, tmp_path):
+    body = "#SBATCH --ntasks=8\n#SBATCH --gpus-per-task=1\nsrun {python} {train}\n"
+    job = _submit(slurm_cluster, tmp_path, "eight", body)
+    try:
+        _wait_for(job, "train.py", 8)
+        code, report, err = _watch(slurm_cluster, job)
+        found = _by_id(report)
+        assert found["GD-WATCH-001"]["severity"] == "pass", found["GD-WATCH-001"]
+        assert "8 on 1 node" in found["GD-WATCH-001"]["message"]
+        assert code == 0, report
+    finally:
+        _cancel(slurm_cluster, job)

@@ -1,0 +1,318 @@
+"""`gpudoctor watch --job JOBID [--for 30s] [--json] [--log FILE] [--prometheus FILE]`: judge a running SLURM job
+from outside.
+
+1. Resolve the job on the login node: `scontrol show job -d JOBID` (readers/slurmfmt.job_detail: its state,
+   nodes and the GPU indices it holds on each), and the batch script SLURM keeps for it (`scontrol write
+   batch_script JOBID -`).
+2. Run one probe per node inside the job: `srun --jobid JOBID --overlap -N <nodes> --ntasks-per-node=1
+   python -m gpudoctor.watch.node ...` (node.py). It needs the user's own job and SLURM >= 20.11 (--overlap).
+   Seen on slurm-wlm 22.05 (tests/watch/test_watch_slurm.py and docs/watch.md): without --overlap the step
+   waits ("Requested nodes are busy") while the job's own step holds the node; with it and no --gres, the step
+   is given every GPU the job holds on the node (SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES list them all, even
+   those another step of the job holds), and with --gres=none none. So no --gres is passed: where devices are
+   constrained (task/cgroup ConstrainDevices=yes) a step's cgroup holds the GPUs the step is given, which is
+   what lets NVML open them -- the test cluster does not constrain devices (task/none), so that part rests on
+   SLURM's rule, not on a run here.
+   The python on the nodes is this interpreter (a shared file system) or --python.
+3. Judge (judge.py) and report as `check` does: the same findings, text or --json (gpudoctor.report/1), exit
+   codes 0 (no fail), 1 (a fail; a warn with --strict), 2 (bad input: one line), 3 (internal error). A node
+   that does not answer is GD-WATCH-006, "could not observe", never healthy.
+
+The batch script is judged by the batch-script checks themselves (judge.CAUSE_CHECKS: GD-SLURM-003, -010, -005
+run through the registry on the script's text), so the corrected lines are theirs; their fix edits the script
+file when the file SLURM names (Command=) still holds the text the job was submitted with, and is given as
+lines to write otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from gpudoctor.model import ActionKind, Finding, Fix, Safety, Severity
+from gpudoctor.watch.samples import NodeObservation
+
+HELP = "judge a running SLURM job by its id: idle allocated GPUs, stray processes, throttling, memory creep"
+DEFAULT_WINDOW_S = 30.0
+MAX_WINDOW_S = 3600.0
+SCONTROL_TIMEOUT_S = 10.0
+OUTPUT_PER_NODE = 16 * 2**20  # node.MAX_SAMPLES per GPU, 8 GPUs: about 8 MiB of JSON
+SRUN_MARGIN_S = 60.0  # srun's own start and the probe's Python start, beyond the window
+_JOB_ID = re.compile(r"^\d{1,12}(_\d{1,9})?$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration(text: str) -> float:
+    m = _DURATION.match(text or "")
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 30s, 2m or 45, got {text!r}")
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    if not 0 < value <= MAX_WINDOW_S:
+        raise argparse.ArgumentTypeError(f"expected more than 0 s and at most {MAX_WINDOW_S:g} s, got {text!r}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected samples per second, got {text!r}") from None
+    if not 0.01 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"expected 0.01 to 10 samples per second, got {text}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", metavar="JOBID", help="the running SLURM job (default: SLURM_JOB_ID, inside a job)")
+    p.add_argument(
+        "--for",
+        dest="window",
+        type=_duration,
+        default=DEFAULT_WINDOW_S,
+        metavar="DURATION",
+        help=f"how long to sample each node (30s, 2m; default {DEFAULT_WINDOW_S:g}s)",
+    )
+    p.add_argument("--rate", type=_rate, default=1.0, metavar="HZ", help="NVML samples per second (default 1)")
+    p.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
+    p.add_argument("--log", metavar="FILE", help="write the NVML samples as JSON lines (one per GPU and sample)")
+    p.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        help="also write the verdict in node_exporter's textfile format (metrics gpudoctor_watch_*), atomically",
+    )
+    p.add_argument("--python", metavar="PATH", help="the python that runs the probe on the nodes (default: this one)")
+    p.add_argument("--strict", action="store_true", help="exit 1 on a warn too")
+
+
+def run(args) -> int:
+    from gpudoctor.inputs import UsageError
+
+    job = args.job or os.environ.get("SLURM_JOB_ID")
+    if not job:
+        raise UsageError("watch: --job JOBID is required outside a SLURM job")
+    if not _JOB_ID.match(job):
+        raise UsageError(f"--job {_shown(job)}: expected a SLURM job id (digits, or an array task like 123_4)")
+    python = args.python or sys.executable
+    if args.python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise UsageError(f"--python {_shown(python)}: not an executable file")
+    detail = resolve(job, UsageError)
+    # an array task (123_4) runs as a job of its own id (JobId=), which its processes carry in SLURM_JOB_ID
+    job = detail.job_id
+    script_text = batch_script(job) if detail.batch else None
+    nodes = probe_nodes(job, detail, args.window, args.rate, python)
+    from gpudoctor.watch.judge import judge
+
+    findings = judge(nodes, script_causes(job, detail.command, script_text))
+    if args.log:
+        from gpudoctor.fileio import write_output
+        from gpudoctor.watch.samples import log_lines
+
+        lines = [line for n in nodes for line in log_lines(n, job)]
+        write_output(args.log, "".join(line + "\n" for line in lines), what="--log")
+    from gpudoctor.model import exit_code
+
+    code = exit_code(findings, strict=args.strict)
+    if args.prometheus:
+        import time
+
+        from gpudoctor.fileio import write_output
+        from gpudoctor.report import prometheus
+
+        text = prometheus.render(findings, code, time.time(), None, prefix="gpudoctor_watch")
+        write_output(args.prometheus, text, what="--prometheus")
+    _render(findings, job, detail, nodes, args)
+    return code
+
+
+def _shown(text: str) -> str:
+    from gpudoctor.sanitize import clean
+
+    return repr(clean(text)[:60])
+
+
+def resolve(job: str, usage_error: type[Exception]):
+    """The job's placement from scontrol; a job that is not running, or unknown, is bad input (one line)."""
+    from gpudoctor.probe.proc import run_bounded
+    from gpudoctor.readers.slurmfmt import SlurmFormatError, job_detail
+    from gpudoctor.sanitize import clean
+
+    try:
+        r = run_bounded(["scontrol", "show", "job", "-d", job], SCONTROL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise usage_error(f"scontrol show job {job} did not answer within {SCONTROL_TIMEOUT_S:g} s") from None
+    except OSError as e:
+        raise usage_error(f"cannot run scontrol: {e.strerror or e}") from None
+    if r.returncode != 0:
+        said = ((r.stderr or r.stdout).strip().splitlines() or [f"exited {r.returncode}"])[-1]
+        raise usage_error(f"scontrol show job {job}: {clean(said)[:300]}")
+    try:
+        detail = job_detail(r.stdout)
+    except SlurmFormatError as e:
+        raise usage_error(str(e)) from None
+    if detail.state != "RUNNING":
+        raise usage_error(f"job {job} is {clean(detail.state or 'in an unknown state')}, not RUNNING: nothing to watch")
+    return detail
+
+
+def batch_script(job: str) -> str | None:
+    """The batch script as submitted (SLURM keeps it while the job lives); None when it cannot be had."""
+    from gpudoctor.probe.proc import run_bounded
+
+    try:
+        r = run_bounded(["scontrol", "write", "batch_script", job, "-"], SCONTROL_TIMEOUT_S, max_output=1 << 20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 and r.stdout.strip() and not r.truncated else None
+
+
+def script_causes(job: str, command: str | None, text: str | None) -> list[Finding]:
+    """The batch-script checks that explain idle GPUs (judge.CAUSE_CHECKS), run on the submitted text; their
+    warn and fail findings. Their fixes edit `command` when that file still holds this text, else are lines."""
+    if not text:
+        return []
+    from gpudoctor.facts import Facts
+    from gpudoctor.model import Context
+    from gpudoctor.readers.sbatch import SbatchError, parse_sbatch
+    from gpudoctor.registry import load_all
+    from gpudoctor.runner import run_checks
+    from gpudoctor.watch.judge import CAUSE_CHECKS
+
+    same_file = False
+    if command and os.path.isfile(command):
+        try:
+            from gpudoctor.fileio import read_input
+
+            same_file = read_input(command, "batch script") == text
+        except (OSError, UnicodeDecodeError):
+            same_file = False
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-watch-") as tmp:
+        path = command if same_file and command else os.path.join(tmp, f"job-{job}.sbatch")
+        if not same_file:
+            with open(path, "w") as f:
+                f.write(text)
+        try:
+            sbatch = parse_sbatch(text, path)
+        except SbatchError:
+            return []
+        specs = load_all()
+        # Context.sbatch holds the parsed BatchScript, as inputs.context_for passes it (its annotation says dict)
+        ctx = Context(sbatch=sbatch, sbatch_path=path)  # type: ignore[arg-type]
+        # judged as a script before submission: no environment of this machine enters the verdict
+        facts = Facts(sections={"env": {"vars": {}}})
+        found = run_checks([specs[c] for c in CAUSE_CHECKS if c in specs], facts, ctx)
+    causes = [f for f in found if f.severity in (Severity.WARN, Severity.FAIL)]
+    return causes if same_file else [_as_lines(f) for f in causes]
+
+
+def _as_lines(f: Finding) -> Finding:
+    """A cause whose fix edits a copy of the script: the same fix as lines for the user to write."""
+    from dataclasses import replace
+
+    from gpudoctor.model import Action
+    from gpudoctor.watch.judge import fix_line
+
+    if f.fix is None or all(a.kind is ActionKind.COMMAND for a in f.fix.actions):
+        return replace(f, location=None)
+    actions = tuple(Action(ActionKind.COMMAND, fix_line(a)) for a in f.fix.actions)
+    return replace(f, fix=Fix(f.fix.title + " (in the batch script)", Safety.MANUAL, actions), location=None)
+
+
+def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> list[NodeObservation]:
+    """One probe per node through srun; a node without an answer is an observation with its error."""
+    from gpudoctor.probe.proc import run_bounded
+    from gpudoctor.readers.slurmfmt import compress_hostlist
+    from gpudoctor.sanitize import clean
+
+    nodes = list(detail.nodes)
+    allocation = json.dumps({n: list(detail.gpus.get(n, ())) for n in nodes})
+    cmd = [
+        "srun",
+        "--jobid",
+        job,
+        "--overlap",
+        "-N",
+        str(len(nodes)),
+        "--ntasks-per-node=1",
+        f"--nodelist={compress_hostlist(nodes)}",
+        "--kill-on-bad-exit=0",
+        python,
+        "-m",
+        "gpudoctor.watch.node",
+        "--job",
+        job,
+        "--for",
+        f"{window:g}",
+        "--rate",
+        f"{rate:g}",
+        "--allocation",
+        allocation,
+    ]
+    # srun reads its options from SLURM_*/SRUN_* too: those of a job this command runs in must not reach the step
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "SBATCH_", "SALLOC_"))}
+    if os.environ.get("SLURM_CONF"):
+        env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    timeout = window + SRUN_MARGIN_S
+    answered: dict[str, NodeObservation] = {}
+    errors: dict[str, str] = {}
+    problem = None
+    try:
+        r = run_bounded(cmd, timeout, env=env, max_output=OUTPUT_PER_NODE * len(nodes))
+        for line in r.stdout.splitlines():
+            if line.startswith("{"):
+                try:
+                    obs = NodeObservation.from_dict(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if obs.node in nodes:
+                    answered[obs.node] = obs
+        if r.returncode != 0 or len(answered) < len(nodes):
+            said = r.stderr.strip().splitlines()
+            last = (said or [f"srun exited {r.returncode}"])[-1]
+            problem = f"the probe gave no answer (srun: {clean(last)[:300]})"
+            for n in nodes:  # srun names the node a task failed on: that line is this node's reason
+                own = [line for line in said if re.search(rf"\b{re.escape(n)}\b", line)]
+                if n not in answered and own:
+                    errors[n] = f"the probe gave no answer (srun: {clean(own[-1])[:300]})"
+    except subprocess.TimeoutExpired:
+        problem = f"the probe did not answer within {timeout:g} s (srun killed)"
+    except OSError as e:
+        problem = f"cannot run srun: {e.strerror or e}"
+    return [
+        answered.get(n)
+        or NodeObservation(node=n, allocated=tuple(detail.gpus.get(n, ())), error=errors.get(n, problem or "no answer"))
+        for n in nodes
+    ]
+
+
+def _render(findings: list[Finding], job: str, detail, nodes: list[NodeObservation], args) -> None:
+    from gpudoctor.sanitize import clean
+
+    answered = [n for n in nodes if n.observed]
+    if args.json:
+        from gpudoctor.report import json_report
+
+        watch = {
+            "job": job,
+            "nodes": list(detail.nodes),
+            "allocated": {n: list(g) for n, g in detail.gpus.items()},
+            "window_s": args.window,
+            "rate_hz": args.rate,
+            "answered": [n.node for n in answered],
+        }
+        sys.stdout.write(json_report.render(findings, {"job": job}, {"watch": watch}))
+        return
+    from gpudoctor.report import text
+
+    gpus = sum(len(g) for g in detail.gpus.values())
+    header = (
+        f"gpudoctor watch: job {job} on {len(detail.nodes)} node(s) ({clean(','.join(detail.nodes))[:200]}), "
+        f"{gpus} GPU(s), sampled {args.window:g} s"
+    )
+    view = text.View(header=header, subject=f"job {job}", notes=True, fails_mean="it does not run as intended")
+    text.render(findings, file=sys.stdout, verbose="default", view=view)
