@@ -551,7 +551,12 @@ def _rename_findings(env: dict, torch_version):
                 (
                     "warn",
                     f"{new} has no effect on torch {versions.fmt(torch_version)}, which reads only {old}",
-                    None if REDACTED in env[new] else set_env(old, env[new]),
+                    manual(
+                        f"Set {old} from {new} (its value holds a credential gpudoctor does not copy)",
+                        f'export {old}="${new}"',
+                    )
+                    if REDACTED in env[new]
+                    else set_env(old, env[new]),
                 )
             )
     return out

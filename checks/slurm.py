@@ -461,6 +461,9 @@ def allocated_gpus_left_idle(facts, ctx):
     gpus = shape.gpus_per_node
     if not ctx.gpus_expected and not gpus:
         return skip("no GPUs expected (--expect-gpus 0)", **_ev(shape))
+    unread = [p for p in shape.problems if "GPU" in p]
+    if gpus is None and unread:  # a GPU value SLURM would refuse: GD-SLURM-001 names it; none allocated is no fact
+        return skip(f"the number of GPUs allocated per node is not known: {unread[0]}", **_ev(shape))
     if gpus == 0 or (gpus is None and not shape.from_script and "CUDA_VISIBLE_DEVICES" not in probe_env(facts)):
         # One GPU per training process of a node (4 tasks need 4 GPUs, not 1), unless the user said how many.
         per_task = _ranks_per_task(shape, facts)[0] if shape.tasks_here else None

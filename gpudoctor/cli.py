@@ -185,11 +185,24 @@ def _add_plugged(sub, commands: dict, name: str, check_parser) -> None:
         module.add_arguments(sub.add_parser(name, help=module.HELP), check_parser)
 
 
+# argparse's cost grows with the square of the option strings given (each one rescans the list of all of
+# them: 20,000 flags took 18 s); no command line of gpudoctor's needs more than a few dozen words.
+MAX_ARGV_WORDS = 1000
+
+
 def main(argv: list[str] | None = None) -> int:
     from gpudoctor.report.usage import SIGTERM_EXIT, Terminated, raise_on_sigterm
 
     raise_on_sigterm()
     if not stdout_usable():
+        return ExitCode.USAGE
+    words = sys.argv[1:] if argv is None else argv
+    if len(words) > MAX_ARGV_WORDS:
+        print(
+            f"gpudoctor: {len(words)} command-line arguments; gpudoctor takes at most {MAX_ARGV_WORDS} "
+            "(every option once is under 100)",
+            file=sys.stderr,
+        )
         return ExitCode.USAGE
     try:
         try:

@@ -29,7 +29,7 @@ def test_a_check_that_raises_becomes_an_error_finding():
     (f,) = run_check(_spec(broken), make_facts(), Context())
     assert f.severity is Severity.ERROR
     assert "KeyError" in f.message and "where" in f.evidence
-    assert exit_code([f]) == 0  # reported, never fatal
+    assert exit_code([f]) == 1  # reported, not a crash; a check that could not run is never a pass (issue 24)
 
 
 def test_a_check_returning_garbage_is_an_error_not_a_crash():

@@ -76,6 +76,15 @@ def test_huge_slurm_numbers_inside_a_job_are_findings_naming_the_variable(value)
     assert {"SLURM_NTASKS", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK"} <= named
 
 
+def test_an_unreadable_gpu_count_is_not_judged_as_no_gpu():
+    """SLURM_GPUS_ON_NODE that SLURM would refuse: GD-SLURM-001 names it; GD-SLURM-003 does not claim the job
+    has no GPU (the count is unknown, not zero)."""
+    env = {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "1", "SLURM_GPUS_ON_NODE": HUGE}
+    found = {f.id: f for f in run_checks(list(load_all().values()), make_facts(env=env), Context())}
+    assert found["GD-SLURM-001"].severity is Severity.WARN and "SLURM_GPUS_ON_NODE" in found["GD-SLURM-001"].message
+    assert found["GD-SLURM-003"].severity is Severity.SKIP, found["GD-SLURM-003"].message
+
+
 # ---------------------------------------------------------------- a check that cannot run
 
 
@@ -149,3 +158,60 @@ def test_an_unwritable_stdout_is_one_line_and_exit_2_for_every_command(redirect,
         r = _gpudoctor_with_stdout(redirect, argv)
         assert r.returncode == 2, (argv, r.returncode, r.stderr)
         assert r.stderr.startswith("gpudoctor: cannot write the output: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+# ---------------------------------------------------------------- large inputs: fix within a small factor of check
+
+
+def _long_script(lines: int) -> str:
+    head = ["#!/bin/bash", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8"]
+    body = [f"echo step {i} >> log.txt" if i % 2 else f"export V{i}=value{i}" for i in range(lines)]
+    return "\n".join([*head, "export NCCL_ASYNC_ERROR_HANDLING=1", *body, "srun python train.py", ""])
+
+
+def _cpu_seconds(argv: list[str]) -> float:
+    import contextlib
+    import io
+    import time
+
+    from gpudoctor.cli import main
+
+    started = time.process_time()  # this process's CPU: a busy neighbour on the machine does not count
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(argv)
+    return time.process_time() - started
+
+
+def test_fix_reads_a_long_script_a_fixed_number_of_times(tmp_path, monkeypatch):
+    """fix parsed the script once per look at it (six parses for one fix); the last parses are kept, so their
+    count is the number of distinct texts (the original, each edit's result), whatever the script's length."""
+    from gpudoctor.readers.sbatch import reader
+
+    counts = []
+    for lines in (2_000, 4_000):
+        path = tmp_path / f"long{lines}.slurm"
+        path.write_text(_long_script(lines))
+        reader._parse_sbatch_cached.cache_clear()
+        _cpu_seconds(["fix", "--sbatch", str(path)])
+        counts.append(reader._parse_sbatch_cached.cache_info().misses)
+    assert counts[0] == counts[1] <= 5, counts
+
+
+def test_fix_costs_a_small_multiple_of_check_and_grows_linearly(tmp_path):
+    """CPU time of this process, fix against check on the same script: a ratio and a doubling, with room for
+    noise (measured here: fix 3.2x check on 50,000 lines; doubling the script 2.0x the time)."""
+    costs = {}
+    for lines in (8_000, 16_000):
+        path = tmp_path / f"long{lines}.slurm"
+        path.write_text(_long_script(lines))
+        check = _cpu_seconds(["check", "--sbatch", str(path)])
+        fix = _cpu_seconds(["fix", "--sbatch", str(path)])
+        costs[lines] = (check, fix)
+        assert fix < 6 * check, (lines, check, fix)
+    assert costs[16_000][1] < 3 * costs[8_000][1], costs
+
+
+def test_an_argv_of_thousands_of_words_is_refused_at_once():
+    """argparse rescans every option string for each one (20,000 flags: 18 s); gpudoctor needs under 100."""
+    r = run_gpudoctor("check", *["--strict"] * 20_000, timeout=30)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "at most 1000" in r.stderr

@@ -6,8 +6,11 @@ shape that must name nobody. torchrun agents, one per node, c10d rendezvous on n
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
 import subprocess
+import time
 
 import jsonschema
 import pytest
@@ -68,19 +71,65 @@ def test_a_slow_link_is_named_by_its_node_with_the_exclude_line():
     assert world.leftovers() == []
 
 
+class OthersCpu:
+    """CPU seconds the machine's other processes used while the block ran: every CPU's busy time (/proc/stat)
+    less what this process and its reaped children (the world's agents and ranks) used. A timing test that
+    fails while others held the CPUs could not measure; one that fails on a quiet machine found a fault."""
+
+    def __enter__(self) -> OthersCpu:
+        self.start = (_busy_seconds(), _own_seconds(), time.monotonic())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        busy, own, started = self.start
+        self.seconds = max(0.0, (_busy_seconds() - busy) - (_own_seconds() - own))
+        self.wall = time.monotonic() - started
+
+    @property
+    def cpus(self) -> float:
+        """The others' average load over the block, in CPUs."""
+        return self.seconds / self.wall if self.wall > 0 else 0.0
+
+
+def _busy_seconds() -> float:
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # user..steal; guest is inside user
+
+
+def _own_seconds() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+# Other processes' load (in CPUs) above which a 4-node world on this machine's CPUs cannot resolve a tenth of a
+# CPU against its healthy ranks: each of them then gets less than the share the test's gap assumes.
+BUSY_CPUS = 0.5
+
+
 def test_a_rank_slowed_by_a_cpu_quota_is_named_with_its_host_and_the_reason():
     # node 2's rank gets a tenth of a CPU from its cgroup, from the moment it reaches its rendezvous on
     with NetWorld(4, cpu_quota={1: 0.1}, late_quota=True) as world:
-        rep = run_world(world, "--steps", "10", throttle=1)
+        with OthersCpu() as others:
+            rep = run_world(world, "--steps", "10", throttle=1)
         found = by_id(rep)
         naming = [found[i] for i in ("GD-SMOKE-010", "GD-SMOKE-016") if found[i]["severity"] == "warn"]
         figures = [(r["rank"], r["compute_tokens_per_s"], r["matmul_tflops"], r["condition"]) for r in rep["ranks"]]
-        assert naming, figures
+        problems = [] if naming else ["no finding named a rank"]
         for f in naming:  # its own compute, its matmuls and memory copy: whichever fell short names it
-            assert f["evidence"]["ranks"] == [1] and f"rank 1 on {world.host(1)}" in f["message"]
-            assert "its cgroup's CPU quota is 0.1 CPU" in f["message"]
+            if f["evidence"]["ranks"] != [1] or f"rank 1 on {world.host(1)}" not in f["message"]:
+                problems.append(f"{f['id']} named {f['evidence']['ranks']}: {f['message']}")
+            elif "its cgroup's CPU quota is 0.1 CPU" not in f["message"]:
+                problems.append(f"{f['id']} gave no quota: {f['message']}")
+        if (rep["exclude"] or {}).get("keep_hosts") != [world.host(i) for i in (0, 2, 3)]:
+            problems.append(f"exclude: {rep['exclude']}")
+        if problems and others.cpus > BUSY_CPUS:
+            pytest.skip(
+                f"could not measure: other processes used {others.cpus:.1f} CPUs on average during the run "
+                f"({others.seconds:.0f} CPU-s in {others.wall:.0f} s; {problems[0]}; ranks {figures})"
+            )
+        assert not problems, (problems, figures, f"others used {others.cpus:.2f} CPUs")
         assert rep["exclude"]["sbatch"] == f"--exclude={world.host(1)}"
-        assert rep["exclude"]["keep_hosts"] == [world.host(i) for i in (0, 2, 3)]
     assert world.leftovers() == []
 
 

@@ -17,6 +17,7 @@ SbatchError (cli.py prints it as one line and exits 2).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -677,6 +678,11 @@ def _het_group(launch: Launch | None, components: int) -> int:
 # ---------------------------------------------------------------- entry points
 
 
+# `fix` reads the same text several times (check's inputs, each fix's anchors, the verification of an edit):
+# the last few parses are kept, so its cost stays a small multiple of check's. BatchScript is frozen.
+_PARSE_CACHE = 4
+
+
 def _positional(arguments: tuple[str, ...] | None) -> dict[str, str]:
     """$1 ... and "$@"/"$*"/"$#" from the arguments given to the script; none when they are not known."""
     if arguments is None:
@@ -692,6 +698,11 @@ def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] |
 
     arguments: what `sbatch FILE ARGS` passes the script ($1, $2, ...); None when not known, and then every
     reference to one stays as written (unknown), never read as empty."""
+    return _parse_sbatch_cached(text, path, None if arguments is None else tuple(arguments))
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _parse_sbatch_cached(text: str, path: str, arguments: tuple[str, ...] | None) -> BatchScript:
     src = Source(text)
     components, unknown, late, commented, first_command = _header(src, path)
     values = []
@@ -805,8 +816,15 @@ _SHELL_INTERPRETERS = {"bash", "sh"}
 
 
 def bash_syntax(text: str) -> BashSyntax:
-    """`bash -n` over the script text (stdin), in its own process group, killed whole after BASH_TIMEOUT_S."""
+    """`bash -n` over the script text (stdin), in its own process group, killed whole after BASH_TIMEOUT_S.
+    The same text with the same bash gets the answer once (fix asks again for each edited text)."""
     import shutil
+
+    return _bash_syntax(text, shutil.which("bash"), os.environ.get("PATH", "/usr/bin:/bin"), BASH_TIMEOUT_S)
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _bash_syntax(text: str, bash: str | None, path: str, timeout: float) -> BashSyntax:
     import subprocess
 
     from gpudoctor.probe.proc import run_bounded
@@ -817,19 +835,18 @@ def bash_syntax(text: str) -> BashSyntax:
         interpreter = os.path.basename(shebang[1])
     if interpreter not in _SHELL_INTERPRETERS:
         return BashSyntax(None, f"the script runs under {interpreter or 'an unnamed interpreter'}, not bash")
-    bash = shutil.which("bash")
     if bash is None:
         return BashSyntax(None, "bash is not on PATH: the script's syntax was not checked")
     try:
         proc = run_bounded(
             [bash, "-n"],
-            BASH_TIMEOUT_S,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+            timeout,
+            env={"PATH": path, "LC_ALL": "C"},
             input=text.encode("utf-8", errors="replace"),
             max_output=64 * 1024,
         )
     except subprocess.TimeoutExpired:
-        return BashSyntax(None, f"bash -n did not finish within {BASH_TIMEOUT_S:g} s")
+        return BashSyntax(None, f"bash -n did not finish within {timeout:g} s")
     except OSError as e:
         return BashSyntax(None, f"bash -n could not run ({e.strerror or e})")
     err = proc.stderr
