@@ -9,7 +9,7 @@ source file where the framework enforces it. Add a row only with such a source.
 The job's value of the variable is the one the program will see: the job's environment (gpudoctor.job.env:
 the submitting shell's, exported by sbatch, and the script's exports), an assignment in front of the launch
 command (`CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...`: bash(1), SIMPLE COMMAND EXPANSION), or the program's
-own `os.environ[...] = "1"` before the framework reads it.
+own `os.environ['NAME'] = "1"` before the framework reads it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gpudoctor.job.env import job_env
+from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.locate import LAUNCH_EVIDENCE
 from gpudoctor.model import fail, info, passed, set_env, skip, warn
 from gpudoctor.registry import check
@@ -145,7 +145,7 @@ def _prefix_value(launch, variable: str) -> str | None:
 
 def _blackwell_or_later(facts, ctx) -> bool | None:
     """The job's GPUs are compute capability 10+ (Blackwell); None when the job's GPUs are not seen here."""
-    if ctx.sbatch is not None and not ctx.node_facts and "SLURM_JOB_ID" not in facts.env:
+    if ctx.sbatch is not None and not ctx.node_facts and "SLURM_JOB_ID" not in probe_env(facts):
         return None  # before submission this machine's GPUs are not the job's
     majors = []
     for gpu in facts.gpus:
@@ -166,7 +166,7 @@ def _blackwell_or_later(facts, ctx) -> bool | None:
     "the source file that enforces it): Megatron-LM's pretrain_*.py (or a program importing megatron) with "
     "--sequence-parallel, or a tensor/context-parallel size above 1, needs CUDA_DEVICE_MAX_CONNECTIONS=1. The "
     "value is the job's: its environment and exports, an assignment in front of the command, or the program's "
-    "own os.environ.",
+    "own os.environ['NAME'] = ... before the framework reads it.",
     why="The framework checks the variable in its argument validation and stops with an assertion before the "
     "first step, after the job waited in the queue. With one hardware work queue, the tensor-parallel "
     "communication kernels are scheduled in the order they are issued, which their overlap with compute relies on.",

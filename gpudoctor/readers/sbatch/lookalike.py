@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpudoctor.readers.sbatch.options import read_options
+from gpudoctor.readers.sbatch.options import directive_marker, directive_words, read_options
 from gpudoctor.readers.sbatch.script import SbatchError, Span
+from gpudoctor.redact import redact
 
 MAGIC = "#SBATCH"
 # blanks, one or more '#' (blanks between them: `# #SBATCH`), blanks, the word
@@ -82,10 +83,9 @@ def one_slip(word: str, target: str = "SBATCH") -> bool:
 
 def options_after_marker(rest: str) -> tuple[tuple[str, str | bool], ...]:
     """The sbatch options of the words after a marker; () when any word is not an option or its value."""
-    from gpudoctor.readers.sbatch.reader import _directive_words  # the words exactly as sbatch splits them
     from gpudoctor.readers.sbatch.shell import unquote
 
-    tokens = _directive_words(rest)
+    tokens = directive_words(rest)  # the words exactly as sbatch splits them
     if not tokens or any(t.unterminated for t in tokens):
         return ()
     try:
@@ -121,8 +121,6 @@ def find_lookalikes(src) -> list[LookalikeDirective]:
     lines there are the ones the command hides.
     """
     from dataclasses import replace
-
-    from gpudoctor.readers.sbatch.reader import directive_marker, redact
 
     found: list[LookalikeDirective] = []
     hidden: dict[int, list[int]] = {}  # index in found of the last command form -> directive lines below it

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from gpudoctor.readers.sbatch.script import SbatchError
+from gpudoctor.readers.sbatch.shell import Token
 
 # Long options that take a value (sbatch and srun share most). Aliases map to one name.
 VALUE_OPTIONS = frozenset(
@@ -205,3 +206,38 @@ def parse_options(
     """sbatch/srun options -> ({canonical: value or True}, unknown options, remaining words)."""
     hits, unknown, rest = read_options(tokens, stop_at_command, srun)
     return {h.option: h.value for h in hits}, unknown, rest
+
+
+# -- the directive lines: their marker and words, as sbatch reads them (src/sbatch/opt.c) --------------------
+DIRECTIVE_MARKERS = ("#SBATCH", "#SLURM")
+
+
+def directive_marker(raw: str) -> str | None:
+    """The directive word a line starts with, as sbatch matches it; None for any other line."""
+    return next((m for m in DIRECTIVE_MARKERS if raw.startswith(m)), None)
+
+
+def directive_words(rest: str) -> list[Token]:
+    """An #SBATCH line's words as sbatch splits them: at blanks, quotes kept together, a word starting with `#`
+    ending the line. No shell operators: `--constraint=a100&ib|h100` is one word to sbatch."""
+    words: list[Token] = []
+    i, n = 0, len(rest)
+    while i < n:
+        if rest[i] in " \t\n":
+            i += 1
+            continue
+        if rest[i] == "#":
+            break
+        start, quote = i, None
+        while i < n and (quote or rest[i] not in " \t\n"):
+            c = rest[i]
+            if c == "\\" and quote != "'":
+                i += 2
+                continue
+            if quote and c == quote:
+                quote = None
+            elif not quote and c in "'\"":
+                quote = c
+            i += 1
+        words.append(Token("word", rest[start:i], start, min(i, n), quote is not None))
+    return words

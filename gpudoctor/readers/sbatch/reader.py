@@ -29,7 +29,7 @@ from gpudoctor.readers.program import launched_program
 from gpudoctor.readers.sbatch import names
 from gpudoctor.readers.sbatch.launch import command_environment, describe_launch, side_step, trains
 from gpudoctor.readers.sbatch.lookalike import find_lookalikes
-from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, read_options
+from gpudoctor.readers.sbatch.options import INTEGER_OPTIONS, directive_marker, directive_words, read_options
 from gpudoctor.readers.sbatch.script import (
     UNKNOWN_DIRECTORY,
     Assignment,
@@ -225,42 +225,8 @@ def _header(src: Source, path: str):
 
 # The words sbatch takes as directives at the very start of a line (src/sbatch/opt.c, _opt_batch_script,
 # case-sensitive xstrncmp); #SLURM is still read in 22.05 and later, with "error: Change from #SLURM to #SBATCH".
-DIRECTIVE_MARKERS = ("#SBATCH", "#SLURM")
-
-
-def directive_marker(raw: str) -> str | None:
-    """The directive word a line starts with, as sbatch matches it; None for any other line."""
-    return next((m for m in DIRECTIVE_MARKERS if raw.startswith(m)), None)
-
-
-def _directive_words(rest: str) -> list[Token]:
-    """An #SBATCH line's words as sbatch splits them: at blanks, quotes kept together, a word starting with `#`
-    ending the line. No shell operators: `--constraint=a100&ib|h100` is one word to sbatch."""
-    words: list[Token] = []
-    i, n = 0, len(rest)
-    while i < n:
-        if rest[i] in " \t\n":
-            i += 1
-            continue
-        if rest[i] == "#":
-            break
-        start, quote = i, None
-        while i < n and (quote or rest[i] not in " \t\n"):
-            c = rest[i]
-            if c == "\\" and quote != "'":
-                i += 2
-                continue
-            if quote and c == quote:
-                quote = None
-            elif not quote and c in "'\"":
-                quote = c
-            i += 1
-        words.append(Token("word", rest[start:i], start, min(i, n), quote is not None))
-    return words
-
-
 def _directive_line(src: Source, lineno: int, base: int, rest: str, raw: str, line_span, path: str):
-    tokens = _directive_words(rest)
+    tokens = directive_words(rest)
     if any(t.unterminated for t in tokens):
         raise SbatchError(f"{path}:{lineno}: cannot split {raw.strip()!r} into words (No closing quotation)")
     words = [unquote(t.text) for t in tokens]
