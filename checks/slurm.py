@@ -321,6 +321,13 @@ def _env_int(env: dict, name: str) -> int | None:
 # ---------------------------------------------------------------- GD-SLURM-002
 
 
+def _program_words(ctx) -> str:
+    """The program a batch script's launch line runs (`python train.py`), for a message; `python` when unknown."""
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    command = launch.python_command() if launch is not None else None
+    return " ".join(command.split()[:2]) if command else "python"
+
+
 @check(
     id="GD-SLURM-002",
     name="several-tasks-share-one-gpu",
@@ -353,7 +360,14 @@ def several_tasks_share_one_gpu(facts, ctx):
     if tasks is None:
         return skip("the number of tasks per node is not known", **_ev(shape))
     ev = _ev(shape, tasks_on_node=tasks, gpus_per_node=gpus, gpus_each_task_sees=shape.task_gpus)
-    if tasks > gpus and shape.launcher == "python" and shape.from_script and not one_rank_per_task_under_srun(shape):
+    declared = ctx.launcher == "srun"  # `--launcher srun`: the user says each task is a rank -- a fact, not a guess
+    if (
+        tasks > gpus
+        and shape.launcher == "python"
+        and shape.from_script
+        and not declared
+        and not one_rank_per_task_under_srun(shape)
+    ):
         # srun starts one copy of the program per task; ranks that hang on a shared GPU are a guess unless the program
         # is known to be one rank per task (README: do no harm) -- copies sharing a GPU on purpose are a pattern too
         program = program_of(shape)
@@ -374,7 +388,7 @@ def several_tasks_share_one_gpu(facts, ctx):
         )
         return info(
             f"{tasks} tasks per node share {gpus} GPU(s) per node ({_gpu_words(shape)}): srun starts {tasks} copies of "
-            f"`{(shape.launch_line or 'python').split()[0]}` on them; {what}",
+            f"`{_program_words(ctx)}` on them; {what}",
             **ev,
         )
     if tasks > gpus:

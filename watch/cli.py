@@ -108,7 +108,7 @@ def run(args) -> int:
     nodes = probe_nodes(job, detail, args.window, args.rate, python)
     from gpudoctor.watch.judge import judge
 
-    findings = judge(nodes, script_causes(job, detail.command, script_text))
+    findings = judge(nodes, script_causes(job, detail.command, script_text, detail.work_dir))
     if args.log:
         from gpudoctor.fileio import write_output
         from gpudoctor.watch.samples import log_lines
@@ -171,9 +171,11 @@ def batch_script(job: str) -> str | None:
     return r.stdout if r.returncode == 0 and r.stdout.strip() and not r.truncated else None
 
 
-def script_causes(job: str, command: str | None, text: str | None) -> list[Finding]:
-    """The batch-script checks that explain idle GPUs (judge.CAUSE_CHECKS), run on the submitted text; their
-    warn and fail findings. Their fixes edit `command` when that file still holds this text, else are lines."""
+def script_causes(job: str, command: str | None, text: str | None, work_dir: str | None = None) -> list[Finding]:
+    """The batch-script checks that explain idle GPUs (judge.CAUSE_CHECKS), run on the submitted text with the
+    program it launches read from the job's working directory (readers/program.py: what the program does with
+    its process decides whether more tasks are a fix, README "Do no harm"); their note, warn and fail findings.
+    Their fixes edit `command` when that file still holds this text, else are lines."""
     if not text:
         return []
     from gpudoctor.facts import Facts
@@ -200,13 +202,19 @@ def script_causes(job: str, command: str | None, text: str | None) -> list[Findi
             sbatch = parse_sbatch(text, path)
         except SbatchError:
             return []
+        from dataclasses import replace
+
+        from gpudoctor.readers.program import launched_program
+
+        base = work_dir or (os.path.dirname(os.path.abspath(command)) if command else None)
+        sbatch = replace(sbatch, program=launched_program(sbatch, base))
         specs = load_all()
         # Context.sbatch holds the parsed BatchScript, as inputs.context_for passes it (its annotation says dict)
         ctx = Context(sbatch=sbatch, sbatch_path=path)  # type: ignore[arg-type]
         # judged as a script before submission: no environment of this machine enters the verdict
         facts = Facts(sections={"env": {"vars": {}}})
         found = run_checks([specs[c] for c in CAUSE_CHECKS if c in specs], facts, ctx)
-    causes = [f for f in found if f.severity in (Severity.WARN, Severity.FAIL)]
+    causes = [f for f in found if f.severity in (Severity.INFO, Severity.WARN, Severity.FAIL)]
     return causes if same_file else [_as_lines(f) for f in causes]
 
 

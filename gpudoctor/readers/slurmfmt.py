@@ -400,6 +400,7 @@ class JobDetail:
     batch: bool
     command: str | None  # the batch script's path as submitted (scontrol's Command=)
     user: str | None
+    work_dir: str | None = None  # where the job runs (scontrol's WorkDir=: sbatch's --chdir, else the submit dir)
 
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z/:]+)=(\S*)")
@@ -443,5 +444,6 @@ def job_detail(text: str) -> JobDetail:
         gpus={n: gpus.get(n, ()) for n in nodes},
         batch=fields.get("BatchFlag") == "1",
         command=None if command in (None, "", "(null)") else command,
+        work_dir=None if fields.get("WorkDir") in (None, "", "(null)") else fields.get("WorkDir"),
         user=user,
     )

@@ -110,13 +110,26 @@ def test_json_report_and_a_node_that_gives_no_answer(tmp_path):
 SCRIPT = "#!/bin/bash\n#SBATCH --gres=gpu:8\n#SBATCH --ntasks=1\npython3 train.py\n"
 
 
+DDP_PROGRAM = (
+    "import os\nimport torch.distributed as dist\n"
+    "rank, world = int(os.environ['SLURM_PROCID']), int(os.environ['SLURM_NTASKS'])\n"
+    "dist.init_process_group('nccl', rank=rank, world_size=world)\n"
+)
+
+
 def test_the_batch_scripts_own_checks_give_the_cause_and_edit_the_file_slurm_names(tmp_path):
     from gpudoctor.model import ActionKind
     from gpudoctor.watch.cli import script_causes
 
     script = tmp_path / "job.sbatch"
     script.write_text(SCRIPT)
-    (cause,) = script_causes("42", str(script), SCRIPT)
+    # the program is not there: one process on 8 GPUs is the cause, but more tasks would start 8 copies of a
+    # program that may not be distributed (README, "Do no harm"): a note without a fix
+    (cause,) = script_causes("42", str(script), SCRIPT, str(tmp_path))
+    assert cause.id == "GD-SLURM-003" and cause.severity.value == "info" and cause.fix is None
+    # a program that is one rank per SLURM task, read from the job's working directory: the fix edits the script
+    (tmp_path / "train.py").write_text(DDP_PROGRAM)
+    (cause,) = script_causes("42", str(script), SCRIPT, str(tmp_path))
     assert cause.id == "GD-SLURM-003" and "7 GPU(s) stay idle" in cause.message
     edits = {(a.kind, a.key, a.value, a.target) for a in cause.fix.actions}
     assert (ActionKind.SBATCH_SET, "ntasks-per-node", "8", str(script)) in edits
@@ -127,7 +140,8 @@ def test_a_script_changed_since_submission_gets_lines_not_edits(tmp_path):
 
     script = tmp_path / "job.sbatch"
     script.write_text(SCRIPT.replace("python3", "python3 -u"))  # edited after sbatch: not the job's text
-    (cause,) = script_causes("42", str(script), SCRIPT)
+    (tmp_path / "train.py").write_text(DDP_PROGRAM)
+    (cause,) = script_causes("42", str(script), SCRIPT, str(tmp_path))
     assert cause.fix.safety.value == "manual"
     assert [a.target for a in cause.fix.actions][:2] == ["#SBATCH --ntasks-per-node=8", "remove #SBATCH --ntasks"]
     assert script.read_text() != SCRIPT  # nothing was written

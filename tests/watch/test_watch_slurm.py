@@ -3,7 +3,8 @@
 CUDA_VISIBLE_DEVICES, read by the probe that `watch` starts inside the job with `srun --overlap`.
 
 - a job that asks for 8 GPUs and starts one process that sees one of them: the 7 others are named, with the
-  batch script's own checks' fix (GD-SLURM-003: --ntasks-per-node=8 under srun);
+  batch script's own checks' fix (GD-SLURM-003: the program, read from the job's directory, is one process, so
+  --gres=gpu:1 -- not eight srun copies of it);
 - a correct job (8 tasks, one GPU each): none named;
 - a probe that cannot run on the node: the node is "not observed" (a fail), never healthy;
 - the GPUs an `srun --overlap` step is given inside the job: all of the job's without --gres, none with --gres=none.
@@ -112,9 +113,11 @@ def test_one_process_on_an_eight_gpu_job_names_seven_idle_gpus(slurm_cluster, tm
         # the cause and its fix are the batch script's own checks' (GD-SLURM-003: one task where 8 GPUs are)
         assert "GD-SLURM-003" in idle["evidence"]["batch_script"], idle["evidence"]
         # one fix: GD-SLURM-003's lines (the script is a copy here), and leaving CUDA_VISIBLE_DEVICES to SLURM
-        # (the process's own value is 0 where SLURM set 0-7 for the batch step)
+        # (the process's own value is 0 where SLURM set 0-7 for the batch step). The program was read from the
+        # job's working directory: one process that never starts ranks, so the fix asks for the one GPU it uses --
+        # eight srun tasks would start eight copies of it (README, "Do no harm")
         lines = [a["target"] for a in idle["fix"]["actions"]]
-        assert "#SBATCH --ntasks-per-node=8" in lines and "start the launch line with `srun`" in lines, lines
+        assert "#SBATCH --gres=gpu:1" in lines and "#SBATCH --ntasks-per-node=8" not in lines, lines
         assert any(line.startswith("do not set CUDA_VISIBLE_DEVICES=0") for line in lines), lines
         assert "was set by the job, not by SLURM (SLURM set 0,1,2,3,4,5,6,7" in idle["message"]
         assert code == 1
