@@ -139,6 +139,8 @@ def test_spawned_rank_that_never_starts_is_named_within_the_timeout():
     validate(rep)
     f = findings(rep)["GD-SMOKE-001"]
     assert r.returncode == 1 and f["severity"] == "fail"
+    if 0 in f["evidence"]["missing_ranks"]:  # rank 0 too: its torch import outlasted the 10 s on a busy machine
+        pytest.skip(f"could not measure: rank 0 did not join within 10 s either (the machine is busy): {f['message']}")
     assert f["evidence"]["missing_ranks"] == [1] and "rank 1 never joined the rendezvous" in f["message"]
     assert elapsed < 10 + 15
     assert not leftovers(marker)
