@@ -451,6 +451,19 @@ def _gpu_words(shape: JobShape) -> str:
 # ---------------------------------------------------------------- GD-SLURM-003
 
 
+def _every_gpu_fix(shape, facts, tasks: int, gpus: int):
+    """One task per GPU with the same CPUs per node, started with srun where the line has none."""
+    changes = {"ntasks-per-node": str(gpus), **_same_cpus_per_node(shape, tasks, gpus)}
+    add_srun = shape.srun_launch is False
+    return directive_fix(
+        shape,
+        facts,
+        f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
+        changes,
+        srun_prefix="" if add_srun else None,
+    )
+
+
 @check(
     id="GD-SLURM-003",
     name="allocated-gpus-left-idle",
@@ -545,15 +558,7 @@ def allocated_gpus_left_idle(facts, ctx):
         )
         # Prefer using what the job asks for over shrinking it: one task per GPU, or the launcher's count.
         if per_task == 1 and shape.launcher not in SPAWNING_LAUNCHERS and shape.from_script:
-            changes = {"ntasks-per-node": str(gpus), **_same_cpus_per_node(shape, tasks, gpus)}
-            add_srun = shape.srun_launch is False
-            fix = directive_fix(
-                shape,
-                facts,
-                f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
-                changes,
-                srun_prefix="" if add_srun else None,
-            )
+            fix = _every_gpu_fix(shape, facts, tasks, gpus)
         elif (
             shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed")
             and shape.script
@@ -591,15 +596,7 @@ def _python_leaves_gpus_idle(shape: JobShape, facts, tasks: int, per_task: int, 
     if program is None or not program.known or (program.kind == "spawn" and program.processes is None):
         return info(f"{ranks} process(es) per node for {gpus} allocated GPU(s): {unknown_note(shape, gpus)}", **ev)
     if one_rank_per_task_under_srun(shape):
-        changes = {"ntasks-per-node": str(gpus), **_same_cpus_per_node(shape, tasks, gpus)}
-        add_srun = shape.srun_launch is False
-        fix = directive_fix(
-            shape,
-            facts,
-            f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
-            changes,
-            srun_prefix="" if add_srun else None,
-        )
+        fix = _every_gpu_fix(shape, facts, tasks, gpus)
         return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
     if wants_torchrun(shape) and (shape.nodes or 1) == 1 and shape.script is not None:
         entry = program.path.rsplit("/", 1)[-1] if program.path else "the program"

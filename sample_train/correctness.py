@@ -15,6 +15,7 @@ from collections import Counter
 
 from gpudoctor.model import Severity, manual
 from gpudoctor.sample_train.findings import make, ranks_text
+from gpudoctor.sample_train.slowness import where
 
 BITWISE_TESTS = ("chain_bf16", "chain_fp32", "train_step")
 WHAT = {
@@ -41,15 +42,6 @@ def _kind_text(kind: tuple) -> str:
     if kind[0] == "cuda":
         return f"{kind[1]} ({kind[2]} SMs), torch {kind[4]}, CUDA {kind[5]}"
     return f"CPU {kind[1]}, {kind[2]} thread(s), torch {kind[3]}"
-
-
-def _where(row: dict) -> str:
-    text = f"rank {row['rank']} on {row.get('host')}"
-    if row.get("gpu_index") is not None:
-        text += f" GPU {row['gpu_index']}"
-    if row.get("gpu_uuid"):
-        text += f" ({row['gpu_uuid']})"
-    return text
 
 
 def judge(ranks: list[dict], joins: dict, results: list[dict]) -> tuple[dict, list]:
@@ -125,7 +117,7 @@ DIAGNOSE = manual(
 def _results_finding(wrong: dict, could_not: dict, alone: list, row_of: dict, groups: dict):
     n = len(row_of)
     if wrong:
-        named = "; ".join(f"{_where(row_of[r])}: {', '.join(wrong[r])}" for r in sorted(wrong))
+        named = "; ".join(f"{where(row_of[r])}: {', '.join(wrong[r])}" for r in sorted(wrong))
         return make(
             "GD-SMOKE-021",
             Severity.FAIL,
@@ -158,7 +150,7 @@ def _memory_finding(memory: dict, row_of: dict):
     bad = {r: m for r, m in memory.items() if m.get("errors")}
     if bad:
         named = "; ".join(
-            f"{_where(row_of[r])}: {m['errors']} wrong word(s) in {m['bytes'] / 2**20:,.0f} MiB" for r, m in bad.items()
+            f"{where(row_of[r])}: {m['errors']} wrong word(s) in {m['bytes'] / 2**20:,.0f} MiB" for r, m in bad.items()
         )
         return make(
             "GD-SMOKE-022",
