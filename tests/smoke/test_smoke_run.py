@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cliutil import clean_env
 from tests.thismachine import no_gpu_here
@@ -52,7 +53,7 @@ def run(
     cmd: list[str], env: dict | None = None, timeout: float = 120, cwd=None
 ) -> tuple[subprocess.CompletedProcess, float, str]:
     marker = uuid.uuid4().hex
-    full_env = clean_env(env, drop=("GPUDOCTOR_SMOKE_FAULT",))
+    full_env = clean_env(env, drop=("GPUDOCTOR_SMOKE_FAULT", "TORCHINDUCTOR_"))
     full_env[MARK] = marker
     start = time.monotonic()
     r = subprocess.run(
@@ -99,12 +100,40 @@ def findings(rep: dict) -> dict:
     return {f["id"]: f for f in rep["findings"]}
 
 
-def test_two_spawned_cpu_ranks_train_and_report():
-    r, elapsed, marker = smoke("--gpus", "2")
-    rep = report_of(r)
+class HealthyRun:
+    """One healthy spawned run that several tests read (each real run costs ~17 CPU-s here): 2 CPU ranks,
+    default steps, run as `python -P -m gpudoctor` from a folder holding a `gpudoctor` package that raises on
+    import (the workers must not import it), with a private TMPDIR (the run must leave it empty), saving a
+    baseline and writing Prometheus gauges."""
+
+    def __init__(self, root: Path):
+        self.cwd, self.tmpdir = root / "cwd", root / "tmp"
+        (self.cwd / "gpudoctor").mkdir(parents=True)
+        (self.cwd / "gpudoctor" / "__init__.py").write_text("raise ImportError('the cwd copy was imported')\n")
+        self.tmpdir.mkdir()
+        self.baseline, self.prometheus = root / "base.json", root / "smoke.prom"
+        cmd = [sys.executable, "-P", "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "2"]
+        cmd += ["--save-baseline", str(self.baseline), "--prometheus", str(self.prometheus)]
+        self.result, self.elapsed, marker = run(cmd, {"TMPDIR": str(self.tmpdir)}, cwd=self.cwd)
+        self.leftovers = leftovers(marker)
+        self.report = report_of(self.result)
+
+
+@pytest.fixture(scope="session")
+def healthy_run(tmp_path_factory) -> HealthyRun:
+    return HealthyRun(tmp_path_factory.mktemp("healthy-run"))
+
+
+# The tests reading the one run share a worker, so it runs once (pyproject.toml: --dist loadgroup).
+shares_the_healthy_run = pytest.mark.xdist_group("healthy-spawned-run")
+
+
+@shares_the_healthy_run
+def test_two_spawned_cpu_ranks_train_and_report(healthy_run):
+    r, rep = healthy_run.result, healthy_run.report
     validate(rep)
     assert r.returncode == 0 and rep["ok"], rep["findings"]
-    assert elapsed < 60
+    assert healthy_run.elapsed < 60
     assert rep["launch"]["mode"] == "spawn" and rep["launch"]["world_size"] == 2
     assert [x["rank"] for x in rep["ranks"]] == [0, 1]
     assert rep["loss"]["last"] < rep["loss"]["first"] * 0.95
@@ -115,7 +144,55 @@ def test_two_spawned_cpu_ranks_train_and_report():
     assert rep["mfu"]["vs_spec"] is None and "CPU" in rep["mfu"]["vs_spec_missing_reason"]
     assert rep["mfu"]["vs_measured_matmul"] > 0  # no upper bound: CPU timings on a shared host are noise
     assert "6*N" in rep["flops"]["formula"]
-    assert not leftovers(marker)
+    assert not healthy_run.leftovers
+
+
+@shares_the_healthy_run
+def test_a_smoke_run_leaves_nothing_in_tmpdir(healthy_run):
+    assert healthy_run.result.returncode == 0, healthy_run.result.stderr[-2000:]
+    assert [p.name for p in healthy_run.tmpdir.iterdir()] == []  # no torchinductor_<user>, no gpudoctor-smoke-*
+
+
+@shares_the_healthy_run
+def test_a_gpudoctor_folder_in_the_working_directory_does_not_shadow_the_workers_package(healthy_run):
+    # Found on a GPU machine: smoke run from a source checkout (whose gpudoctor/ folder lacks
+    # sample_train) with a regular install had every worker fail to import.
+    assert healthy_run.result.returncode == 0 and healthy_run.report["ok"], healthy_run.report["findings"]
+    assert "the cwd copy was imported" not in healthy_run.result.stderr
+
+
+@shares_the_healthy_run
+def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(healthy_run, tmp_path):
+    from gpudoctor.sample_train import baseline
+    from tests.cliutil import run_gpudoctor
+
+    base, r = healthy_run.baseline, healthy_run.result
+    assert r.returncode == 0, r.stderr[-2000:]
+    families = {f.name: f for f in text_string_to_metric_families(healthy_run.prometheus.read_text())}
+    assert families["gpudoctor_smoke_ok"].samples[0].value == 1
+    parts = {(s.labels["rank"], s.labels["part"]) for s in families["gpudoctor_smoke_part"].samples}
+    assert ("1", "memory_copy_gbps") in parts and ("0", "matmul_tflops") in parts
+    assert any(s.labels["id"] == "GD-SMOKE-016" for s in families["gpudoctor_smoke_check"].samples)
+    assert f"baseline saved to {base}" in r.stderr
+    saved = baseline.load(str(base))
+    assert saved["kind"] == {**saved["kind"], "device_type": "cpu", "world_size": 2, "model": "tiny"}
+    assert saved["figures"]["memory_copy_gbps"] > 0 and saved["figures"]["compute_tokens_per_s"] > 0
+
+    r = run_gpudoctor(
+        "smoke", "--device", "cpu", "--steps", "10", "--json", "--baseline", str(base), timeout=200, cwd=tmp_path
+    )
+    rep = json.loads(r.stdout)
+    checked = rep["expectations"]["checked"]
+    assert {c["source"] for c in checked} == {"baseline"} and {c["rank"] for c in checked} == {0, 1}
+    assert {c["part"] for c in checked} >= {"matmul_tflops", "memory_copy_gbps", "compute_tokens_per_s"}
+    assert rep["findings"] and any(f["id"] == "GD-SMOKE-017" for f in rep["findings"])
+
+    r = run_gpudoctor("smoke", "--device", "cpu", "--gpus", "3", "--baseline", str(base), timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"gpudoctor smoke: --baseline {base}: the baseline is from another kind of run (world_size 2 there, 3 here): "
+        "save one from this kind of run with --save-baseline"
+    ]
 
 
 def test_torchrun_world_is_joined_and_rank0_reports():
@@ -181,18 +258,6 @@ def test_hang_in_a_step_names_the_rank_and_the_step():
     assert "(rank 0 in step 2 (forward))" in f["message"]  # DDP's bucket rebuild broadcasts in step 2's forward
     assert any("faults.py" in frame for frame in f["evidence"]["stacks"]["rank1"])
     assert elapsed < 16 + 15
-    assert not leftovers(marker)
-
-
-def test_a_gpudoctor_folder_in_the_working_directory_does_not_shadow_the_workers_package(tmp_path):
-    # Found on a GPU machine: smoke run from a source checkout (whose gpudoctor/ folder lacks
-    # sample_train) with a regular install had every worker fail to import.
-    (tmp_path / "gpudoctor").mkdir()
-    (tmp_path / "gpudoctor" / "__init__.py").write_text("raise ImportError('the cwd copy was imported')\n")
-    cmd = [sys.executable, "-P", "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "1"]
-    r, _, marker = run(cmd, cwd=tmp_path)
-    rep = report_of(r)
-    assert r.returncode == 0 and rep["ok"], rep["findings"]
     assert not leftovers(marker)
 
 

@@ -224,44 +224,7 @@ def test_a_bad_baseline_is_one_line(tmp_path, content, says):
         baseline.load(str(tmp_path / "missing.json"))
 
 
-# -- the real command ----------------------------------------------------------------------------------------
-def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(tmp_path):
-    from tests.cliutil import run_gpudoctor
-
-    base = tmp_path / "base.json"
-    prom = tmp_path / "smoke.prom"
-    r = run_gpudoctor(
-        "smoke", "--device", "cpu", "--steps", "10", "--json", "--save-baseline", str(base), "--prometheus", str(prom),
-        timeout=200, cwd=tmp_path,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
-    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
-    assert families["gpudoctor_smoke_ok"].samples[0].value == 1
-    parts = {(s.labels["rank"], s.labels["part"]) for s in families["gpudoctor_smoke_part"].samples}
-    assert ("1", "memory_copy_gbps") in parts and ("0", "matmul_tflops") in parts
-    assert any(s.labels["id"] == "GD-SMOKE-016" for s in families["gpudoctor_smoke_check"].samples)
-    assert f"baseline saved to {base}" in r.stderr
-    saved = baseline.load(str(base))
-    assert saved["kind"] == {**saved["kind"], "device_type": "cpu", "world_size": 2, "model": "tiny"}
-    assert saved["figures"]["memory_copy_gbps"] > 0 and saved["figures"]["compute_tokens_per_s"] > 0
-
-    r = run_gpudoctor(
-        "smoke", "--device", "cpu", "--steps", "10", "--json", "--baseline", str(base), timeout=200, cwd=tmp_path
-    )
-    rep = json.loads(r.stdout)
-    checked = rep["expectations"]["checked"]
-    assert {c["source"] for c in checked} == {"baseline"} and {c["rank"] for c in checked} == {0, 1}
-    assert {c["part"] for c in checked} >= {"matmul_tflops", "memory_copy_gbps", "compute_tokens_per_s"}
-    assert rep["findings"] and any(f["id"] == "GD-SMOKE-017" for f in rep["findings"])
-
-    r = run_gpudoctor("smoke", "--device", "cpu", "--gpus", "3", "--baseline", str(base), timeout=60, cwd=tmp_path)
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().splitlines() == [
-        f"gpudoctor smoke: --baseline {base}: the baseline is from another kind of run (world_size 2 there, 3 here): "
-        "save one from this kind of run with --save-baseline"
-    ]
-
-
+# -- the real command (the saved-then-judged baseline is in test_smoke_run.py, on its shared healthy run) --
 @pytest.mark.parametrize("flag, target", [("--baseline", "missing.json"), ("--save-baseline", "no/such/dir/b.json")])
 def test_a_baseline_path_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, flag, target):
     from tests.cliutil import run_gpudoctor
