@@ -5,7 +5,7 @@
 
 Runs `gpudoctor smoke --json` again and again on one healthy machine and counts the runs in which a speed
 verdict (GD-SMOKE-010/015/016/017/018) warned or failed, i.e. named a rank, node or link; and, per figure,
-the worst shortfall below the job's median seen in any run (what the minimum gaps of sample_train/slowness.py
+the worst shortfall below the job's median seen in any run (what the minimum gaps of sample_train/judge/slowness.py
 must stay above). Also the wall time of the part benchmarks and node pairs per run (their cost).
 The numbers go to docs/benchmarks.md with the machine named.
 """

@@ -1,7 +1,7 @@
 """The verdicts of `gpudoctor smoke`, registered like every check (source="smoke"), declared as data.
 
 The smoke run (sample_train/) judges what only a real training run shows and builds these
-findings itself (sample_train/findings.make reads the id's name, category and title from here).
+findings itself (sample_train/judge/findings.make reads the id's name, category and title from here).
 This table only documents them: `gpudoctor check` never runs them; `gpudoctor list`,
 `explain` and docs/checks.md show them. Adding a verdict is adding a row. Importing this module
 must stay free of torch. Categories are those of the problem each verdict is about (the run is in
@@ -84,7 +84,7 @@ SMOKE_VERDICTS = (
         category="smoke",
         title="Training loss fell",
         what="Compares the mean loss over ranks of the first and last few training steps on the run's synthetic "
-        "data; it must fall by a few per cent (sample_train/report.py LOSS_DROP).",
+        "data; it must fall by a few per cent (sample_train/judge/report.py LOSS_DROP).",
         why="A loss that stays flat or becomes NaN/inf on data a small model learns easily means training is "
         "broken (a wrong gradient sync, precision overflow, a broken kernel) before any real job spends hours.",
         fix="Rerun with --device cpu to tell a GPU/library fault from a set-up fault; check the precision "
@@ -131,7 +131,8 @@ SMOKE_VERDICTS = (
         category="hardware",
         title="No rank computes much slower than the others",
         what="Compares each rank's own forward+backward rate (DDP no_sync: no waiting for the others) with the job's "
-        "median (sample_train/outliers.py: below the median by more than 3.5 robust deviations and by a minimum gap, "
+        "median (sample_train/judge/outliers.py: below the median by more than 3.5 robust deviations and by a minimum "
+        "gap, "
         "13 % on GPUs, 60 % on CPU ranks that share cores), and names the rank with its host, GPU index and UUID, and "
         "the reason NVML (or the CPU's cgroup quota) gives.",
         why="Every DDP step waits for the slowest rank at the gradient all-reduce, so one slow GPU (thermal or "
@@ -193,7 +194,7 @@ SMOKE_VERDICTS = (
         title="No node computes much slower than the median node",
         what="Per node (the launcher's node: GROUP_RANK/SLURM_NODEID, else the host), the tokens per second of its "
         "ranks' own forward+backward; names the nodes below the median node by the robust rule of GD-SMOKE-010 "
-        "(sample_train/slowness.py MIN_GAP), and puts them in the run's --exclude line.",
+        "(sample_train/judge/slowness.py MIN_GAP), and puts them in the run's --exclude line.",
         why="Under DDP every step waits for the slowest rank, so one slow node (throttled GPUs, a bad PCIe link, a "
         "noisy neighbour) sets the pace of the whole job; the per-rank view hides which node it is.",
         fix="Drain or inspect the named node (`nvidia-smi -q -d PERFORMANCE`, GD-HW-003/004); exclude it "
@@ -226,7 +227,8 @@ SPEED_VERDICTS = (
         title="Each rank's parts reach what its GPU model (or the fleet baseline) should",
         what="Compares every rank's figures with a fleet baseline given with --baseline (saved by --save-baseline on "
         "a known-good node; the same GPU model, world size and model), else with the reference table of its GPU "
-        "model (sample_train/peaks.py, docs/gpu_peaks.md: the datasheet figure times the fraction healthy devices "
+        "model (sample_train/judge/peaks.py, docs/gpu_peaks.md: the datasheet figure times the fraction healthy "
+        "devices "
         "reach). A GPU model missing from the table is info, never a fail.",
         why="The job's own median cannot see a fault every rank shares (all GPUs power-capped, a node type whose "
         "links all trained at a lower generation); an expectation from outside the job can.",

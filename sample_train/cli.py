@@ -8,7 +8,7 @@ import re
 import sys
 
 from gpudoctor.model import ExitCode
-from gpudoctor.sample_train import baseline
+from gpudoctor.sample_train.judge import baseline
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
 from gpudoctor.sample_train.sizes import QUICK_STEPS
 from gpudoctor.sanitize import clean

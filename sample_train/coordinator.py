@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import fit, outliers, peaks, placement
-from gpudoctor.sample_train.findings import failed, make, ranks_text
+from gpudoctor.sample_train.judge import fit, outliers, peaks, placement
+from gpudoctor.sample_train.judge.findings import failed, make, ranks_text
 from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, QUICK_STEPS, QUICK_WARMUP, SIZES, GPTConfig, size_for_gpu
 
 STAGES = (

@@ -46,9 +46,10 @@ def no_torch(opts, python: str) -> int:
     """The GD-SMOKE-013 report (text or JSON as asked) and exit 2."""
     import time
 
-    from gpudoctor.sample_train import launch, report
+    from gpudoctor.sample_train import launch
     from gpudoctor.sample_train.coordinator import Verdict
-    from gpudoctor.sample_train.findings import make
+    from gpudoctor.sample_train.judge import report
+    from gpudoctor.sample_train.judge.findings import make
 
     fix = manual(
         "Install torch into the interpreter that trains, or point the run at the training env",

@@ -22,9 +22,10 @@ from datetime import timedelta
 from gpudoctor.facts import redact_value  # MASTER_ADDR=user:password@host: reports show the host only
 from gpudoctor.job.world import World, new_namespace, spawned
 from gpudoctor.model import ExitCode, Severity
-from gpudoctor.sample_train import baseline, exits, faults, report
+from gpudoctor.sample_train import exits, faults
 from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, read_json
-from gpudoctor.sample_train.findings import make, ranks_text
+from gpudoctor.sample_train.judge import baseline, report
+from gpudoctor.sample_train.judge.findings import make, ranks_text
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.progress import Progress
 from gpudoctor.sanitize import clean

@@ -47,7 +47,7 @@ class SmokeOptions:
     quick: bool = False  # node qualification in seconds: a small model, few steps, shorter benchmarks
     soak: float | None = None  # --soak: seconds of repeated part measurements after training (sustained speed)
     save_baseline: str | None = None
-    baseline: dict | None = None  # the loaded --baseline file (sample_train/baseline.py)
+    baseline: dict | None = None  # the loaded --baseline file (sample_train/judge/baseline.py)
     baseline_path: str | None = None
     prometheus: str | None = None  # node_exporter textfile to write the figures to
     seed: int = 1234

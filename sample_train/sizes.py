@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from gpudoctor.sample_train.metrics import matmul_params
+from gpudoctor.sample_train.judge.metrics import matmul_params
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ QUICK_STEPS, QUICK_WARMUP = 10, 3
 
 def size_for_gpu(memory_bytes: int | None, spec_tflops: float | None, floor: bool = False) -> str | None:
     """large on 80 GB-class GPUs with >= 300 TFLOP/s, medium from 20 GB, small below. floor: None below what the
-    small model needs (the memory is then the free memory, not the total: sample_train/fit.py)."""
+    small model needs (the memory is then the free memory, not the total: sample_train/judge/fit.py)."""
     gib = (memory_bytes or 0) / 2**30
     if gib >= 70 and (spec_tflops is None or spec_tflops >= 300):
         return "large"

@@ -197,7 +197,7 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
 
 
 def _memory_in_use(index: int, pci_bus_id: str) -> dict:
-    """The GPU's free memory and the processes NVML sees on it, as this rank joins (sample_train/fit.py sizes the
+    """The GPU's free memory and the processes NVML sees on it, as this rank joins (sample_train/judge/fit.py sizes the
     run from them and names a process that is not the job's)."""
     out: dict = {"gpu_free_bytes": None, "gpu_processes": None}
     try:

@@ -197,7 +197,7 @@ def test_huge_numbers_in_any_numeric_string_fact_are_judged_not_crashed():
 def test_smoke_json_is_strict_json_when_a_loss_diverges():
     import io
 
-    from gpudoctor.sample_train.report import print_json
+    from gpudoctor.sample_train.judge.report import print_json
 
     out = io.StringIO()
     print_json({"metrics": {"loss_last": float("nan"), "tokens_per_s": float("inf")}}, out)

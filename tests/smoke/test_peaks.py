@@ -1,4 +1,4 @@
-"""The reference table (sample_train/peaks.py): identify() on real NVML/torch names, memory and
+"""The reference table (sample_train/judge/peaks.py): identify() on real NVML/torch names, memory and
 power limits; expectation() floors and their basis; every row sourced; docs/gpu_peaks.md and the
 code agree. Pure and fast: no GPU.
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.sample_train import peaks
+from gpudoctor.sample_train.judge import peaks
 
 MIB = 2**20
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gpu_peaks.md"

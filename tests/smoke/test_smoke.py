@@ -11,9 +11,9 @@ import pytest
 from gpudoctor.job import world
 from gpudoctor.model import Severity
 from gpudoctor.sample_train import coordinator as coordinator_module
-from gpudoctor.sample_train import metrics, peaks, placement, report
 from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, phase, plan_run
 from gpudoctor.sample_train.faults import FaultSpecError, parse
+from gpudoctor.sample_train.judge import metrics, peaks, placement, report
 from gpudoctor.sample_train.options import LoaderSettings, OptionsError, SmokeOptions, loader_from_config, merge_loader
 
 

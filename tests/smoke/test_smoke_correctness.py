@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoctor.sample_train import correctness
+from gpudoctor.sample_train.judge import correctness
 from tests.smoke.test_smoke_run import findings, report_of, smoke, validate
 
 GOOD = {

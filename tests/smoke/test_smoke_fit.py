@@ -1,12 +1,12 @@
 """Fit the run to the GPU as it is (issue 28, item 4): free memory and the processes on each GPU at the
-rendezvous, judged by sample_train/fit.py. The placement records are shaped like the one recorded on a real H200
+rendezvous, judged by sample_train/judge/fit.py. The placement records are shaped like the one recorded on a real H200
 (/work/shared/recorded/h200-smoke-stray-compute-process.json, copied into the facts below); the held memory is
 constructed."""
 
 from __future__ import annotations
 
-from gpudoctor.sample_train import fit
 from gpudoctor.sample_train.coordinator import plan_run
+from gpudoctor.sample_train.judge import fit
 from gpudoctor.sample_train.options import SmokeOptions
 
 GIB = 1 << 30

@@ -7,8 +7,8 @@ import pytest
 
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import metrics, peaks, placement, report
 from gpudoctor.sample_train.coordinator import Verdict, plan_run
+from gpudoctor.sample_train.judge import metrics, peaks, placement, report
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.sizes import SIZES, size_for_gpu
 

@@ -9,7 +9,7 @@ import io
 import json
 from pathlib import Path
 
-from gpudoctor.sample_train import report, slowness
+from gpudoctor.sample_train.judge import report, slowness
 
 RECORDED = Path(__file__).parent.parent / "fixtures/smoke/recorded-h200-smoke-stray-compute-process.json"
 

@@ -163,7 +163,7 @@ def test_a_gpudoctor_folder_in_the_working_directory_does_not_shadow_the_workers
 
 @shares_the_healthy_run
 def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(healthy_run, tmp_path):
-    from gpudoctor.sample_train import baseline
+    from gpudoctor.sample_train.judge import baseline
     from tests.cliutil import run_gpudoctor
 
     base, r = healthy_run.baseline, healthy_run.result

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from gpudoctor.sample_train import soak
+from gpudoctor.sample_train.judge import soak
 from tests.smoke.networld import _cgroup_root
 from tests.smoke.test_smoke_run import findings, report_of, validate
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor.readers.slurmfmt import compress_hostlist, expand_nodelist
-from gpudoctor.sample_train import baseline, outliers, report
 from gpudoctor.sample_train.coordinator import Verdict, plan_run
+from gpudoctor.sample_train.judge import baseline, outliers, report
 from gpudoctor.sample_train.options import OptionsError, SmokeOptions
 from tests.smoke.test_smoke import FALLING, fake_result
 

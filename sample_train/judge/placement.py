@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpudoctor.model import Severity, manual
-from gpudoctor.sample_train.findings import make, ranks_text
+from gpudoctor.sample_train.judge.findings import make, ranks_text
 
 
 def check(joins: dict[int, dict]) -> list:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import Counter
 
 from gpudoctor.model import Severity, manual
-from gpudoctor.sample_train.findings import make, ranks_text
-from gpudoctor.sample_train.slowness import where
+from gpudoctor.sample_train.judge.findings import make, ranks_text
+from gpudoctor.sample_train.judge.slowness import where
 
 BITWISE_TESTS = ("chain_bf16", "chain_fp32", "train_step")
 WHAT = {

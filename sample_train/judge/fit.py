@@ -11,8 +11,8 @@ smallest model needs the run stops before training, with the same finding.
 from __future__ import annotations
 
 from gpudoctor.model import Severity, manual
-from gpudoctor.sample_train import peaks
-from gpudoctor.sample_train.findings import make
+from gpudoctor.sample_train.judge import peaks
+from gpudoctor.sample_train.judge.findings import make
 from gpudoctor.sample_train.sizes import size_for_gpu
 
 GIB = 1 << 30

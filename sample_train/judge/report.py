@@ -6,8 +6,8 @@ import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
-from gpudoctor.sample_train import baseline, correctness, metrics, peaks, slowness, soak
-from gpudoctor.sample_train.findings import failed, make, ranks_text
+from gpudoctor.sample_train.judge import baseline, correctness, metrics, peaks, slowness, soak
+from gpudoctor.sample_train.judge.findings import failed, make, ranks_text
 from gpudoctor.sanitize import json_text
 
 SCHEMA = "gpudoctor.smoke/2"

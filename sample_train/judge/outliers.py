@@ -13,7 +13,7 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from gpudoctor.sample_train import metrics
+from gpudoctor.sample_train.judge import metrics
 
 MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of normally distributed data
 Z_LIMIT = 3.5  # Iglewicz & Hoaglin (1993): |modified z| > 3.5 is an outlier

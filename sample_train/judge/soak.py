@@ -15,9 +15,9 @@ got busier, a note).
 from __future__ import annotations
 
 from gpudoctor.model import Severity, manual
-from gpudoctor.sample_train import metrics
-from gpudoctor.sample_train.findings import make, ranks_text
-from gpudoctor.sample_train.slowness import IDLE_REASONS, MIN_GAP
+from gpudoctor.sample_train.judge import metrics
+from gpudoctor.sample_train.judge.findings import make, ranks_text
+from gpudoctor.sample_train.judge.slowness import IDLE_REASONS, MIN_GAP
 
 FIGURES = (("matmul_tflops", "square matmul", "TFLOP/s"), ("memory_copy_gbps", "device memory copy", "GB/s"))
 REFERENCE_S = 60.0

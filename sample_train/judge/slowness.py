@@ -13,8 +13,8 @@ from __future__ import annotations
 from gpudoctor import shellquote
 from gpudoctor.model import Severity
 from gpudoctor.readers.slurmfmt import compress_hostlist
-from gpudoctor.sample_train import metrics, outliers, peaks
-from gpudoctor.sample_train.findings import make, ranks_text
+from gpudoctor.sample_train.judge import metrics, outliers, peaks
+from gpudoctor.sample_train.judge.findings import make, ranks_text
 
 # (rank row key, what it is, unit, the reference table's figure): the parts every rank measures.
 PARTS = (
