@@ -107,35 +107,35 @@ def plan_run(joins: dict[int, dict], opts, fits: str | None = None) -> dict:
     model the GPUs' free memory allows, where another process holds some (fit.judge)."""
     records = list(joins.values())
     if all(r["device_type"] == "cpu" for r in records):
-        size = "tiny" if opts.size == "auto" else opts.size
+        size = "tiny" if opts.train.size == "auto" else opts.train.size
         native = all(r.get("bf16_native") for r in records)
-        precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp32")
+        precision = opts.train.precision if opts.train.precision != "auto" else ("bf16" if native else "fp32")
         why = {
             "bf16": "bf16 autocast on CPU",
             "fp16": "fp16 autocast with GradScaler on CPU (asked for with --precision fp16)",
             "fp32": "fp32 (asked for with --precision fp32)"
-            if opts.precision == "fp32"
+            if opts.train.precision == "fp32"
             else "fp32: this CPU has no native bf16 (avx512_bf16/amx_bf16), where bf16 matmuls run in slow emulation",
         }[precision]
     else:
         gpus = {(r.get("gpu_name"), r.get("gpu_memory_bytes")) for r in records}
         spec = [p.tflops for p in (peaks.identify(name, memory) for name, memory in gpus) if p]
         memory = min(r.get("gpu_memory_bytes") or 0 for r in records)
-        size = size_for_gpu(memory, min(spec) if spec else None) if opts.size == "auto" else opts.size
-        if opts.size == "auto":
-            size = min((size, fits or size, "small" if opts.quick else size), key=list(SIZES).index)
+        size = size_for_gpu(memory, min(spec) if spec else None) if opts.train.size == "auto" else opts.train.size
+        if opts.train.size == "auto":
+            size = min((size, fits or size, "small" if opts.measure.quick else size), key=list(SIZES).index)
         native = all(r.get("bf16_native") for r in records)
-        precision = opts.precision if opts.precision != "auto" else ("bf16" if native else "fp16")
+        precision = opts.train.precision if opts.train.precision != "auto" else ("bf16" if native else "fp16")
         why = {
             "bf16": "bf16 autocast",
             "fp16": "fp16 autocast with GradScaler (asked for with --precision fp16)"
-            if opts.precision == "fp16"
+            if opts.train.precision == "fp16"
             else "fp16 autocast with GradScaler: a GPU in this run has no bf16 tensor cores (compute capability < 8.0)",
             "fp32": "fp32 (asked for with --precision fp32)",
         }[precision]
     cfg = _apply_overrides(SIZES[size], opts)
     nodes = node_layout(joins)
-    deep = getattr(opts, "deep", False)
+    deep = opts.measure.deep
     widest = max(len(ranks) for ranks in nodes)
     return {
         "go": True,
@@ -159,16 +159,16 @@ def node_layout(joins: dict[int, dict]) -> list[list[int]]:
 
 
 def _apply_overrides(cfg: GPTConfig, opts) -> GPTConfig:
-    quick = getattr(opts, "quick", False)
-    steps = opts.steps or (QUICK_STEPS if quick else cfg.steps)
-    warmup = (QUICK_WARMUP if quick else cfg.warmup) if opts.warmup is None else opts.warmup
+    quick = opts.measure.quick
+    steps = opts.train.steps or (QUICK_STEPS if quick else cfg.steps)
+    warmup = (QUICK_WARMUP if quick else cfg.warmup) if opts.train.warmup is None else opts.train.warmup
     warmup = max(0, min(warmup, steps - MIN_MEASURED_STEPS))
     return replace(
         cfg,
         steps=steps,
         warmup=warmup,
-        seq_len=opts.seq_len or cfg.seq_len,
-        batch_size=opts.loader.batch_size or cfg.batch_size,
+        seq_len=opts.train.seq_len or cfg.seq_len,
+        batch_size=opts.train.loader.batch_size or cfg.batch_size,
     )
 
 
@@ -354,7 +354,7 @@ class Coordinator:
         hosts = sorted({j["host"] for j in self.joins.values()})
         present = f"{ranks_text(self.joins)} joined from {', '.join(hosts)}" if self.joins else "no rank joined"
         message = (
-            f"{ranks_text(missing)} never joined the rendezvous within {self.opts.timeout:.0f} s ({present}). "
+            f"{ranks_text(missing)} never joined the rendezvous within {self.opts.train.timeout:.0f} s ({present}). "
             "A missing rank makes NCCL wait forever at the first collective. Check that every task started "
             "(the launcher's log for that rank) and that it can reach the rendezvous at MASTER_ADDR:MASTER_PORT."
         )
@@ -391,14 +391,14 @@ class Coordinator:
         }
         if len(groups) == 1 and all(self._in_collective(r) for r in behind):
             message = (
-                f"no progress within --timeout {self.opts.timeout:.0f} s: all ranks are stuck in {where}. "
+                f"no progress within --timeout {self.opts.train.timeout:.0f} s: all ranks are stuck in {where}. "
                 "Every rank waits inside the same collective: suspect the network between ranks (NCCL_SOCKET_IFNAME, "
                 "InfiniBand, firewall) or a GPU that stopped responding; rerun with NCCL_DEBUG=INFO."
             )
         elif len(groups) == 1:  # e.g. a single rank, or every rank hung in its own work
             at = (self.states.get(behind[0], {}).get("stack") or ["?"])[0]
             message = (
-                f"no progress within --timeout {self.opts.timeout:.0f} s: {ranks_text(behind)} stuck in {where} "
+                f"no progress within --timeout {self.opts.train.timeout:.0f} s: {ranks_text(behind)} stuck in {where} "
                 f"at {at}, outside any collective: work too slow for the timeout (a large --seq-len or --batch-size: "
                 "lower them or raise --timeout), a stuck input pipeline, a deadlock, or a GPU that stopped responding."
             )
@@ -406,7 +406,7 @@ class Coordinator:
             ahead = ", ".join(f"{r} in {p}" for r, p in phases.items() if r != ranks_text(behind))
             at = (self.states.get(behind[0], {}).get("stack") or ["?"])[0]
             message = (
-                f"no progress within --timeout {self.opts.timeout:.0f} s: {ranks_text(behind)} stuck in {where} "
+                f"no progress within --timeout {self.opts.train.timeout:.0f} s: {ranks_text(behind)} stuck in {where} "
                 f"at {at}, while the others wait for it in a collective ({ahead}). A rank that stops short of "
                 "a collective is hung: a stuck input pipeline, a deadlock, a GPU that stopped responding."
             )
@@ -417,7 +417,7 @@ class Coordinator:
             stuck_ranks=behind,
             phase=where,
             phases=phases,
-            timeout_s=self.opts.timeout,
+            timeout_s=self.opts.train.timeout,
             stacks=stacks,
         )
 
@@ -426,7 +426,7 @@ class Coordinator:
         missing = [r for r in range(1, self.world_size) if r not in self.joins]  # rank 0 is here, reporting
         now = time.monotonic()
         quiet = {r: now - since for r, (_, since) in self._beats.items() if now - since > SETTLE_S}
-        suspects = missing or sorted(quiet, key=quiet.get, reverse=True)[:1]
+        suspects = missing or sorted(quiet, key=lambda rank: quiet[rank], reverse=True)[:1]
         message = (
             f"the launcher stopped the run (SIGTERM to rank 0 in {self._phase_of(0)}); launchers do this when "
             "another rank exits. "

@@ -50,12 +50,12 @@ def emit(rep: dict, opts: SmokeOptions, file=None) -> int:
     if rep.get("refused"):  # a baseline of another kind of run: nothing is judged, one line, exit 2
         print(clean(f"gpudoctor smoke: {rep['refused']}"), file=sys.stderr)
         return ExitCode.USAGE
-    saved = _save_baseline(rep, opts.save_baseline) if opts.save_baseline else True
-    if opts.prometheus:
-        saved = _write_prometheus(rep, opts.prometheus) and saved
+    saved = _save_baseline(rep, opts.measure.save_baseline) if opts.measure.save_baseline else True
+    if opts.output.prometheus:
+        saved = _write_prometheus(rep, opts.output.prometheus) and saved
     if not saved:
         rep.update(ok=False, exit_code=ExitCode.FAIL)
-    if opts.json:
+    if opts.output.json:
         report.print_json(rep, file)
     else:
         report.render_text(rep, file)
@@ -94,12 +94,12 @@ def _write(path: str, text: str, what: str) -> bool:
 
 def refuse_baseline(opts: SmokeOptions, world_size: int, device: str) -> int | None:
     """Exit 2 before any rank starts when --baseline is from another world size or device type."""
-    if opts.baseline is None:
+    if opts.measure.baseline is None:
         return None
-    why = baseline.early_mismatch(opts.baseline, world_size, device)
+    why = baseline.early_mismatch(opts.measure.baseline, world_size, device)
     if why is None:
         return None
-    print(clean(f"gpudoctor smoke: --baseline {opts.baseline_path}: {why}"), file=sys.stderr)
+    print(clean(f"gpudoctor smoke: --baseline {opts.measure.baseline_path}: {why}"), file=sys.stderr)
     return ExitCode.USAGE
 
 
@@ -131,8 +131,8 @@ def check_rank_budget(nprocs: int, device: str) -> None:
 
 
 def run_spawn(opts: SmokeOptions) -> int:
-    if opts.nprocs is not None:  # before torch loads: a refused count costs nothing
-        check_rank_budget(opts.nprocs, opts.device)
+    if opts.train.nprocs is not None:  # before torch loads: a refused count costs nothing
+        check_rank_budget(opts.train.nprocs, opts.train.device)
     cache = _private_inductor_cache()
     try:
         return _run_spawn(opts)
@@ -158,7 +158,7 @@ def _run_spawn(opts: SmokeOptions) -> int:
     import torch
     import torch.distributed as dist
 
-    if opts.device != "cpu" and not torch.cuda.is_available():
+    if opts.train.device != "cpu" and not torch.cuda.is_available():
         return _early_failure(
             opts,
             make(
@@ -173,9 +173,9 @@ def _run_spawn(opts: SmokeOptions) -> int:
             ),
             started,
         )
-    opts.device = "cpu" if opts.device == "cpu" else "cuda"
-    visible = torch.cuda.device_count() if opts.device == "cuda" else None
-    nprocs = opts.nprocs or visible or 2
+    opts.train.device = "cpu" if opts.train.device == "cpu" else "cuda"
+    visible = torch.cuda.device_count() if opts.train.device == "cuda" else None
+    nprocs = opts.train.nprocs or visible or 2
     if visible is not None and nprocs > visible:
         return _early_failure(
             opts,
@@ -189,16 +189,18 @@ def _run_spawn(opts: SmokeOptions) -> int:
             ),
             started,
         )
-    refused = refuse_baseline(opts, nprocs, opts.device)
+    refused = refuse_baseline(opts, nprocs, opts.train.device)
     if refused is not None:
         return refused
-    opts.timeout = opts.timeout or default_timeout(opts.device, opts.compile, opts.soak)
-    deadline = started + opts.timeout
-    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.timeout), wait_for_workers=False)
+    opts.train.timeout = opts.train.timeout or default_timeout(opts.train.device, opts.train.compile, opts.measure.soak)
+    deadline = started + opts.train.timeout
+    store = dist.TCPStore(
+        "127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.train.timeout), wait_for_workers=False
+    )
     namespace = new_namespace()
     with tempfile.TemporaryDirectory(prefix="gpudoctor-smoke-") as logdir:
         ranks = _Ranks(nprocs, store.port, namespace, opts, logdir)
-        progress = Progress(quiet=opts.json)
+        progress = Progress(quiet=opts.output.json)
         interrupted = True
         try:
             ranks.start()
@@ -215,7 +217,7 @@ def _run_spawn(opts: SmokeOptions) -> int:
             "world_size": nprocs,
             "local_world_size": nprocs,
             "nodes": 1,
-            "backend": "nccl" if opts.device == "cuda" else "gloo",
+            "backend": "nccl" if opts.train.device == "cuda" else "gloo",
             "master_addr": "127.0.0.1",
             "master_port": store.port,
             "reporter": {"role": "spawner", "pid": os.getpid()},
@@ -320,14 +322,16 @@ class NoCoordinator(Exception):
 def run_in_world(world: World, opts: SmokeOptions) -> int:
     """This process is one rank of a torchrun/srun world. Ends the process (os._exit)."""
     started = time.monotonic()
-    refused = refuse_baseline(opts, world.world_size, "cpu" if opts.device == "cpu" else "cuda")
+    refused = refuse_baseline(opts, world.world_size, "cpu" if opts.train.device == "cpu" else "cuda")
     if refused is not None:
         return refused
-    opts.timeout = opts.timeout or default_timeout("cpu" if opts.device == "cpu" else "cuda", opts.compile, opts.soak)
-    deadline = started + opts.timeout
+    opts.train.timeout = opts.train.timeout or default_timeout(
+        "cpu" if opts.train.device == "cpu" else "cuda", opts.train.compile, opts.measure.soak
+    )
+    deadline = started + opts.train.timeout
     exits.last_resort(
-        opts.timeout + LAST_RESORT_S,
-        f"rank {world.rank}: no outcome {opts.timeout + LAST_RESORT_S:.0f} s "
+        opts.train.timeout + LAST_RESORT_S,
+        f"rank {world.rank}: no outcome {opts.train.timeout + LAST_RESORT_S:.0f} s "
         f"after start (rendezvous store {redact_value(world.master_addr)}:{world.master_port}); giving up",
     )
     # Rank 0 reports even when the launcher stops the job (a rank exited) before it is up.
@@ -403,7 +407,7 @@ def _launch_info(world: World, opts: SmokeOptions) -> dict:
         "local_world_size": world.local_world_size,
         "master_addr": redact_value(world.master_addr),
         "master_port": world.master_port,
-        "backend": "gloo" if opts.device == "cpu" else "nccl",
+        "backend": "gloo" if opts.train.device == "cpu" else "nccl",
         "reporter": {"role": "rank", "rank": world.rank, "pid": os.getpid()},
     }
 
@@ -417,13 +421,13 @@ def _connect(world: World, opts: SmokeOptions, started: float):
     try:
         socket.getaddrinfo(world.master_addr, world.master_port)  # fail now, not after the whole timeout
         if not hosting:
-            await_store(world.master_addr, world.master_port, started + opts.timeout)
+            await_store(world.master_addr, world.master_port, started + opts.train.timeout)
         return dist.TCPStore(
             world.master_addr,
             world.master_port,
             None,
             hosting,
-            timeout=timedelta(seconds=opts.timeout),
+            timeout=timedelta(seconds=opts.train.timeout),
             wait_for_workers=False,
         )
     except Exception as e:  # nobody to coordinate: this rank reports for itself
@@ -432,7 +436,7 @@ def _connect(world: World, opts: SmokeOptions, started: float):
             "GD-SMOKE-001",
             Severity.FAIL,
             f"rank {world.rank} could not {what} the rendezvous store "
-            f"at {redact_value(world.master_addr)}:{world.master_port} within {opts.timeout:.0f} s "
+            f"at {redact_value(world.master_addr)}:{world.master_port} within {opts.train.timeout:.0f} s "
             f"({type(e).__name__}: {redact_value(str(e).splitlines()[0]) if str(e) else ''}). "
             + (
                 "MASTER_ADDR does not resolve (DNS, /etc/hosts): set MASTER_ADDR to rank 0's address."
@@ -511,7 +515,7 @@ def _watch_sigterm():
 
 
 def _start_coordinator(opts, store, keys, world_size, deadline, launch, started, terminated) -> _CoordinatorThread:
-    progress = Progress(quiet=opts.json)
+    progress = Progress(quiet=opts.output.json)
     coordinator = Coordinator(store.clone(), keys, world_size, deadline, opts, progress=progress, terminated=terminated)
     thread = _CoordinatorThread(coordinator, opts, launch, started, progress)
     thread.start()
@@ -530,7 +534,7 @@ def _fallback_report(world: World, opts: SmokeOptions, store, keys: Keys, launch
     finding = make(
         "GD-SMOKE-001",
         Severity.FAIL,
-        f"rank 0, which coordinates the run, never published a plan within {opts.timeout:.0f} s; "
+        f"rank 0, which coordinates the run, never published a plan within {opts.train.timeout:.0f} s; "
         f"{ranks_text(missing) if missing else 'no rank'} never joined. "
         "Check that rank 0 started and that its log shows no error.",
         missing_ranks=missing,

@@ -24,7 +24,7 @@ from gpudoctor.job.compare import node_index
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.job.world import World
 from gpudoctor.readers import slurmfmt
-from gpudoctor.sample_train import bench, faults, selftest
+from gpudoctor.sample_train import bench, faults, parts, selftest
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
 from gpudoctor.sample_train.exits import die, finish, last_resort
@@ -35,7 +35,6 @@ from gpudoctor.sample_train.sizes import GPTConfig
 HEARTBEAT_S = 0.5
 GRACE_S = 10.0  # past the deadline, a rank ends itself if nobody has stopped it
 STRAGGLER_PROBE_STEPS = 4  # the first is warm-up (kernel selection, allocations) and is dropped
-PART_SECONDS_GPU, PART_SECONDS_CPU = 0.3, 0.1  # each part benchmark's timed windows together
 SOAK_WINDOW_GPU_S, SOAK_WINDOW_CPU_S = 1.0, 0.4  # one soak sample's matmul window (its memory copy: a quarter)
 # A CPU rank stands in for a GPU: one intra-op thread. Ranks (and "nodes" sharing a machine) each see every CPU;
 # with several threads each they oversubscribe the cores, and OpenMP's spinning workers then make a rank's
@@ -143,11 +142,11 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
         "nccl_algo": env.get("NCCL_ALGO"),
         "torch": torch.__version__,
-        "device_type": "cpu" if opts.device == "cpu" else "cuda",
+        "device_type": "cpu" if opts.train.device == "cpu" else "cuda",
         "device_index": None,
         "device_error": None,
     }
-    if opts.device == "cpu":
+    if opts.train.device == "cpu":
         from gpudoctor.probe.host import cpu_model
 
         record.update(device="cpu", bf16_native=cpu_has_bf16(), cpu_threads=CPU_RANK_THREADS, cpu_model=cpu_model())
@@ -258,7 +257,7 @@ def _cpu_threads(world: World) -> int:
 
 def loader_settings(opts: SmokeOptions, device: torch.device, world: World) -> dict:
     """The user's dataloader settings where given, else defaults suited to the device."""
-    chosen = opts.loader
+    chosen = opts.train.loader
     if chosen.num_workers is not None:
         workers = chosen.num_workers
     elif device.type == "cuda":
@@ -328,7 +327,7 @@ class Rank:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
         wd.set_phase("matmul benchmark")
         n, seconds = (8192, 1.0) if cuda else (256, 0.2)
-        if self.opts.quick:
+        if self.opts.measure.quick:
             seconds /= 3
         result["matmul"] = {
             "n": n,
@@ -337,7 +336,7 @@ class Rank:
         }
 
         wd.set_phase("part benchmarks")
-        result["parts"] = self._parts(device, dtype, cfg)
+        result["parts"] = parts.measure(device, dtype, cfg)
 
         wd.set_phase("correctness")
         result["correctness"] = selftest.run(device, world.rank)
@@ -364,7 +363,7 @@ class Rank:
         settings = loader_settings(self.opts, device, world)
         result["dataloader"] = settings
         stream = self._batches(cfg, settings)
-        step_fn = torch.compile(ddp) if self.opts.compile else ddp
+        step_fn = torch.compile(ddp) if self.opts.train.compile else ddp
 
         wd.set_phase("straggler probe")
         result["local_compute_s"] = self._straggler_probe(step_fn, ddp, stream, device, autocast, scaler)
@@ -391,7 +390,7 @@ class Rank:
         faults.maybe_inject(self.world.rank, "soak")
         samples: list[dict] = []
         start = time.monotonic()
-        end = min(start + (self.opts.soak or 0.0), self.deadline - GRACE_S)
+        end = min(start + (self.opts.measure.soak or 0.0), self.deadline - GRACE_S)
         while time.monotonic() < end:
             self.wd.set_phase("soak", step=len(samples))
             t = time.monotonic() - start
@@ -405,7 +404,7 @@ class Rank:
         cuda = device.type == "cuda"
         payload, dtype = (256 * 2**20, torch.bfloat16) if cuda else (4 * 2**20, torch.float32)
         iters, warmup = (20, 5) if cuda else (5, 2)
-        if self.opts.quick:
+        if self.opts.measure.quick:
             iters, warmup = max(3, iters // 3), 2
         seconds = bench.allreduce_seconds(device, payload, dtype, iters, warmup, group)
         return {
@@ -414,29 +413,6 @@ class Rank:
             "iterations": iters,
             "seconds": seconds,
         }
-
-    def _parts(self, device: torch.device, dtype: torch.dtype, cfg: GPTConfig) -> dict:
-        """This rank's own parts, briefly: the model's FFN matmul, device memory copy, pinned host<->device copies."""
-        cuda = device.type == "cuda"
-        seconds = PART_SECONDS_GPU if cuda else PART_SECONDS_CPU
-        tokens = cfg.batch_size * cfg.seq_len
-        parts: dict = {
-            "ffn_gemm": {
-                "shape": [tokens, cfg.d_model, 4 * cfg.d_model],
-                "tflops": bench.gemm_tflops(device, dtype, tokens, cfg.d_model, 4 * cfg.d_model, seconds, 3),
-            }
-        }
-        size = 512 * 2**20 if cuda else 64 * 2**20
-        src = torch.ones(size, dtype=torch.uint8, device=device)
-        parts["memory_copy"] = {"bytes": size, "gbps": bench.copy_gbps(src, torch.zeros_like(src), device, seconds)}
-        del src
-        if cuda:
-            host = torch.ones(256 * 2**20, dtype=torch.uint8).pin_memory()
-            on_gpu = torch.zeros_like(host, device=device)
-            parts["h2d"] = {"bytes": host.numel(), "gbps": bench.copy_gbps(host, on_gpu, device, seconds)}
-            parts["d2h"] = {"bytes": host.numel(), "gbps": bench.copy_gbps(on_gpu, host, device, seconds)}
-            del host, on_gpu
-        return parts
 
     def _exchanges(self, device: torch.device, nodes: list[list[int]], rounds: list, across: bool) -> list[dict]:
         """Rounds of disjoint pairs sending and receiving at once. across: node pairs (the i-th rank of one node
@@ -478,7 +454,7 @@ class Rank:
         return out
 
     def _build(self, cfg: GPTConfig, device: torch.device):
-        torch.manual_seed(self.opts.seed)  # identical init everywhere; DDP broadcasts rank 0's anyway
+        torch.manual_seed(self.opts.train.seed)  # identical init everywhere; DDP broadcasts rank 0's anyway
         with device:  # built where it trains: initialising a large model on the CPU would take seconds
             model = GPT(cfg)
         device_ids = [device.index] if device.type == "cuda" else None
@@ -496,13 +472,13 @@ class Rank:
     def _batches(self, cfg: GPTConfig, settings: dict):
         total = cfg.steps + STRAGGLER_PROBE_STEPS
         dataset = SyntheticTokens(
-            cfg.vocab, cfg.seq_len, total * cfg.batch_size * self.world.world_size, self.opts.seed
+            cfg.vocab, cfg.seq_len, total * cfg.batch_size * self.world.world_size, self.opts.train.seed
         )
         loader = make_loader(
             dataset,
             rank=self.world.rank,
             world_size=self.world.world_size,
-            seed=self.opts.seed,
+            seed=self.opts.train.seed,
             batch_size=cfg.batch_size,
             settings=settings,
         )
@@ -593,7 +569,7 @@ def run_rank(
             raise Stopped(record.get("device_error") or "this rank has no device")
         result = rank.train(device, plan)
         result["condition"] = _condition(record)
-        if opts.soak:
+        if opts.measure.soak:
             watchdog.set_phase("soak", step=0)
             result["soak"] = rank.soak(device, plan, record)
         watchdog.set_phase("finished")
@@ -682,12 +658,14 @@ def main() -> int:
     """Entry point of a rank spawned by `gpudoctor smoke` (its world and options come in env vars)."""
     world = World(**json.loads(os.environ["GPUDOCTOR_SMOKE_WORLD"]))
     opts = SmokeOptions.from_json(os.environ["GPUDOCTOR_SMOKE_OPTIONS"])
-    deadline = time.monotonic() + opts.timeout
-    last_resort(opts.timeout + 2 * GRACE_S, f"rank {world.rank}: no outcome within the timeout; giving up")
+    deadline = time.monotonic() + opts.train.timeout
+    last_resort(opts.train.timeout + 2 * GRACE_S, f"rank {world.rank}: no outcome within the timeout; giving up")
     faults.maybe_inject(world.rank, "start")
     parent_pid = int(os.environ["GPUDOCTOR_SMOKE_PARENT"])
     await_store(world.master_addr, world.master_port, deadline, parent_pid)
-    store = dist.TCPStore(world.master_addr, world.master_port, None, False, timeout=timedelta(seconds=opts.timeout))
+    store = dist.TCPStore(
+        world.master_addr, world.master_port, None, False, timeout=timedelta(seconds=opts.train.timeout)
+    )
     keys = Keys(world.namespace)
     return run_rank(world, opts, store, keys, deadline, parent_pid=parent_pid)
 

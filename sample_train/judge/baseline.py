@@ -16,16 +16,6 @@ from gpudoctor.sample_train.options import OptionsError
 
 SCHEMA = "gpudoctor.smoke-baseline/1"
 MAX_BYTES = 1 << 20
-# (figure, where a rank's value is in the report's ranks[] row): the per-rank parts a baseline keeps
-RANK_FIGURES = (
-    "matmul_tflops",
-    "ffn_gemm_tflops",
-    "memory_copy_gbps",
-    "h2d_gbps",
-    "d2h_gbps",
-    "compute_tokens_per_s",
-)
-JOB_FIGURES = ("tokens_per_s", "busbw_gbps", "inter_node_busbw_gbps", "node_pair_gbps", "scaling")
 KIND_KEYS = ("device_type", "gpu_model", "world_size", "nodes", "model", "precision", "seq_len", "batch_size")
 
 
@@ -48,7 +38,8 @@ def kind_of(report: dict) -> dict:
 
 
 def from_report(report: dict) -> dict:
-    """The baseline of a finished, passing run: its kind and the median of each figure over ranks."""
+    """The baseline of a finished, passing run: its kind, the median over ranks of every figure of the table
+    (judge/figures.py; slowness keeps them as job_medians) and the job's own figures (report._slowness)."""
     return {
         "schema": SCHEMA,
         "tool": {"name": "gpudoctor", "version": __version__},

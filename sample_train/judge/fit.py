@@ -55,7 +55,7 @@ def judge(joins: dict[int, dict], opts) -> tuple[str | None, list]:
     by_total = size_for_gpu(min(j["gpu_memory_bytes"] for j in gpus.values()), spec)
     fits = size_for_gpu(least_free, spec, floor=True) if least_free is not None else by_total
     described = "; ".join(_describe(joins[r], *busy[r]) for r in sorted(busy))
-    explicit = opts.size != "auto"
+    explicit = opts.train.size != "auto"
     evidence = {
         "ranks_sharing": sorted(busy),
         "held": {r: busy[r][2] for r in sorted(busy)},
@@ -78,9 +78,9 @@ def judge(joins: dict[int, dict], opts) -> tuple[str | None, list]:
                 **evidence,
             )
         ]
-    chosen = opts.size if explicit else fits
+    chosen = opts.train.size if explicit else fits
     sized = (
-        f"the run uses --size {opts.size} as asked"
+        f"the run uses --size {opts.train.size} as asked"
         if explicit
         else (
             f"the run is sized from the free memory: {chosen} instead of {by_total}"

@@ -6,7 +6,7 @@ import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
-from gpudoctor.sample_train.judge import baseline, correctness, metrics, peaks, slowness, soak
+from gpudoctor.sample_train.judge import baseline, correctness, figures, metrics, peaks, slowness, soak
 from gpudoctor.sample_train.judge.findings import failed, make, ranks_text
 from gpudoctor.sanitize import json_text
 
@@ -50,7 +50,7 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         body.update(sections)
         findings += _judge(body, plan, opts) + speed
         body["correctness"], right = correctness.judge(body["ranks"], verdict.joins, results)
-        body["soak"], held = soak.judge(body["ranks"], results, verdict.joins[0]["device_type"], opts.soak or 0)
+        body["soak"], held = soak.judge(body["ranks"], results, verdict.joins[0]["device_type"], opts.measure.soak or 0)
         findings += right + held
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
         body["next_steps"] = slowness.next_steps([f.to_dict() for f in findings], body["ranks"], body["nodes"])
@@ -65,22 +65,13 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "placement": [verdict.joins[r] for r in sorted(verdict.joins)],
         "run": _run_section(plan, verdict, opts),
         **body,
-        "floors": {
-            "min_mfu": opts.min_mfu,
-            "min_tokens_per_s": opts.min_tokens_per_s,
-            "min_busbw_gbps": opts.min_busbw_gbps,
-            "min_scaling": opts.min_scaling,
-            "min_matmul_tflops": opts.min_matmul_tflops,
-            "min_membw_gbps": opts.min_membw_gbps,
-            "min_hostbw_gbps": opts.min_hostbw_gbps,
-            "min_linkbw_gbps": opts.min_linkbw_gbps,
-        },
+        "floors": opts.floors.as_report(),
         "findings": [f.to_dict() for f in findings],
     }
-    if opts.baseline is not None and verdict.ok:
-        refused = baseline.mismatch(opts.baseline, rep)
+    if opts.measure.baseline is not None and verdict.ok:
+        refused = baseline.mismatch(opts.measure.baseline, rep)
     if refused:
-        rep.update(ok=False, exit_code=2, refused=f"--baseline {opts.baseline_path}: {refused}")
+        rep.update(ok=False, exit_code=2, refused=f"--baseline {opts.measure.baseline_path}: {refused}")
     return rep
 
 
@@ -93,19 +84,19 @@ def _run_section(plan: dict, verdict, opts) -> dict | None:
         "precision": plan["precision"],
         "precision_reason": plan["precision_reason"],
         "optimizer": first.get("optimizer"),
-        "compile": opts.compile,
-        "quick": opts.quick,
+        "compile": opts.train.compile,
+        "quick": opts.measure.quick,
         "backend": first.get("backend"),
         "dataloader": first.get("dataloader"),
-        "timeout_s": opts.timeout,
-        "config_path": opts.config_path,
+        "timeout_s": opts.train.timeout,
+        "config_path": opts.train.config_path,
     }
 
 
 def _spec_peak(verdict, opts) -> tuple[float | None, str | None, str | None]:
     """(TFLOP/s per device, what it is, why there is none)."""
-    if opts.peak_tflops:
-        return opts.peak_tflops, "--peak-tflops", None
+    if opts.measure.peak_tflops:
+        return opts.measure.peak_tflops, "--peak-tflops", None
     first = verdict.joins[0]
     if first["device_type"] == "cpu":
         return None, None, "CPU run: MFU against a GPU spec peak does not apply (the measured matmul peak does)"
@@ -149,7 +140,7 @@ def _per_rank(r: dict, join: dict, flops_per_step: int, spec: float | None) -> d
         "local_compute_s_p50": metrics.median(r["local_compute_s"]),
         "achieved_tflops": achieved,
         "matmul_tflops": r["matmul"]["tflops"],
-        **_part_figures(r.get("parts") or {}),
+        **figures.from_parts(r.get("parts") or {}),
         # the best probe step: contention from outside slows a step, nothing makes a rank faster than it is
         "compute_tokens_per_s": metrics.ratio(r["tokens_per_step"], min(r["local_compute_s"], default=None)),
         "condition": r.get("condition"),
@@ -161,18 +152,6 @@ def _per_rank(r: dict, join: dict, flops_per_step: int, spec: float | None) -> d
         "loss_last": r["losses"][-1],
         "param_checksum": r["param_checksum"],
         "stage_seconds": r.get("stage_seconds"),
-    }
-
-
-def _part_figures(parts: dict) -> dict:
-    def figure(name: str, unit: str) -> float | None:
-        return (parts.get(name) or {}).get(unit)
-
-    return {
-        "ffn_gemm_tflops": figure("ffn_gemm", "tflops"),
-        "memory_copy_gbps": figure("memory_copy", "gbps"),
-        "h2d_gbps": figure("h2d", "gbps"),
-        "d2h_gbps": figure("d2h", "gbps"),
     }
 
 
@@ -361,45 +340,45 @@ def _judge(body: dict, plan: dict, opts) -> list:
 
 def _floors(body: dict, opts) -> list:
     out = []
-    if opts.min_mfu is not None:
+    if opts.floors.min_mfu is not None:
         mfu = body["mfu"]["vs_spec"]
         basis = "spec peak"
         if mfu is None:
             mfu, basis = body["mfu"]["vs_measured_matmul"], "measured matmul peak (no spec peak here)"
-        good = mfu is not None and mfu >= opts.min_mfu
+        good = mfu is not None and mfu >= opts.floors.min_mfu
         out.append(
             make(
                 "GD-SMOKE-008",
                 Severity.PASS if good else Severity.FAIL,
-                f"MFU {mfu:.1%} against the {basis}; floor {opts.min_mfu:.1%}",
+                f"MFU {mfu:.1%} against the {basis}; floor {opts.floors.min_mfu:.1%}",
                 mfu=mfu,
                 basis=basis,
             )
         )
-    if opts.min_busbw_gbps is not None:
+    if opts.floors.min_busbw_gbps is not None:
         busbw = body["allreduce"]["busbw_gbps"]
-        good = busbw is not None and busbw >= opts.min_busbw_gbps
+        good = busbw is not None and busbw >= opts.floors.min_busbw_gbps
         shown = "not measured (one rank)" if busbw is None else f"{busbw:.2f} GB/s"
         out.append(
             make(
                 "GD-SMOKE-014",
                 Severity.PASS if good else Severity.FAIL,
                 f"all-reduce bus bandwidth {shown} over {body['allreduce'].get('ranks') or 1} rank(s); "
-                f"floor {opts.min_busbw_gbps:g} GB/s",
+                f"floor {opts.floors.min_busbw_gbps:g} GB/s",
                 busbw_gbps=busbw,
-                floor=opts.min_busbw_gbps,
+                floor=opts.floors.min_busbw_gbps,
             )
         )
-    if opts.min_tokens_per_s is not None:
+    if opts.floors.min_tokens_per_s is not None:
         tps = body["throughput"]["tokens_per_s"]
-        good = tps >= opts.min_tokens_per_s
+        good = tps >= opts.floors.min_tokens_per_s
         out.append(
             make(
                 "GD-SMOKE-009",
                 Severity.PASS if good else Severity.FAIL,
-                f"{tps:,.0f} tokens/s over all ranks; floor {opts.min_tokens_per_s:,.0f}",
+                f"{tps:,.0f} tokens/s over all ranks; floor {opts.floors.min_tokens_per_s:,.0f}",
                 tokens_per_s=tps,
-                floor=opts.min_tokens_per_s,
+                floor=opts.floors.min_tokens_per_s,
             )
         )
     return out
@@ -614,18 +593,23 @@ def _print_metrics(console, report: dict, escape) -> None:
             escape(
                 f"    rank {r['rank']} {r['host']} {r['device']}: {r['tokens_per_s']:,.0f} tok/s, "
                 f"step p50 {_fmt(r['step_time_s']['p50'], ' ms', 1e3)}, "
-                f"{r['achieved_tflops']:.2f} TFLOP/s, matmul {r['matmul_tflops']:.2f}, "
-                f"FFN {_fmt(r.get('ffn_gemm_tflops'), digits=2)}, memory {_fmt(r.get('memory_copy_gbps'), ' GB/s')}"
-                + (
-                    f", H2D {_fmt(r['h2d_gbps'], ' GB/s')}, D2H {_fmt(r.get('d2h_gbps'), ' GB/s')}"
-                    if r.get("h2d_gbps") is not None
-                    else ""
-                )
+                f"{r['achieved_tflops']:.2f} TFLOP/s, {_figures_text(r)}"
                 + f", data wait p50 {_fmt(r['data_wait_s_p50'], ' ms', 1e3)}"
                 + (" <- slow" if r["rank"] in slow else "")
             ),
             style="bold" if r["rank"] in slow else "dim",
         )
+
+
+def _figure(value: float | None, unit: str) -> str:
+    return _fmt(value, " " + unit, digits=2 if value is not None and value < 100 else 0)
+
+
+def _figures_text(row: dict) -> str:
+    """A rank's figures that have a label in the figure table; one it did not measure (no GPU: no host copy)
+    is left out."""
+    shown = [f for f in figures.RANK if f.label and row.get(f.key) is not None]
+    return ", ".join(f"{f.label} {_figure(row[f.key], f.unit)}" for f in shown)
 
 
 def _speed_lines(report: dict) -> list[str]:
@@ -635,7 +619,7 @@ def _speed_lines(report: dict) -> list[str]:
     if parts:
         med = parts["job_medians"]
         shown = [
-            f"{f['what']} {_fmt(med.get(f['key']), ' ' + f['unit'], digits=2 if med[f['key']] < 100 else 0)}"
+            f"{f['what']} {_figure(med[f['key']], f['unit'])}"
             for f in parts["figures"]
             if med.get(f["key"]) is not None
         ]

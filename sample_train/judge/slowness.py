@@ -13,18 +13,9 @@ from __future__ import annotations
 from gpudoctor import shellquote
 from gpudoctor.model import Severity
 from gpudoctor.readers.slurmfmt import compress_hostlist
-from gpudoctor.sample_train.judge import metrics, outliers, peaks
+from gpudoctor.sample_train.judge import figures, metrics, outliers, peaks
 from gpudoctor.sample_train.judge.findings import make, ranks_text
 
-# (rank row key, what it is, unit, the reference table's figure): the parts every rank measures.
-PARTS = (
-    ("matmul_tflops", "square matmul", "TFLOP/s", "gemm"),
-    ("ffn_gemm_tflops", "the model's FFN matmul", "TFLOP/s", None),
-    ("memory_copy_gbps", "device memory copy", "GB/s", "memory_bandwidth"),
-    ("h2d_gbps", "host-to-device copy (pinned)", "GB/s", "h2d"),
-    ("d2h_gbps", "device-to-host copy (pinned)", "GB/s", "d2h"),
-)
-COMPUTE = ("compute_tokens_per_s", "own forward+backward", "tokens/s")
 # The least shortfall below the job's median that names a part: GPUs of one model agree within a few per cent
 # when healthy (the straggler rule's 1.15x); CPU ranks share cores with each other and the machine, and jitter
 # far more (docs/benchmarks.md has the false-alarm runs behind these figures).
@@ -41,14 +32,14 @@ def judge(ranks: list[dict], nodes: list[dict], results: list[dict], plan: dict,
     findings = []
     slow_parts, part_medians = _parts_vs_median(ranks, device)
     sections["parts"] = {
-        "figures": [{"key": k, "what": w, "unit": u} for k, w, u, _ in (*PARTS, (*COMPUTE, None))],
+        "figures": [{"key": f.key, "what": f.what, "unit": f.unit} for f in figures.RANK],
         "job_medians": part_medians,
         "min_gap": MIN_GAP[device],
         "slow": slow_parts,
         "rule": "below the job's median by more than 3.5 robust deviations (1.4826 x MAD) and by min_gap",
     }
-    findings.append(straggler_finding([s for s in slow_parts if s["part"] == COMPUTE[0]], len(ranks), device))
-    findings.append(_slow_parts_finding([s for s in slow_parts if s["part"] != COMPUTE[0]], len(ranks), device))
+    findings.append(straggler_finding([s for s in slow_parts if s["part"] == figures.COMPUTE], len(ranks), device))
+    findings.append(_slow_parts_finding([s for s in slow_parts if s["part"] != figures.COMPUTE], len(ranks), device))
     findings.append(slow_node_finding(nodes, device))
     links = _links(results, plan, nodes, device, opts)
     sections["links"] = links
@@ -69,18 +60,18 @@ def judge(ranks: list[dict], nodes: list[dict], results: list[dict], plan: dict,
 # -- each rank's parts against the job's median --------------------------------------------------
 def _parts_vs_median(ranks: list[dict], device: str) -> tuple[list[dict], dict]:
     slow, medians = [], {}
-    for key, what, unit, _ in (*PARTS, (*COMPUTE, None)):
-        values = {r["rank"]: r.get(key) for r in ranks}
+    for figure in figures.RANK:
+        values = {r["rank"]: r.get(figure.key) for r in ranks}
         found, reference = outliers.slow_ones(values, MIN_GAP[device])
-        medians[key] = metrics.median([v for v in values.values() if v is not None])
+        medians[figure.key] = metrics.median([v for v in values.values() if v is not None])
         for s in found:
             row = next(r for r in ranks if r["rank"] == s.key)
             slow.append(
                 {
                     **identity(row),
-                    "part": key,
-                    "what": what,
-                    "unit": unit,
+                    "part": figure.key,
+                    "what": figure.what,
+                    "unit": figure.unit,
                     "value": s.value,
                     "job_median": reference,
                     "shortfall": s.shortfall,
@@ -367,7 +358,9 @@ def _links(results: list[dict], plan: dict, nodes: list[dict], device: str, opts
         return None
     names = [n["node"] for n in nodes]
     found = outliers.localise(rates, LINK_GAP[device])
-    below_floor = [p for p, v in rates.items() if opts.min_linkbw_gbps is not None and v < opts.min_linkbw_gbps]
+    below_floor = [
+        p for p, v in rates.items() if opts.floors.min_linkbw_gbps is not None and v < opts.floors.min_linkbw_gbps
+    ]
     return {
         "metric": "send and receive at once between the i-th ranks of two nodes; GB/s each way, the slowest end",
         "rounds": len(plan.get("node_rounds") or []),
@@ -473,47 +466,51 @@ def _links_finding(links: dict | None, local: list[dict] | None):
 # -- expectations: the GPU model's reference and the fleet baseline ------------------------------
 def _expected(ranks: list[dict], device: str, opts) -> dict:
     rows, missing = [], set()
-    base = (opts.baseline or {}).get("figures") or {}
     for r in ranks:
         ref = (
             peaks.identify(r.get("gpu_name"), r.get("gpu_memory_bytes"), _power_limit(r)) if device == "cuda" else None
         )
-        for key, what, unit, ref_figure in (*PARTS, (*COMPUTE, None)):
-            value = r.get(key)
-            if value is None:
-                continue
-            if base.get(key):
-                floor = base[key] * (1 - BASELINE_GAP[device])
-                basis = f"baseline {opts.baseline_path}: {_num(base[key])} {unit}, less {BASELINE_GAP[device]:.0%}"
-                rows.append(_expect_row(r, key, what, unit, value, floor, basis, "baseline"))
-                continue
-            if device != "cuda" or ref_figure is None:
-                continue
-            expect = peaks.expectation(ref, ref_figure) if ref else None
-            if expect is None:
+        for figure in figures.RANK:
+            row = _expect_row(r, figure, device, ref, opts)
+            if isinstance(row, dict):
+                rows.append(row)
+            elif row == NO_REFERENCE:
                 missing.add(r.get("gpu_name") or "?")
-                continue
-            rows.append(_expect_row(r, key, what, unit, value, expect.value, expect.basis, "reference"))
     return {
         "checked": rows,
         "below": [row for row in rows if row["below"]],
-        "baseline": opts.baseline_path,
+        "baseline": opts.measure.baseline_path,
         "no_reference": sorted(missing),
         "job_medians": {},  # filled by report: the figures a --save-baseline keeps
     }
 
 
-def _power_limit(row: dict) -> float | None:
-    gpu = (row.get("condition") or {}).get("gpu") or {}
-    return gpu.get("power_limit_default_w") or gpu.get("power_limit_w")
+NO_REFERENCE = "no reference"
 
 
-def _expect_row(r, key, what, unit, value, expected, basis, source) -> dict:
+def _expect_row(r: dict, figure: figures.Figure, device: str, ref, opts) -> dict | str | None:
+    """A rank's figure against the fleet baseline, else its GPU model's reference; None where neither applies,
+    NO_REFERENCE where the GPU model has none."""
+    value = r.get(figure.key)
+    if value is None:
+        return None
+    base = ((opts.measure.baseline or {}).get("figures") or {}).get(figure.key)
+    if base:
+        gap = BASELINE_GAP[device]
+        basis = f"baseline {opts.measure.baseline_path}: {_num(base)} {figure.unit}, less {gap:.0%}"
+        expected, source = base * (1 - gap), "baseline"
+    elif device != "cuda" or figure.reference is None:
+        return None
+    else:
+        expect = peaks.expectation(ref, figure.reference) if ref else None
+        if expect is None:
+            return NO_REFERENCE
+        expected, basis, source = expect.value, expect.basis, "reference"
     return {
         **identity(r),
-        "part": key,
-        "what": what,
-        "unit": unit,
+        "part": figure.key,
+        "what": figure.what,
+        "unit": figure.unit,
         "value": value,
         "expected_at_least": expected,
         "basis": basis,
@@ -521,6 +518,11 @@ def _expect_row(r, key, what, unit, value, expected, basis, source) -> dict:
         "below": value < expected,
         "reason": reason(r),
     }
+
+
+def _power_limit(row: dict) -> float | None:
+    gpu = (row.get("condition") or {}).get("gpu") or {}
+    return gpu.get("power_limit_default_w") or gpu.get("power_limit_w")
 
 
 def _expectation_finding(expected: dict, device: str):
@@ -562,7 +564,7 @@ def _scaling(ranks: list[dict], step_p50: float | None, opts) -> dict:
         "step_s_p50": step_p50,
         "efficiency": min(1.0, efficiency) if efficiency is not None else None,
         "communication_share": max(0.0, 1 - efficiency) if efficiency is not None else None,
-        "floor": opts.min_scaling,
+        "floor": opts.floors.min_scaling,
         "metric": "the median rank's own forward+backward (no gradient all-reduce) over the synchronised step time "
         "(the slowest rank's, p50): the 1 -> N efficiency; the rest of the step is waiting for others, the "
         "all-reduce, data and the optimizer",
@@ -592,27 +594,26 @@ def _scaling_finding(s: dict, n: int):
 
 # -- floors on the parts -------------------------------------------------------------------------
 def _floors(ranks: list[dict], links: dict | None, opts):
-    rules = (
-        ("matmul_tflops", opts.min_matmul_tflops, "--min-matmul-tflops", "TFLOP/s"),
-        ("memory_copy_gbps", opts.min_membw_gbps, "--min-membw", "GB/s"),
-        ("h2d_gbps", opts.min_hostbw_gbps, "--min-hostbw", "GB/s"),
-        ("d2h_gbps", opts.min_hostbw_gbps, "--min-hostbw", "GB/s"),
-    )
-    asked = [rule for rule in rules if rule[1] is not None]
-    if not asked and opts.min_linkbw_gbps is None:
+    """GD-SMOKE-020: each figure of the table with a floor given (its --min-... flag), and the node pairs."""
+    asked = [(f, opts.floors.parts.get(f.floor.option)) for f in figures.RANK if f.floor is not None]
+    asked = [(f, floor) for f, floor in asked if floor is not None]
+    if not asked and opts.floors.min_linkbw_gbps is None:
         return None
     below, measured = [], 0
-    for key, floor, flag, unit in asked:
+    for figure, floor in asked:
         for r in ranks:
-            if r.get(key) is None:
+            if r.get(figure.key) is None:
                 continue
             measured += 1
-            if r[key] < floor:
-                below.append(f"{where(r)}: {key} {_num(r[key])} {unit} < {flag} {floor:g}")
-    if opts.min_linkbw_gbps is not None and links:  # _links compared each pair with the floor
+            if r[figure.key] < floor:
+                below.append(
+                    f"{where(r)}: {figure.key} {_num(r[figure.key])} {figure.unit} < {figure.floor.flag} {floor:g}"
+                )
+    linkbw = opts.floors.min_linkbw_gbps
+    if linkbw is not None and links:  # _links compared each pair with the floor
         measured += len(links["pairs"])
         below += [
-            f"nodes {p['nodes'][0]} - {p['nodes'][1]}: {p['gbps']:.3g} GB/s < --min-linkbw {opts.min_linkbw_gbps:g}"
+            f"nodes {p['nodes'][0]} - {p['nodes'][1]}: {p['gbps']:.3g} GB/s < --min-linkbw {linkbw:g}"
             for p in links["below_floor"]
         ]
     if below:

@@ -15,11 +15,12 @@ got busier, a note).
 from __future__ import annotations
 
 from gpudoctor.model import Severity, manual
-from gpudoctor.sample_train.judge import metrics
+from gpudoctor.sample_train.judge import figures, metrics
 from gpudoctor.sample_train.judge.findings import make, ranks_text
 from gpudoctor.sample_train.judge.slowness import IDLE_REASONS, MIN_GAP
 
-FIGURES = (("matmul_tflops", "square matmul", "TFLOP/s"), ("memory_copy_gbps", "device memory copy", "GB/s"))
+SOAKED = ("matmul_tflops", "memory_copy_gbps")  # what worker.Rank.soak measures again and again
+FIGURES = tuple((f.key, f.what, f.unit) for f in figures.RANK if f.key in SOAKED)
 REFERENCE_S = 60.0
 MIN_RUN = 3
 # A CPU rank's soak samples (0.4 s windows, rolling median of three) stayed within 20 % of their own first quarter

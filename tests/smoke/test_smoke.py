@@ -195,7 +195,7 @@ def test_prefetch_without_workers_is_refused_like_torch_does():
 
 
 def test_options_travel_as_json():
-    opts = SmokeOptions(
+    opts = SmokeOptions.of(
         device="cpu", nprocs=2, loader=LoaderSettings(num_workers=1, source={"num_workers": "--num-workers"})
     )
     back = SmokeOptions.from_json(opts.to_json())
@@ -312,7 +312,7 @@ def test_cpu_world_skips_gpu_placement():
 
 
 def test_plan_sizes_the_model_from_the_smallest_gpu_and_falls_back_to_fp16():
-    opts = SmokeOptions(device="cuda")
+    opts = SmokeOptions.of(device="cuda")
     h100 = {**gpu_rank(0, "a"), "gpu_memory_bytes": 80 * 2**30, "bf16_native": True}
     t4 = {**gpu_rank(1, "b"), "gpu_name": "Tesla T4", "gpu_memory_bytes": 16 * 2**30, "bf16_native": False}
     assert plan_run({0: h100}, opts)["model"]["name"] == "large"
@@ -322,12 +322,12 @@ def test_plan_sizes_the_model_from_the_smallest_gpu_and_falls_back_to_fp16():
 
 def test_a_precision_asked_for_is_not_explained_as_a_hardware_fallback():
     cpu = {0: {"rank": 0, "local_rank": 0, "host": "h", "device_type": "cpu", "bf16_native": False}}
-    assert "no native bf16" in plan_run(cpu, SmokeOptions(device="cpu"))["precision_reason"]
+    assert "no native bf16" in plan_run(cpu, SmokeOptions.of(device="cpu"))["precision_reason"]
     for precision in ("fp16", "fp32"):
-        plan = plan_run(cpu, SmokeOptions(device="cpu", precision=precision))
+        plan = plan_run(cpu, SmokeOptions.of(device="cpu", precision=precision))
         assert plan["precision"] == precision and "asked for with --precision" in plan["precision_reason"]
     h100 = {0: {**gpu_rank(0, "a"), "gpu_memory_bytes": 80 * 2**30, "bf16_native": True}}
-    assert "asked for" in plan_run(h100, SmokeOptions(device="cuda", precision="fp16"))["precision_reason"]
+    assert "asked for" in plan_run(h100, SmokeOptions.of(device="cuda", precision="fp16"))["precision_reason"]
 
 
 class DictStore:
@@ -361,7 +361,7 @@ def test_a_launcher_stop_is_reported_as_such_not_as_a_crash(monkeypatch):
         }
     )
     c = Coordinator(
-        store, keys, 2, time.monotonic() + 60, SmokeOptions(device="cpu", timeout=60), terminated=lambda: True
+        store, keys, 2, time.monotonic() + 60, SmokeOptions.of(device="cpu", timeout=60), terminated=lambda: True
     )
     c.joins = {0: {"host": "h"}, 1: {"host": "h"}}
     with pytest.raises(coordinator_module._Stop) as stop:
@@ -394,7 +394,7 @@ def fake_result(rank, losses, checksum="c0ffee", step=0.1):
 
 
 def judged(results, **opt):
-    opts = SmokeOptions(device="cpu", **opt)
+    opts = SmokeOptions.of(device="cpu", **opt)
     joins = {
         r["rank"]: {"rank": r["rank"], "local_rank": r["rank"], "host": "h", "device_type": "cpu", "device": "cpu"}
         for r in results

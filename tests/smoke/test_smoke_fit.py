@@ -51,7 +51,7 @@ def test_too_little_free_memory_stops_the_run_before_training_unless_a_size_is_a
     joins = {0: h200(free=2 * GIB, processes=[{"pid": 77, "used_memory_bytes": H200_TOTAL - 2 * GIB}])}
     _fits, (f,) = fit.judge(joins, SmokeOptions())
     assert f.severity.value == "fail" and "smallest smoke model" in f.message
-    _fits, (f,) = fit.judge(joins, SmokeOptions(size="tiny"))
+    _fits, (f,) = fit.judge(joins, SmokeOptions.of(size="tiny"))
     assert f.severity.value == "warn" and "--size tiny as asked" in f.message
 
 
@@ -71,5 +71,5 @@ def test_the_jobs_own_ranks_are_not_another_process():
 
 
 def test_quick_takes_the_small_model_and_cpu_runs_are_not_judged():
-    assert plan_run({0: h200()}, SmokeOptions(quick=True))["model"]["name"] == "small"
+    assert plan_run({0: h200()}, SmokeOptions.of(quick=True))["model"]["name"] == "small"
     assert fit.judge({0: {"rank": 0, "device_type": "cpu", "pid": 1}}, SmokeOptions()) == (None, [])

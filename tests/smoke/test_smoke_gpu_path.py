@@ -150,7 +150,7 @@ def gpu_result(rank, step_s, matmul_tflops=700.0, allreduce_s=0.002):
 
 
 def gpu_report(n_ranks, step_s, precision="auto", **result_kw):
-    opts = SmokeOptions(device="cuda", precision=precision)
+    opts = SmokeOptions.of(device="cuda", precision=precision)
     joins = {r: gpu_join(r, uuid=f"GPU-{r}") for r in range(n_ranks)}
     plan = plan_run(joins, opts)
     results = {r: gpu_result(r, step_s, **result_kw) for r in range(n_ranks)}

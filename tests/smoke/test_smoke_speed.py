@@ -102,7 +102,7 @@ def world(n_nodes: int, per_node: int = 1, *, slow_link: int | None = None, slow
     """Rank results of n_nodes hosts node1..nodeN, as the ranks write them, with node pair exchanges done in the
     plan's rounds; slow_link: that node's exchanges run at 1 % of the others'; slow_part: that rank's memory copy
     runs at a third."""
-    opts = SmokeOptions(device="cpu")
+    opts = SmokeOptions.of(device="cpu")
     joins = {}
     for rank in range(n_nodes * per_node):
         node = rank // per_node
@@ -175,7 +175,7 @@ def test_two_nodes_say_the_pair_cannot_be_split():
 
 def test_floors_fail_naming_the_part_and_the_pair():
     opts, joins, plan, results = world(3, 1, slow_link=0)
-    opts.min_membw_gbps, opts.min_linkbw_gbps, opts.min_scaling = 5.0, 0.5, 0.99
+    opts.floors.parts["min_membw_gbps"], opts.floors.min_linkbw_gbps, opts.floors.min_scaling = 5.0, 0.5, 0.99
     rep, found = build(opts, joins, plan, results)
     f = found["GD-SMOKE-020"]
     assert f["severity"] == "fail" and "nodes node1 - node2" in f["message"] and "memory" not in f["message"]
@@ -192,13 +192,13 @@ def test_a_baseline_saved_then_compared(tmp_path):
     assert loaded["kind"]["world_size"] == 4 and loaded["figures"]["memory_copy_gbps"] == 10.0
 
     opts, joins, plan, results = world(2, 2, slow_part=3)
-    opts.baseline, opts.baseline_path = loaded, str(saved)
+    opts.measure.baseline, opts.measure.baseline_path = loaded, str(saved)
     rep, found = build(opts, joins, plan, results)
     f = found["GD-SMOKE-017"]
     assert f["severity"] == "warn" and f["evidence"]["ranks"] == [3] and "baseline" in f["message"]
 
     opts, joins, plan, results = world(4, 1)  # the same ranks, another layout: refused, exit 2
-    opts.baseline, opts.baseline_path = loaded, str(saved)
+    opts.measure.baseline, opts.measure.baseline_path = loaded, str(saved)
     rep, _ = build(opts, joins, plan, results)
     assert rep["exit_code"] == 2 and "nodes 2 there, 4 here" in rep["refused"]
     assert baseline.early_mismatch(loaded, 8, "cpu") and baseline.early_mismatch(loaded, 4, "cuda")
@@ -237,7 +237,7 @@ def test_a_baseline_path_that_cannot_be_used_is_one_line_and_exit_2(tmp_path, fl
 def h100_world(slow_rank: int):
     from tests.smoke.test_smoke_gpu_path import gpu_join, gpu_result
 
-    opts = SmokeOptions(device="cuda")
+    opts = SmokeOptions.of(device="cuda")
     joins = {r: {**gpu_join(r, uuid=f"GPU-{r}"), "device_index": r, "pid": 7000 + r} for r in range(8)}
     plan = plan_run(joins, opts)
     results = {}
@@ -313,7 +313,7 @@ def test_the_smoke_figures_as_prometheus_gauges():
 
 def test_deep_names_a_rank_slow_with_every_peer_inside_its_node():
     opts, joins, plan, results = world(1, 4)
-    opts.deep = True
+    opts.measure.deep = True
     plan["local_rounds"] = outliers.pair_rounds(4, every=True)
     for rank, r in results.items():
         r["local_pairs"] = [
