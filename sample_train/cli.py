@@ -7,6 +7,7 @@ import os
 import sys
 
 from gpudoctor.model import ExitCode
+from gpudoctor.sample_train.judge import baseline
 from gpudoctor.sample_train.options import OptionsError, add_flags, from_args
 from gpudoctor.sanitize import clean
 
@@ -30,6 +31,8 @@ def run(args) -> int:
 
     try:
         opts = from_args(args)
+        if opts.measure.baseline_path:
+            opts.measure.baseline = baseline.load(opts.measure.baseline_path)
         faults.parse(os.environ.get(faults.ENV))
         here = world.detect()
     except (OptionsError, world.WorldError, faults.FaultSpecError) as e:

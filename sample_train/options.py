@@ -249,9 +249,7 @@ def _add_fields(p: argparse.ArgumentParser, section: type) -> None:
 
 
 def from_args(args: argparse.Namespace) -> SmokeOptions:
-    """The options the parsed flags give (the loader's settings merged with --config's; --baseline loaded)."""
-    from gpudoctor.sample_train.judge import baseline
-
+    """The options the parsed flags give (the loader's settings merged with --config's); cli.run loads --baseline."""
     _refuse_opposites(args)
     opts = SmokeOptions(
         train=_section(TrainOptions, args),
@@ -261,8 +259,6 @@ def from_args(args: argparse.Namespace) -> SmokeOptions:
     )
     opts.train.loader = _loader(args)
     _refuse_unwritable(opts)
-    if opts.measure.baseline_path:
-        opts.measure.baseline = baseline.load(opts.measure.baseline_path)
     return opts
 
 

@@ -117,3 +117,16 @@ def test_the_graph_sees_real_imports():
     assert "gpudoctor.job.env" in edges["gpudoctor.runner"]  # imported inside a function
     assert "gpudoctor.job.world" in edges["gpudoctor.sample_train.worker"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_smoke_judgement_imports_no_torch():
+    """sample_train/judge/ is pure: no torch, and nothing of the torch side above it (docs/architecture.md)."""
+    torch_side = {f"gpudoctor.sample_train.{m}" for m in ("bench", "parts", "worker", "launch", "model", "data")}
+    edges = graph()
+    for name, path in modules().items():
+        if name.startswith("gpudoctor.sample_train.judge"):
+            tree = ast.parse(path.read_text())
+            named = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            named |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+            assert not any(m == "torch" or m.startswith("torch.") for m in named), name
+            assert not torch_side & edges[name], name
