@@ -44,6 +44,20 @@ HOSTBW = Floor(
     "fail a GPU whose pinned host<->device copy (either direction) is below GB/s",
 )
 
+
+def _host_copy(direction: str, what: str) -> Figure:
+    """A pinned copy across the host link, one way: its part, its reference and its label are its direction."""
+    return Figure(
+        f"{direction}_gbps",
+        what,
+        "GB/s",
+        measured=(direction, "gbps"),
+        reference=direction,
+        floor=HOSTBW,
+        label=direction.upper(),
+    )
+
+
 RANK = (
     # the run's own square matmul (worker: result["matmul"], also the MFU's measured peak)
     Figure("matmul_tflops", "square matmul", "TFLOP/s", reference="gemm", floor=MATMUL, label="matmul"),
@@ -57,24 +71,8 @@ RANK = (
         floor=MEMBW,
         label="memory",
     ),
-    Figure(
-        "h2d_gbps",
-        "host-to-device copy (pinned)",
-        "GB/s",
-        measured=("h2d", "gbps"),
-        reference="h2d",
-        floor=HOSTBW,
-        label="H2D",
-    ),
-    Figure(
-        "d2h_gbps",
-        "device-to-host copy (pinned)",
-        "GB/s",
-        measured=("d2h", "gbps"),
-        reference="d2h",
-        floor=HOSTBW,
-        label="D2H",
-    ),
+    _host_copy("h2d", "host-to-device copy (pinned)"),
+    _host_copy("d2h", "device-to-host copy (pinned)"),
     # tokens per step over the rank's best own forward+backward (DDP no_sync), computed by report._per_rank
     Figure("compute_tokens_per_s", "own forward+backward", "tokens/s"),
 )

@@ -160,6 +160,23 @@ def next_steps(findings: list[dict], ranks: list[dict], nodes: list[dict]) -> li
     down by the hardware -> the reason; a slow node or link, or a slow rank without a reason -> leave its host out,
     but never every host of the run (nothing would be left to run on)."""
     by_rank = {r["rank"]: r for r in ranks}
+    named_ranks, slow_hosts = _named(findings, by_rank, nodes)
+    steps: list[dict] = []
+    for rank in sorted(named_ranks):
+        row = by_rank[rank]
+        base = {"rank": rank, "host": row.get("host"), "gpu_index": row.get("gpu_index")}
+        found = _cause_steps(row, causes(row))
+        steps += [{**base, "checks": sorted(named_ranks[rank]), **step} for step in found]
+        if not any(step["cause"] in LOCAL_CAUSES for step in found):  # the node's own fault, or no reason given
+            slow_hosts.setdefault(str(row.get("host")), set()).update(named_ranks[rank])
+    if slow_hosts:
+        steps.append(_leave_out(slow_hosts, sorted({str(r.get("host")) for r in ranks}), bool(steps)))
+    return steps
+
+
+def _named(findings: list[dict], by_rank: dict, nodes: list[dict]) -> tuple[dict[int, set[str]], dict[str, set[str]]]:
+    """(rank -> the checks that named it, host of a named node -> the checks that named it), from warnings and
+    failures."""
     host_of_node = {n["node"]: n["host"] for n in nodes}
     named_ranks: dict[int, set[str]] = {}
     slow_hosts: dict[str, set[str]] = {}
@@ -173,122 +190,106 @@ def next_steps(findings: list[dict], ranks: list[dict], nodes: list[dict]) -> li
         for node in evidence.get("slow_nodes", []):
             if node in host_of_node:
                 slow_hosts.setdefault(host_of_node[node], set()).add(f["id"])
-    steps: list[dict] = []
-    for rank in sorted(named_ranks):
-        row = by_rank[rank]
-        c = causes(row)
-        base = {
-            "rank": rank,
-            "host": row.get("host"),
-            "gpu_index": row.get("gpu_index"),
-            "checks": sorted(named_ranks[rank]),
-        }
-        local = False
-        if c["others"]:
-            pids = ",".join(str(p["pid"]) for p in c["others"])
-            steps.append(
-                {
-                    **base,
-                    "cause": "other_process",
-                    "text": f"{where(row)} shares its GPU with another process ({_pids_text(c['others'])}): see what "
-                    "it is and whose, then stop it (or wait for it) and run smoke again",
-                    "commands": [
-                        "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
-                        f"ps -o user,cmd -p {pids}",
-                    ],
-                    "pids": [p["pid"] for p in c["others"]],
-                }
-            )
-            local = True
-        if c["cpu"]:
-            steps.append(
-                {
-                    **base,
-                    "cause": "cpu",
-                    "text": f"{where(row)}: {'; '.join(c['cpu'])}",
-                    "commands": ["nproc", "uptime"],
-                }
-            )
-            local = True
-        if c["power_limit"]:
-            steps.append(
-                {
-                    **base,
-                    "cause": "power_limit",
-                    "text": f"{where(row)}: {c['power_limit']} (set by an administrator or a tool)",
-                    "commands": ["nvidia-smi -q -d POWER"],
-                }
-            )
-            local = True
-        if c["throttle"] or c["pcie"]:
-            what = (["clocks held down: " + ", ".join(c["throttle"])] if c["throttle"] else []) + c["pcie"]
-            steps.append(
-                {
-                    **base,
-                    "cause": "hardware",
-                    "text": f"{where(row)}: {'; '.join(what)} (cooling, power delivery or the PCIe slot)",
-                    "commands": ["nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER,PCIE"],
-                }
-            )
-        if not local:  # the node's own fault, or no reason given: a host to leave out
-            slow_hosts.setdefault(str(row.get("host")), set()).update(named_ranks[rank])
-    every = sorted({str(r.get("host")) for r in ranks})
-    if slow_hosts:
-        keep = [h for h in every if h not in slow_hosts]
-        hosts = sorted(slow_hosts)
-        if keep:
-            steps.append(
-                {
-                    "cause": "slow_host",
-                    "hosts": hosts,
-                    "checks": sorted(set().union(*slow_hosts.values())),
-                    "sbatch": f"--exclude={compress_hostlist(hosts)}",
-                    "text": f"leave out the slow host(s): sbatch --exclude={compress_hostlist(hosts)} ... "
-                    f"(hosts to keep: {' '.join(keep)})",
-                    "commands": [],
-                }
-            )
-        else:
-            steps.append(
-                {
-                    "cause": "every_host",
-                    "hosts": hosts,
-                    "checks": sorted(set().union(*slow_hosts.values())),
-                    "text": "every host of this run was named, so excluding them leaves nothing to run on: "
-                    + (
-                        "see the causes above, or run smoke on more nodes to compare them"
-                        if steps
-                        else "run smoke again (a passing load may have caused it), with --baseline from a known-good "
-                        "node, or on more nodes to compare them"
-                    ),
-                    "commands": [],
-                }
-            )
+    return named_ranks, slow_hosts
+
+
+# Causes the user (or the administrator) can remove on the host itself; the others leave the host out.
+LOCAL_CAUSES = ("other_process", "cpu", "power_limit")
+
+
+def _cause_steps(row: dict, c: dict) -> list[dict]:
+    """One step per cause the device gives, in the order of `causes`."""
+    at = where(row)
+    steps = []
+    if c["others"]:
+        steps.append(
+            {
+                "cause": "other_process",
+                "text": f"{at} shares its GPU with another process ({_pids_text(c['others'])}): see what it is and "
+                "whose, then stop it (or wait for it) and run smoke again",
+                "commands": [
+                    "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+                    f"ps -o user,cmd -p {','.join(str(p['pid']) for p in c['others'])}",
+                ],
+                "pids": [p["pid"] for p in c["others"]],
+            }
+        )
+    if c["cpu"]:
+        steps.append({"cause": "cpu", "text": f"{at}: {'; '.join(c['cpu'])}", "commands": ["nproc", "uptime"]})
+    if c["power_limit"]:
+        text = f"{at}: {c['power_limit']} (set by an administrator or a tool)"
+        steps.append({"cause": "power_limit", "text": text, "commands": ["nvidia-smi -q -d POWER"]})
+    if c["throttle"] or c["pcie"]:
+        said = (["clocks held down: " + ", ".join(c["throttle"])] if c["throttle"] else []) + c["pcie"]
+        text = f"{at}: {'; '.join(said)} (cooling, power delivery or the PCIe slot)"
+        steps.append(
+            {"cause": "hardware", "text": text, "commands": ["nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER,PCIE"]}
+        )
     return steps
+
+
+def _leave_out(slow_hosts: dict[str, set[str]], every: list[str], causes_given: bool) -> dict:
+    """The --exclude step for the named hosts, unless they are every host of the run."""
+    hosts = sorted(slow_hosts)
+    checks = sorted(set().union(*slow_hosts.values()))
+    keep = [h for h in every if h not in slow_hosts]
+    if keep:
+        line = f"--exclude={compress_hostlist(hosts)}"
+        return {
+            "cause": "slow_host",
+            "hosts": hosts,
+            "checks": checks,
+            "sbatch": line,
+            "text": f"leave out the slow host(s): sbatch {line} ... (hosts to keep: {' '.join(keep)})",
+            "commands": [],
+        }
+    advice = (
+        "see the causes above, or run smoke on more nodes to compare them"
+        if causes_given
+        else "run smoke again (a passing load may have caused it), with --baseline from a known-good node, or on more "
+        "nodes to compare them"
+    )
+    return {
+        "cause": "every_host",
+        "hosts": hosts,
+        "checks": checks,
+        "text": "every host of this run was named, so excluding them leaves nothing to run on: " + advice,
+        "commands": [],
+    }
 
 
 def straggler_finding(slow: list[dict], n: int, device: str):
     """GD-SMOKE-010: a rank whose own forward+backward (DDP no_sync: no waiting for others) is an outlier."""
-    if n < 2:
-        return make("GD-SMOKE-010", Severity.SKIP, "one rank: nothing to compare")
-    if not slow:
-        return make(
-            "GD-SMOKE-010",
-            Severity.PASS,
-            f"every rank's own forward+backward within {MIN_GAP[device]:.0%} of the job's median (or its usual spread)",
-        )
-    text = "; ".join(f"{where(s)}: own forward+backward at {_num(s['value'])} tokens/s, {_below(s)}" for s in slow)
     hint = (
         "; look at its GPU's clocks, temperature and power (nvidia-smi -q -d PERFORMANCE)"
         if device == "cuda"
         else "; look at its CPU share (cgroup quota, other processes on its cores)"
     )
-    return make(
+    return _below_median_finding(
         "GD-SMOKE-010",
+        slow,
+        n,
+        device,
+        alone="one rank: nothing to compare",
+        within="every rank's own forward+backward",
+        named=lambda s: f"{where(s)}: own forward+backward at {_num(s['value'])} tokens/s, {_below(s)}",
+        tail=": every step waits for it" + hint,
+    )
+
+
+def _below_median_finding(check_id: str, slow: list[dict], n: int, device: str, *, alone, within, named, tail):
+    """A check of ranks against the job's median: skipped with one rank, else the slow ones named."""
+    if n < 2:
+        return make(check_id, Severity.SKIP, alone)
+    if not slow:
+        gap = MIN_GAP[device]
+        return make(check_id, Severity.PASS, f"{within} within {gap:.0%} of the job's median (or its usual spread)")
+    return make(
+        check_id,
         Severity.WARN,
-        text + ": every step waits for it" + hint,
+        "; ".join(named(s) for s in slow) + tail,
         slow=slow,
-        ranks=sorted(s["rank"] for s in slow),
+        ranks=sorted({s["rank"] for s in slow}),
     )
 
 
@@ -319,21 +320,16 @@ def slow_node_finding(nodes: list[dict], device: str):
 
 
 def _slow_parts_finding(slow: list[dict], n: int, device: str):
-    if n < 2:
-        return make("GD-SMOKE-016", Severity.SKIP, "one rank: no job median to compare with")
-    if not slow:
-        return make(
-            "GD-SMOKE-016",
-            Severity.PASS,
-            f"every rank's parts within {MIN_GAP[device]:.0%} of the job's median (or its usual spread)",
-        )
-    lines = [f"{where(s)}: {s['what']} {_num(s['value'])} {s['unit']}, {_below(s)}" for s in slow]
-    return make(
+    """GD-SMOKE-016: a rank's part (a row of the figure table) below the job's median."""
+    return _below_median_finding(
         "GD-SMOKE-016",
-        Severity.WARN,
-        "; ".join(lines) + ": every step waits for the slowest rank",
-        slow=slow,
-        ranks=sorted({s["rank"] for s in slow}),
+        slow,
+        n,
+        device,
+        alone="one rank: no job median to compare with",
+        within="every rank's parts",
+        named=lambda s: f"{where(s)}: {s['what']} {_num(s['value'])} {s['unit']}, {_below(s)}",
+        tail=": every step waits for the slowest rank",
     )
 
 
@@ -624,20 +620,6 @@ def _floors(ranks: list[dict], links: dict | None, opts):
 
 
 # -- what to exclude -----------------------------------------------------------------------------
-def _named_hosts(findings: list, by_rank: dict, nodes: list[dict]) -> dict[str, set[str]]:
-    """host -> the checks that named it (a rank's or a node's)."""
-    named: dict[str, set[str]] = {}
-    host_of_node = {n["node"]: n["host"] for n in nodes}
-    for f in findings:
-        if f.severity not in (Severity.WARN, Severity.FAIL):
-            continue
-        for rank in f.evidence.get("ranks", []):
-            named.setdefault(by_rank[rank]["host"], set()).add(f.id)
-        for node in f.evidence.get("slow_nodes", []):
-            named.setdefault(host_of_node[node], set()).add(f.id)
-    return named
-
-
 def _exclude(named: dict[str, set[str]], ranks: list[dict]) -> dict | None:
     if not named:
         return None
@@ -649,11 +631,15 @@ def _exclude(named: dict[str, set[str]], ranks: list[dict]) -> dict | None:
         # shell text, copy-pasted: quoted when a list's brackets (node[1-3]) would glob or a name is odd
         "sbatch": shellquote.quote(f"--exclude={compress_hostlist(hosts)}"),
         "keep_hosts": keep,
-        "because": {h: sorted(ids) for h, ids in named.items()},
+        "because": {h: sorted(named[h]) for h in hosts},
         "note": None if keep else "every host of this run was named: nothing is left to run on",
     }
 
 
 def exclude_from(findings: list, ranks: list[dict], nodes: list[dict]) -> dict | None:
     """The --exclude line from every finding that named a rank or a node (GD-SMOKE-010/015/016/017/018/020)."""
-    return _exclude(_named_hosts(findings, {r["rank"]: r for r in ranks}, nodes), ranks)
+    by_rank = {r["rank"]: r for r in ranks}
+    named_ranks, named = _named([f.to_dict() for f in findings], by_rank, nodes)
+    for rank, ids in named_ranks.items():
+        named.setdefault(by_rank[rank]["host"], set()).update(ids)
+    return _exclude(named, ranks)
