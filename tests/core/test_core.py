@@ -110,6 +110,6 @@ def test_wheel_exposes_only_the_gpudoctor_namespace(tmp_path):
     tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
     assert tops == {"gpudoctor", next(t for t in tops if t.endswith(".dist-info"))}
     names = zipfile.ZipFile(wheel).namelist()
-    for sub in ("checks", "fixes", "sample_train", "probe"):
+    for sub in ("checks", "fixes", "sample_train", "sample_train/judge", "probe"):
         assert f"gpudoctor/{sub}/__init__.py" in names
     assert "gpudoctor/probe/torch_child.py" in names
