@@ -1,6 +1,6 @@
 """The seam of a new smoke figure: one row of the figure table (judge/figures.py) alone yields its JSON field,
 its text line, its Prometheus sample, its baseline entry and its --min-... flag (docs/architecture.md "A new
-smoke figure"). In-process: fake rank results, no torch spawn."""
+smoke figure"). In-process: fake rank results, no training run started."""
 
 from __future__ import annotations
 
