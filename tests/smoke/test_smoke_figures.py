@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
+from pathlib import Path
 
+import jsonschema
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor.report import prometheus
@@ -15,6 +18,7 @@ from gpudoctor.sample_train.judge import baseline, figures, report
 from gpudoctor.sample_train.options import from_args
 from tests.smoke.test_smoke import FALLING, fake_result, judged
 
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "smoke.schema.json").read_text())
 L2 = figures.Figure(
     "l2_cache_gbps",
     "L2 cache read",
@@ -36,7 +40,7 @@ def _results(l2: dict[int, float]) -> list[dict]:
 
 def test_a_figure_row_alone_yields_its_json_text_prometheus_and_baseline(monkeypatch):
     monkeypatch.setattr(figures, "RANK", (*figures.RANK, L2))
-    rep, _ = judged(_results({0: 40.0, 1: 42.0}))
+    rep, _ = judged(_results({0: 40.0, 1: 42.0}), timeout=60.0)  # launch sets the timeout before a run
 
     assert [r["l2_cache_gbps"] for r in rep["ranks"]] == [40.0, 42.0]  # gpudoctor.smoke/2 ranks[]
     assert {"key": "l2_cache_gbps", "what": "L2 cache read", "unit": "GB/s"} in rep["parts"]["figures"]
@@ -54,6 +58,7 @@ def test_a_figure_row_alone_yields_its_json_text_prometheus_and_baseline(monkeyp
     assert parts[("1", "l2_cache_gbps")] == 42.0
 
     assert baseline.from_report(rep)["figures"]["l2_cache_gbps"] == 41.0
+    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(rep)))  # still gpudoctor.smoke/2
 
 
 def test_a_figure_row_with_a_floor_is_a_flag_that_fails_the_run(monkeypatch):
