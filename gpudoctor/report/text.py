@@ -23,7 +23,6 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpudoctor import shellquote
 from gpudoctor.job.target import Target
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
 from gpudoctor.sanitize import clean
@@ -121,17 +120,15 @@ def evidence_lines(
 def export_line(name: str, value) -> str:
     """`export NAME=value` as the shell must read it (gpudoctor.shellquote: the value's bytes exactly, a
     Reference kept live); a name no shell can set is a comment saying so, never an assignment."""
-    try:
-        return shellquote.export(name, value if isinstance(value, str) else str(value))
-    except ValueError as e:
-        return f"# {e}; no shell line can set it"
+    from gpudoctor import edit  # one definition, with the renderer of fix actions
+
+    return edit.export_line(name, value)
 
 
 def unset_line(name: str) -> str:
-    try:
-        return shellquote.unset(name)
-    except ValueError as e:
-        return f"# {e}; no shell line can unset it"
+    from gpudoctor import edit
+
+    return edit.unset_line(name)
 
 
 def action_lines(fix: Fix) -> list[str]:
