@@ -7,6 +7,7 @@ A check may set Outcome.location itself. Otherwise the location is derived, in t
    the fix writes is the line the problem is on;
 2. its evidence naming the launch line ("launch line": "line N: ...", every shape-based SLURM check);
 otherwise it has none, and output formats that need a line (github, concise) say where they put it.
+Which item of the script each kind of action edits is a column of its row in gpudoctor/edit.KINDS (`span`).
 Spans come from the reader (gpudoctor/readers/sbatch/script.py: Span lines 1-based, columns 0-based).
 """
 
