@@ -6,7 +6,8 @@ Where a value is edited (issue 11, "edit where the value comes from"), in this o
   2. an override on the launch line: Hydra/OmegaConf `key=value`, or `--flag value`;
   3. the training config's key (--config; YAML kept byte-for-byte outside the edit, or JSON);
   4. else the environment: lines for `eval "$(gpudoctor fix --shell)"` or --env-file.
-A new `export` goes directly before the launch line.
+A new `export` goes directly before the launch line. What an edit is, and each kind's place, lines and
+slot, is gpudoctor/edit.py's table; `resolve` moves an edit to its place, `apply_edits` makes it.
 
 Verify, then keep (ruff's fix-until-stable): each candidate fix is applied to the in-memory
 workspace, the edited script and config are read again through gpudoctor's own readers, and the
@@ -195,7 +196,7 @@ def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[E
         edit = replace(edit, kind=ActionKind.SBATCH_REMOVE, dest=script)
     else:
         edit = replace(edit, dest=script)
-    if edit.kind is ActionKind.EXPORT_REMOVE:  # a variable the job inherits stays unset after the export goes
+    if edit.kind is ActionKind.EXPORT_REMOVE:  # inherited from the submitting shell: the script unsets it too
         edit = replace(edit, value=edit.key in facts.env)
     return [edit]
 
