@@ -58,14 +58,24 @@ def _yaml_scalar(value: object, quote: str | None) -> str:
     return text if plain else json.dumps(text)
 
 
-def _navigate(data, segments: list[str]):
+_MISSING = object()
+
+
+def _child(node: Any, seg: str) -> Any:
+    """node's item seg: a list's index or a mapping's key; _MISSING when it has none."""
+    if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+        return node[int(seg)]
+    if isinstance(node, dict) and seg in node:
+        return node[seg]
+    return _MISSING
+
+
+def _navigate(data: Any, segments: list[str]) -> Any:
+    """The node that holds the key's last segment; EditError when a segment before it is not there."""
     node = data
     for seg in segments[:-1]:
-        if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
-            node = node[int(seg)]
-        elif isinstance(node, dict) and seg in node:
-            node = node[seg]
-        else:
+        node = _child(node, seg)
+        if node is _MISSING:
             raise EditError(f"no key {'.'.join(segments)} in the config")
     return node
 
@@ -107,7 +117,7 @@ def _set_yaml(text: str, key: str, value: object) -> str:
     return out.getvalue()
 
 
-def _refuse_shared(data, segments: list[str]) -> None:
+def _refuse_shared(data: Any, segments: list[str]) -> None:
     """A value inside an anchored node (`&name`) is shared by every alias and merge of it: never edited here."""
     node = data
     for seg in segments:
@@ -116,11 +126,8 @@ def _refuse_shared(data, segments: list[str]) -> None:
             raise EditError(
                 f"{'.'.join(segments)} is inside the anchor &{anchor}, which other keys reuse: edit it by hand"
             )
-        if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
-            node = node[int(seg)]
-        elif isinstance(node, dict) and seg in node:
-            node = node[seg]
-        else:
+        node = _child(node, seg)
+        if node is _MISSING:
             return
     anchor = getattr(getattr(node, "anchor", None), "value", None)
     if anchor:

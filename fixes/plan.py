@@ -6,7 +6,8 @@ Where a value is edited (issue 11, "edit where the value comes from"), in this o
   2. an override on the launch line: Hydra/OmegaConf `key=value`, or `--flag value`;
   3. the training config's key (--config; YAML kept byte-for-byte outside the edit, or JSON);
   4. else the environment: lines for `eval "$(gpudoctor fix --shell)"` or --env-file.
-A new `export` goes directly before the launch line.
+A new `export` goes directly before the launch line. What an edit is, and each kind's place, lines and
+slot, is gpudoctor/edit.py's table; `resolve` moves an edit to its place, `apply_edits` makes it.
 
 Verify, then keep (ruff's fix-until-stable): each candidate fix is applied to the in-memory
 workspace, the edited script and config are read again through gpudoctor's own readers, and the
@@ -24,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpudoctor.edit import COMMAND, CONFIG, ENV, Edit
 from gpudoctor.facts import Facts
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
-from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity, export_title
+from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
 from gpudoctor.redact import REDACTED
 
-ENV = "<environment>"  # the destination of env changes that no file of the job holds
 MAX_ROUNDS = 20
 _BAD = (Severity.WARN, Severity.FAIL, Severity.ERROR)
 
@@ -40,53 +41,12 @@ class InputError(ValueError):
     """An input file that cannot be read back (one line, exit 2; nothing is written)."""
 
 
-@dataclass(frozen=True)
-class Edit:
-    """One concrete change: where, what, which key (see ActionKind for the script operations)."""
-
-    dest: str  # a file path, or ENV
-    op: str  # an ActionKind value, "config_set", "env_set" or "env_unset"
-    key: str | None
-    value: object = None
-
-    def describe(self) -> str:
-        if self.dest == ENV:
-            return export_title(str(self.key), self._text()) if self.op == "env_set" else f"unset {self.key}"
-        if self.op == ActionKind.EXPORT_SET.value:
-            return f"{self.dest}: {export_title(str(self.key), self._text())}"
-        what = {
-            ActionKind.SBATCH_SET.value: f"#SBATCH --{self.key}={self.value}",
-            ActionKind.SBATCH_REMOVE.value: f"remove #SBATCH --{self.key}",
-            ActionKind.SBATCH_HOIST.value: f"move `{self.value}` above the first command",
-            ActionKind.CONTINUATION_REPAIR.value: f"nothing after the backslash of `{self.value}`",
-            ActionKind.DIRECTIVE_REPAIR.value: f"write `{self.value}` as an #SBATCH directive",
-            ActionKind.SBATCH_RENAME.value: f"rename #SBATCH {self.key} to --{self.value}",
-            ActionKind.SRUN_PREFIX.value: "start the launch line with srun" + (f" {self.value}" if self.value else ""),
-            ActionKind.EXPORT_REMOVE.value: f"drop export {self.key}",
-            ActionKind.OVERRIDE_SET.value: f"launch-line override {self.key}={self.value}",
-            "config_set": f"{self.key}: {self.value}",
-        }.get(self.op, self.op)
-        return f"{self.dest}: {what}"
-
-    def _text(self) -> str:
-        return self.value if isinstance(self.value, str) else str(self.value)  # a Reference stays one
-
-    @property
-    def slot(self) -> tuple:
-        """The value this edit decides: two kept edits of one slot must agree."""
-        if self.op in (ActionKind.SBATCH_SET.value, ActionKind.SBATCH_REMOVE.value):
-            return (self.dest, "sbatch", self.key)
-        if self.op in (ActionKind.EXPORT_SET.value, ActionKind.EXPORT_REMOVE.value, "env_set", "env_unset"):
-            return (self.dest, "env", self.key)
-        return (self.dest, self.op, self.key)
-
-
 @dataclass
 class Workspace:
     """The inputs as text (the files as they would be written) and the environment changes."""
 
     texts: dict[str, str]
-    env: dict[str, str | None] = field(default_factory=dict)  # ENV destination: value, or None for unset
+    env: dict[str, str | None] = field(default_factory=dict)  # edits of no file: a value, or None for unset
 
     def copy(self) -> Workspace:
         return Workspace(dict(self.texts), dict(self.env))
@@ -221,69 +181,72 @@ def _same_file(a: str | None, b: str | None) -> bool:
 
 def resolve(action: Action, ctx: Context, facts: Facts, ws: Workspace) -> list[Edit]:
     """The edit(s) one action becomes, at the place that decides the value; EditError if none can."""
-    kind = ActionKind(action.kind)
+    edit = Edit.of(action)
     script = ctx.sbatch_path if ctx.sbatch_path in ws.texts else None
-    if kind in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
-        name = action.target
-        if kind is ActionKind.SET_ENV and REDACTED in action.env_value:
-            # a value with a credential reaches gpudoctor blanked (facts.redact_value): writing it would
-            # replace the real value with the blank
-            raise EditError(f"the value of {name} holds a credential gpudoctor does not copy; set it by hand")
-        if script:
-            if kind is ActionKind.SET_ENV:
-                return [Edit(script, ActionKind.EXPORT_SET.value, name, action.env_value)]
-            return [Edit(script, ActionKind.EXPORT_REMOVE.value, name, name in facts.env)]
-        return [
-            Edit(
-                ENV,
-                "env_set" if kind is ActionKind.SET_ENV else "env_unset",
-                name,
-                action.env_value if kind is ActionKind.SET_ENV else None,
-            )
-        ]
-    if kind is ActionKind.YAML_SET:
-        key = action.key or ""
-        if script and sbatch_edit.override_on_launch(ws.texts[script], key, _read_config_of(ctx, ws)):
-            return [Edit(script, ActionKind.OVERRIDE_SET.value, key, action.value)]
-        if not ctx.config_path or not _same_file(action.target, ctx.config_path):
-            raise EditError(f"{action.target} is not the --config given")
-        return [Edit(ctx.config_path, "config_set", key, action.value)]
-    if kind is ActionKind.COMMAND:
+    place = edit.row.place
+    if place == COMMAND:
         raise EditError("a command for the user to run")
-    if not script or not _same_file(action.target, script):
-        raise EditError(f"{action.target} is not the --sbatch script given")
-    if kind is ActionKind.SBATCH_SET and action.value is None:
-        kind = ActionKind.SBATCH_REMOVE
-    value = action.value
-    if kind is ActionKind.EXPORT_REMOVE:
-        value = action.key in facts.env
-    return [Edit(script, kind.value, action.key, value)]
+    if place == ENV:
+        edit = _env_edit(edit, script)
+    elif place == CONFIG:
+        edit = _config_edit(edit, ctx, ws, script)
+    elif not script or not _same_file(edit.dest, script):
+        raise EditError(f"{edit.dest} is not the --sbatch script given")
+    elif edit.kind is ActionKind.SBATCH_SET and edit.value is None:
+        edit = replace(edit, kind=ActionKind.SBATCH_REMOVE, dest=script)
+    else:
+        edit = replace(edit, dest=script)
+    if edit.kind is ActionKind.EXPORT_REMOVE:  # inherited from the submitting shell: the script unsets it too
+        edit = replace(edit, value=edit.key in facts.env)
+    return [edit]
 
 
-_SCRIPT_OPS: dict[str, Callable[[str, Edit], str]] = {
-    ActionKind.SBATCH_SET.value: lambda t, e: sbatch_edit.set_directive(t, e.key, e.value),
-    ActionKind.SBATCH_REMOVE.value: lambda t, e: sbatch_edit.remove_directive(t, e.key),
-    ActionKind.SBATCH_HOIST.value: lambda t, e: sbatch_edit.hoist_directive(t, str(e.value)),
-    ActionKind.CONTINUATION_REPAIR.value: lambda t, e: sbatch_edit.repair_continuation(t, str(e.value)),
-    ActionKind.DIRECTIVE_REPAIR.value: lambda t, e: sbatch_edit.repair_directive(t, str(e.value)),
-    ActionKind.SBATCH_RENAME.value: lambda t, e: sbatch_edit.rename_option(t, str(e.key), str(e.value)),
-    ActionKind.SRUN_PREFIX.value: lambda t, e: sbatch_edit.prefix_srun(t, str(e.value or "")),
-    ActionKind.EXPORT_SET.value: lambda t, e: sbatch_edit.set_export(t, e.key, e.value),
-    ActionKind.EXPORT_REMOVE.value: lambda t, e: sbatch_edit.remove_export(t, e.key, inherited=bool(e.value)),
-    ActionKind.OVERRIDE_SET.value: lambda t, e: sbatch_edit.set_override(t, e.key, e.value),
+def _env_edit(edit: Edit, script: str | None) -> Edit:
+    """A variable is set where the job gets it: the batch script's export when there is a script, else the
+    environment gpudoctor fix prints lines for."""
+    if edit.kind is ActionKind.SET_ENV and REDACTED in edit.value:
+        # a value with a credential reaches gpudoctor blanked (facts.redact_value): writing it would
+        # replace the real value with the blank
+        raise EditError(f"the value of {edit.key} holds a credential gpudoctor does not copy; set it by hand")
+    return replace(edit, kind=edit.row.in_script, dest=script) if script and edit.row.in_script else edit
+
+
+def _config_edit(edit: Edit, ctx: Context, ws: Workspace, script: str | None) -> Edit:
+    """A config key is set where the program gets it: an override on the launch line when the line gives one,
+    else the --config file."""
+    key = edit.key or ""
+    if script and sbatch_edit.override_on_launch(ws.texts[script], key, _read_config_of(ctx, ws)):
+        return Edit(ActionKind.OVERRIDE_SET, script, key, edit.value)
+    if not ctx.config_path or not _same_file(edit.dest, ctx.config_path):
+        raise EditError(f"{edit.dest} is not the --config given")
+    return replace(edit, dest=ctx.config_path, key=key)
+
+
+# How each kind that changes a file changes its text (gpudoctor/edit.KINDS says which kinds do).
+_EDITORS: dict[ActionKind, Callable[[str, Edit], str]] = {
+    ActionKind.YAML_SET: lambda t, e: config_edit.set_key(t, str(e.dest), e.key, e.value),
+    ActionKind.SBATCH_SET: lambda t, e: sbatch_edit.set_directive(t, e.key, e.value),
+    ActionKind.SBATCH_REMOVE: lambda t, e: sbatch_edit.remove_directive(t, e.key),
+    ActionKind.SBATCH_HOIST: lambda t, e: sbatch_edit.hoist_directive(t, str(e.value)),
+    ActionKind.CONTINUATION_REPAIR: lambda t, e: sbatch_edit.repair_continuation(t, str(e.value)),
+    ActionKind.DIRECTIVE_REPAIR: lambda t, e: sbatch_edit.repair_directive(t, str(e.value)),
+    ActionKind.SBATCH_RENAME: lambda t, e: sbatch_edit.rename_option(t, str(e.key), str(e.value)),
+    ActionKind.SRUN_PREFIX: lambda t, e: sbatch_edit.prefix_srun(t, str(e.value or "")),
+    ActionKind.EXPORT_SET: lambda t, e: sbatch_edit.set_export(t, e.key, e.value),
+    ActionKind.EXPORT_REMOVE: lambda t, e: sbatch_edit.remove_export(t, e.key, inherited=bool(e.value)),
+    ActionKind.OVERRIDE_SET: lambda t, e: sbatch_edit.set_override(t, e.key, e.value),
 }
 
 
 def apply_edits(ws: Workspace, edits: list[Edit]) -> Workspace:
+    """The one applier: the edits made to a copy of the workspace, in order."""
     out = ws.copy()
     for e in edits:
-        if e.dest == ENV:
+        if e.dest is None:
             # the value as resolved: a str, or a shellquote.Reference the shell line keeps live
-            out.env[str(e.key)] = e.value if e.op == "env_set" and isinstance(e.value, str) else None
-        elif e.op == "config_set":
-            out.texts[e.dest] = config_edit.set_key(out.texts[e.dest], e.dest, e.key, e.value)
+            out.env[str(e.key)] = e.value if e.kind is ActionKind.SET_ENV and isinstance(e.value, str) else None
         else:
-            out.texts[e.dest] = _SCRIPT_OPS[e.op](out.texts[e.dest], e)
+            out.texts[e.dest] = _EDITORS[e.kind](out.texts[e.dest], e)
     return out
 
 
@@ -352,6 +315,9 @@ def _sev_name(findings: list[Finding], check_id: str, rank: int) -> str:
     return next((f.severity.value for f in findings if f.id == check_id and f.severity.rank == rank), "pass")
 
 
+Tried = tuple[list[Edit], Workspace, list[Finding]]  # a fix's edits, the workspace they make, its findings
+
+
 MAX_CONSEQUENCES = 4  # fixes of caused findings tried on top of one fix (the closure is small in practice)
 
 
@@ -361,15 +327,15 @@ def _with_consequences(
     trial: Workspace,
     after: list[Finding],
     edits: list[Edit],
-    slots: dict[tuple, tuple[object, str, str]],
+    slots: dict[tuple, tuple[object, ActionKind, str]],
     allowed: frozenset[Safety],
-    act: Callable[[Fix, Workspace], tuple[list[Edit], Workspace, list[Finding]] | None],
+    act: Callable[[Fix, Workspace], Tried | None],
 ) -> tuple[Workspace, list[Finding], list[Decision]]:
     """target's fix (already in trial) plus, one at a time, the fixes of the findings it caused, each kept only
     when its own finding gets better and it clashes with no kept or grouped edit. Returns the group's
     workspace, findings and the followers' decisions; the caller judges the group as one fix."""
     followers: list[Decision] = []
-    taken = {e.slot: (e.value, e.op) for e in edits}
+    taken = {e.slot: (e.value, e.kind) for e in edits}
     for _ in range(MAX_CONSEQUENCES):
         caused = new_problems(before, after, target.id)
         if not caused:
@@ -383,8 +349,8 @@ def _with_consequences(
                 continue
             more, result, findings = tried
             clash = any(
-                (e.slot in taken and taken[e.slot] != (e.value, e.op))
-                or (e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.op))
+                (e.slot in taken and taken[e.slot] != (e.value, e.kind))
+                or (e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.kind))
                 for e in more
             )
             if clash or _worst(findings, g.id) >= _worst(after, g.id):
@@ -398,7 +364,7 @@ def _with_consequences(
             f"{g.id} {_sev_name(after, g.id, _worst(after, g.id))} -> {_sev_name(after_g, g.id, _worst(after_g, g.id))}"
         )
         followers.append(Decision(g, g_fix, True, f"{reason}, needed by the fix for {target.id}", tuple(more)))
-        taken.update({e.slot: (e.value, e.op) for e in more})
+        taken.update({e.slot: (e.value, e.kind) for e in more})
         after = after_g
     return trial, after, followers
 
@@ -418,133 +384,170 @@ def make_plan(
     run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx: Context, allowed: frozenset[Safety]
 ) -> Plan:
     """Plan every fix that verifies. `run` runs the selected checks on (facts, context)."""
-    texts = {}
-    for path in (ctx.sbatch_path, ctx.config_path):
-        if path:
-            texts[path] = read_text(path)
-    original = Workspace(texts)
-    ws = original.copy()
-    before = run(facts_for(facts, ws), context_for(ctx, ws))
-    current = before
-    decided: dict[tuple, Decision] = {}  # the last decision about each fix
-    manual: list[tuple[Finding, Fix]] = []
-    unsafe: list[tuple[Finding, Fix]] = []
-    slots: dict[tuple, tuple[object, str, str]] = {}  # slot -> (value, op, finding id) of kept edits
-    tried: set[tuple] = set()
+    planner = _Planner(run, facts, ctx, allowed)
+    for _ in range(MAX_ROUNDS):
+        if not planner.round():
+            break
+    return planner.plan()
 
-    def act(fix: Fix, trial: Workspace) -> tuple[list[Edit], Workspace, list[Finding]] | None:
-        """A fix's edits applied to trial and the checks run on the result; None when it cannot apply."""
-        if fix.safety not in allowed or fix.safety is Safety.MANUAL:
+
+@dataclass
+class _Candidate:
+    """A fix verified in this round: with the edits of the fixes it needs, and what it leaves."""
+
+    key: tuple
+    finding: Finding
+    edits: list[Edit]
+    trial: Workspace
+    after: list[Finding]
+    followers: list[Decision]
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """The least left wrong first (a typo fixed beats shrinking the job around it), then the fewest edits."""
+        return _burden(self.after), len(self.edits)
+
+
+class _Planner:
+    """The state of the loop: the workspace the kept fixes made, the findings on it, and what was decided."""
+
+    def __init__(
+        self,
+        run: Callable[[Facts, Context], list[Finding]],
+        facts: Facts,
+        ctx: Context,
+        allowed: frozenset[Safety],
+    ) -> None:
+        self.run, self.facts, self.ctx, self.allowed = run, facts, ctx, allowed
+        self.original = Workspace({path: read_text(path) for path in (ctx.sbatch_path, ctx.config_path) if path})
+        self.ws = self.original.copy()
+        self.before = self.current = self.check(self.ws)
+        self.decided: dict[tuple, Decision] = {}  # the last decision about each fix
+        self.manual: list[tuple[Finding, Fix]] = []
+        self.unsafe: list[tuple[Finding, Fix]] = []
+        self.slots: dict[tuple, tuple[object, ActionKind, str]] = {}  # slot -> (value, kind, finding id) kept
+        self.tried: set[tuple] = set()
+
+    def plan(self) -> Plan:
+        decisions = list(self.decided.values())
+        return Plan(
+            self.original, self.ws, self.before, self.current, decisions, _unique(self.manual), _unique(self.unsafe)
+        )
+
+    def check(self, ws: Workspace) -> list[Finding]:
+        return self.run(facts_for(self.facts, ws), context_for(self.ctx, ws))
+
+    def edits_of(self, fix: Fix, ws: Workspace) -> list[Edit]:
+        actions = [a for a in fix.actions if ActionKind(a.kind) is not ActionKind.COMMAND]
+        return [e for a in actions for e in resolve(a, self.ctx, self.facts, ws)]
+
+    def round(self) -> bool:
+        """Try every fix not tried yet on the current workspace and keep the best that verifies; False when
+        none does."""
+        candidates = sorted(
+            (f for f in self.current if f.fix and f.severity not in (Severity.PASS, Severity.SKIP)),
+            key=lambda f: -f.severity.rank,
+        )
+        good = [c for c in map(self.verify, candidates) if c is not None]
+        if not good:
+            return False
+        self.keep(min(good, key=lambda c: c.rank), good)
+        return True
+
+    def verify(self, f: Finding) -> _Candidate | None:
+        """f's fix applied to the workspace and the checks run again: the candidate when it helps, else None
+        (the reason decided, or the fix set aside as manual or unsafe)."""
+        key = _fix_key(f)
+        if key in self.tried or f.fix is None:
+            return None
+        self.tried.add(key)
+        fix = f.fix
+        if fix.safety is Safety.MANUAL or all(ActionKind(a.kind) is ActionKind.COMMAND for a in fix.actions):
+            self.manual.append((f, fix))  # (no actions at all is manual too)
+            return None
+        if fix.safety not in self.allowed:
+            self.unsafe.append((f, fix))
             return None
         try:
-            edits = [
-                e
-                for a in fix.actions
-                if ActionKind(a.kind) is not ActionKind.COMMAND
-                for e in resolve(a, ctx, facts, trial)
-            ]
+            edits = self.edits_of(fix, self.ws)
+        except (EditError, ValueError) as err:
+            self.decide(key, f, False, f"not applied: {err}")
+            return None
+        clash = next((e for e in edits if self.clashes(e)), None)
+        if clash is not None:
+            value, _kind, other = self.slots[clash.slot]
+            why = f"conflict: {clash.describe()} but the kept fix for {other} set {clash.key} to {value!r}"
+            self.decide(key, f, False, why, edits)
+            return None
+        try:
+            trial = apply_edits(self.ws, edits)
+            if trial.texts == self.ws.texts and trial.env == self.ws.env:
+                self.decide(key, f, False, "changes nothing in the files given", edits)
+                return None
+            after = self.check(trial)
+        except EditError as err:
+            self.decide(key, f, False, f"not applied: {err}", edits)
+            return None
+        except Exception as err:  # a bug in one editor must not cost the user the other fixes
+            self.decide(key, f, False, f"not applied (gpudoctor error: {type(err).__name__}: {err})", edits)
+            return None
+        return self.judge(key, f, edits, trial, after)
+
+    def clashes(self, e: Edit) -> bool:
+        """e sets a value a kept fix set otherwise."""
+        return e.slot in self.slots and self.slots[e.slot][:2] != (e.value, e.kind)
+
+    def judge(
+        self, key: tuple, f: Finding, edits: list[Edit], trial: Workspace, after: list[Finding]
+    ) -> _Candidate | None:
+        ok, why = judge(f, self.current, after)
+        followers: list[Decision] = []
+        if not ok and _worst(after, f.id) < _worst(self.current, f.id):
+            # The fix helps its own finding but causes others: try it together with their own fixes (the
+            # closure), verified as one group, so a fix is never refused for a consequence that has a fix.
+            trial, after, followers = _with_consequences(
+                f, self.current, trial, after, edits, self.slots, self.allowed, self.follower
+            )
+            ok, why = judge(f, self.current, after)
+            if ok and followers:
+                why += " (with " + ", ".join(f"{d.finding.id}'s fix" for d in followers) + ")"
+        self.decide(key, f, ok, why, edits)
+        if not ok:
+            return None
+        return _Candidate(key, f, edits + [e for d in followers for e in d.edits], trial, after, followers)
+
+    def follower(self, fix: Fix, trial: Workspace) -> Tried | None:
+        """A fix's edits applied to trial and the checks run on the result; None when it cannot apply."""
+        if fix.safety not in self.allowed or fix.safety is Safety.MANUAL:
+            return None
+        try:
+            edits = self.edits_of(fix, trial)
             if not edits:
                 return None
             result = apply_edits(trial, edits)
             if result.texts == trial.texts and result.env == trial.env:
                 return None
-            return edits, result, run(facts_for(facts, result), context_for(ctx, result))
+            return edits, result, self.check(result)
         except Exception:  # EditError, ValueError, or a bug in one editor: this follower does not apply
             return None
 
-    for _ in range(MAX_ROUNDS):
-        kept_one = False
-        good: list[tuple] = []  # verified fixes of this round: (burden after, edits, key, finding, edits, ws, findings)
-        candidates = sorted(
-            (f for f in current if f.fix and f.severity not in (Severity.PASS, Severity.SKIP)),
-            key=lambda f: -f.severity.rank,
-        )
-        for f in candidates:
-            key = _fix_key(f)
-            if key in tried:
-                continue
-            tried.add(key)
-            fix = f.fix
-            if fix is None:
-                continue
+    def decide(self, key: tuple, f: Finding, kept: bool, reason: str, edits: list[Edit] | tuple = ()) -> None:
+        assert f.fix is not None
+        self.decided[key] = Decision(f, f.fix, kept, reason, tuple(edits))
 
-            def decide(kept: bool, reason: str, edits: list[Edit] | tuple = (), f=f, fix=fix, key=key) -> None:
-                decided[key] = Decision(f, fix, kept, reason, tuple(edits))
-
-            if (
-                fix.safety is Safety.MANUAL
-                or not fix.actions
-                or all(ActionKind(a.kind) is ActionKind.COMMAND for a in fix.actions)
-            ):
-                manual.append((f, fix))
-                continue
-            if fix.safety not in allowed:
-                unsafe.append((f, fix))
-                continue
-            try:
-                edits = [
-                    e
-                    for a in fix.actions
-                    if ActionKind(a.kind) is not ActionKind.COMMAND
-                    for e in resolve(a, ctx, facts, ws)
-                ]
-            except (EditError, ValueError) as err:
-                decide(False, f"not applied: {err}")
-                continue
-            clash = next(
-                (e for e in edits if e.slot in slots and (slots[e.slot][0], slots[e.slot][1]) != (e.value, e.op)), None
-            )
-            if clash is not None:
-                value, _op, other = slots[clash.slot]
-                decide(
-                    False,
-                    f"conflict: {clash.describe()} but the kept fix for {other} set {clash.key} to {value!r}",
-                    edits,
-                )
-                continue
-            try:
-                trial = apply_edits(ws, edits)
-                if trial.texts == ws.texts and trial.env == ws.env:
-                    decide(False, "changes nothing in the files given", edits)
-                    continue
-                after = run(facts_for(facts, trial), context_for(ctx, trial))
-            except EditError as err:
-                decide(False, f"not applied: {err}", edits)
-                continue
-            except Exception as err:  # a bug in one editor must not cost the user the other fixes
-                decide(False, f"not applied (gpudoctor error: {type(err).__name__}: {err})", edits)
-                continue
-            ok, why = judge(f, current, after)
-            followers: list[Decision] = []
-            if not ok and _worst(after, f.id) < _worst(current, f.id):
-                # The fix helps its own finding but causes others: try it together with their own fixes (the
-                # closure), verified as one group, so a fix is never refused for a consequence that has a fix.
-                trial, after, followers = _with_consequences(f, current, trial, after, edits, slots, allowed, act)
-                ok, why = judge(f, current, after)
-                if ok and followers:
-                    why += " (with " + ", ".join(f"{d.finding.id}'s fix" for d in followers) + ")"
-            decide(ok, why, edits)
-            if ok:
-                group = edits + [e for d in followers for e in d.edits]
-                good.append((_burden(after), len(group), key, f, group, trial, after, followers))
-        if good:
-            # Keep the verified fix that leaves the least wrong (a typo fixed beats shrinking the job around it);
-            # the others are tried again on the result.
-            _, _, best_key, f, edits, trial, after, followers = min(good, key=lambda g: g[:2])
-            ws, current, kept_one = trial, after, True
-            for d in followers:
-                decided[_fix_key(d.finding)] = d
-                tried.add(_fix_key(d.finding))
-            for e in edits:
-                slots[e.slot] = (e.value, e.op, f.id)
-            # A fix refused before, or verified but not chosen, may work or be needed now: try those again.
-            not_chosen = {g[2] for g in good if g[2] != best_key}
-            tried -= not_chosen | {k for k, d in decided.items() if not d.kept}
-            for k in not_chosen:
-                decided.pop(k, None)
-        if not kept_one:
-            break
-    return Plan(original, ws, before, current, list(decided.values()), _unique(manual), _unique(unsafe))
+    def keep(self, best: _Candidate, good: list[_Candidate]) -> None:
+        """The best candidate becomes the workspace; the others are tried again on the result, and so is a fix
+        refused before (it may work, or be needed, now)."""
+        self.ws, self.current = best.trial, best.after
+        for d in best.followers:
+            self.decided[_fix_key(d.finding)] = d
+            self.tried.add(_fix_key(d.finding))
+        for e in best.edits:
+            self.slots[e.slot] = (e.value, e.kind, best.finding.id)
+        not_chosen = {c.key for c in good if c.key != best.key}
+        self.tried -= not_chosen | {k for k, d in self.decided.items() if not d.kept}
+        for k in not_chosen:
+            self.decided.pop(k, None)
 
 
 def _unique(pairs: list[tuple[Finding, Fix]]) -> list[tuple[Finding, Fix]]:

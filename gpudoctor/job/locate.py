@@ -7,6 +7,7 @@ A check may set Outcome.location itself. Otherwise the location is derived, in t
    the fix writes is the line the problem is on;
 2. its evidence naming the launch line ("launch line": "line N: ...", every shape-based SLURM check);
 otherwise it has none, and output formats that need a line (github, concise) say where they put it.
+Which item of the script each kind of action edits is a column of its row in gpudoctor/edit.KINDS (`span`).
 Spans come from the reader (gpudoctor/readers/sbatch/script.py: Span lines 1-based, columns 0-based).
 """
 
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.model import ActionKind, Context, Location, Outcome
+from gpudoctor.edit import CONFIG, ENV, KINDS
+from gpudoctor.model import Action, ActionKind, Context, Location, Outcome
 
 LAUNCH_EVIDENCE = "launch line"  # the evidence key of the shape-based checks (checks/slurm.py _ev)
 
@@ -23,30 +25,27 @@ def _at(path: str, span) -> Location:
     return Location(path, span.line, span.column + 1, span.end_line, span.end_column + 1)
 
 
-def _action_span(action, script):
-    kind = ActionKind(action.kind)
-    if kind in (ActionKind.SBATCH_SET, ActionKind.SBATCH_REMOVE):
-        found = [d for d in script.directives if d.option == action.key]
-        return found[-1].span if found else None  # sbatch takes the last one written
-    if kind is ActionKind.SBATCH_RENAME:
-        return next((u.span for u in script.unknown_directives if action.key in u.options), None)
-    if kind is ActionKind.SBATCH_HOIST:
-        return next((d.span for d in script.late_directives if d.text == action.value), None)
-    if kind is ActionKind.DIRECTIVE_REPAIR:
-        return next((la.marker for la in script.lookalike_directives if la.text == action.value), None)
-    if kind is ActionKind.CONTINUATION_REPAIR:
-        return next((b.backslash for b in script.broken_continuations if b.text == action.value), None)
-    if kind is ActionKind.EXPORT_REMOVE:
-        found = [a for a in script.assignments if a.name == action.key]
-        return found[-1].span if found else None
-    if kind in (ActionKind.SRUN_PREFIX, ActionKind.OVERRIDE_SET, ActionKind.EXPORT_SET) and script.launch:
-        return script.launch.span  # the line it edits, or writes the export above
-    return None
+def _action_span(action: Action, script: Any) -> Any:
+    """The span of what the action edits in the script, as its kind's row says (gpudoctor/edit.KINDS)."""
+    where = KINDS[ActionKind(action.kind)].span
+    if where is None:
+        return None
+    if where.items is None:
+        return script.launch.span if script.launch else None
+    want = getattr(action, where.by)
+    found = [
+        item
+        for item in getattr(script, where.items)
+        if (want in getattr(item, where.field) if where.contains else getattr(item, where.field) == want)
+    ]
+    if not found:
+        return None
+    return getattr(found[-1] if where.last else found[0], where.span)
 
 
-def _assignment_span(action, script):
+def _assignment_span(action: Action, script: Any) -> Any:
     """A fix that sets or unsets a variable the script itself assigns: the problem is that assignment."""
-    if ActionKind(action.kind) not in (ActionKind.SET_ENV, ActionKind.UNSET_ENV):
+    if KINDS[ActionKind(action.kind)].place != ENV:
         return None
     own = [a for a in (script.launch.env if script.launch is not None else ()) if a.name == action.target]
     if own:  # `NAME=value srun ...`: the launch command's own value is the one the job gets
@@ -67,7 +66,7 @@ def _config_keys(outcome: Outcome) -> tuple[list[str], list[dict]]:
     keys = [
         a.key
         for a in (outcome.fix.actions if outcome.fix else ())
-        if ActionKind(a.kind) is ActionKind.YAML_SET and a.key
+        if KINDS[ActionKind(a.kind)].place == CONFIG and a.key
     ]
     settings = [v for v in outcome.evidence.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
     keys += [v["path"] for v in settings if v.get("problem")]

@@ -23,7 +23,6 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpudoctor import shellquote
 from gpudoctor.job.target import Target
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
 from gpudoctor.sanitize import clean
@@ -121,56 +120,23 @@ def evidence_lines(
 def export_line(name: str, value) -> str:
     """`export NAME=value` as the shell must read it (gpudoctor.shellquote: the value's bytes exactly, a
     Reference kept live); a name no shell can set is a comment saying so, never an assignment."""
-    try:
-        return shellquote.export(name, value if isinstance(value, str) else str(value))
-    except ValueError as e:
-        return f"# {e}; no shell line can set it"
+    from gpudoctor import edit  # one definition, with the renderer of fix actions
+
+    return edit.export_line(name, value)
 
 
 def unset_line(name: str) -> str:
-    try:
-        return shellquote.unset(name)
-    except ValueError as e:
-        return f"# {e}; no shell line can unset it"
+    from gpudoctor import edit
+
+    return edit.unset_line(name)
 
 
 def action_lines(fix: Fix) -> list[str]:
     """Each action of a fix as one line: a shell command where it is one (verbatim, copy-pasteable),
     else the edit it makes."""
-    out = []
-    for a in fix.actions:
-        kind = ActionKind(a.kind)
-        if kind is ActionKind.SET_ENV:
-            out.append(export_line(a.target, a.env_value))
-        elif kind is ActionKind.UNSET_ENV:
-            out.append(unset_line(a.target))
-        elif kind is ActionKind.COMMAND:
-            out.append(a.target)
-        elif kind is ActionKind.SBATCH_SET:
-            out.append(f"{a.target}: #SBATCH --{a.key}={a.value}")
-        elif kind is ActionKind.SBATCH_REMOVE:
-            out.append(f"{a.target}: remove #SBATCH --{a.key}")
-        elif kind is ActionKind.SBATCH_HOIST:
-            out.append(f"{a.target}: move `{a.value}` above the first command")
-        elif kind is ActionKind.SRUN_PREFIX:
-            out.append(f"{a.target}: start the launch line with `srun{' ' + a.value if a.value else ''}`")
-        elif kind is ActionKind.EXPORT_SET:
-            out.append(f"{a.target}: {export_line(a.key or '', a.value)}")
-        elif kind is ActionKind.EXPORT_REMOVE:
-            out.append(f"{a.target}: drop the export of {a.key}")
-        elif kind is ActionKind.YAML_SET:
-            out.append(f"{a.target}: {a.key}: {json.dumps(a.value, default=str)}")
-        elif kind is ActionKind.OVERRIDE_SET:
-            out.append(f"{a.target}: launch line {a.key}={a.value}")
-        elif kind is ActionKind.SBATCH_RENAME:
-            out.append(f"{a.target}: #SBATCH {a.key} -> --{a.value}")
-        elif kind is ActionKind.CONTINUATION_REPAIR:
-            out.append(f"{a.target}: nothing after the backslash of `{a.value}` (its comment moves above the command)")
-        elif kind is ActionKind.DIRECTIVE_REPAIR:
-            out.append(f"{a.target}: write `{a.value}` as an #SBATCH directive")
-        else:  # a kind added later: its raw form rather than nothing
-            out.append(f"{kind.value} {a.target} {a.key or ''} {a.value if a.value is not None else ''}".strip())
-    return out
+    from gpudoctor.edit import Edit  # the one renderer of fix actions (gpudoctor/edit.py)
+
+    return [Edit.of(a).advice() for a in fix.actions]
 
 
 def shell_commands(fix: Fix) -> list[str]:
