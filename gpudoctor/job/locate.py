@@ -16,7 +16,7 @@ from typing import Any
 
 from gpudoctor.model import ActionKind, Context, Location, Outcome
 
-LAUNCH_EVIDENCE = "launch line"  # the evidence key of the shape-based checks (checks/slurm.py _ev)
+LAUNCH_EVIDENCE = "launch line"  # the evidence key of the shape-based checks (checks/slurm/_shared.py shape_evidence)
 
 
 def _at(path: str, span) -> Location:
