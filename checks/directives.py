@@ -11,6 +11,8 @@ read, with "error: Change from #SLURM to #SBATCH"; `#SBATCH--time=1` is read.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor.job.shape import RESOURCE_OPTIONS
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, passed, warn
 from gpudoctor.readers.sbatch.lookalike import FORMS, options_after_marker
@@ -94,7 +96,7 @@ def sbatch_directive_lookalike_not_read(facts, ctx):
             below = [d for d in sb.late_directives if d.line in la.hides]
             lost_resources |= any(_names_resource(d.text) for d in below)
         parts.append(text)
-    ev = {"lines": [f"line {la.line}: {la.text}" for la in found]}
+    ev: dict[str, Any] = {"lines": [f"line {la.line}: {la.text}" for la in found]}
     if slips:
         path = sb.path
         fix = Fix(

@@ -4,6 +4,8 @@ in the job's own spelling, and the processes each task becomes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gpudoctor import versions
 from gpudoctor.job.process_model import (
     python_processes,
@@ -141,7 +143,7 @@ def same_cpus_per_node(shape: JobShape, old_tasks: int | None, new_tasks: int) -
     return {"cpus-per-task": str(total // new_tasks)}
 
 
-def env_int(env: dict, name: str) -> int | None:
+def env_int(env: Mapping[str, str], name: str) -> int | None:
     try:
         return slurmfmt.parse_int(env[name], name) if name in env else None
     except slurmfmt.SlurmFormatError:

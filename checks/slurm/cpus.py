@@ -4,6 +4,8 @@ workers (GD-SLURM-008).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gpudoctor import versions
 from gpudoctor.checks.slurm._shared import (
     directive_fix,
@@ -15,6 +17,8 @@ from gpudoctor.checks.slurm._shared import (
 from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.shape import JobShape
 from gpudoctor.model import (
+    Fix,
+    Outcome,
     fail,
     info,
     passed,
@@ -76,25 +80,7 @@ def srun_drops_cpus_per_task(facts, ctx):
     allowed = facts.host.get("cpus_allowed_count")
     in_task = not shape.from_script and ("SLURM_STEP_ID" in (here := probe_env(facts)) or "SLURM_STEPID" in here)
     if in_task and isinstance(allowed, int):
-        ev["cpus_this_task_may_use"] = allowed
-        if allowed < cpt:
-            if version is not None and (22, 5) <= version < FIXED_AGAIN:
-                cause = (
-                    f"SLURM {raw_version} srun does not inherit --cpus-per-task unless SRUN_CPUS_PER_TASK is exported"
-                )
-            else:
-                # srun was told, or inherits it: the node gave fewer (binding, or fewer CPUs than slurm.conf declares)
-                cause = (
-                    "the step was given fewer CPUs than asked (srun's "
-                    "--cpus-per-task, CPU binding, or the node's real CPUs)"
-                )
-            return fail(
-                f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked "
-                f"--cpus-per-task={cpt}: {cause}",
-                fix,
-                **ev,
-            )
-        return passed(f"this task may use {allowed} CPU(s) for --cpus-per-task={cpt}", **ev)
+        return _cpus_this_task_may_use(allowed, cpt, version, raw_version, fix, ev)
     if shape.srun_cpus_per_task:
         told = (
             "srun --cpus-per-task"
@@ -103,6 +89,35 @@ def srun_drops_cpus_per_task(facts, ctx):
         )
         value = "" if shape.srun_cpus_per_task == -1 else f"={shape.srun_cpus_per_task}"
         return passed(f"{told}{value} passes --cpus-per-task={cpt} on to srun", **ev)
+    return _srun_inherits_by_version(shape, cpt, version, raw_version, fix, ev)
+
+
+def _cpus_this_task_may_use(
+    allowed: int, cpt: int, version: tuple[int, ...] | None, raw_version: str | None, fix: Fix, ev: dict
+) -> Outcome:
+    """Inside an srun task: the CPUs its affinity mask allows, against --cpus-per-task."""
+    ev["cpus_this_task_may_use"] = allowed
+    if allowed < cpt:
+        if version is not None and (22, 5) <= version < FIXED_AGAIN:
+            cause = f"SLURM {raw_version} srun does not inherit --cpus-per-task unless SRUN_CPUS_PER_TASK is exported"
+        else:
+            # srun was told, or inherits it: the node gave fewer (binding, or fewer CPUs than slurm.conf declares)
+            cause = (
+                "the step was given fewer CPUs than asked (srun's "
+                "--cpus-per-task, CPU binding, or the node's real CPUs)"
+            )
+        return fail(
+            f"this task may use {allowed} CPU(s) (its affinity mask) but the job asked --cpus-per-task={cpt}: {cause}",
+            fix,
+            **ev,
+        )
+    return passed(f"this task may use {allowed} CPU(s) for --cpus-per-task={cpt}", **ev)
+
+
+def _srun_inherits_by_version(
+    shape: JobShape, cpt: int, version: tuple[int, ...] | None, raw_version: str | None, fix: Fix, ev: dict
+) -> Outcome:
+    """Nothing passes --cpus-per-task on to srun: whether srun inherits it depends on the SLURM version."""
     if version is not None and version < (22, 5):
         return passed(f"SLURM {raw_version} srun still inherits --cpus-per-task={cpt} (changed in 22.05)", **ev)
     if version is not None and version >= FIXED_AGAIN:
@@ -200,7 +215,7 @@ def _num_workers(ctx, env: dict) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _task_cpus(shape: JobShape, env: dict) -> tuple[int | None, str | None]:
+def _task_cpus(shape: JobShape, env: Mapping[str, str]) -> tuple[int | None, str | None]:
     if shape.srun_launch and shape.srun_cpus_per_task and shape.srun_cpus_per_task > 0:
         return shape.srun_cpus_per_task, "srun --cpus-per-task / SRUN_CPUS_PER_TASK"
     if shape.cpus_per_task:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from gpudoctor import shellquote
 from gpudoctor.checks.slurm._shared import (
@@ -30,6 +31,7 @@ from gpudoctor.model import (
     Action,
     ActionKind,
     Fix,
+    Outcome,
     Safety,
     fail,
     info,
@@ -89,46 +91,9 @@ def several_tasks_share_one_gpu(facts, ctx):
         and not declared
         and not one_rank_per_task_under_srun(shape)
     ):
-        # srun starts one copy of the program per task; ranks that hang on a shared GPU are a guess unless the program
-        # is known to be one rank per task (README: do no harm) -- copies sharing a GPU on purpose are a pattern too
-        program = program_of(shape)
-        if program is not None and program.kind == "single" and not program.reads_task_variables:
-            # a one-process program that never asks which task it is: every copy trains the same thing
-            changes = {"ntasks-per-node": "1", **same_cpus_per_node(shape, tasks, 1)}
-            return warn(
-                f"srun starts {tasks} identical copies of a one-process program per node ({_gpu_words(shape)}): "
-                f"{program.describe()} and reads no task variable (SLURM_PROCID...), so each copy trains the same "
-                "thing on the shared GPU",
-                directive_fix(shape, facts, "One task per node, with the same CPUs: --ntasks-per-node=1", changes),
-                **ev,
-            )
-        what = (
-            f"{program.describe()}, so these are {tasks} separate copies of it"
-            if program is not None and program.known
-            else unknown_note(shape, tasks)
-        )
-        return info(
-            f"{tasks} tasks per node share {gpus} GPU(s) per node ({_gpu_words(shape)}): srun starts {tasks} copies of "
-            f"`{_program_words(ctx)}` on them; {what}",
-            **ev,
-        )
+        return _program_copies_share_gpus(shape, facts, ctx, tasks, gpus, ev)
     if tasks > gpus:
-        key, value = gpu_request(shape, tasks)
-        fix = directive_fix(
-            shape,
-            facts,
-            f"Request one GPU per task: --{key}={value} (or --ntasks-per-node={gpus} to match the {gpus} GPU(s))",
-            {key: value},
-        )
-        if "ntasks-per-gpu" in {**shape.directives, **(shape.srun_options or {})}:  # it excludes --ntasks-per-node
-            fix = directive_fix(shape, facts, "One task per GPU: --ntasks-per-gpu=1", {"ntasks-per-gpu": "1"})
-        who = "all of them get GPU 0" if gpus == 1 else f"{tasks - gpus} of them must share"
-        return fail(
-            f"{tasks} tasks per node but only {gpus} GPU(s) per node ({_gpu_words(shape)}): {who}; DDP ranks on one "
-            "GPU hang or stop with NCCL 'Duplicate GPU detected'",
-            fix,
-            **ev,
-        )
+        return _ranks_share_gpus(shape, facts, tasks, gpus, ev)
     if shape.gpus_per_task:
         how = (
             "--gpus-per-task"
@@ -152,6 +117,53 @@ def several_tasks_share_one_gpu(facts, ctx):
             **ev,
         )
     return passed(f"{tasks} task(s) per node for {gpus} GPU(s) per node{see}", **ev)
+
+
+def _program_copies_share_gpus(shape: JobShape, facts, ctx, tasks: int, gpus: int, ev: dict) -> Outcome:
+    """More tasks than GPUs running `python` under srun: srun starts one copy of the program per task; ranks that
+    hang on a shared GPU are a guess unless the program is known to be one rank per task (README: do no harm) --
+    copies sharing a GPU on purpose are a pattern too."""
+    program = program_of(shape)
+    if program is not None and program.kind == "single" and not program.reads_task_variables:
+        # a one-process program that never asks which task it is: every copy trains the same thing
+        changes = {"ntasks-per-node": "1", **same_cpus_per_node(shape, tasks, 1)}
+        return warn(
+            f"srun starts {tasks} identical copies of a one-process program per node ({_gpu_words(shape)}): "
+            f"{program.describe()} and reads no task variable (SLURM_PROCID...), so each copy trains the same "
+            "thing on the shared GPU",
+            directive_fix(shape, facts, "One task per node, with the same CPUs: --ntasks-per-node=1", changes),
+            **ev,
+        )
+    what = (
+        f"{program.describe()}, so these are {tasks} separate copies of it"
+        if program is not None and program.known
+        else unknown_note(shape, tasks)
+    )
+    return info(
+        f"{tasks} tasks per node share {gpus} GPU(s) per node ({_gpu_words(shape)}): srun starts {tasks} copies of "
+        f"`{_program_words(ctx)}` on them; {what}",
+        **ev,
+    )
+
+
+def _ranks_share_gpus(shape: JobShape, facts, tasks: int, gpus: int, ev: dict) -> Outcome:
+    """More ranks than GPUs on a node: ask one GPU per task (or one task per GPU where --ntasks-per-gpu is used)."""
+    key, value = gpu_request(shape, tasks)
+    fix = directive_fix(
+        shape,
+        facts,
+        f"Request one GPU per task: --{key}={value} (or --ntasks-per-node={gpus} to match the {gpus} GPU(s))",
+        {key: value},
+    )
+    if "ntasks-per-gpu" in {**shape.directives, **(shape.srun_options or {})}:  # it excludes --ntasks-per-node
+        fix = directive_fix(shape, facts, "One task per GPU: --ntasks-per-gpu=1", {"ntasks-per-gpu": "1"})
+    who = "all of them get GPU 0" if gpus == 1 else f"{tasks - gpus} of them must share"
+    return fail(
+        f"{tasks} tasks per node but only {gpus} GPU(s) per node ({_gpu_words(shape)}): {who}; DDP ranks on one "
+        "GPU hang or stop with NCCL 'Duplicate GPU detected'",
+        fix,
+        **ev,
+    )
 
 
 def _gpu_words(shape: JobShape) -> str:
@@ -212,36 +224,7 @@ def allocated_gpus_left_idle(facts, ctx):
     if gpus is None and unread:  # a GPU value SLURM would refuse: GD-SLURM-001 names it; none allocated is no fact
         return skip(f"the number of GPUs allocated per node is not known: {unread[0]}", **shape_evidence(shape))
     if gpus == 0 or (gpus is None and not shape.from_script and "CUDA_VISIBLE_DEVICES" not in probe_env(facts)):
-        # One GPU per training process of a node (4 tasks need 4 GPUs, not 1), unless the user said how many.
-        per_task = ranks_per_task(shape, facts)[0] if shape.tasks_here else None
-        want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
-        key, value = gpu_request(shape, want)
-        fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
-        fix = _gpu_lookalike_repair(ctx.sbatch) or fix  # the request the user wrote, made readable (GD-SLURM-025)
-        msg = (
-            f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or "
-            "--gpus-per-task): the job will run without one" + _unread_gpu_directives(ctx.sbatch)
-            if shape.from_script
-            else "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)"
-        )
-        if shape.from_script and shape.directives.get("exclusive"):
-            msg += " -- unless this cluster hands out a whole node's GPUs with --exclusive and no GPU request"
-            return warn(msg, fix, **shape_evidence(shape))
-        feature = str(shape.directives.get("constraint") or "")
-        if shape.from_script and re.search(r"(?i)(?<![a-z0-9])gpu", feature):
-            # Sites that select GPU nodes by feature (Cray/CSCS: --constraint=gpu) configure no GPU GRES: the node's
-            # GPUs come with it. Elsewhere the request is missing; which one is this cluster's, the script cannot say.
-            msg += (
-                f" -- unless this cluster's nodes with the feature in --constraint={feature} give their GPUs without a "
-                "GPU request (as sites that select GPU nodes by feature do); `scontrol show node` shows a Gres= line "
-                "where GPUs must be requested"
-            )
-            ask = manual(
-                "See whether this cluster's GPU nodes must be asked for their GPUs (a Gres=gpu line: add --gres=gpu:N)",
-                f"sinfo --Node --format='%N %f %G' | grep -i {shellquote.quote(feature)}",
-            )
-            return warn(msg, ask, **shape_evidence(shape))
-        return (fail if shape.from_script else warn)(msg, fix, **shape_evidence(shape))
+        return _no_gpu_requested(shape, facts, ctx)
     if gpus is None:
         return skip("the number of GPUs allocated per node is not known", **shape_evidence(shape))
     tasks = shape.tasks_here
@@ -265,40 +248,78 @@ def allocated_gpus_left_idle(facts, ctx):
     if ranks < gpus and shape.launcher == "python" and shape.from_script:
         return _python_leaves_gpus_idle(shape, facts, tasks, per_task, gpus, why, ev)
     if ranks < gpus:
-        hint = (
-            f"--ntasks-per-node={gpus}"
-            if per_task == 1
-            else f"{shape.launcher} with {gpus // max(tasks, 1)} process(es) per task"
-        )
-        fix = directive_fix(
-            shape,
-            facts,
-            f"Use every GPU ({hint}), or request only {ranks}",
-            {gpu_request(shape, ranks)[0]: gpu_request(shape, ranks)[1]},
-        )
-        # Prefer using what the job asks for over shrinking it: one task per GPU, or the launcher's count.
-        if per_task == 1 and shape.launcher not in SPAWNING_LAUNCHERS and shape.from_script:
-            fix = _every_gpu_fix(shape, facts, tasks, gpus)
-        elif (
-            shape.launcher in ("torchrun", "torch.distributed.launch", "deepspeed")
-            and shape.script
-            and tasks
-            and gpus % tasks == 0
-        ):
-            flag = LAUNCHER_TABLE[shape.launcher].process_count_flag
-            fix = Fix(
-                f"Use every GPU: {shape.launcher} {flag}={gpus // tasks}",
-                Safety.UNSAFE,
-                (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(gpus // tasks), key=flag.lstrip("-")),),
-            )
         return warn(
             f"only {ranks} process(es) per node will train on {gpus} allocated GPU(s) ({tasks} task(s); {why}): "
             f"{gpus - ranks} GPU(s) stay idle unless the program drives several GPUs itself",
-            fix,
+            _idle_gpus_fix(shape, facts, tasks, per_task, gpus),
             **ev,
         )
     more = " (more processes than GPUs: see GD-SLURM-002, GD-SLURM-009 and GD-SLURM-027)" if ranks > gpus else ""
     return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s); {why}){more}", **ev)
+
+
+def _no_gpu_requested(shape: JobShape, facts, ctx) -> Outcome:
+    """A job that requests no GPU (or, inside a job, has none allocated): ask for one GPU per training process of
+    a node (4 tasks need 4 GPUs, not 1), unless the user said how many; said, not failed, where the cluster may
+    hand out GPUs without a request (--exclusive, a GPU node feature)."""
+    per_task = ranks_per_task(shape, facts)[0] if shape.tasks_here else None
+    want = ctx.expect_gpus or max(1, (shape.tasks_here or 1) * (per_task or 1))
+    key, value = gpu_request(shape, want)
+    fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
+    fix = _gpu_lookalike_repair(ctx.sbatch) or fix  # the request the user wrote, made readable (GD-SLURM-025)
+    msg = (
+        f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or "
+        "--gpus-per-task): the job will run without one" + _unread_gpu_directives(ctx.sbatch)
+        if shape.from_script
+        else "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)"
+    )
+    if shape.from_script and shape.directives.get("exclusive"):
+        msg += " -- unless this cluster hands out a whole node's GPUs with --exclusive and no GPU request"
+        return warn(msg, fix, **shape_evidence(shape))
+    feature = str(shape.directives.get("constraint") or "")
+    if shape.from_script and re.search(r"(?i)(?<![a-z0-9])gpu", feature):
+        # Sites that select GPU nodes by feature (Cray/CSCS: --constraint=gpu) configure no GPU GRES: the node's
+        # GPUs come with it. Elsewhere the request is missing; which one is this cluster's, the script cannot say.
+        msg += (
+            f" -- unless this cluster's nodes with the feature in --constraint={feature} give their GPUs without a "
+            "GPU request (as sites that select GPU nodes by feature do); `scontrol show node` shows a Gres= line "
+            "where GPUs must be requested"
+        )
+        ask = manual(
+            "See whether this cluster's GPU nodes must be asked for their GPUs (a Gres=gpu line: add --gres=gpu:N)",
+            f"sinfo --Node --format='%N %f %G' | grep -i {shellquote.quote(feature)}",
+        )
+        return warn(msg, ask, **shape_evidence(shape))
+    return (fail if shape.from_script else warn)(msg, fix, **shape_evidence(shape))
+
+
+def _idle_gpus_fix(shape: JobShape, facts, tasks: int, per_task: int, gpus: int) -> Fix:
+    """Use every GPU rather than shrink the job: one task per GPU, or the launcher's count; else request only the
+    GPUs the processes use."""
+    ranks = tasks * per_task
+    if per_task == 1 and shape.launcher not in SPAWNING_LAUNCHERS and shape.from_script:
+        return _every_gpu_fix(shape, facts, tasks, gpus)
+    launcher = shape.launcher
+    if (
+        launcher in ("torchrun", "torch.distributed.launch", "deepspeed")
+        and shape.script
+        and tasks
+        and gpus % tasks == 0
+    ):
+        flag = LAUNCHER_TABLE[launcher].process_count_flag
+        if flag:  # each of these launchers has its count flag
+            return Fix(
+                f"Use every GPU: {launcher} {flag}={gpus // tasks}",
+                Safety.UNSAFE,
+                (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(gpus // tasks), key=flag.lstrip("-")),),
+            )
+    hint = (
+        f"--ntasks-per-node={gpus}"
+        if per_task == 1
+        else f"{launcher} with {gpus // max(tasks, 1)} process(es) per task"
+    )
+    key, value = gpu_request(shape, ranks)
+    return directive_fix(shape, facts, f"Use every GPU ({hint}), or request only {ranks}", {key: value})
 
 
 def _program_ev(shape: JobShape) -> dict:
@@ -396,54 +417,64 @@ def _gpu_lookalike_repair(sb) -> Fix | None:
 )
 def cuda_visible_devices_overrides_slurm(facts, ctx):
     shape = slurm_shape(facts, ctx)
-    gpus = shape.gpus_per_node
     if shape.from_script:
-        exp = shape.cuda_visible_export
-        if not exp or exp.value is None:
-            return passed("the script leaves CUDA_VISIBLE_DEVICES to SLURM", **shape_evidence(shape))
-        from gpudoctor.job.env import script_argument_note
-        from gpudoctor.readers.cudavis import parse_visible_devices
+        return _exported_in_script(shape, ctx.sbatch.path)
+    return _visible_to_this_task(shape, probe_env(facts))  # the GPUs SLURM gave this task
 
-        argument = script_argument_note(exp.value, shape.where.rsplit("/", 1)[-1])
-        named = None if argument else parse_visible_devices(exp.value).count
-        # Dropping the export is meaning-preserving only when it named exactly the GPUs the job gets per node.
-        same = named is not None and named == gpus
-        what = "the export" if not exp.command_only else "the assignment"
-        fix = Fix(
-            f"Drop {what} of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
-            Safety.SAFE if same else Safety.UNSAFE,
-            (Action(ActionKind.EXPORT_REMOVE, shape.script, key="CUDA_VISIBLE_DEVICES"),),
-        )
-        ev = shape_evidence(shape, gpus_named=named, gpus_per_node=gpus)
-        if gpus and named == 0:  # CUDA: an empty (or invalid first) entry hides every device
-            return fail(
-                f"line {exp.line} {exp.described()}: it names no GPU, so the program sees none of the {gpus} the job "
-                "gets per node (torch.cuda.device_count() is 0)",
-                fix,
-                **ev,
-            )
-        if gpus is not None and named is not None and named > gpus:
-            return fail(
-                f"line {exp.line} {exp.described()} ({named} GPUs) but the job gets {gpus} per node: it points at "
-                "GPUs not given to it",
-                fix,
-                **ev,
-            )
-        if argument:
-            return warn(
-                f"line {exp.line} {exp.described()}: {argument}. Whatever it names replaces "
-                "the GPUs SLURM assigns (on a shared node, indices can be another job's GPUs), and an empty value "
-                "hides every GPU from the program",
-                fix,
-                **ev,
-            )
-        return warn(
-            f"line {exp.line} {exp.described()}, replacing the GPUs SLURM assigns: on a shared node those indices "
-            "can be another job's GPUs",
+
+def _exported_in_script(shape: JobShape, script: str) -> Outcome:
+    """The batch script's own CUDA_VISIBLE_DEVICES, against the GPUs the job gets per node."""
+    gpus = shape.gpus_per_node
+    exp = shape.cuda_visible_export
+    if not exp or exp.value is None:
+        return passed("the script leaves CUDA_VISIBLE_DEVICES to SLURM", **shape_evidence(shape))
+    from gpudoctor.job.env import script_argument_note
+    from gpudoctor.readers.cudavis import parse_visible_devices
+
+    argument = script_argument_note(exp.value, shape.where.rsplit("/", 1)[-1])
+    named = None if argument else parse_visible_devices(exp.value).count
+    # Dropping the export is meaning-preserving only when it named exactly the GPUs the job gets per node.
+    same = named is not None and named == gpus
+    what = "the export" if not exp.command_only else "the assignment"
+    fix = Fix(
+        f"Drop {what} of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
+        Safety.SAFE if same else Safety.UNSAFE,
+        (Action(ActionKind.EXPORT_REMOVE, script, key="CUDA_VISIBLE_DEVICES"),),
+    )
+    ev = shape_evidence(shape, gpus_named=named, gpus_per_node=gpus)
+    if gpus and named == 0:  # CUDA: an empty (or invalid first) entry hides every device
+        return fail(
+            f"line {exp.line} {exp.described()}: it names no GPU, so the program sees none of the {gpus} the job "
+            "gets per node (torch.cuda.device_count() is 0)",
             fix,
             **ev,
         )
-    env = probe_env(facts)  # the GPUs SLURM gave this task
+    if gpus is not None and named is not None and named > gpus:
+        return fail(
+            f"line {exp.line} {exp.described()} ({named} GPUs) but the job gets {gpus} per node: it points at "
+            "GPUs not given to it",
+            fix,
+            **ev,
+        )
+    if argument:
+        return warn(
+            f"line {exp.line} {exp.described()}: {argument}. Whatever it names replaces "
+            "the GPUs SLURM assigns (on a shared node, indices can be another job's GPUs), and an empty value "
+            "hides every GPU from the program",
+            fix,
+            **ev,
+        )
+    return warn(
+        f"line {exp.line} {exp.described()}, replacing the GPUs SLURM assigns: on a shared node those indices "
+        "can be another job's GPUs",
+        fix,
+        **ev,
+    )
+
+
+def _visible_to_this_task(shape: JobShape, env: Mapping[str, str]) -> Outcome:
+    """Inside the job: the GPUs CUDA_VISIBLE_DEVICES names, against those SLURM allocated to the task."""
+    gpus = shape.gpus_per_node
     if "CUDA_VISIBLE_DEVICES" not in env:
         return passed(
             "CUDA_VISIBLE_DEVICES is not set"

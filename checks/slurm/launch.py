@@ -155,7 +155,9 @@ def launcher_inside_multi_task_srun(facts, ctx):
             )
             flag = LAUNCHER_TABLE[launcher].process_count_flag
             if fix.safety is Safety.UNSAFE and flag and shape.script:  # the launcher's own count on the launch line
-                extra = (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(count), key=flag.lstrip("-")),)
+                extra: tuple[Action, ...] = (
+                    Action(ActionKind.OVERRIDE_SET, shape.script, value=str(count), key=flag.lstrip("-")),
+                )
                 launch = getattr(ctx.sbatch, "launch", None)
                 nnodes = str(shape.nodes or 1)
                 if launch is not None and launch.nnodes and str(launch.nnodes) != nnodes:

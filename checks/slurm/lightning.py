@@ -12,9 +12,10 @@ from gpudoctor.checks.slurm._shared import (
     shape_evidence,
     slurm_shape,
 )
-from gpudoctor.job.shape import JobShape, lightning_plan
+from gpudoctor.job.shape import JobShape, LightningPlan, lightning_plan
 from gpudoctor.model import (
     Fix,
+    Outcome,
     fail,
     info,
     passed,
@@ -85,15 +86,7 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
     if plan.hang:
         return fail(plan.hang + note, per_node_fix, **ev)
     if not plan.slurm_detected:
-        why = (
-            f"the job name is '{shape.job_name}'"
-            if shape.interactive_name
-            else "SLURM_NTASKS is not set (no --ntasks/--ntasks-per-node)"
-        )
-        if (shape.tasks_here or 1) > 1:
-            return skip(f"{why}: Lightning ignores SLURM's tasks (see GD-SLURM-006)", **ev)
-        count = f"{plan.devices} process(es)" if plan.devices else "processes"
-        return passed(f"{why}, so Lightning starts its own {count} per node ({plan.devices_source})", **ev)
+        return _slurm_not_detected(shape, plan, ev)
     ranks = plan.ranks_per_node
     wanted = plan.devices
     if plan.spawns:
@@ -104,30 +97,7 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
             **ev,
         )
     if wanted is not None and ranks is not None and ranks < wanted:
-        detail = (
-            f"SLURM starts {ranks} task(s) per node (world size SLURM_NTASKS={shape.ntasks}) but Lightning is given "
-            f"{plan.devices_source}"
-        )
-        if shape.srun_launch is not True and shape.ntasks_option is not None and (shape.nodes or 1) == 1:
-            alt = (
-                f"; on one node, dropping --ntasks={shape.ntasks_option} (SLURM_NTASKS then stays unset) also lets "
-                "Lightning start them"
-            )
-        else:
-            alt = ""
-        if plan.spawns is None:
-            return warn(
-                f"{detail}: Lightning 1.x would start the {wanted} processes itself, Lightning 2.x trains on {ranks} "
-                f"GPU(s) per node and leaves the rest idle (installed version unknown){alt}",
-                per_node_fix,
-                **ev,
-            )
-        return fail(
-            f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} "
-            f"GPU(s) per node, silently{alt}{note}",
-            per_node_fix,
-            **ev,
-        )
+        return _fewer_tasks_than_devices(shape, plan, major, note, per_node_fix, ev)
     if plan.unknown:  # a Trainer argument the program sets, not shown here: a note, never a guessed failure
         return info(
             f"SLURM starts {ranks} task(s) per node on {shape.nodes} node(s); not judged: " + "; ".join(plan.unknown),
@@ -136,6 +106,51 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
     return passed(
         f"SLURM starts {ranks} task(s) per node for {plan.devices_source} and {shape.nodes} node(s) "
         f"for {plan.num_nodes_source}",
+        **ev,
+    )
+
+
+def _slurm_not_detected(shape: JobShape, plan: LightningPlan, ev: dict) -> Outcome:
+    """Lightning does not see SLURM (no SLURM_NTASKS, or an interactive job name): it starts its own processes."""
+    why = (
+        f"the job name is '{shape.job_name}'"
+        if shape.interactive_name
+        else "SLURM_NTASKS is not set (no --ntasks/--ntasks-per-node)"
+    )
+    if (shape.tasks_here or 1) > 1:
+        return skip(f"{why}: Lightning ignores SLURM's tasks (see GD-SLURM-006)", **ev)
+    count = f"{plan.devices} process(es)" if plan.devices else "processes"
+    return passed(f"{why}, so Lightning starts its own {count} per node ({plan.devices_source})", **ev)
+
+
+def _fewer_tasks_than_devices(
+    shape: JobShape, plan: LightningPlan, major: int, note: str, fix: Fix, ev: dict
+) -> Outcome:
+    """SLURM starts fewer tasks per node than Lightning's devices: 2.x trains on that many GPUs (the world size is
+    SLURM_NTASKS), 1.x started the rest itself."""
+    ranks, wanted = plan.ranks_per_node, plan.devices
+    detail = (
+        f"SLURM starts {ranks} task(s) per node (world size SLURM_NTASKS={shape.ntasks}) but Lightning is given "
+        f"{plan.devices_source}"
+    )
+    if shape.srun_launch is not True and shape.ntasks_option is not None and (shape.nodes or 1) == 1:
+        alt = (
+            f"; on one node, dropping --ntasks={shape.ntasks_option} (SLURM_NTASKS then stays unset) also lets "
+            "Lightning start them"
+        )
+    else:
+        alt = ""
+    if plan.spawns is None:
+        return warn(
+            f"{detail}: Lightning 1.x would start the {wanted} processes itself, Lightning 2.x trains on {ranks} "
+            f"GPU(s) per node and leaves the rest idle (installed version unknown){alt}",
+            fix,
+            **ev,
+        )
+    return fail(
+        f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} "
+        f"GPU(s) per node, silently{alt}{note}",
+        fix,
         **ev,
     )
 

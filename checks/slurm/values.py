@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from gpudoctor.checks.slurm._shared import (
     env_int,
@@ -125,7 +126,7 @@ def _summary(shape: JobShape) -> str:
     return ", ".join(parts)
 
 
-def _env_inconsistencies(env: dict) -> list[str]:
+def _env_inconsistencies(env: Mapping[str, str]) -> list[str]:
     out = []
     in_step = "SLURM_STEP_ID" in env or "SLURM_STEPID" in env
     tasks_var = "SLURM_STEP_NUM_TASKS" if in_step else "SLURM_NTASKS"
