@@ -242,24 +242,24 @@ def gpus_total_split_unevenly_over_nodes(facts, ctx):
             f"--gpus={total_text} (line {line}) over {nodes} nodes cannot be split equally: some node gets "
             f"{low} or fewer and another {high} or more"
         )
-        if fixed:
-            return fail(f"{msg}, but {fixed}", fix, **ev)
-        return info(f"{msg}; {_follows(shape)}", fix, **ev)
-    per = total.count // nodes
-    fix = Fix(
-        f"Ask for {per} GPU(s) on every node: --gpus-per-node={typed}{per} instead of --gpus={total_text}",
-        Safety.UNSAFE,  # a resource request changes
-        (
-            Action(ActionKind.SBATCH_SET, sb.path, value=f"{typed}{per}", key="gpus-per-node"),
-            Action(ActionKind.SBATCH_REMOVE, sb.path, key="gpus"),
-        ),
-    )
-    msg = (
-        f"--gpus={total_text} (line {line}) is a total over {nodes} nodes: SLURM fills nodes one by one, so the split "
-        f"need not be {per} each (8 over 2 free 8-GPU nodes can be 7+1)"
-    )
+        verdict, consequence = fail, ""  # some node surely gets fewer GPUs than workers
+    else:
+        per = total.count // nodes
+        fix = Fix(
+            f"Ask for {per} GPU(s) on every node: --gpus-per-node={typed}{per} instead of --gpus={total_text}",
+            Safety.UNSAFE,  # a resource request changes
+            (
+                Action(ActionKind.SBATCH_SET, sb.path, value=f"{typed}{per}", key="gpus-per-node"),
+                Action(ActionKind.SBATCH_REMOVE, sb.path, key="gpus"),
+            ),
+        )
+        msg = (
+            f"--gpus={total_text} (line {line}) is a total over {nodes} nodes: SLURM fills nodes one by one, so the "
+            f"split need not be {per} each (8 over 2 free 8-GPU nodes can be 7+1)"
+        )
+        verdict, consequence = warn, ": a node with fewer GPUs fails at set_device"
     if fixed:
-        return warn(f"{msg}, but {fixed}: a node with fewer GPUs fails at set_device", fix, **ev)
+        return verdict(f"{msg}, but {fixed}{consequence}", fix, **ev)
     return info(f"{msg}; {_follows(shape)}", fix, **ev)
 
 
