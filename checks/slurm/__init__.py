@@ -1,9 +1,10 @@
 """slurm checks: does the SLURM allocation fit the launcher and the GPUs?
 
 A package by topic: values.py (the job's SLURM values), gpus.py (the GPU allocation), launch.py (task
-placement and who starts the ranks), lightning.py, cpus.py, script.py (the batch script as sbatch and bash
-read it); _shared.py holds the helpers they share. registry.load_all discovers the modules (nothing lists
-them).
+placement and who starts the ranks), launcher_alloc.py (a launcher's workers against the allocation),
+lightning.py, cpus.py, script.py (the batch script as sbatch and bash read it), partition.py (the request
+against the cluster's partition), rendezvous.py (a fixed rendezvous port on a shared node); _shared.py holds
+the helpers they share. registry.load_all discovers the modules (nothing lists them).
 
 Every check judges a JobShape (gpudoctor.job.shape): the live job when gpudoctor runs inside
 one (`srun gpudoctor check`, or a preflight line in the batch script), or a batch script

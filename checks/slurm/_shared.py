@@ -7,17 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpudoctor import versions
-from gpudoctor.job.process_model import (
-    python_processes,
-)
+from gpudoctor.job.process_model import python_processes
 from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
-from gpudoctor.model import (
-    Action,
-    ActionKind,
-    Fix,
-    Safety,
-    manual,
-)
+from gpudoctor.model import Action, ActionKind, Fix, Safety, manual
 from gpudoctor.readers import slurmfmt
 
 
@@ -25,8 +17,7 @@ def slurm_shape(facts, ctx) -> JobShape:
     """The job's shape, for a check declared with requires=["slurm-job"] or ["sbatch"]: the runner skips
     the check where there is no job (no --sbatch script, not inside a SLURM job), so here there is one."""
     shape = job_shape(facts, ctx)
-    if shape is None:
-        raise RuntimeError("a check that judges the job's shape must declare requires=['slurm-job']")
+    assert shape is not None, 'a check that judges the job\'s shape declares requires=["slurm-job"]'
     return shape
 
 

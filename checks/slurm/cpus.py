@@ -7,25 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpudoctor import versions
-from gpudoctor.checks.slurm._shared import (
-    directive_fix,
-    env_int,
-    ranks_per_task,
-    shape_evidence,
-    slurm_shape,
-)
+from gpudoctor.checks.slurm._shared import directive_fix, env_int, ranks_per_task, shape_evidence, slurm_shape
 from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.shape import JobShape
-from gpudoctor.model import (
-    Fix,
-    Outcome,
-    fail,
-    info,
-    passed,
-    set_env_reference,
-    skip,
-    warn,
-)
+from gpudoctor.model import Fix, Outcome, fail, info, passed, set_env_reference, skip, warn
 from gpudoctor.registry import check
 
 FIXED_AGAIN = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again (see the module docstring)

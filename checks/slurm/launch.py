@@ -4,12 +4,7 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.slurm._shared import (
-    directive_fix,
-    same_cpus_per_node,
-    shape_evidence,
-    slurm_shape,
-)
+from gpudoctor.checks.slurm._shared import directive_fix, same_cpus_per_node, shape_evidence, slurm_shape
 from gpudoctor.job.process_model import (
     one_rank_per_task_under_srun,
     program_of,

@@ -13,15 +13,7 @@ from gpudoctor.checks.slurm._shared import (
     slurm_shape,
 )
 from gpudoctor.job.shape import JobShape, LightningPlan, lightning_plan
-from gpudoctor.model import (
-    Fix,
-    Outcome,
-    fail,
-    info,
-    passed,
-    skip,
-    warn,
-)
+from gpudoctor.model import Fix, Outcome, fail, info, passed, skip, warn
 from gpudoctor.registry import check
 
 # ---------------------------------------------------------------- GD-SLURM-005

@@ -8,17 +8,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor.job.shape import RESOURCE_OPTIONS
-from gpudoctor.model import (
-    Action,
-    ActionKind,
-    Fix,
-    Safety,
-    fail,
-    manual,
-    passed,
-    skip,
-    warn,
-)
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, manual, passed, skip, warn
 from gpudoctor.registry import check
 
 

@@ -5,23 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpudoctor.checks.slurm._shared import (
-    env_int,
-    shape_evidence,
-    slurm_shape,
-)
+from gpudoctor.checks.slurm._shared import env_int, shape_evidence, slurm_shape
 from gpudoctor.job.env import probe_env
 from gpudoctor.job.shape import JobShape
-from gpudoctor.model import (
-    Action,
-    ActionKind,
-    Fix,
-    Safety,
-    info,
-    manual,
-    passed,
-    warn,
-)
+from gpudoctor.model import Action, ActionKind, Fix, Safety, info, manual, passed, warn
 from gpudoctor.readers import slurmfmt
 from gpudoctor.registry import check
 
