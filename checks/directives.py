@@ -11,17 +11,12 @@ read, with "error: Change from #SLURM to #SBATCH"; `#SBATCH--time=1` is read.
 
 from __future__ import annotations
 
-from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, passed, skip, warn
+from typing import Any
+
+from gpudoctor.job.shape import RESOURCE_OPTIONS
+from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, passed, warn
 from gpudoctor.readers.sbatch.lookalike import FORMS, options_after_marker
 from gpudoctor.registry import check
-
-# Options whose loss changes the allocation (nodes, tasks, GPUs, CPUs, memory, time, where it runs):
-# a repair that makes sbatch read them changes what the job asks for (unsafe, as GD-SLURM-011's hoist).
-RESOURCE_OPTIONS = frozenset(
-    """nodes ntasks ntasks-per-node gres gpus gpus-per-node gpus-per-task cpus-per-task cpus-per-gpu mem
-    mem-per-cpu mem-per-gpu time partition constraint exclusive account qos nodelist exclude array
-    ntasks-per-gpu reservation""".split()
-)
 
 
 def lost_effect(option: str, value: str | bool, lightning: bool) -> str:
@@ -66,6 +61,7 @@ def _options_text(options) -> str:
     category="slurm",
     title="Every line meant as an #SBATCH directive is read by sbatch",
     needs=[],
+    requires=["sbatch"],
     scope="job",
     what="Finds header lines of a batch script (--sbatch) that look like #SBATCH directives but that sbatch does "
     "not read: indented (`  #SBATCH`), a blank after the '#' (`# SBATCH`), a misspelt or lower-case marker "
@@ -82,8 +78,6 @@ def _options_text(options) -> str:
 )
 def sbatch_directive_lookalike_not_read(facts, ctx):
     sb = ctx.sbatch
-    if sb is None:
-        return skip("no --sbatch script given")
     found = list(getattr(sb, "lookalike_directives", ()))
     legacy = [d.line for d in sb.directives if d.text.startswith("#SLURM")]
     slips = [la for la in found if la.repairable]
@@ -102,7 +96,7 @@ def sbatch_directive_lookalike_not_read(facts, ctx):
             below = [d for d in sb.late_directives if d.line in la.hides]
             lost_resources |= any(_names_resource(d.text) for d in below)
         parts.append(text)
-    ev = {"lines": [f"line {la.line}: {la.text}" for la in found]}
+    ev: dict[str, Any] = {"lines": [f"line {la.line}: {la.text}" for la in found]}
     if slips:
         path = sb.path
         fix = Fix(

@@ -481,6 +481,7 @@ def _legacy_launches(sbatch) -> list:
     category="distributed",
     title="Not launched with the deprecated torch.distributed.launch",
     needs=[],
+    requires=["sbatch"],
     scope="job",
     what="Looks for `python -m torch.distributed.launch` among the launch lines of the batch script given "
     "with --sbatch.",
@@ -491,8 +492,6 @@ def _legacy_launches(sbatch) -> list:
     "--nproc-per-node=N train.py` and read the rank from os.environ['LOCAL_RANK'].",
 )
 def deprecated_torch_distributed_launch(facts, ctx):
-    if ctx.sbatch is None:
-        return skip("no batch script given (--sbatch): the launch command is not known")
     legacy = _legacy_launches(ctx.sbatch)
     evidence = {"sbatch": ctx.sbatch_path, "lines": [f"line {ln.line}: {ln.text}" for ln in legacy][:5]}
     if not legacy:

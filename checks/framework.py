@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.locate import LAUNCH_EVIDENCE
@@ -187,7 +188,12 @@ def framework_required_variable_missing(facts, ctx):
         if applies_here is False:
             continue
         seen.add(row.variable)
-        ev = {"framework": row.framework, "detected": how, "source": row.source, LAUNCH_EVIDENCE: f"line {launch.line}"}
+        ev: dict[str, Any] = {
+            "framework": row.framework,
+            "detected": how,
+            "source": row.source,
+            LAUNCH_EVIDENCE: f"line {launch.line}",
+        }
         value, where = env.get(row.variable), env.source(row.variable)
         prefix = _prefix_value(launch, row.variable)
         if prefix is not None:

@@ -8,6 +8,7 @@ reported where it is: "on gpu-017 (ranks 8–15): torch=2.12.0 where gpu-001 ...
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from gpudoctor.job.compare import content, differing_keys, groups, ranks_text, where_text
 from gpudoctor.job.layout import SEVERAL_HOSTS_ONLY
@@ -393,7 +394,7 @@ def ranks_exceed_gpus(facts, ctx):
 )
 def master_unreachable(facts, ctx):
     job = facts.sections["job"]
-    by_node = {}
+    by_node: dict[str, Any] = {}
     for m in _members(job):
         if m.get("master"):
             by_node.setdefault(m["node"], m["master"])

@@ -63,6 +63,7 @@ def _consequence(launcher: str, following: str | None) -> str:
     category="slurm",
     title="The launch line names a program after expansion",
     needs=[],
+    requires=["sbatch"],
     scope="job",
     what="For --sbatch: the training line of torchrun, torch.distributed.launch, accelerate launch, deepspeed or "
     "python, expanded as bash expands it; is its program a variable the script never sets (`$PYTHON_FILE` in "
@@ -76,8 +77,6 @@ def _consequence(launcher: str, following: str | None) -> str:
 )
 def launch_program_unset(facts, ctx):
     sb = ctx.sbatch
-    if sb is None:
-        return skip("no --sbatch script given")
     launch = sb.launch
     if launch is None or launch.launcher not in _TAKES_A_PROGRAM:
         return skip("no torchrun, accelerate, deepspeed or python launch line in the script")

@@ -46,7 +46,7 @@ import importlib
 import pkgutil
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,8 @@ REQUIREMENTS = {
     "job-gpus": "the driver sees at least one of the job's GPUs (those CUDA_VISIBLE_DEVICES names)",
     "torch": "the probe imported torch",
     "loader-settings": "a training config (--config) or a live DataLoader gives the DataLoader's settings",
+    "sbatch": "a batch script is given (--sbatch)",
+    "slurm-job": "a SLURM job to judge: a batch script (--sbatch), or gpudoctor runs inside a job (SLURM_JOB_ID)",
 }
 SCOPES = ("job", "machine", "node")  # see the module docstring
 SOURCES = ("facts", "smoke", "watch")
@@ -301,11 +303,20 @@ _loaded = False
 
 
 def builtin_modules() -> list[str]:
-    """Every module of the gpudoctor.checks package: a new checks/x.py is found without a list."""
-    package = importlib.import_module(BUILTIN_PACKAGE)
-    return sorted(
-        f"{BUILTIN_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")
-    )
+    """Every check module of the gpudoctor.checks package and of its sub-packages (a category grown into a
+    package, checks/slurm/): a new checks/x.py or checks/x/y.py is found without a list. A name that starts
+    with `_` is no check module (checks/slurm/_shared.py: helpers)."""
+    return sorted(_check_modules(importlib.import_module(BUILTIN_PACKAGE)))
+
+
+def _check_modules(package: Any) -> Iterator[str]:
+    for m in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        if m.name.rsplit(".", 1)[1].startswith("_"):
+            continue
+        if m.ispkg:
+            yield from _check_modules(importlib.import_module(m.name))
+        else:
+            yield m.name
 
 
 def _import(module: str, what: str, origin: str = "") -> None:

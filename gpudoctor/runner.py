@@ -49,6 +49,18 @@ def _loader_settings(facts: Facts, ctx: Context) -> str | None:
     return "no training config (--config) or DataLoader (gpudoctor.audit_dataloader) to read settings from"
 
 
+def _sbatch(facts: Facts, ctx: Context) -> str | None:
+    return None if ctx.sbatch is not None else "no --sbatch script given"
+
+
+def _slurm_job(facts: Facts, ctx: Context) -> str | None:
+    from gpudoctor.job.shape import in_slurm_job
+
+    if ctx.sbatch is not None or in_slurm_job(facts.env):  # job.shape.job_shape has a shape to judge
+        return None
+    return "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
+
+
 # requires= name -> why the check is skipped (None: the requirement holds). One wording per requirement.
 UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "gpus-expected": _gpus_expected,
@@ -56,6 +68,8 @@ UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "job-gpus": _job_gpus,
     "torch": _torch,
     "loader-settings": _loader_settings,
+    "sbatch": _sbatch,
+    "slurm-job": _slurm_job,
 }
 assert UNMET.keys() == REQUIREMENTS.keys()
 

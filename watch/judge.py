@@ -94,7 +94,7 @@ INPUT_GPU_UTIL = 50  # %: a GPU busy at most half the time ...
 INPUT_WORKER_SHARE = 0.9  # ... while its loader's workers each use this share of a core: input-bound
 # Launchers started as `python /path/bin/NAME ...` (their console scripts' shebang): read NAME's own arguments.
 LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed", "lightning", "fabric")
-# The batch-script checks that explain idle GPUs (checks/slurm.py), in the order their fixes are combined.
+# The batch-script checks that explain idle GPUs (checks/slurm/), in the order their fixes are combined.
 CAUSE_CHECKS = ("GD-SLURM-003", "GD-SLURM-010", "GD-SLURM-005")
 
 
@@ -398,7 +398,7 @@ def overridden(node: NodeObservation, ranks: list[Rank]) -> list[tuple[Rank, str
 
 
 def _script_fix(causes: list[Finding]) -> Fix | None:
-    """The batch-script checks' own fixes, joined into one (each check's rule stays in checks/slurm.py)."""
+    """The batch-script checks' own fixes, joined into one (each check's rule stays in checks/slurm/)."""
     return _join([f.fix for f in causes if f.fix is not None])
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from gpudoctor.edit import CONFIG, ENV, KINDS
 from gpudoctor.model import Action, ActionKind, Context, Location, Outcome
 
-LAUNCH_EVIDENCE = "launch line"  # the evidence key of the shape-based checks (checks/slurm.py _ev)
+LAUNCH_EVIDENCE = "launch line"  # the evidence key of the shape-based checks (checks/slurm/_shared.py shape_evidence)
 
 
 def _at(path: str, span) -> Location:

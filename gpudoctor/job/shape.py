@@ -442,18 +442,14 @@ def _srun_keeps_job_ntasks(shape: JobShape, job: dict, srun: dict, step: dict) -
     )
 
 
-_SHAPE_OPTIONS = (
-    "nodes",
-    "ntasks",
-    "ntasks-per-node",
-    "gres",
-    "gpus",
-    "gpus-per-node",
-    "gpus-per-task",
-    "cpus-per-task",
-    "job-name",
-    "gpu-bind",
-    "ntasks-per-gpu",
+# The requests that decide a step's nodes, tasks, GPUs and CPUs (srun's own override the job's for the step).
+_STEP_REQUESTS = "nodes ntasks ntasks-per-node gres gpus gpus-per-node gpus-per-task cpus-per-task ntasks-per-gpu"
+_SHAPE_OPTIONS = frozenset(f"{_STEP_REQUESTS} job-name gpu-bind".split())
+# Options whose loss changes the allocation (nodes, tasks, GPUs, CPUs, memory, time, where it runs): a fix that
+# makes sbatch read them changes what the job asks for (unsafe: GD-SLURM-011's hoist, GD-SLURM-025's repair).
+RESOURCE_OPTIONS = frozenset(
+    f"""{_STEP_REQUESTS} cpus-per-gpu mem mem-per-cpu mem-per-gpu time partition constraint exclusive account qos
+    nodelist exclude array reservation""".split()
 )
 
 

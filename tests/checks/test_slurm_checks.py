@@ -6,6 +6,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from gpudoctor.readers.sbatch import load_sbatch, parse_sbatch
+from gpudoctor.registry import load_all
 from tests.factsutil import load_fixture, make_facts, run, severity
 
 BROKEN_STEP = "synthetic-slurm-step-gres1-ntasks8"
@@ -47,10 +48,23 @@ def one(findings):
 # ---------------------------------------------------------------- outside SLURM
 
 
-@pytest.mark.parametrize("check_id", [f"GD-SLURM-{n:03d}" for n in range(1, 13)])
+# One wording per requirement (runner.UNMET), whichever check declares it.
+NOT_JUDGED = {
+    "slurm-job": "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given",
+    "sbatch": "no --sbatch script given",
+}
+JOB_CHECKS = sorted(s.id for s in load_all().values() if set(s.requires) & set(NOT_JUDGED))
+
+
+@pytest.mark.parametrize("check_id", JOB_CHECKS)
 def test_every_check_skips_outside_slurm(check_id):
-    facts = make_facts(patch={"slurm": SLURM_2205})
-    assert severity(check_id, facts) is Severity.SKIP
+    f = one(run(check_id, make_facts(patch={"slurm": SLURM_2205, "cluster": {}})))  # every fact a check needs
+    assert f.severity is Severity.SKIP
+    assert f.message == NOT_JUDGED[f.evidence["requires"]]
+
+
+def test_the_job_checks_declare_what_they_judge():
+    assert {f"GD-SLURM-{n:03d}" for n in range(1, 16)} <= set(JOB_CHECKS)
 
 
 # ---------------------------------------------------------------- GD-SLURM-001

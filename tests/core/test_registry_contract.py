@@ -61,9 +61,11 @@ def test_names_are_unique():
 
 
 def test_every_check_module_in_the_package_is_discovered():
-    on_disk = {p.stem for p in (ROOT / "checks").glob("*.py") if not p.stem.startswith("_")}
-    assert {m.rsplit(".", 1)[1] for m in builtin_modules()} == on_disk
-    assert {s.module.rsplit(".", 1)[1] for s in SPECS.values()} == on_disk  # each registers at least one check
+    folder = ROOT / "checks"  # and its sub-packages (checks/slurm/): dotted names below gpudoctor.checks
+    relative = (p.relative_to(folder).with_suffix("").parts for p in folder.rglob("*.py"))
+    on_disk = {".".join(parts) for parts in relative if not any(part.startswith("_") for part in parts)}
+    assert {m.removeprefix("gpudoctor.checks.") for m in builtin_modules()} == on_disk
+    assert {s.module.removeprefix("gpudoctor.checks.") for s in SPECS.values()} == on_disk  # each registers a check
 
 
 def _test_sources() -> str:
@@ -78,15 +80,18 @@ def test_every_check_is_referenced_by_a_test():
 
 
 def test_check_modules_import_no_sibling_check_module():
+    """A check module imports no other check module; the modules of a category package (checks/slurm/) share
+    only its helper module (checks/slurm/_shared.py)."""
     offenders = []
-    for path in sorted((ROOT / "checks").glob("*.py")):
+    for path in sorted((ROOT / "checks").rglob("*.py")):
+        package = ".".join(("gpudoctor", *path.relative_to(ROOT).parent.parts))
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpudoctor.checks"):
-                offenders.append(f"{path.name}: from {node.module}")
-            if isinstance(node, ast.Import):
-                offenders += [
-                    f"{path.name}: import {a.name}" for a in node.names if a.name.startswith("gpudoctor.checks")
-                ]
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                own_helper = name.startswith(package + "._") and package != "gpudoctor.checks"
+                if name.startswith("gpudoctor.checks") and not own_helper:
+                    offenders.append(f"{path.relative_to(ROOT)}: imports {name}")
     assert offenders == []
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor.job.shape import JobShape, job_shape
+from gpudoctor.checks.slurm._shared import slurm_shape
+from gpudoctor.job.shape import JobShape
 from gpudoctor.model import (
     LAUNCHER_TABLE,
     SPAWNING_LAUNCHERS,
@@ -40,8 +41,6 @@ from gpudoctor.model import (
 )
 from gpudoctor.readers import slurmfmt
 from gpudoctor.registry import check
-
-NO_JOB = "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
 
 
 def _explicit_count(shape: JobShape, launch) -> str | None:
@@ -65,6 +64,7 @@ def _explicit_count(shape: JobShape, launch) -> str | None:
     category="slurm",
     title="A launcher starts no more ranks per node than the GPUs it sees",
     needs=["env"],
+    requires=["slurm-job"],
     scope="job",
     what="Compares the workers a launcher starts in each SLURM task -- torchrun/torch.distributed.launch "
     "--nproc-per-node, deepspeed --num_gpus, accelerate --num_processes divided by --num_machines -- with the "
@@ -79,9 +79,7 @@ def _explicit_count(shape: JobShape, launch) -> str | None:
     "GPUs per node as workers.",
 )
 def launcher_ranks_exceed_task_gpus(facts, ctx):
-    shape = job_shape(facts, ctx)
-    if shape is None:
-        return skip(NO_JOB)
+    shape = slurm_shape(facts, ctx)
     launch = getattr(ctx.sbatch, "launch", None) if shape.from_script else None
     if shape.launcher not in SPAWNING_LAUNCHERS:
         return skip(f"the launcher ({shape.launcher or 'not known'}) starts no workers of its own per task")
@@ -132,6 +130,7 @@ def launcher_ranks_exceed_task_gpus(facts, ctx):
     category="slurm",
     title="A multi-node deepspeed launch is given the allocation's hosts",
     needs=[],
+    requires=["sbatch"],
     scope="job",
     what="For --sbatch: a `deepspeed` launch line in a job of several nodes, or with --num_nodes above 1, that "
     "gives no --hostfile.",
@@ -146,20 +145,18 @@ def launcher_ranks_exceed_task_gpus(facts, ctx):
 )
 def deepspeed_without_hostfile_on_several_nodes(facts, ctx):
     sb = ctx.sbatch
-    if sb is None:
-        return skip("no --sbatch script given")
     launch = sb.launch
     if launch is None or launch.launcher != "deepspeed":
         return skip("the training is not launched with deepspeed")
-    shape = job_shape(facts, ctx)
-    nodes = shape.nodes if shape is not None else None
+    shape = slurm_shape(facts, ctx)
+    nodes = shape.nodes
     asked = int(launch.nnodes) if launch.nnodes and str(launch.nnodes).isdigit() else None
     ev = {"launch line": f"line {launch.line}: {launch.text[:160]}", "nodes": nodes, "--num_nodes": launch.nnodes}
     if launch.hostfile:
         return passed(f"line {launch.line} gives deepspeed a hostfile ({launch.hostfile}; its hosts are not read here)")
     if not (asked and asked > 1) and not (nodes and nodes > 1):
         return passed(f"one node: deepspeed uses the node's own GPUs (line {launch.line})", **ev)
-    gpus = shape.gpus_per_node if shape is not None and shape.gpus_per_node else "<GPUs per node>"
+    gpus = shape.gpus_per_node if shape.gpus_per_node else "<GPUs per node>"
     fix = manual(
         "Give deepspeed the allocation's hosts in a hostfile",
         f"scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed 's/$/ slots={gpus}/' > hostfile",
@@ -204,6 +201,7 @@ def deepspeed_without_hostfile_on_several_nodes(facts, ctx):
     category="slurm",
     title="Each node of a multi-node job gets the same number of GPUs",
     needs=[],
+    requires=["sbatch"],
     scope="job",
     what="For --sbatch: a job of several nodes that asks for its GPUs as a total (--gpus/-G) and not per node "
     "(--gpus-per-node, --gres=gpu:N, --gpus-per-task).",
@@ -216,16 +214,14 @@ def deepspeed_without_hostfile_on_several_nodes(facts, ctx):
 )
 def gpus_total_split_unevenly_over_nodes(facts, ctx):
     sb = ctx.sbatch
-    if sb is None:
-        return skip("no --sbatch script given")
-    shape = job_shape(facts, ctx)
+    shape = slurm_shape(facts, ctx)
     opts = dict(sb.options)
-    if shape is not None and shape.srun_options:
+    if shape.srun_options:
         opts.update({k: v for k, v in shape.srun_options.items() if k in ("gpus", "nodes", "gres", "gpus-per-node")})
     total_text = opts.get("gpus")
     if not total_text or any(opts.get(k) for k in ("gres", "gpus-per-node", "gpus-per-task")):
         return passed("the GPUs are requested per node or per task, or not as a total")
-    nodes = shape.nodes if shape is not None else None
+    nodes = shape.nodes
     if not nodes or nodes <= 1:
         return passed("one node: --gpus is that node's GPUs")
     try:
@@ -246,29 +242,29 @@ def gpus_total_split_unevenly_over_nodes(facts, ctx):
             f"--gpus={total_text} (line {line}) over {nodes} nodes cannot be split equally: some node gets "
             f"{low} or fewer and another {high} or more"
         )
-        if fixed:
-            return fail(f"{msg}, but {fixed}", fix, **ev)
-        return info(f"{msg}; {_follows(shape)}", fix, **ev)
-    per = total.count // nodes
-    fix = Fix(
-        f"Ask for {per} GPU(s) on every node: --gpus-per-node={typed}{per} instead of --gpus={total_text}",
-        Safety.UNSAFE,  # a resource request changes
-        (
-            Action(ActionKind.SBATCH_SET, sb.path, value=f"{typed}{per}", key="gpus-per-node"),
-            Action(ActionKind.SBATCH_REMOVE, sb.path, key="gpus"),
-        ),
-    )
-    msg = (
-        f"--gpus={total_text} (line {line}) is a total over {nodes} nodes: SLURM fills nodes one by one, so the split "
-        f"need not be {per} each (8 over 2 free 8-GPU nodes can be 7+1)"
-    )
+        verdict, consequence = fail, ""  # some node surely gets fewer GPUs than workers
+    else:
+        per = total.count // nodes
+        fix = Fix(
+            f"Ask for {per} GPU(s) on every node: --gpus-per-node={typed}{per} instead of --gpus={total_text}",
+            Safety.UNSAFE,  # a resource request changes
+            (
+                Action(ActionKind.SBATCH_SET, sb.path, value=f"{typed}{per}", key="gpus-per-node"),
+                Action(ActionKind.SBATCH_REMOVE, sb.path, key="gpus"),
+            ),
+        )
+        msg = (
+            f"--gpus={total_text} (line {line}) is a total over {nodes} nodes: SLURM fills nodes one by one, so the "
+            f"split need not be {per} each (8 over 2 free 8-GPU nodes can be 7+1)"
+        )
+        verdict, consequence = warn, ": a node with fewer GPUs fails at set_device"
     if fixed:
-        return warn(f"{msg}, but {fixed}: a node with fewer GPUs fails at set_device", fix, **ev)
+        return verdict(f"{msg}, but {fixed}{consequence}", fix, **ev)
     return info(f"{msg}; {_follows(shape)}", fix, **ev)
 
 
-def _follows(shape: JobShape | None) -> str:
-    if shape is not None and shape.launcher in ("torchrun", "torch.distributed.launch"):
+def _follows(shape: JobShape) -> str:
+    if shape.launcher in ("torchrun", "torch.distributed.launch"):
         # torch/distributed/elastic/agent/server/api.py, _assign_worker_ranks: agents of unequal local world sizes
         return (
             "torchrun's workers follow each node's GPUs here and its elastic agent ranks unequal nodes, so it runs, "
@@ -277,11 +273,9 @@ def _follows(shape: JobShape | None) -> str:
     return "how the program copes with unequal GPUs per node is not known here"
 
 
-def _fixed_workers_per_node(shape: JobShape | None, launch) -> str | None:
+def _fixed_workers_per_node(shape: JobShape, launch) -> str | None:
     """'torchrun starts 4 per node' when the workers per node are one number written in the script; None when
     they follow the GPUs each node has (gpu/auto, deepspeed's default) or are not known."""
-    if shape is None:
-        return None
     per, tasks = shape.procs_per_task, shape.tasks_here
     if shape.launcher in SPAWNING_LAUNCHERS and per and tasks and _explicit_count(shape, launch):
         return f"{shape.launcher} starts {per * tasks} worker(s) on every node"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor.job.shape import JobShape, job_shape
+from gpudoctor.checks.slurm._shared import slurm_shape
+from gpudoctor.job.shape import JobShape
 from gpudoctor.model import fail, manual, passed, skip
 from gpudoctor.registry import check
 
@@ -98,6 +99,7 @@ def snapshot_node_type(facts, wanted_type: str | None) -> dict:
     category="slurm",
     title="The partition has nodes that fit the job's per-node request",
     needs=["env", "cluster", "host", "nvidia"],
+    requires=["sbatch"],
     scope="job",
     what="For --sbatch before submission: compares what each node of the job asks for (GPUs per node and their "
     "type from --gres/--gpus*, tasks per node x --cpus-per-task, --mem) with the node types of the partition the "
@@ -113,11 +115,7 @@ def snapshot_node_type(facts, wanted_type: str | None) -> dict:
 )
 def job_request_exceeds_partition_nodes(facts, ctx):
     cluster = facts.cluster
-    if ctx.sbatch is None:
-        return skip("no --sbatch script: nothing is being submitted")
-    shape = job_shape(facts, ctx)
-    if shape is None or not shape.from_script:
-        return skip("no --sbatch script: nothing is being submitted")
+    shape = slurm_shape(facts, ctx)
     if cluster.get("partition_missing"):
         name = cluster.get("partition")
         return fail(

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor.job.shape import job_shape
+from gpudoctor.checks.slurm._shared import slurm_shape
+from gpudoctor.job.shape import JobShape
 from gpudoctor.model import Action, ActionKind, Fix, Safety, info, manual, passed, skip, warn
 from gpudoctor.registry import check
 
@@ -96,6 +97,7 @@ def _fixed_rendezvous(launch, exports) -> tuple[int, str, bool] | None:
     category="slurm",
     title="The rendezvous port is the job's own on a node other jobs share",
     needs=[],
+    requires=["sbatch"],
     scope="job",
     what="For --sbatch, on a one-node job: a rendezvous on a fixed port -- torchrun's --rdzv-endpoint=host:PORT "
     "(with a fixed --rdzv-id), a literal --master-port, torchrun/torch.distributed.launch/deepspeed left on their "
@@ -115,8 +117,6 @@ def _fixed_rendezvous(launch, exports) -> tuple[int, str, bool] | None:
 )
 def rendezvous_port_fixed_on_shared_node(facts, ctx):
     sb = ctx.sbatch
-    if sb is None:
-        return skip("no --sbatch script given")
     launch = sb.launch
     if launch is None:
         return skip("no training launch line found in the script")
@@ -127,14 +127,14 @@ def rendezvous_port_fixed_on_shared_node(facts, ctx):
     if fixed is None:
         return passed(f"line {launch.line}: the rendezvous port is picked freely or derived from the job, or not fixed")
     port, how, same_id = fixed
-    shape = job_shape(facts, ctx)
-    nodes = shape.nodes if shape is not None else None
+    shape = slurm_shape(facts, ctx)
+    nodes = shape.nodes
     c10d = how.startswith("--rdzv-endpoint")
     if nodes is None or nodes > 1:
         # A multi-node GPU job usually holds its nodes' GPUs, so no other training job lands beside it; the node
         # size that would tell is not in the script. Said, not warned; a rendezvous id every job shares is a note,
         # since it is what turns a shared port into one job joining another's rendezvous.
-        gpus = shape.gpus_per_node if shape is not None else None
+        gpus = shape.gpus_per_node
         if c10d and same_id and not (gpus and gpus >= WHOLE_GPU_NODE):
             return info(
                 f"line {launch.line}: the rendezvous listens on fixed port {port} ({how}) with an id every run of "
@@ -180,8 +180,8 @@ def rendezvous_port_fixed_on_shared_node(facts, ctx):
     return warn(msg, _fix(sb, launch, nodes, shape, how), **ev)
 
 
-def _fix(sb, launch, nodes, shape, how: str) -> Fix:
-    one_launcher = nodes == 1 and (shape is None or (shape.tasks_here or 1) == 1)
+def _fix(sb, launch, nodes: int | None, shape: JobShape, how: str) -> Fix:
+    one_launcher = nodes == 1 and (shape.tasks_here or 1) == 1
     endpoint = launch.rdzv_endpoint or ""
     if (
         launch.launcher in TORCH_LAUNCHERS
