@@ -98,8 +98,16 @@ from gpudoctor.watch.processes import (  # noqa: F401
     visible_gpus,
 )
 from gpudoctor.watch.samples import NodeObservation
-from gpudoctor.watch.unused import CAUSE_CHECKS, fix_line, overridden, unused_gpus  # noqa: F401
-from gpudoctor.watch.verdict import HELD_BYTES, IDLE_UTIL, MIN_SAMPLES, make, sampled_traces  # noqa: F401
+from gpudoctor.watch.unused import CAUSE_CHECKS, overridden, unused_gpus  # noqa: F401
+from gpudoctor.watch.verdict import (  # noqa: F401
+    HELD_BYTES,
+    IDLE_UTIL,
+    MIN_SAMPLES,
+    fix_line,
+    join_fixes,
+    make,
+    sampled_traces,
+)
 
 NVML_RULES = ("GD-WATCH-002", "GD-WATCH-003", "GD-WATCH-004", "GD-WATCH-005", "GD-WATCH-007")
 

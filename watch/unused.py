@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpudoctor.model import Action, ActionKind, Finding, Fix, Safety, Severity, manual
+from gpudoctor.model import Finding, Fix, Severity, manual
 from gpudoctor.readers import cudavis
 from gpudoctor.watch.processes import Rank, ranks_on
 from gpudoctor.watch.samples import GpuTrace, NodeObservation
@@ -13,6 +13,7 @@ from gpudoctor.watch.verdict import (
     HELD_BYTES,
     IDLE_UTIL,
     job_pids,
+    join_fixes,
     listed,
     make,
     sampled_traces,
@@ -113,7 +114,7 @@ def unused_gpus(node: NodeObservation, script_causes: list[Finding] | None = Non
                 }
             ),
         )
-        fix = _join([fix, leave] if fix is not None else [leave])
+        fix = join_fixes([fix, leave] if fix is not None else [leave])
     if script_causes:
         ev["batch_script"] = {f.id: f.message for f in script_causes}
     msg = f"{node.node}: {len(certain) + len(likely)} of {n} allocated GPU(s) unused -- " + "; ".join(parts)
@@ -169,42 +170,4 @@ def overridden(node: NodeObservation, ranks: list[Rank]) -> list[tuple[Rank, str
 
 def _script_fix(causes: list[Finding]) -> Fix | None:
     """The batch-script checks' own fixes, joined into one (each check's rule stays in checks/slurm.py)."""
-    return _join([f.fix for f in causes if f.fix is not None])
-
-
-def _join(fixes: list[Fix]) -> Fix | None:
-    if not fixes:
-        return None
-    if len(fixes) == 1:
-        return fixes[0]
-    actions: list[Action] = []
-    for fx in fixes:
-        actions += [a for a in fx.actions if a not in actions]
-    safety = (
-        Safety.MANUAL
-        if all(fx.safety is Safety.MANUAL for fx in fixes)
-        else Safety.UNSAFE
-        if any(fx.safety is not Safety.SAFE for fx in fixes)
-        else Safety.SAFE
-    )
-    if safety is not Safety.MANUAL and any(a.kind is ActionKind.COMMAND for a in actions):
-        safety = Safety.MANUAL  # a fix that mixes edits with instructions is the user's to apply
-        actions = [a if a.kind is ActionKind.COMMAND else Action(ActionKind.COMMAND, fix_line(a)) for a in actions]
-    return Fix("; ".join(fx.title for fx in fixes), safety, tuple(actions))
-
-
-def fix_line(a: Action) -> str:
-    """One edit of a batch script as the line the user writes."""
-    if a.kind is ActionKind.SBATCH_SET:
-        return f"#SBATCH --{a.key}={a.value}"
-    if a.kind is ActionKind.SBATCH_REMOVE:
-        return f"remove #SBATCH --{a.key}"
-    if a.kind is ActionKind.SRUN_PREFIX:
-        return f"start the launch line with `{('srun ' + (a.value or '')).strip()}`"
-    if a.kind is ActionKind.EXPORT_REMOVE:
-        return f"remove the assignment of {a.key} before the launch line"
-    if a.kind is ActionKind.EXPORT_SET:
-        return f"export {a.key}={a.value}"
-    if a.kind is ActionKind.OVERRIDE_SET:
-        return f"--{a.key}={a.value} on the launch line"
-    return str(a.target)
+    return join_fixes([f.fix for f in causes if f.fix is not None])

@@ -3,7 +3,7 @@ the samples of a node's GPUs, and the words the messages use. Pure: no I/O."""
 
 from __future__ import annotations
 
-from gpudoctor.model import Finding, Fix, Severity
+from gpudoctor.model import Action, ActionKind, Finding, Fix, Safety, Severity
 from gpudoctor.watch.samples import GpuTrace, NodeObservation
 
 IDLE_UTIL = 5  # %: at or below, the GPU did no work in that sample
@@ -19,6 +19,45 @@ def make(fid: str, severity: Severity, message: str, fix: Fix | None = None, **e
     if spec is None or spec.source != "watch":
         raise KeyError(f"{fid} is not a watch verdict (checks/watch.py)")
     return Finding(fid, spec.name, spec.category, severity, spec.title, message, evidence, fix)
+
+
+def join_fixes(fixes: list[Fix]) -> Fix | None:
+    """Several fixes as one: their actions in order, once each; safe only when all are."""
+    if not fixes:
+        return None
+    if len(fixes) == 1:
+        return fixes[0]
+    actions: list[Action] = []
+    for fx in fixes:
+        actions += [a for a in fx.actions if a not in actions]
+    safety = (
+        Safety.MANUAL
+        if all(fx.safety is Safety.MANUAL for fx in fixes)
+        else Safety.UNSAFE
+        if any(fx.safety is not Safety.SAFE for fx in fixes)
+        else Safety.SAFE
+    )
+    if safety is not Safety.MANUAL and any(a.kind is ActionKind.COMMAND for a in actions):
+        safety = Safety.MANUAL  # a fix that mixes edits with instructions is the user's to apply
+        actions = [a if a.kind is ActionKind.COMMAND else Action(ActionKind.COMMAND, fix_line(a)) for a in actions]
+    return Fix("; ".join(fx.title for fx in fixes), safety, tuple(actions))
+
+
+def fix_line(a: Action) -> str:
+    """One edit of a batch script as the line the user writes."""
+    if a.kind is ActionKind.SBATCH_SET:
+        return f"#SBATCH --{a.key}={a.value}"
+    if a.kind is ActionKind.SBATCH_REMOVE:
+        return f"remove #SBATCH --{a.key}"
+    if a.kind is ActionKind.SRUN_PREFIX:
+        return f"start the launch line with `{('srun ' + (a.value or '')).strip()}`"
+    if a.kind is ActionKind.EXPORT_REMOVE:
+        return f"remove the assignment of {a.key} before the launch line"
+    if a.kind is ActionKind.EXPORT_SET:
+        return f"export {a.key}={a.value}"
+    if a.kind is ActionKind.OVERRIDE_SET:
+        return f"--{a.key}={a.value} on the launch line"
+    return str(a.target)
 
 
 def sampled_traces(node: NodeObservation) -> dict[int, GpuTrace]:
