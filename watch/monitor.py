@@ -32,14 +32,13 @@ import json
 import math
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from gpudoctor.watch.steps import RankWindow, Window, judge_windows
+from gpudoctor.watch.steps import RankWindow, Window, judge_windows, median_known
 
 FIRST_WINDOW_STEPS = 10  # the first window, before any step time is known
 MIN_WINDOW_STEPS = 3
@@ -347,11 +346,11 @@ class Monitor:
         return RankWindow(
             rank=self._rank,
             steps=len(steps),
-            step_s=_med(walls) or 0.0,
-            data_s=_med([s.data_s for s in steps]) or 0.0,
-            other_s=_med(other) or 0.0,
-            compute_s=_med(compute),
-            comm_s=_med(comm) if self._comm_timed else None,
+            step_s=median_known(walls) or 0.0,
+            data_s=median_known([s.data_s for s in steps]) or 0.0,
+            other_s=median_known(other) or 0.0,
+            compute_s=median_known(compute),
+            comm_s=median_known(comm) if self._comm_timed else None,
             tokens_per_s=rate,
             host=ident["host"],
             local_rank=ident["local_rank"],
@@ -557,8 +556,3 @@ def _input_bound(windows: list[Window]) -> bool:
     from gpudoctor.watch.steps import input_bound
 
     return bool(input_bound(windows))
-
-
-def _med(values: list) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None

@@ -104,7 +104,7 @@ def _round(v):
     return round(v, 6) if isinstance(v, float) else v
 
 
-def _median(values: Sequence[float | None]) -> float | None:
+def median_known(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
 
@@ -139,12 +139,12 @@ def _slow_in(w: Window, rank: int) -> str | None:
     ref = statistics.median(r.own_s for r in others)
     if me.own_s - ref < max(STRAGGLER_SHARE * ref, STRAGGLER_MIN_S):
         return None
-    waits = _median([r.comm_s for r in others])
+    waits = median_known([r.comm_s for r in others])
     if me.comm_s is not None and waits is not None and me.comm_s > waits:
         return None  # it waits for others as long as they wait: not the one they wait for
     gaps = {}
     for name in OWN_PARTS:
-        mine, theirs = me.part(name), _median([r.part(name) for r in others])
+        mine, theirs = me.part(name), median_known([r.part(name) for r in others])
         if mine is not None and theirs is not None:
             gaps[name] = mine - theirs
     return max(gaps, key=lambda k: gaps[k]) if gaps else "other_s"
@@ -164,14 +164,14 @@ def stragglers(windows: Sequence[Window]) -> list[Finding]:
         me = next(r for r in last.ranks if r.rank == rank)
         others = [r for r in last.ranks if r.rank != rank]
         ref = statistics.median(r.own_s for r in others)
-        theirs = _median([r.part(part) for r in others]) or 0.0
+        theirs = median_known([r.part(part) for r in others]) or 0.0
         msg = (
             f"{me.describe()} is slower than the other {len(others)} rank(s) in {_windows_text(windows, run)}: its "
             f"own work takes {_ms(me.own_s)} a step against their {_ms(ref)} (median), and {PARTS[part]} explains "
             f"the gap ({_ms(me.part(part))} against {_ms(theirs)})"
         )
         if me.comm_s is not None:
-            waits = _median([r.comm_s for r in others])
+            waits = median_known([r.comm_s for r in others])
             msg += f"; it waits {_ms(me.comm_s)} in the all-reduce while the others wait {_ms(waits)} for it"
         out.append(
             make(
@@ -275,7 +275,7 @@ def throughput(w: Window) -> tuple[float, str] | None:
     tokens = [r.tokens_per_s for r in w.ranks]
     if tokens and all(t is not None and t > 0 for t in tokens):
         return sum(t for t in tokens if t is not None), "tokens/s"
-    step = _median([r.step_s for r in w.ranks])
+    step = median_known([r.step_s for r in w.ranks])
     return (1.0 / step, "steps/s") if step else None
 
 
@@ -319,7 +319,7 @@ def slower_than_itself(windows: Sequence[Window]) -> list[Finding]:
 
 def _grown_part(before: Sequence[Window], after: Sequence[Window]) -> tuple[str, float, float] | None:
     def level(ws: Sequence[Window], name: str) -> float | None:
-        return _median([_median([r.part(name) for r in w.ranks]) for w in ws])
+        return median_known([median_known([r.part(name) for r in w.ranks]) for w in ws])
 
     growth = {}
     for name in PARTS:
