@@ -1,8 +1,9 @@
 """The verdicts of `gpudoctor watch`, registered like every check (source="watch"), declared as data.
 
 `gpudoctor watch --job JOBID` observes a running job from outside (watch/: one probe per node inside the
-job, NVML samples and the job's processes) and builds these findings itself (watch/judge.py reads each id's
-name, category and title from here). This table only documents them: `gpudoctor check` never runs them;
+job, NVML samples and the job's processes) and builds GD-WATCH-001 to 008 itself; the in-process monitor
+(gpudoctor.watch.Monitor and its Lightning and Hugging Face callbacks) builds 009 to 011 (watch/verdict.make reads
+each id's name, category and title from here). This table only documents them: `gpudoctor check` never runs them;
 `gpudoctor list`, `explain` and docs/checks.md show them. Adding a verdict is adding a row. Categories are
 those of the problem each verdict is about, as for the smoke verdicts.
 """
@@ -137,6 +138,61 @@ WATCH_VERDICTS = (
         fix="Run the probe by hand on that node (`srun --jobid JOB --overlap -w NODE python -m "
         "gpudoctor.watch.node --job JOB`) and read its error; NVML needs the NVIDIA driver on the node.",
     ),
+    Verdict(
+        id="GD-WATCH-009",
+        scope="job",
+        name="rank-slower-while-running",
+        category="distributed",
+        title="No rank of the running job is slower than the others window after window",
+        what="Inside the job (gpudoctor.watch.Monitor, LightningCallback or HFCallback): every rank times each "
+        "step's parts (waiting for data, forward+backward, the gradient all-reduce through a DDP communication "
+        "hook, the rest), and every window the per-rank medians are gathered on a separate gloo group. A rank "
+        "whose own work (the step less its wait in the all-reduce) is at least 10 % and 5 ms above the median of "
+        "the other ranks' in 3 consecutive windows or more is named, with its host, GPU (local rank) and the part "
+        "that explains the gap. In synchronous DDP every rank's step takes the same wall time: the culprit is the "
+        "rank that waits least in the all-reduce. One slow window (a stall) is not a straggler.",
+        why="In a synchronous job every step waits for the slowest rank: one slow GPU, a rank sharing its CPUs, or "
+        "a slower input pipeline on one node sets the pace of all of them, and nothing in the logs says which.",
+        fix="By the part named: forward+backward, look at that GPU (`gpudoctor watch --job JOBID`: throttling, "
+        "another process) and exclude the node; data, its loader and the node's CPUs and storage; the rest, "
+        "what else the rank does between steps (logging, checkpoints, CPU contention).",
+    ),
+    Verdict(
+        id="GD-WATCH-010",
+        scope="job",
+        name="input-bound-steps",
+        category="dataloader",
+        title="No rank spends a large share of its step waiting for data",
+        what="Inside the job (gpudoctor.watch.Monitor and its callbacks): the time each step waits for the next "
+        "batch (the loader's __next__), against the step's wall time. A rank whose median wait is 30 % of its "
+        "step or more (and at least 2 ms) in 3 consecutive windows is named; the fix is the DataLoader settings "
+        "`gpudoctor check` derives (num_workers from the CPUs per rank, pin_memory, persistent_workers) for the "
+        "rank's own loader.",
+        why="A step that waits for its batch leaves the GPU idle: the job trains at the loader's speed, and a "
+        "faster GPU or more of them would not help.",
+        fix="More DataLoader workers where the CPUs allow (num_workers up to CPUs per rank - 1), pin_memory=True, "
+        "persistent_workers=True, and cheaper batches (decode and augment once, offline).",
+    ),
+    Verdict(
+        id="GD-WATCH-011",
+        scope="job",
+        name="slower-than-it-was",
+        category="job",
+        title="The running job is not slower than it was in its first windows",
+        what="Inside the job (gpudoctor.watch.Monitor and its callbacks): the job's throughput (tokens/s summed "
+        "over ranks, or steps/s where no tokens are given) in each window against the median of its first "
+        "windows after the first; 20 % or more below it in 3 consecutive windows is named, with the part of the "
+        "step that grew.",
+        why="A job that slows down hours in (a GPU heating up, a node's storage or network degrading, memory "
+        "fragmentation, a growing dataset shard) costs the difference for the rest of the run, and is noticed "
+        "only when the run ends late.",
+        fix="Read which part grew (data, forward+backward, all-reduce, the rest) and look there: the loader and "
+        "the storage, the GPUs (`gpudoctor watch --job JOBID`), the network between nodes.",
+    ),
 )
 
-declare(WATCH_VERDICTS, source="watch", judged_by="`gpudoctor watch --job JOBID` on a running job")
+declare(
+    WATCH_VERDICTS,
+    source="watch",
+    judged_by="`gpudoctor watch --job JOBID` on a running job, or gpudoctor.watch.Monitor inside it",
+)

@@ -1,0 +1,145 @@
+"""gpudoctor.watch.Monitor in a real CPU DDP world: two gloo ranks (two Python processes, torch.distributed over
+TCP on this machine), a tiny DDP model, window_s 0.4 s. One pair of processes runs three worlds one after the
+other, each with its own Monitor (and gloo group) and a fixed step count on both ranks:
+
+- healthy: both ranks' steps sleep 8 ms (a stand-in for GPU work that leaves the CPU free): nobody is named;
+- slowed: rank 1 sleeps 25 ms more in each step, after the optimizer: GD-WATCH-009 names rank 1, "the rest of the
+  step" being the part, and rank 0 is seen waiting for it in the all-reduce;
+- input-bound: rank 1's collate_fn sleeps 20 ms (num_workers=0): GD-WATCH-010 names rank 1 (and only it); this
+  world times DDP's buckets with the communication hook (Monitor(comm_hook=True)), the others without.
+
+About 8 s of wall time on two idle cores, mostly sleeps; no timing is asserted beyond the verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ddp, pytest.mark.xdist_group("cpu-ddp-worlds")]
+
+RANK = r"""
+import json, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from gpudoctor.watch import Monitor
+
+rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+data = [torch.randn(8, 16) for _ in range(16)]
+
+def slow_collate(batch):
+    time.sleep(0.020)
+    return torch.stack(batch)
+
+def world(name, steps, extra_sleep=0.0, collate=None):
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader([x for b in data for x in b], batch_size=8, collate_fn=collate)
+    report = f"{out}/{name}.json"
+    beat = f"{out}/{name}-hb{rank}.json"
+    monitor = Monitor(model=model, window_s=0.4, report=report, heartbeat=beat, comm_hook=name == "input")
+    done = 0
+    while done < steps:
+        for batch in monitor.loader(loader):
+            with monitor.step(tokens=batch.shape[0]):
+                model(batch).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                time.sleep(0.008 + extra_sleep)
+            done += 1
+            if done == steps:
+                break
+    findings = monitor.close()
+    if rank == 0:
+        with open(f"{out}/{name}-findings.json", "w") as f:
+            json.dump([x.to_dict() for x in findings], f)
+
+world("healthy", 150)
+world("slowed", 90, extra_sleep=0.025 if rank == 1 else 0.0)
+world("input", 90, collate=slow_collate if rank == 1 else None)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("monitor-ddp")
+    script = out / "rank.py"
+    script.write_text(RANK)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("LOCAL_RANK", None)
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(port), str(out)],
+            env={**env, "LOCAL_RANK": str(r)},
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    try:
+        said = [p.communicate(timeout=180)[1] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    assert [p.returncode for p in ranks] == [0, 0], said
+    (out / "stderr0.txt").write_text(said[0])
+    return out
+
+
+def _findings(out: Path, name: str) -> dict[str, dict]:
+    return {f["id"]: f for f in json.loads((out / f"{name}-findings.json").read_text())}
+
+
+def test_a_healthy_world_names_nobody(worlds):
+    found = _findings(worlds, "healthy")
+    assert {fid: f["severity"] for fid, f in found.items()}["GD-WATCH-009"] == "pass", found["GD-WATCH-009"]
+    assert found["GD-WATCH-010"]["severity"] == "pass", found["GD-WATCH-010"]["message"]
+    assert not [f for f in found.values() if f["severity"] in ("warn", "fail")]
+
+
+def test_a_slowed_rank_is_named_with_the_part_and_the_rank_waiting_for_it(worlds):
+    f = _findings(worlds, "slowed")["GD-WATCH-009"]
+    assert f["severity"] == "warn", f["message"]
+    assert f["evidence"]["rank"] == 1 and f["evidence"]["local_rank"] == 1 and f["evidence"]["part"] == "other_s"
+    assert f["evidence"]["host"] == socket.gethostname()
+    per_rank = {r["rank"]: r for r in f["evidence"]["per_rank"]}
+    assert per_rank[0]["comm_s"] > per_rank[1]["comm_s"]  # rank 0 waits for rank 1 in the all-reduce
+    assert "GD-WATCH-009 warn: rank 1" in (worlds / "stderr0.txt").read_text()  # printed by rank 0
+
+
+def test_a_slow_collate_on_one_rank_is_input_bound(worlds):
+    found = _findings(worlds, "input")
+    f = found["GD-WATCH-010"]
+    assert f["severity"] == "warn", f["message"]
+    assert f["evidence"]["rank"] == 1 and f["evidence"]["loader"]["num_workers"] == 0
+    assert "num_workers" in f["fix"]["title"]
+    listed = json.loads((worlds / "input-findings.json").read_text())
+    assert [x["evidence"]["rank"] for x in listed if x["id"] == "GD-WATCH-010"] == [1]  # rank 0 is not input-bound
+
+
+def test_the_report_and_heartbeats_are_written(worlds):
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parents[2] / "docs" / "report.schema.json").read_text())
+    report = json.loads((worlds / "slowed.json").read_text())
+    jsonschema.validate(report, schema)
+    assert report["watch"]["closed"] is True and report["watch"]["allreduce_timed"] is True
+    assert [r["rank"] for r in report["source"]["ranks"]] == [0, 1]
+    for r in range(2):
+        beat = json.loads((worlds / f"slowed-hb{r}.json").read_text())
+        assert beat["rank"] == r and beat["step"] == 90 and beat["closed"] is True

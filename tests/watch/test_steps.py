@@ -1,0 +1,125 @@
+"""The in-process monitor's judge (watch/steps.py) over constructed per-rank window series.
+
+Constructed: four ranks of synchronous DDP on two hosts, 100 ms steps; each rank's parts are what DDP makes of a
+slow rank (the same wall step on every rank, the slow one waiting least in the all-reduce)."""
+
+from __future__ import annotations
+
+from gpudoctor.model import Severity
+from gpudoctor.watch.steps import RankWindow, Window, judge_windows, stragglers
+
+STEP = 0.100
+
+
+def _rank(rank: int, data=0.002, compute=0.060, comm=0.030, tokens=4096.0) -> RankWindow:
+    other = STEP - data - compute - comm
+    return RankWindow(
+        rank=rank,
+        steps=20,
+        step_s=STEP,
+        data_s=data,
+        compute_s=compute,
+        comm_s=comm,
+        other_s=other,
+        tokens_per_s=tokens / STEP,
+        host=f"node{rank // 2}",
+        local_rank=rank % 2,
+        device=f"cuda:{rank % 2}",
+    )
+
+
+def _healthy(world: int = 4) -> tuple[RankWindow, ...]:
+    return tuple(_rank(r) for r in range(world))
+
+
+def _slow(rank: int, world: int = 4) -> tuple[RankWindow, ...]:
+    """rank's forward+backward 25 ms longer: it waits 25 ms less in the all-reduce; the others wait for it."""
+    return tuple(_rank(r, compute=0.085, comm=0.005) if r == rank else _rank(r) for r in range(world))
+
+
+def _series(*ranks_per_window: tuple[RankWindow, ...]) -> list[Window]:
+    return [Window(i, float(i + 1), ranks) for i, ranks in enumerate(ranks_per_window)]
+
+
+def _by_id(findings, fid):
+    return [f for f in findings if f.id == fid]
+
+
+def test_a_rank_slower_in_three_windows_in_a_row_is_named_with_its_host_gpu_and_part():
+    windows = _series(_healthy(), _slow(3), _slow(3), _slow(3), _healthy())
+    found = _by_id(judge_windows(windows), "GD-WATCH-009")
+    assert [f.severity for f in found] == [Severity.WARN]
+    f = found[0]
+    assert f.evidence["rank"] == 3 and f.evidence["host"] == "node1" and f.evidence["local_rank"] == 1
+    assert f.evidence["part"] == "compute_s" and f.evidence["windows"] == [1, 2, 3]
+    assert "rank 3 (host node1, local rank 1, cuda:1)" in f.message and "forward+backward" in f.message
+    assert len(f.evidence["per_rank"]) == 4 and f.fix is not None
+
+
+def test_one_stall_is_not_a_straggler():
+    windows = _series(_healthy(), _healthy(), _slow(2), _healthy(), _healthy(), _slow(2), _healthy())
+    assert stragglers(windows) == []
+    verdict = _by_id(judge_windows(windows), "GD-WATCH-009")
+    assert [f.severity for f in verdict] == [Severity.PASS]
+
+
+def test_the_rank_that_waits_longest_is_not_blamed_for_the_others():
+    # rank 0 does more work but also waits longest in the all-reduce: not the one the others wait for
+    busy_but_waiting = tuple(_rank(r, compute=0.085, comm=0.040) if r == 0 else _rank(r) for r in range(4))
+    assert stragglers(_series(*[busy_but_waiting] * 4)) == []
+
+
+def test_a_healthy_world_names_nobody():
+    findings = judge_windows(_series(*[_healthy()] * 8))
+    assert {f.id: f.severity for f in findings} == {
+        "GD-WATCH-009": Severity.PASS,
+        "GD-WATCH-010": Severity.PASS,
+        "GD-WATCH-011": Severity.PASS,
+    }
+
+
+def test_a_rank_waiting_for_data_is_input_bound_with_the_fix_check_derives():
+    from gpudoctor.model import Finding, Fix, Safety
+
+    starved = tuple(_rank(r, data=0.045, comm=0.002) if r == 1 else _rank(r) for r in range(4))
+    advice = [
+        Finding(
+            "GD-DL-002",
+            "dataloader-loads-in-main-process",
+            "dataloader",
+            Severity.WARN,
+            "t",
+            "num_workers=0: batches are loaded in the training process",
+            {},
+            Fix("Set num_workers to 3 (DataLoader(num_workers=3))", Safety.UNSAFE),
+        )
+    ]
+    loader = {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
+    found = _by_id(judge_windows(_series(*[starved] * 4), advice, loader), "GD-WATCH-010")
+    assert [f.severity for f in found] == [Severity.WARN]
+    assert found[0].evidence["rank"] == 1 and found[0].evidence["data_share"] == 0.45
+    assert "num_workers=0" in found[0].message and "num_workers=3" in found[0].fix.title
+    assert found[0].evidence["check_advice"] == {"GD-DL-002": advice[0].message}
+
+
+def test_slower_than_its_own_first_windows_names_the_part_that_grew():
+    slow = tuple(_rank(r, data=0.002, compute=0.060, comm=0.030, tokens=4096.0 * 0.6) for r in range(4))
+    windows = _series(*[_healthy()] * 4, *[slow] * 3)
+    found = _by_id(judge_windows(windows), "GD-WATCH-011")
+    assert [f.severity for f in found] == [Severity.WARN]
+    assert found[0].evidence["unit"] == "tokens/s" and found[0].evidence["windows"] == [4, 5, 6]
+    assert "40% below" in found[0].message
+
+
+def test_too_few_windows_is_a_skip_and_one_rank_has_no_straggler():
+    findings = judge_windows(_series(_healthy(1), _healthy(1), _healthy(1)))
+    assert {f.id: f.severity for f in findings} == {
+        "GD-WATCH-009": Severity.SKIP,
+        "GD-WATCH-010": Severity.PASS,
+        "GD-WATCH-011": Severity.SKIP,
+    }
+
+
+def test_a_window_survives_its_dict():
+    w = _rank(2)
+    assert RankWindow.from_dict(w.to_dict()).to_dict() == w.to_dict()

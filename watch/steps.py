@@ -1,0 +1,360 @@
+"""The pure judgement of the in-process monitor (gpudoctor.watch.Monitor): per-rank step medians, window after
+window -> Findings (GD-WATCH-009 to 011, checks/watch.py). No torch and no I/O here: monitor.py measures and
+gathers, these rules judge, so each runs on constructed window series in the tests.
+
+What a window holds, per rank: the median of each step's parts over the window -- waiting for data (the loader's
+__next__), forward+backward (a forward pre-hook to the last gradient accumulated), the gradient all-reduce (the
+wait of the step's last bucket in a DDP communication hook: from its launch to its completion) and the rest of the
+step (optimizer, logging) -- and the tokens per second. In synchronous DDP every rank's step takes the same wall
+time, since each waits for the slowest in the all-reduce; so a rank's own work is its step less that wait, and the
+slow rank is the one that waits least.
+
+The rules, robust by construction (medians within a window, runs of windows across them):
+- the straggler (GD-WATCH-009): a rank whose own work is at least STRAGGLER_SHARE and STRAGGLER_MIN_S above the
+  median of the other ranks' own work, and (with DDP) that waits no longer than their median in the all-reduce,
+  in CONSECUTIVE windows or more in a row; one slow window (a stall: a checkpoint, a page-cache miss) is not
+  named. The part that explains the gap is the part most above the other ranks' median.
+- input-bound steps (GD-WATCH-010): a rank whose data wait is INPUT_SHARE of its step or more (and at least
+  INPUT_MIN_S) in CONSECUTIVE windows in a row. The fix is what `gpudoctor check` derives for the rank's own
+  DataLoader (the findings of gpudoctor.audit_dataloader, given as loader_advice), else the settings to look at.
+- slower than the job itself was (GD-WATCH-011): the job's throughput (tokens/s summed over ranks, else steps/s)
+  SLOWER_SHARE or more below the median of its first BASELINE windows (the very first, warm-up, left out) in
+  CONSECUTIVE windows in a row; the part of the step that grew most is named.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from gpudoctor.model import Finding, Severity, manual
+from gpudoctor.watch.verdict import join_fixes, make
+
+CONSECUTIVE = 3  # windows in a row for any verdict
+STRAGGLER_SHARE = 0.10  # own work above the other ranks' median by this share ...
+STRAGGLER_MIN_S = 0.005  # ... and by at least this much
+INPUT_SHARE = 0.30  # data wait as a share of the step
+INPUT_MIN_S = 0.002
+SLOWER_SHARE = 0.20  # throughput below the job's own first windows by this share
+BASELINE = 3  # windows after the first that make the job's own reference
+# The parts of a step, as RankWindow names them, and how a message says them.
+PARTS = {
+    "data_s": "waiting for data",
+    "compute_s": "forward+backward",
+    "comm_s": "the gradient all-reduce",
+    "other_s": "the rest of the step (optimizer, logging: outside forward, backward and the all-reduce)",
+}
+OWN_PARTS = ("data_s", "compute_s", "other_s")  # what a rank spends by itself (not waiting for the others)
+
+
+@dataclass(frozen=True)
+class RankWindow:
+    """One rank's medians over one window (seconds). compute_s None: no forward hook fired (no model given);
+    comm_s None: the model is not DDP-wrapped (or its communication hook is the job's own)."""
+
+    rank: int
+    steps: int
+    step_s: float
+    data_s: float
+    other_s: float
+    compute_s: float | None = None
+    comm_s: float | None = None
+    tokens_per_s: float | None = None
+    host: str = "?"
+    local_rank: int | None = None
+    device: str | None = None
+
+    @property
+    def own_s(self) -> float:
+        """The step less its wait for the other ranks in the all-reduce."""
+        return self.step_s - (self.comm_s or 0.0)
+
+    def part(self, name: str) -> float | None:
+        value = getattr(self, name)
+        return None if value is None else float(value)
+
+    def describe(self) -> str:
+        where = [f"host {self.host}"]
+        if self.local_rank is not None:
+            where.append(f"local rank {self.local_rank}")
+        if self.device:
+            where.append(self.device)
+        return f"rank {self.rank} ({', '.join(where)})"
+
+    def to_dict(self) -> dict:
+        return {f.name: _round(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RankWindow:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass(frozen=True)
+class Window:
+    index: int
+    end_s: float  # seconds since the monitor started, on rank 0's clock
+    ranks: tuple[RankWindow, ...]
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "end_s": round(self.end_s, 3), "ranks": [r.to_dict() for r in self.ranks]}
+
+
+def _round(v):
+    return round(v, 6) if isinstance(v, float) else v
+
+
+def median_known(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """The [start, end) index ranges of CONSECUTIVE or more True flags in a row."""
+    out, start = [], None
+    for i, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            if i - start >= CONSECUTIVE:
+                out.append((start, i))
+            start = None
+    return out
+
+
+def _windows_text(windows: Sequence[Window], run: tuple[int, int]) -> str:
+    first, last = windows[run[0]], windows[run[1] - 1]
+    return f"{run[1] - run[0]} windows in a row (windows {first.index}-{last.index}, up to {last.end_s:.0f} s in)"
+
+
+# ---------------------------------------------------------------- GD-WATCH-009
+
+
+def _slow_in(w: Window, rank: int) -> str | None:
+    """The part that explains why `rank` is slower than the others in window w; None when it is not."""
+    me = next((r for r in w.ranks if r.rank == rank), None)
+    others = [r for r in w.ranks if r.rank != rank]
+    if me is None or not others:
+        return None
+    ref = statistics.median(r.own_s for r in others)
+    if me.own_s - ref < max(STRAGGLER_SHARE * ref, STRAGGLER_MIN_S):
+        return None
+    waits = median_known([r.comm_s for r in others])
+    if me.comm_s is not None and waits is not None and me.comm_s > waits:
+        return None  # it waits for others as long as they wait: not the one they wait for
+    gaps = {}
+    for name in OWN_PARTS:
+        mine, theirs = me.part(name), median_known([r.part(name) for r in others])
+        if mine is not None and theirs is not None:
+            gaps[name] = mine - theirs
+    return max(gaps, key=lambda k: gaps[k]) if gaps else "other_s"
+
+
+def stragglers(windows: Sequence[Window]) -> list[Finding]:
+    ranks = sorted({r.rank for w in windows for r in w.ranks})
+    out = []
+    for rank in ranks:
+        parts = [_slow_in(w, rank) for w in windows]
+        runs = _runs([p is not None for p in parts])
+        if not runs:
+            continue
+        run = runs[-1]
+        part = statistics.mode(p for p in parts[run[0] : run[1]] if p is not None)
+        last = windows[run[1] - 1]
+        me = next(r for r in last.ranks if r.rank == rank)
+        others = [r for r in last.ranks if r.rank != rank]
+        ref = statistics.median(r.own_s for r in others)
+        theirs = median_known([r.part(part) for r in others]) or 0.0
+        msg = (
+            f"{me.describe()} is slower than the other {len(others)} rank(s) in {_windows_text(windows, run)}: its "
+            f"own work takes {_ms(me.own_s)} a step against their {_ms(ref)} (median), and {PARTS[part]} explains "
+            f"the gap ({_ms(me.part(part))} against {_ms(theirs)})"
+        )
+        if me.comm_s is not None:
+            waits = median_known([r.comm_s for r in others])
+            msg += f"; it waits {_ms(me.comm_s)} in the all-reduce while the others wait {_ms(waits)} for it"
+        out.append(
+            make(
+                "GD-WATCH-009",
+                Severity.WARN,
+                msg,
+                _straggler_fix(me, part),
+                rank=rank,
+                host=me.host,
+                local_rank=me.local_rank,
+                device=me.device,
+                part=part,
+                windows=[windows[i].index for i in range(*run)],
+                per_rank=[r.to_dict() for r in last.ranks],
+            )
+        )
+    return out
+
+
+def _straggler_fix(me: RankWindow, part: str):
+    where = f"{me.host}" + (f" GPU {me.local_rank}" if me.local_rank is not None else "")
+    if part == "compute_s":
+        return manual(
+            f"Look at {where}: a slow, throttled or shared GPU; exclude the node until it is fixed",
+            "gpudoctor watch --job $SLURM_JOB_ID",
+            f"sbatch --exclude={me.host} ...",
+        )
+    if part == "data_s":
+        return manual(f"Make rank {me.rank}'s input keep up on {me.host}: its loader, CPUs and storage")
+    return manual(
+        f"Find what rank {me.rank} does between steps on {me.host} (logging, checkpoints, CPU contention)",
+        f"py-spy top --pid <rank {me.rank}'s PID>",
+    )
+
+
+# ---------------------------------------------------------------- GD-WATCH-010
+
+
+def input_bound(
+    windows: Sequence[Window], loader_advice: Sequence[Finding] = (), loader: dict | None = None
+) -> list[Finding]:
+    ranks = sorted({r.rank for w in windows for r in w.ranks})
+    out = []
+    for rank in ranks:
+        mine = [next((r for r in w.ranks if r.rank == rank), None) for w in windows]
+        runs = _runs([r is not None and _waits_for_data(r) for r in mine])
+        if not runs:
+            continue
+        run = runs[-1]
+        me = mine[run[1] - 1]
+        assert me is not None
+        share = me.data_s / me.step_s
+        msg = (
+            f"{me.describe()} waits for data {share:.0%} of its step ({_ms(me.data_s)} of {_ms(me.step_s)}, "
+            f"medians) in {_windows_text(windows, run)}: the GPU idles while the loader prepares the next batch"
+        )
+        if loader:
+            msg += "; its DataLoader: " + ", ".join(f"{k}={loader.get(k)}" for k in LOADER_KEYS if k in loader)
+        out.append(
+            make(
+                "GD-WATCH-010",
+                Severity.WARN,
+                msg,
+                _loader_fix(loader_advice),
+                rank=rank,
+                host=me.host,
+                local_rank=me.local_rank,
+                data_share=round(share, 3),
+                windows=[windows[i].index for i in range(*run)],
+                per_rank=[r.to_dict() for r in windows[run[1] - 1].ranks],
+                loader=loader,
+                check_advice={f.id: f.message for f in loader_advice},
+            )
+        )
+    return out
+
+
+LOADER_KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
+
+
+def _waits_for_data(r: RankWindow) -> bool:
+    return r.step_s > 0 and r.data_s >= INPUT_MIN_S and r.data_s >= INPUT_SHARE * r.step_s
+
+
+def _loader_fix(advice: Sequence[Finding]):
+    derived = join_fixes([f.fix for f in advice if f.fix is not None])
+    if derived is not None:
+        return derived
+    return manual(
+        "Make the input keep up: more DataLoader workers where CPUs are free (num_workers up to CPUs per rank - 1), "
+        "pin_memory=True, persistent_workers=True, cheaper batches",
+        "gpudoctor check --config <the training config>",
+    )
+
+
+# ---------------------------------------------------------------- GD-WATCH-011
+
+
+def throughput(w: Window) -> tuple[float, str] | None:
+    """The job's tokens/s (summed over ranks) when every rank counts tokens, else its steps/s."""
+    tokens = [r.tokens_per_s for r in w.ranks]
+    if tokens and all(t is not None and t > 0 for t in tokens):
+        return sum(t for t in tokens if t is not None), "tokens/s"
+    step = median_known([r.step_s for r in w.ranks])
+    return (1.0 / step, "steps/s") if step else None
+
+
+def slower_than_itself(windows: Sequence[Window]) -> list[Finding]:
+    if len(windows) < 1 + BASELINE + CONSECUTIVE:
+        return []
+    rates = [throughput(w) for w in windows]
+    base_rates = [r for r in rates[1 : 1 + BASELINE] if r is not None]
+    if len(base_rates) < BASELINE or len({unit for _, unit in base_rates}) != 1:
+        return []
+    unit = base_rates[0][1]
+    base = statistics.median(v for v, _ in base_rates)
+    later = rates[1 + BASELINE :]
+    runs = _runs([r is not None and r[1] == unit and r[0] < (1 - SLOWER_SHARE) * base for r in later])
+    if not runs:
+        return []
+    run = (runs[-1][0] + 1 + BASELINE, runs[-1][1] + 1 + BASELINE)
+    now = statistics.median(r[0] for r in rates[run[0] : run[1]] if r is not None)
+    grew = _grown_part(windows[1 : 1 + BASELINE], windows[run[0] : run[1]])
+    msg = (
+        f"the job runs at {now:.4g} {unit} in {_windows_text(windows, run)}, {1 - now / base:.0%} below its own "
+        f"{base:.4g} {unit} of its first windows"
+    )
+    if grew is not None:
+        msg += f"; {PARTS[grew[0]]} grew most (from {_ms(grew[1])} to {_ms(grew[2])} a step, median over ranks)"
+    return [
+        make(
+            "GD-WATCH-011",
+            Severity.WARN,
+            msg,
+            manual("Look where the step grew: the loader and storage, the GPUs, the network between nodes"),
+            unit=unit,
+            baseline=round(base, 4),
+            now=round(now, 4),
+            part=None if grew is None else grew[0],
+            windows=[windows[i].index for i in range(*run)],
+            per_rank=[r.to_dict() for r in windows[run[1] - 1].ranks],
+        )
+    ]
+
+
+def _grown_part(before: Sequence[Window], after: Sequence[Window]) -> tuple[str, float, float] | None:
+    def level(ws: Sequence[Window], name: str) -> float | None:
+        return median_known([median_known([r.part(name) for r in w.ranks]) for w in ws])
+
+    growth = {}
+    for name in PARTS:
+        a, b = level(before, name), level(after, name)
+        if a is not None and b is not None:
+            growth[name] = (b - a, a, b)
+    if not growth:
+        return None
+    name = max(growth, key=lambda k: growth[k][0])
+    return (name, growth[name][1], growth[name][2]) if growth[name][0] > 0 else None
+
+
+# ---------------------------------------------------------------- all of them
+
+
+def judge_windows(
+    windows: Sequence[Window], loader_advice: Sequence[Finding] = (), loader: dict | None = None
+) -> list[Finding]:
+    """Every rule over the windows so far, then a pass (or a skip, with too few windows) for each verdict with
+    nothing found."""
+    findings = stragglers(windows) + input_bound(windows, loader_advice, loader) + slower_than_itself(windows)
+    found = {f.id for f in findings}
+    ranks = len(windows[-1].ranks) if windows else 0
+    needed = {"GD-WATCH-009": CONSECUTIVE, "GD-WATCH-010": CONSECUTIVE, "GD-WATCH-011": 1 + BASELINE + CONSECUTIVE}
+    for fid, n in needed.items():
+        if fid in found:
+            continue
+        if len(windows) < n:
+            findings.append(make(fid, Severity.SKIP, f"not judged yet: {len(windows)} window(s) of the {n} it needs"))
+        elif fid == "GD-WATCH-009" and ranks < 2:
+            findings.append(make(fid, Severity.SKIP, "one rank: no other rank to compare with"))
+        else:
+            findings.append(make(fid, Severity.PASS, f"nothing found in {len(windows)} window(s) of {ranks} rank(s)"))
+    return findings
+
+
+def _ms(s: float | None) -> str:
+    return "?" if s is None else f"{s * 1000:.1f} ms"
