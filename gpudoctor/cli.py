@@ -52,8 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpudoctor", description="Preflight doctor for PyTorch GPU training.")
     p.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    check = _add_check(sub)
+    commands = plugged_commands()
+    _add_plugged(sub, commands, "fix", check)  # `fix` is listed right after `check`, whose options it shares
+    _add_core_commands(sub)
+    for name in sorted(set(commands) - {"fix"}):  # smoke, and any a plug-in adds
+        _add_plugged(sub, commands, name, check)
+    return p
 
+
+def _add_check(sub) -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="audit this machine and job set-up; a verdict per check")
+    _add_check_inputs(c)
+    _add_check_outputs(c)
+    _add_check_where(c)
+    return c
+
+
+def _add_check_inputs(c) -> None:
+    """What is judged: the facts, the job's files, which checks."""
     c.add_argument("--snapshot", metavar="FILE", help="replay facts from a snapshot instead of probing")
     c.add_argument("--python", metavar="PATH", help="audit the torch of another interpreter (default: this one)")
     c.add_argument(
@@ -87,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --sbatch, after `--`: the arguments you give the script (`sbatch FILE ARG...`), its $1, $2, ...; "
         "without them each is judged unknown",
     )
+
+
+def _add_check_outputs(c) -> None:
+    """How the verdict is written."""
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object (--format json)")
     c.add_argument(
         "--format",
@@ -105,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
     c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
+
+
+def _add_check_where(c) -> None:
+    """Where the job's node facts come from: a recorded node, or every rank of a running job (--job)."""
     c.add_argument(
         "--node-snapshot",
         metavar="FILE",
@@ -126,14 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --job: how long rank 0 waits for the other ranks (default 60)",
     )
 
-    commands = plugged_commands()
-    _add_plugged(sub, commands, "fix", c)
 
+def _add_core_commands(sub) -> None:
+    """snapshot, compare, list, explain, docs."""
     s = sub.add_parser("snapshot", help="write the probed facts as JSON (secrets excluded)")
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     s.add_argument("--python", metavar="PATH", help="probe the torch of another interpreter")
     s.add_argument("--torch-timeout", type=float, default=None, metavar="S")
-
     cmp = sub.add_parser("compare", help="compare snapshots of several nodes (or days): the differences that matter")
     cmp.add_argument("snapshots", nargs="+", metavar="FILE", help="facts files from 'gpudoctor snapshot -o'")
     cmp.add_argument("--select", type=_csv, metavar="LIST", help="only these categories or check ids")
@@ -141,19 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     cmp.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
     cmp.add_argument("-v", "--verbose", action="store_true", help="show the checks that passed too")
-
     ls = sub.add_parser("list", help="list the checks")
     ls.add_argument("--json", action="store_true")
-
     e = sub.add_parser("explain", help="what a check checks, why it matters, how to fix it")
     e.add_argument("id", help="check id (e.g. GD-DRV-001) or name")
-
     d = sub.add_parser("docs", help="write the check reference (docs/checks.md) from the registry")
     d.add_argument("-o", "--output", metavar="FILE", help="default: stdout")
-
-    for name in sorted(set(commands) - {"fix"}):  # smoke, and any a plug-in adds
-        _add_plugged(sub, commands, name, c)
-    return p
 
 
 # Commands the packages above the core contribute (fix, smoke): declared in the entry-point group
