@@ -3,7 +3,7 @@
 What is real: the TCPStore (torch.distributed, libuv server) and one client connection per simulated
 rank; the rank payloads (Member.to_wire of this machine's probed facts, every rank with its own rank,
 node and host name); the protocol (m/<rank>, arrived, request, c/<rank>, verdict, done); rank 0's side
-is gather.Gatherer.judge itself (it reads every member, builds the job view, runs the job checks and
+is check_job.Gatherer.judge itself (it reads every member, builds the job view, runs the job checks and
 renders the report). One node (the one after the middle) carries another NCCL_SOCKET_IFNAME, so rank 0 fetches one
 content.
 
@@ -136,7 +136,7 @@ def main() -> int:
     import torch.distributed as dist
 
     from gpudoctor.cli import _specs
-    from gpudoctor.job import gather
+    from gpudoctor.commands import check_job as gather
     from gpudoctor.job.world import World
     from gpudoctor.model import Context
     from gpudoctor.probe import collect

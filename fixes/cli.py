@@ -51,8 +51,8 @@ def run(args) -> int:
     from gpudoctor.fixes import envfile
     from gpudoctor.fixes.plan import InputError, make_plan
     from gpudoctor.inputs import judged_inputs
-    from gpudoctor.job import target as job_target
     from gpudoctor.runner import run_checks as run_specs
+    from gpudoctor.verdict import split
 
     if sum(bool(x) for x in (args.json, args.shell, args.diff)) > 1:
         raise _usage("choose one of --json, --shell, --diff")
@@ -63,7 +63,7 @@ def run(args) -> int:
     facts, ctx, specs, target = judged_inputs(args, progress=False)
 
     def run_checks(f, c):
-        return job_target.split(run_specs(specs, f, c), target)[0]
+        return split(run_specs(specs, f, c), target)[0]
 
     allowed = frozenset({Safety.SAFE, Safety.UNSAFE} if args.unsafe_fixes else {Safety.SAFE})
     try:

@@ -118,9 +118,10 @@ def _read_script(path: str, text: str, arguments: tuple[str, ...] | None = None)
     """The script as load_sbatch reads it (sbatch's whole-file checks, the parse, `bash -n`)."""
     from dataclasses import replace as with_field
 
+    from gpudoctor.probe.bash import bash_syntax
     from gpudoctor.readers.accelerate import with_config_files
     from gpudoctor.readers.program import launched_program
-    from gpudoctor.readers.sbatch import SbatchError, bash_syntax, parse_sbatch
+    from gpudoctor.readers.sbatch import SbatchError, parse_sbatch
     from gpudoctor.readers.sbatch.reader import _check_sbatch_accepts
 
     try:

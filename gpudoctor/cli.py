@@ -12,7 +12,7 @@ import sys
 from gpudoctor import __version__
 from gpudoctor.fileio import FileIOError
 from gpudoctor.inputs import UsageError, context_for, judged_inputs, probe_kwargs, specs_for
-from gpudoctor.model import CLI_LAUNCHERS, ExitCode
+from gpudoctor.model import CLI_LAUNCHERS, ExitCode, exit_code
 from gpudoctor.registry import RegistryError
 from gpudoctor.sanitize import clean, json_text
 
@@ -52,8 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpudoctor", description="Preflight doctor for PyTorch GPU training.")
     p.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    check = _add_check(sub)
+    commands = plugged_commands()
+    _add_plugged(sub, commands, "fix", check)  # `fix` is listed right after `check`, whose options it shares
+    _add_core_commands(sub)
+    for name in sorted(set(commands) - {"fix"}):  # smoke, and any a plug-in adds
+        _add_plugged(sub, commands, name, check)
+    return p
 
+
+def _add_check(sub) -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="audit this machine and job set-up; a verdict per check")
+    _add_check_inputs(c)
+    _add_check_outputs(c)
+    _add_check_where(c)
+    return c
+
+
+def _add_check_inputs(c) -> None:
+    """What is judged: the facts, the job's files, which checks."""
     c.add_argument("--snapshot", metavar="FILE", help="replay facts from a snapshot instead of probing")
     c.add_argument("--python", metavar="PATH", help="audit the torch of another interpreter (default: this one)")
     c.add_argument(
@@ -87,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --sbatch, after `--`: the arguments you give the script (`sbatch FILE ARG...`), its $1, $2, ...; "
         "without them each is judged unknown",
     )
+
+
+def _add_check_outputs(c) -> None:
+    """How the verdict is written."""
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object (--format json)")
     c.add_argument(
         "--format",
@@ -105,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
     c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
+
+
+def _add_check_where(c) -> None:
+    """Where the job's node facts come from: a recorded node, or every rank of a running job (--job)."""
     c.add_argument(
         "--node-snapshot",
         metavar="FILE",
@@ -126,14 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --job: how long rank 0 waits for the other ranks (default 60)",
     )
 
-    commands = plugged_commands()
-    _add_plugged(sub, commands, "fix", c)
 
+def _add_core_commands(sub) -> None:
+    """snapshot, compare, list, explain, docs."""
     s = sub.add_parser("snapshot", help="write the probed facts as JSON (secrets excluded)")
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     s.add_argument("--python", metavar="PATH", help="probe the torch of another interpreter")
     s.add_argument("--torch-timeout", type=float, default=None, metavar="S")
-
     cmp = sub.add_parser("compare", help="compare snapshots of several nodes (or days): the differences that matter")
     cmp.add_argument("snapshots", nargs="+", metavar="FILE", help="facts files from 'gpudoctor snapshot -o'")
     cmp.add_argument("--select", type=_csv, metavar="LIST", help="only these categories or check ids")
@@ -141,19 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     cmp.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
     cmp.add_argument("-v", "--verbose", action="store_true", help="show the checks that passed too")
-
     ls = sub.add_parser("list", help="list the checks")
     ls.add_argument("--json", action="store_true")
-
     e = sub.add_parser("explain", help="what a check checks, why it matters, how to fix it")
     e.add_argument("id", help="check id (e.g. GD-DRV-001) or name")
-
     d = sub.add_parser("docs", help="write the check reference (docs/checks.md) from the registry")
     d.add_argument("-o", "--output", metavar="FILE", help="default: stdout")
-
-    for name in sorted(set(commands) - {"fix"}):  # smoke, and any a plug-in adds
-        _add_plugged(sub, commands, name, c)
-    return p
 
 
 # Commands the packages above the core contribute (fix, smoke): declared in the entry-point group
@@ -293,57 +310,60 @@ def _internal_error(e: Exception) -> int:
 
 
 def cmd_check(args) -> int:
-    from gpudoctor.report import preflight
-    from gpudoctor.runner import run_checks
+    from gpudoctor.report.emit import emit
 
     if args.snapshot and args.python:
         raise UsageError("--snapshot replays recorded facts; it cannot be combined with --python")
     if args.job or args.timeout is not None:
-        from gpudoctor.job import gather
+        from gpudoctor.commands import check_job
 
-        return gather.run(args, specs_for(args), context_for(args), probe_kwargs(args), UsageError)
+        return check_job.run(args, specs_for(args), context_for(args), probe_kwargs(args), UsageError)
     if args.json:
         args.format = "json"
+    result = _judge(args)
+    emit(result, _outputs(args))
+    return result.exit_code
+
+
+def _judge(args):
+    """Everything the check's outputs show, decided before any is rendered."""
+    import time
+
+    from gpudoctor.facts import collectable_env
+    from gpudoctor.report import preflight
+    from gpudoctor.report.result import Result
+    from gpudoctor.runner import run_checks
+    from gpudoctor.verdict import split
+
     facts, ctx, specs, target = judged_inputs(args, progress=args.format == "text")
     findings = run_checks(specs, facts, ctx)
-    from gpudoctor.job.target import exit_code as target_exit_code
+    verdict, outside = split(findings, target)
+    code = int(exit_code(verdict, strict=args.strict))
+    rank_env = facts.env if args.snapshot else collectable_env()  # a replay is labelled as it was recorded
+    return Result(
+        findings,
+        verdict,
+        code,
+        outside=outside,
+        strict=args.strict,
+        target=target,
+        ctx=ctx,
+        view=preflight.view(__version__, facts, ctx, target, args, rank_env),
+        detail="all" if args.verbose else ("problems" if args.quiet else "default"),
+        source=_source(facts, args),
+        extra={"target": preflight.json_target(target, outside)},
+        hostname=clean(facts.host.get("hostname") or "") or None,
+        judged_at=time.time(),
+    )
 
-    if args.junit:
-        from gpudoctor.fileio import write_output
-        from gpudoctor.job.target import for_junit
-        from gpudoctor.report import junit
 
-        write_output(args.junit, junit.render(for_junit(findings, target), strict=args.strict), what="--junit")
-    code = target_exit_code(findings, target, strict=args.strict)
+def _outputs(args) -> list:
+    from gpudoctor.report.emit import Output
+
+    files = [Output("junit", args.junit)] if args.junit else []
     if getattr(args, "prometheus", None):
-        import time
-
-        from gpudoctor.fileio import write_output
-        from gpudoctor.job.target import split
-        from gpudoctor.report import prometheus
-        from gpudoctor.sanitize import clean
-
-        judged = split(findings, target)[0]  # the verdict's findings, as the exit code counts them
-        host = clean(facts.host.get("hostname") or "") or None
-        write_output(args.prometheus, prometheus.render(judged, code, time.time(), host), what="--prometheus")
-    if args.format in ("github", "concise"):
-        from gpudoctor.job.target import split
-        from gpudoctor.report import annotations
-
-        render = annotations.github if args.format == "github" else annotations.concise
-        sys.stdout.write(render(split(findings, target)[0], ctx))
-    elif args.format == "json":
-        from gpudoctor.report import json_report
-
-        extra = {"target": preflight.json_target(target, findings)}
-        sys.stdout.write(json_report.render(findings, _source(facts, args), extra))
-    else:
-        from gpudoctor.report import text
-
-        detail = "all" if args.verbose else ("problems" if args.quiet else "default")
-        view = preflight.view(__version__, facts, ctx, target, args)
-        text.render(findings, file=sys.stdout, verbose=detail, view=view)
-    return code
+        files.append(Output("prometheus", args.prometheus))
+    return [*files, Output(args.format)]
 
 
 def _source(facts, args) -> dict:
@@ -353,21 +373,6 @@ def _source(facts, args) -> dict:
         "probe_seconds": facts.meta.get("probe_seconds"),
         "hostname": facts.host.get("hostname"),
     }
-
-
-def _header(facts, args) -> str:
-    parts = [f"gpudoctor {__version__}"]
-    if facts.host.get("hostname"):
-        parts.append(f"on {facts.host['hostname']}")
-    if args.snapshot:
-        parts.append(f"(replaying {args.snapshot}, recorded {facts.meta.get('collected_at', '?')})")
-    gpus = facts.gpus
-    if gpus:
-        names = sorted({g.get("name") or "?" for g in gpus})
-        parts.append(f"· {len(gpus)} GPU(s): {', '.join(names)}, driver {facts.nvidia.get('driver_version')}")
-    if facts.torch.get("version"):
-        parts.append(f"· torch {facts.torch['version']}")
-    return " ".join(parts)
 
 
 def cmd_snapshot(args) -> int:
@@ -428,8 +433,8 @@ def cmd_docs(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from gpudoctor.commands.compare import compare
     from gpudoctor.facts import SnapshotError
-    from gpudoctor.job.compare import compare
 
     try:
         return compare(args.snapshots, specs_for(args), args.json, args.strict, args.verbose, args.ignore)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
 from dataclasses import dataclass
 
@@ -135,17 +134,26 @@ def run(args) -> int:
     verdict = judge(findings, [] if args.snapshot else overrun_sections(facts), args.budget)
     elapsed = time.monotonic() - started
     action = _act(args, verdict) if (args.drain or args.resume) else None
-    if args.json:
-        from gpudoctor.report import json_report
+    from gpudoctor.report.emit import Output, emit
+    from gpudoctor.report.result import Result
 
-        health = {"healthy": verdict.healthy, "seconds": round(elapsed, 3), "budget_seconds": args.budget}
-        health.update({"overrun": verdict.overrun, "reason": None if verdict.healthy else verdict.reason()})
-        health["slurm"] = action
-        source = {"snapshot": args.snapshot, "hostname": facts.host.get("hostname")}
-        sys.stdout.write(json_report.render(findings, source, {"health": health}))
-    else:
-        sys.stdout.write(render_text(verdict, facts.host.get("hostname"), elapsed, action))
-    return ExitCode.OK if verdict.healthy else ExitCode.FAIL
+    health = {"healthy": verdict.healthy, "seconds": round(elapsed, 3), "budget_seconds": args.budget}
+    health.update({"overrun": verdict.overrun, "reason": None if verdict.healthy else verdict.reason()})
+    health["slurm"] = action
+    host = facts.host.get("hostname")
+    code = ExitCode.OK if verdict.healthy else ExitCode.FAIL
+    result = Result(
+        findings,
+        verdict.fails,
+        int(code),
+        kind="health",
+        source={"snapshot": args.snapshot, "hostname": host},
+        extra={"health": health},
+        hostname=host,
+        seconds=elapsed,
+    )
+    emit(result, [Output("json" if args.json else "text")])
+    return code
 
 
 def _facts(args, specs, started: float):
@@ -193,22 +201,3 @@ def _act(args, verdict: Verdict) -> dict:
 
 def _done(node: str, action: str, detail: str) -> dict:
     return {"node": node, "action": action, "detail": detail}
-
-
-def render_text(verdict: Verdict, host: str | None, elapsed: float, action: dict | None) -> str:
-    from gpudoctor.sanitize import clean
-
-    where = clean(host or "this node")
-    timing = f"{elapsed:.2f} s of a {verdict.budget:g} s budget"
-    if verdict.healthy:
-        lines = [f"gpudoctor health: {where} healthy ({timing}; {len(verdict.warns)} warn)"]
-    else:
-        problems = [f.id for f in verdict.fails] + [f"{s} probe over budget" for s in verdict.overrun]
-        lines = [f"gpudoctor health: {where} UNHEALTHY: {', '.join(problems)} ({timing})"]
-    for f in verdict.fails:
-        lines.append(f"  {f.severity.value} {f.id} {f.name}: {clean(f.message)}")
-    for f in verdict.warns:
-        lines.append(f"  warn {f.id} {f.name}: {clean(f.message)}")
-    if action:
-        lines.append(f"  slurm: {action['action']} {clean(action.get('node') or '?')}: {clean(action['detail'])}")
-    return "\n".join(lines) + "\n"

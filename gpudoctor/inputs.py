@@ -75,11 +75,13 @@ def context_for(args):
             "they are"
         )
     if args.sbatch:
+        from gpudoctor.probe.bash import bash_syntax
         from gpudoctor.readers.sbatch import SbatchError, load_sbatch
 
         try:
             # `check --sbatch F` without `--`: the script's arguments are not known (None), not absent
-            sbatch = load_sbatch(args.sbatch, arguments=tuple(arguments) if _gave_arguments(args) else None)
+            known = tuple(arguments) if _gave_arguments(args) else None
+            sbatch = load_sbatch(args.sbatch, check_syntax=bash_syntax, arguments=known)
         except SbatchError as e:
             raise UsageError(str(e)) from None
     from gpudoctor.readers.overrides import job_config

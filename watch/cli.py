@@ -115,19 +115,12 @@ def run(args) -> int:
 
         lines = [line for n in nodes for line in log_lines(n, job)]
         write_output(args.log, "".join(line + "\n" for line in lines), what="--log")
-    from gpudoctor.model import exit_code
+    result = _result(findings, job, detail, nodes, args)
+    from gpudoctor.report.emit import Output, emit
 
-    code = exit_code(findings, strict=args.strict)
-    if args.prometheus:
-        import time
-
-        from gpudoctor.fileio import write_output
-        from gpudoctor.report import prometheus
-
-        text = prometheus.render(findings, code, time.time(), None, prefix="gpudoctor_watch")
-        write_output(args.prometheus, text, what="--prometheus")
-    _render(findings, job, detail, nodes, args)
-    return code
+    prometheus = [Output("prometheus", args.prometheus)] if args.prometheus else []
+    emit(result, [*prometheus, Output("json" if args.json else "text")])
+    return result.exit_code
 
 
 def _shown(text: str) -> str:
@@ -298,29 +291,37 @@ def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> li
     ]
 
 
-def _render(findings: list[Finding], job: str, detail, nodes: list[NodeObservation], args) -> None:
+def _result(findings: list[Finding], job: str, detail, nodes: list[NodeObservation], args):
+    """What the watch's outputs show: every finding counts; the JSON's "watch" object, the text's header."""
+    import time
+
+    from gpudoctor.model import exit_code
+    from gpudoctor.report.result import Result, View
     from gpudoctor.sanitize import clean
 
     answered = [n for n in nodes if n.observed]
-    if args.json:
-        from gpudoctor.report import json_report
-
-        watch = {
-            "job": job,
-            "nodes": list(detail.nodes),
-            "allocated": {n: list(g) for n, g in detail.gpus.items()},
-            "window_s": args.window,
-            "rate_hz": args.rate,
-            "answered": [n.node for n in answered],
-        }
-        sys.stdout.write(json_report.render(findings, {"job": job}, {"watch": watch}))
-        return
-    from gpudoctor.report import text
-
+    watch = {
+        "job": job,
+        "nodes": list(detail.nodes),
+        "allocated": {n: list(g) for n, g in detail.gpus.items()},
+        "window_s": args.window,
+        "rate_hz": args.rate,
+        "answered": [n.node for n in answered],
+    }
     gpus = sum(len(g) for g in detail.gpus.values())
     header = (
         f"gpudoctor watch: job {job} on {len(detail.nodes)} node(s) ({clean(','.join(detail.nodes))[:200]}), "
         f"{gpus} GPU(s), sampled {args.window:g} s"
     )
-    view = text.View(header=header, subject=f"job {job}", notes=True, fails_mean="it does not run as intended")
-    text.render(findings, file=sys.stdout, verbose="default", view=view)
+    view = View(header=header, subject=f"job {job}", notes=True, fails_mean="it does not run as intended")
+    code = int(exit_code(findings, strict=args.strict))
+    return Result(
+        findings,
+        findings,
+        code,
+        view=view,
+        source={"job": job},
+        extra={"watch": watch},
+        judged_at=time.time(),
+        metric_prefix="gpudoctor_watch",
+    )

@@ -2,9 +2,11 @@
 
 Used twice, with one data shape (the "job" facts section, docs/facts.md):
 - offline, `gpudoctor compare A.json B.json ...`: every snapshot is one member of the job;
-- live, `gpudoctor check --job` (gather.py): every rank sends the digests of its aspects through
+- live, `gpudoctor check --job` (gpudoctor/commands/check_job.py): every rank sends the digests of its aspects through
   the rendezvous store and rank 0 fetches the full aspect only from one rank of each group that
   differs.
+The commands themselves live in gpudoctor/commands/ (compare.py, check_job.py); the job's text report in
+gpudoctor/report/jobtext.py. This module only reads: it runs no check and renders nothing.
 
 An aspect is the part of the facts that must agree across a job (versions, GPU models, env
 settings ...), with everything that legitimately differs between nodes (host names, temperatures,
@@ -16,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any
 
 from gpudoctor.facts import Facts
 from gpudoctor.job.layout import SEVERAL_HOSTS_ONLY, env_int
-from gpudoctor.sanitize import clean, clean_tree
+from gpudoctor.sanitize import clean_tree
 
 # Environment settings every rank of a job must share (issue 12; NCCL reads its NCCL_* settings per
 # process, so one node's other NCCL_SOCKET_IFNAME or NCCL_IB_HCA splits the job's transports).
@@ -293,126 +294,3 @@ def _master_from_rendezvous(env: dict, rdzv: dict) -> dict | None:
     if resolve.get("error"):
         out["error"] = resolve["error"]
     return out
-
-
-def job_specs(ignore: list[str] | None) -> list:
-    """The job checks: always judged by compare and check --job (--select narrows only the nodes' own
-    checks), unless --ignore names them."""
-    from gpudoctor.registry import load_all, select
-
-    return select(load_all(), ["job"], ignore)
-
-
-def compare(
-    paths: list[str],
-    specs: list,
-    as_json: bool = False,
-    strict: bool = False,
-    verbose: bool = False,
-    ignore: list[str] | None = None,
-) -> int:
-    """`gpudoctor compare`: exit 0/1 like check; an unreadable snapshot raises SnapshotError (exit 2)."""
-    from gpudoctor.facts import SnapshotError
-    from gpudoctor.model import Context, exit_code
-    from gpudoctor.runner import run_checks
-
-    facts_list = []
-    for path in paths:
-        facts_list.append(Facts.load(path, what="compare"))  # SnapshotError: the caller prints one line, exit 2
-    if len(paths) < 2:
-        raise SnapshotError("compare needs two snapshots or more")
-    node_specs = [s for s in specs if s.category != "job"]
-    specs = node_specs + job_specs(ignore)
-    ctx = Context()
-    findings_list = [run_checks(node_specs, f, ctx) for f in facts_list]
-    members = members_from_snapshots(paths, facts_list, findings_list)
-    job_facts = Facts(sections={"job": view(members, source="snapshots")}, meta={})
-    findings = run_checks([s for s in specs if s.category == "job"], job_facts, ctx)
-    emit(
-        findings,
-        job_facts.sections["job"],
-        as_json=as_json,
-        verbose=verbose,
-        header=f"gpudoctor compare: {len(paths)} snapshots",
-    )
-    return exit_code(findings, strict=strict)
-
-
-def emit(findings, job: dict, *, as_json: bool, verbose: bool, header: str, file=None) -> None:
-    file = file or sys.stdout
-    if as_json:
-        from gpudoctor.report import json_report
-
-        nodes = sorted({m["node"] for m in job["members"]})
-        file.write(
-            json_report.render(
-                findings,
-                {
-                    "job": {
-                        "source": job["source"],
-                        "nodes": len(nodes),
-                        "ranks": len(job["members"]),
-                        "world_size": job.get("world_size"),
-                    }
-                },
-            )
-        )
-        return
-    render_text(findings, job, header=header, verbose=verbose, file=file)
-
-
-_MARK = {"fail": "✗", "error": "E", "warn": "!", "info": "i", "pass": "✓", "skip": "-"}
-
-
-def render_text(findings, job: dict, header: str, verbose: bool = False, file=None) -> None:
-    """One report for the whole job: each problem once, with where it is ('fail on gpu-017 (ranks 8–15)')."""
-    file = file or sys.stdout
-    members = job.get("members", [])
-    nodes = sorted({m["node"] for m in members})
-
-    def say(text: str) -> None:  # every line through the one sanitiser: node names come from other machines
-        print(clean(text), file=file)
-
-    say(header + f" · {len(members)} rank(s) on {len(nodes)} node(s)")
-    order = {"fail": 0, "error": 1, "warn": 2, "info": 3, "pass": 4, "skip": 5}
-    for f in sorted(findings, key=lambda f: (order[f.severity.value], f.id)):
-        sev = f.severity.value
-        if sev in ("pass", "skip") and not verbose:
-            continue
-        say(f"[{_MARK[sev]}] {sev} {f.id} {f.title}")
-        for line in f.message.splitlines():
-            say(f"      {line}")
-        if f.fix:
-            say(f"      fix ({f.fix.safety.value}): {f.fix.title}")
-    counts: dict = defaultdict(int)
-    for f in findings:
-        counts[f.severity.value] += 1
-    verdict = "problems found" if counts["fail"] else ("warnings" if counts["warn"] else "no problems found")
-    summary = ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "error", "info", "pass", "skip") if counts[s])
-    say(f"\n{verdict}: {summary or 'no checks ran'}; {nodes_summary(nodes, findings)}")
-
-
-def nodes_summary(nodes: list[str], findings) -> str:
-    """How many nodes pass, have only warnings, or fail: a warn is not a failed node."""
-    worst = {node: _node_worst(node, findings) for node in nodes}
-    passing = sum(1 for w in worst.values() if w is None)
-    warned = sum(1 for w in worst.values() if w == "warn")
-    failing = len(nodes) - passing - warned
-    parts = [f"pass on {passing} of {len(nodes)} node(s)"] if passing or not nodes else []
-    if warned:
-        parts.append(f"{warned} node{'s' if warned > 1 else ''} with warnings")
-    if failing:
-        parts.append(f"{failing} node{'s' if failing > 1 else ''} failing")
-    return ", ".join(parts)
-
-
-def _node_worst(node: str, findings) -> str | None:
-    """'fail' (a fail or error names the node), 'warn' (only warnings do) or None."""
-    named = {
-        f.severity.value
-        for f in findings
-        if f.severity.value in ("fail", "error", "warn") and node in (f.evidence.get("nodes") or [])
-    }
-    if named & {"fail", "error"}:
-        return "fail"
-    return "warn" if "warn" in named else None

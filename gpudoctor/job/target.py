@@ -14,7 +14,7 @@ The patient is the job (docs/architecture.md). Where gpudoctor runs decides what
   (`--node-snapshot F`), whose facts then stand for the job's node and count in full;
 - otherwise (a plain `gpudoctor check`) this machine is the target.
 
-The scope of a check comes from its registry metadata (`@check(scope=...)`), nowhere else.
+Which findings count is decided from the target in gpudoctor/verdict.py.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import os
 from dataclasses import dataclass
 
 from gpudoctor.facts import Facts
-from gpudoctor.model import Finding, Severity
-from gpudoctor.model import exit_code as verdict_exit
 
 # Evidence key a node-scope check sets when, before submission, it judged the job's requested resources
 # (e.g. the script's --cpus-per-task) instead of this host's: its verdict is about the job.
@@ -36,14 +34,6 @@ RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM
 def in_job_environment(env: dict) -> bool:
     """This process runs where the job runs: inside a SLURM allocation, or started by a launcher."""
     return "SLURM_JOB_ID" in env or "SLURM_JOBID" in env or any(name in env for name in RANK_VARIABLES)
-
-
-def scope_of(check_id: str) -> str:
-    """'job', 'node' or 'machine' (registry.SCOPES) for a finding's check; an unregistered id is 'machine'."""
-    from gpudoctor.registry import registered
-
-    spec = registered(check_id)
-    return spec.scope if spec is not None else "machine"
 
 
 @dataclass(frozen=True)
@@ -106,50 +96,6 @@ def decide(facts, ctx, node_snapshot: str | None = None, local_hostname: str | N
         )
     label = "this machine" if host == "this machine" else f"this machine ({host})"
     return Target("machine", label, True, "no job script: the machine gpudoctor runs on", host)
-
-
-def about_this_machine(finding: Finding, target: Target) -> bool:
-    """A finding that describes the submit host, not the job (shown apart, outside the verdict)."""
-    if target.machine_in_verdict:
-        return False
-    if finding.evidence.get(JUDGED_FOR) == JOB_RESOURCES:
-        return False
-    return scope_of(finding.id) != "job"
-
-
-def split(findings: list[Finding], target: Target) -> tuple[list[Finding], list[Finding]]:
-    """(the verdict's findings, this machine's findings outside the verdict)."""
-    job: list[Finding] = []
-    machine: list[Finding] = []
-    for f in findings:
-        (machine if about_this_machine(f, target) else job).append(f)
-    return job, machine
-
-
-def for_junit(findings: list[Finding], target: Target) -> list[Finding]:
-    """The findings as a CI's JUnit report shows them: those outside the verdict as skipped, saying why and
-    what they found, so the JUnit failures match the exit code."""
-    from dataclasses import replace
-
-    out = []
-    for f in findings:
-        if about_this_machine(f, target) and f.severity is not Severity.SKIP:
-            f = replace(
-                f,
-                severity=Severity.SKIP,
-                message=f"about {target.hostname}, not where the job runs ({f.severity.value}): {f.message}",
-            )
-        out.append(f)
-    return out
-
-
-def exit_code(findings: list[Finding], target: Target, strict: bool = False) -> int:
-    return int(verdict_exit(split(findings, target)[0], strict=strict))
-
-
-def problems(findings: list[Finding]) -> list[Finding]:
-    bad = (Severity.FAIL, Severity.ERROR, Severity.WARN)
-    return [f for f in findings if f.severity in bad]
 
 
 # Sections a --node-snapshot contributes: what the node is. The environment, the batch script's view of

@@ -1,8 +1,8 @@
 """Findings on their file and line, as CI and editors read them: `--format github` and `--format concise`.
 
-Only the verdict's findings are written (job.target.split: those about the submit host, outside the
-verdict, would annotate a pull request with the CI runner's missing GPU). A finding with no line of its
-own (Finding.location, job/locate.py) that is about the job a script or config describes goes on line 1
+Only the verdict's findings are written (Result.verdict, gpudoctor.verdict.split: those about the submit
+host, outside the verdict, would annotate a pull request with the CI runner's missing GPU). A finding with
+no line of its own (Finding.location, job/locate.py) that is about the job a script or config describes goes on line 1
 of that file (the batch script first): it is about the file as a whole. Any other finding has no file.
 Every text from outside (a file name, a message quoting a script) goes through the one sanitiser
 (gpudoctor.sanitize.clean) first: no escape sequence or control byte reaches the CI log or terminal.
@@ -11,6 +11,7 @@ Every text from outside (a file name, a message quoting a script) goes through t
 from __future__ import annotations
 
 from gpudoctor.model import Context, Finding, Location, Severity
+from gpudoctor.report.result import Result
 from gpudoctor.sanitize import clean
 
 # GitHub workflow commands per severity (docs.github.com: workflow-commands-for-github-actions).
@@ -76,3 +77,11 @@ def concise_line(finding: Finding, ctx: Context) -> str:
 
 def concise(findings: list[Finding], ctx: Context) -> str:
     return "".join(concise_line(f, ctx) + "\n" for f in findings if f.severity in PROBLEMS)
+
+
+def render_github(result: Result) -> str:
+    return github(result.verdict, result.ctx)
+
+
+def render_concise(result: Result) -> str:
+    return concise(result.verdict, result.ctx)

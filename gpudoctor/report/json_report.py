@@ -7,6 +7,7 @@ import platform
 
 from gpudoctor import __version__
 from gpudoctor.model import Finding
+from gpudoctor.report.result import Result
 from gpudoctor.runner import summarize
 from gpudoctor.sanitize import json_text
 
@@ -27,7 +28,11 @@ def build(findings: list[Finding], facts_meta: dict | None = None, extra: dict |
     return report
 
 
-def render(findings: list[Finding], facts_meta: dict | None = None, extra: dict | None = None) -> str:
+def render(result: Result) -> str:
+    return document(result.findings, result.source, result.extra)
+
+
+def document(findings: list[Finding], facts_meta: dict | None = None, extra: dict | None = None) -> str:
     # default=str: evidence quoted from a YAML config may hold dates, sets or bytes.
     # allow_nan=False: NaN/Infinity are not JSON (RFC 8259); strict parsers (jq, JSON.parse, Go) reject them.
     return json_text(strict_json(build(findings, facts_meta, extra)), indent=2, default=str, allow_nan=False) + "\n"

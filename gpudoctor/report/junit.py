@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from dataclasses import replace
 
 from gpudoctor.model import Finding, Severity
+from gpudoctor.report.result import Result
 from gpudoctor.sanitize import clean
 
 # Characters XML 1.0 cannot hold (most control characters, lone surrogates): one in a message,
@@ -18,7 +20,24 @@ def _xml(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
 
 
-def render(findings: list[Finding], strict: bool = False) -> str:
+def render(result: Result) -> str:
+    """Those outside the verdict as skipped, saying why and what they found, so the JUnit failures match the
+    exit code."""
+    outside = {id(f) for f in result.outside}
+    host = result.target.hostname if result.target is not None else "this machine"
+    shown = []
+    for f in result.findings:
+        if id(f) in outside and f.severity is not Severity.SKIP:
+            f = replace(
+                f,
+                severity=Severity.SKIP,
+                message=f"about {host}, not where the job runs ({f.severity.value}): {f.message}",
+            )
+        shown.append(f)
+    return document(shown, strict=result.strict)
+
+
+def document(findings: list[Finding], strict: bool = False) -> str:
     by_cat: dict[str, list[Finding]] = defaultdict(list)
     for f in findings:
         by_cat[f.category].append(f)

@@ -1,15 +1,17 @@
 """The report's first lines around the checks: what is judged, the nodes the job lands on, the rank and
-host under a launcher, the fix command. Rendering only: which partition to ask about and a --node-snapshot
-merged in as the job's node are decided with the target (gpudoctor.job.target).
+host under a launcher, the fix command. Nothing here reads the machine: the rank label comes from the
+environment the caller gives (a replayed snapshot's own) and the facts' host. Rendering only: which
+partition to ask about and a --node-snapshot merged in as the job's node are decided with the target
+(gpudoctor.job.target).
 """
 
 from __future__ import annotations
 
 import os
-import platform
 
 from gpudoctor import shellquote
-from gpudoctor.facts import Facts, collectable_env
+from gpudoctor.facts import Facts
+from gpudoctor.report.result import View
 
 
 def _mib(n: int | None) -> str:
@@ -106,18 +108,14 @@ def machine_line(facts: Facts) -> str | None:
     return " · ".join(parts) if parts else None
 
 
-def json_target(target, findings) -> dict:
+def json_target(target, outside) -> dict:
     """The report's top-level "target" object: what the verdict is about and which findings stay outside it."""
-    from gpudoctor.job.target import split
-
-    _, machine = split(findings, target)
-    return {**target.to_dict(), "outside_verdict": sorted({f.id for f in machine})}
+    return {**target.to_dict(), "outside_verdict": sorted({f.id for f in outside})}
 
 
-def view(version: str, facts: Facts, ctx, target, args):
-    """The text report's View for this run."""
-    from gpudoctor.report.text import View
-
+def view(version: str, facts: Facts, ctx, target, args, rank_env: dict) -> View:
+    """The text report's View for this run. rank_env: the environment whose rank the report is labelled with
+    (the snapshot's own for a replay, this process's for a live run: the caller decides, never the renderer)."""
     lines = []
     machine = machine_line(facts)
     if machine and target.machine_in_verdict:
@@ -133,8 +131,6 @@ def view(version: str, facts: Facts, ctx, target, args):
         lines=lines,
         target=target,
         fix_command=fix_command(ctx, getattr(args, "python", None)),
-        subject="this task" if rank_label(collectable_env(), None) else None,
-        label=rank_label(
-            collectable_env(), platform.node() if getattr(args, "snapshot", None) else facts.host.get("hostname")
-        ),
+        subject="this task" if rank_label(rank_env, None) else None,
+        label=rank_label(rank_env, facts.host.get("hostname")),
     )

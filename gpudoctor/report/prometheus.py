@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gpudoctor.model import Finding, Severity
+from gpudoctor.report.result import Result
 
 
 def _label(value: str) -> str:
@@ -28,7 +29,11 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
 
 
-def render(
+def render(result: Result) -> str:
+    return document(result.verdict, result.exit_code, result.judged_at, result.hostname, result.metric_prefix)
+
+
+def document(
     findings: list[Finding], exit_code: int, timestamp: float, hostname: str | None = None, prefix: str = "gpudoctor"
 ) -> str:
     """The metrics of one check run: one gauge per check (its worst finding), counts, the exit code, the time.
@@ -81,7 +86,7 @@ def _gauge(name: str, help_text: str, samples: list[tuple[dict, float | None]]) 
 
 
 def render_smoke(report: dict, timestamp: float) -> str:
-    """A smoke run's figures (gpudoctor.smoke/2 report) as gauges, then its verdicts as render() writes them."""
+    """A smoke run's figures (gpudoctor.smoke/2 report) as gauges, then its verdicts as document() writes them."""
     throughput, mfu = report.get("throughput") or {}, report.get("mfu") or {}
     allreduce, scaling = report.get("allreduce") or {}, report.get("scaling") or {}
     parts = []
@@ -122,4 +127,4 @@ def render_smoke(report: dict, timestamp: float) -> str:
         *_gauge("gpudoctor_smoke_excluded", "1 for a host the run says to exclude.", excluded),
     ]
     findings = [Finding.from_dict(f) for f in report.get("findings") or []]
-    return "\n".join(lines) + "\n" + render(findings, report.get("exit_code", 1), timestamp, prefix="gpudoctor_smoke")
+    return "\n".join(lines) + "\n" + document(findings, report.get("exit_code", 1), timestamp, prefix="gpudoctor_smoke")

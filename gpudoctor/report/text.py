@@ -21,10 +21,9 @@ import json
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
 
-from gpudoctor.job.target import Target
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
+from gpudoctor.report.result import Result, View
 from gpudoctor.sanitize import clean
 
 MARKS = {
@@ -145,21 +144,8 @@ def shell_commands(fix: Fix) -> list[str]:
     return [line for a, line in pairs if ActionKind(a.kind) not in FILE_EDITS]
 
 
-@dataclass
-class View:
-    """What the report knows besides the findings (all optional: a smoke report passes none)."""
-
-    header: str = ""
-    lines: list[str] = field(default_factory=list)  # under the header: what is judged, where the node facts come from
-    target: Target | None = None
-    fix_command: str | None = None  # `gpudoctor fix ...` with this run's inputs, for file edits
-    label: str | None = None  # "rank 3/8 on gpu07": prefixed to every line under a launcher
-    subject: str | None = None  # what the verdict line names ("the run"); default: the job or this machine
-    notes: bool = False  # show every note in full (a command without -v, such as smoke)
-    fails_mean: str = "it will not run as intended"  # what a fail says of the subject (watch: of a running job)
-
-
-def _color(file) -> bool:
+def wants_color(file) -> bool:
+    """Colour only on a terminal, never with NO_COLOR or TERM=dumb."""
     if os.environ.get("NO_COLOR") is not None or os.environ.get("TERM") == "dumb":
         return False
     try:
@@ -359,19 +345,40 @@ def _verdict(
     return f"✓ {what}: no problems found ({c[Severity.PASS]} passed)", "bold green"
 
 
-def render(findings: list[Finding], header: str = "", verbose=False, file=None, view: View | None = None) -> None:
-    """verbose: False/"default", True/"all" (every finding, full evidence) or "problems" (-q)."""
-    from gpudoctor.job.target import split
+def render(result: Result) -> str:
+    """The text format (report/emit.py): check's layout, or the job's (compare, check --job), or health's."""
+    if result.kind == "job":
+        from gpudoctor.report.jobtext import render as job_text
+
+        return job_text(result)
+    if result.kind == "health":
+        from gpudoctor.report.healthtext import render as health_text
+
+        return health_text(result)
+    return _check_text(result)
+
+
+def write(findings: list[Finding], header: str = "", verbose=False, file=None, view: View | None = None) -> None:
+    """A report of findings that all count (smoke): verbose False/"default", True/"all" or "problems" (-q)."""
+    from gpudoctor.model import exit_code
 
     file = file or sys.stdout
-    detail = {True: "all", False: "default", None: "default"}.get(verbose, verbose)
     view = view or View(header=header, subject="the run", notes=True)  # without a view: the smoke report
+    detail = {True: "all", False: "default", None: "default"}.get(verbose, verbose)
+    code = int(exit_code(findings))
+    file.write(_check_text(Result(findings, findings, code, view=view, detail=detail, color=wants_color(file))))
+    file.flush()
+
+
+def _check_text(result: Result) -> str:
+    view = result.view
+    detail = result.detail
     if view.notes and detail == "default":
         detail = "notes"
-    out = _Out(_color(file))
+    out = _Out(result.color)
     r = _Renderer(out, detail)
-    target = view.target
-    verdict, machine = split(findings, target) if target is not None else (findings, [])
+    target = result.target if result.target is not None else view.target
+    verdict, machine = result.verdict, result.outside
     if view.header:
         out.text(0, view.header, "bold")
     for line in view.lines:
@@ -401,5 +408,4 @@ def render(findings: list[Finding], header: str = "", verbose=False, file=None, 
     if view.label:
         prefix = f"[{clean(view.label)}] "
         body = "".join(prefix + line for line in body.splitlines(keepends=True))
-    file.write(body)
-    file.flush()
+    return body

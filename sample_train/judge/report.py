@@ -514,7 +514,7 @@ def render_text(report: dict, file=None) -> None:
         )
     if report.get("throughput"):
         _print_metrics(console, report, escape)
-    text.render([Finding.from_dict(f) for f in report["findings"]], file=file or sys.stdout)
+    text.write([Finding.from_dict(f) for f in report["findings"]], file=file or sys.stdout)
     steps = report.get("next_steps")
     if steps is None and report.get("ranks"):  # a report written before next_steps: derived from what it holds
         steps = slowness.next_steps(report.get("findings") or [], report["ranks"], report.get("nodes") or [])

@@ -23,7 +23,7 @@ def _ctx(tmp_path, body: str, config: str | None = None, head: str = TWO_NODES) 
         (tmp_path / "acc.yaml").write_text(config)
     script = tmp_path / "job.slurm"
     script.write_text(head + body + "\n")
-    return {"sbatch": load_sbatch(str(script), check_syntax=False), "sbatch_path": str(script)}
+    return {"sbatch": load_sbatch(str(script)), "sbatch_path": str(script)}
 
 
 def _facts():

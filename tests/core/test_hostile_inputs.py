@@ -138,7 +138,7 @@ def test_json_report_render_never_writes_nan():
         message="m",
         evidence={"ratio": float("nan"), "peak": float("inf"), "low": float("-inf"), "ok": 1.5},
     )
-    data = json.loads(json_report.render([finding]), parse_constant=lambda c: pytest.fail(c))
+    data = json.loads(json_report.document([finding]), parse_constant=lambda c: pytest.fail(c))
     assert data["findings"][0]["evidence"] == {"ratio": "NaN", "peak": "Infinity", "low": "-Infinity", "ok": 1.5}
 
 

@@ -130,3 +130,39 @@ def test_the_smoke_judgement_imports_no_torch():
             named |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
             assert not any(m == "torch" or m.startswith("torch.") for m in named), name
             assert not torch_side & edges[name], name
+
+
+# readers/ and job/ are pure (docs/architecture.md): what a script, a config, a job is. They run nothing and
+# render nothing, so they import no probe, runner, report, registry, command or CLI, and no subprocess.
+PURE = ("gpudoctor.readers", "gpudoctor.job")
+NOT_FROM_PURE = (
+    "gpudoctor.probe",
+    "gpudoctor.runner",
+    "gpudoctor.report",
+    "gpudoctor.registry",
+    "gpudoctor.cli",
+    "gpudoctor.commands",
+    "gpudoctor.inputs",
+    "gpudoctor.verdict",
+)
+
+
+def _stdlib_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_readers_and_job_are_pure():
+    edges = graph()
+    mods = modules()
+    pure = [name for name in edges if name.startswith(PURE)]
+    assert "gpudoctor.readers.sbatch.reader" in pure and "gpudoctor.job.target" in pure  # the walker sees them
+    impure = sorted(f"{a} -> {b}" for a in pure for b in edges[a] if b.startswith(NOT_FROM_PURE))
+    assert impure == []
+    runs = sorted(a for a in pure if "subprocess" in _stdlib_imports(mods[a]))
+    assert runs == []

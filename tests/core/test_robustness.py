@@ -211,8 +211,8 @@ def assert_no_check_crashes(facts: Facts, ctx: Context) -> None:
     crashed = [f"{f.id}: {f.message} at {f.evidence.get('where')}" for f in findings if f.severity is Severity.ERROR]
     assert not crashed, "\n".join(crashed)
     # and the reports can carry whatever the findings quote
-    json.loads(json_report.render(findings))
-    ET.fromstring(junit.render(findings).split("\n", 1)[1])
+    json.loads(json_report.document(findings))
+    ET.fromstring(junit.document(findings).split("\n", 1)[1])
 
 
 @fuzz(400)

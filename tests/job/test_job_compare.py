@@ -303,7 +303,7 @@ def _finding(severity: str, nodes: list[str]):
 
 
 def test_a_node_with_only_warnings_is_not_a_failed_node():
-    from gpudoctor.job.compare import nodes_summary
+    from gpudoctor.report.jobtext import nodes_summary
 
     assert nodes_summary(["n1"], [_finding("warn", ["n1"])]) == "1 node with warnings"
     assert nodes_summary(["n1", "n2"], [_finding("info", ["n1"])]) == "pass on 2 of 2 node(s)"

@@ -24,7 +24,7 @@ def _job(tmp_path, line: str, config: str | None = MULTI_NODE, name: str = "acc.
         (tmp_path / name).write_text(config)
     script = tmp_path / "job.slurm"
     script.write_text(head + line + "\n")
-    return load_sbatch(str(script), check_syntax=False)
+    return load_sbatch(str(script))
 
 
 def test_config_next_to_the_script_is_read_with_its_lines(tmp_path):

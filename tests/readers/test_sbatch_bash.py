@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.model import Severity
+from gpudoctor.probe import bash as bash_probe
+from gpudoctor.probe.bash import bash_syntax
 from gpudoctor.readers.sbatch import REDACTED, SbatchError, load_sbatch, parse_sbatch
 from gpudoctor.readers.sbatch import reader as sbatch_reader
 from gpudoctor.readers.sbatch.shell import commands, tokenize, unquote
@@ -176,18 +178,23 @@ def _script(tmp_path, body: str) -> str:
     return str(path)
 
 
+def load_checked(path: str):
+    """As `check --sbatch` loads it: with `bash -n` (gpudoctor.probe.bash)."""
+    return load_sbatch(path, check_syntax=bash_syntax)
+
+
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 def test_a_script_bash_cannot_parse_fails(tmp_path):
-    sb = load_sbatch(_script(tmp_path, 'if [ -n "$X" ]; then\n  srun python t.py\n'))
+    sb = load_checked(_script(tmp_path, 'if [ -n "$X" ]; then\n  srun python t.py\n'))
     (f,) = findings("GD-SLURM-014", sb)
     assert f.severity is Severity.FAIL and "syntax error" in f.message
-    good = load_sbatch(_script(tmp_path, "srun python t.py\n"))
+    good = load_checked(_script(tmp_path, "srun python t.py\n"))
     assert findings("GD-SLURM-014", good)[0].severity is Severity.PASS
 
 
 def test_without_bash_the_syntax_check_is_skipped_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no bash on it
-    (f,) = findings("GD-SLURM-014", load_sbatch(_script(tmp_path, "srun python t.py\n")))
+    (f,) = findings("GD-SLURM-014", load_checked(_script(tmp_path, "srun python t.py\n")))
     assert f.severity is Severity.SKIP and "bash is not on PATH" in f.message
 
 
@@ -198,9 +205,9 @@ def test_a_hanging_bash_is_killed_with_its_children(tmp_path, monkeypatch):
     fake.write_text(f"#!/bin/sh\nsleep 300 &\necho $$ $! > {pids}\nwait\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
-    monkeypatch.setattr(sbatch_reader, "BASH_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(bash_probe, "BASH_TIMEOUT_S", 1.0)
     start = time.monotonic()
-    (f,) = findings("GD-SLURM-014", load_sbatch(_script(tmp_path, "srun python t.py\n")))
+    (f,) = findings("GD-SLURM-014", load_checked(_script(tmp_path, "srun python t.py\n")))
     assert time.monotonic() - start < 10
     assert f.severity is Severity.SKIP and "did not finish" in f.message
     for pid in map(int, pids.read_text().split()):

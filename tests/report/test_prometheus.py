@@ -50,7 +50,7 @@ def test_the_file_is_replaced_whole_and_labels_are_escaped(tmp_path):
     assert r.returncode in (0, 1) and "old" not in out.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["gpudoctor.prom"]  # no temporary file left beside it
     odd = Finding("ACME-X-1", "odd", "host", Severity.WARN, "t", "m")
-    text = prometheus.render([odd], 0, 1.0, hostname='gpu"01\\\nx')
+    text = prometheus.document([odd], 0, 1.0, hostname='gpu"01\\\nx')
     (info,) = _families_text(text)["gpudoctor_info"].samples
     assert info.labels["hostname"] == 'gpu"01\\\nx'
 

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.job.target import Target, decide, split
+from gpudoctor.job.target import Target, decide
 from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
 from gpudoctor.readers.sbatch import parse_sbatch
 from gpudoctor.report import text
 from gpudoctor.shellquote import Reference
+from gpudoctor.verdict import split
 from tests.cliutil import clean_env, run_gpudoctor
 from tests.factsutil import FIXTURES, RECORDED_CPU, make_facts, run
 
@@ -202,7 +203,7 @@ def test_safety_label_explained_once():
         Finding("GD-X-001", "a", "slurm", Severity.FAIL, "t", "m", {}, Fix(f"fix {i}", Safety.UNSAFE)) for i in range(3)
     ]
     out = io.StringIO()
-    text.render(fixes, file=out)
+    text.write(fixes, file=out)
     assert out.getvalue().count("changes what the job does") == 1 and out.getvalue().count("fix (unsafe)") == 2
 
 
@@ -249,17 +250,23 @@ def test_no_color_on_a_pipe_and_with_no_color(tmp_path):
         assert p.returncode == 1 and (ESC in got) is colored, got[:200]
 
 
-def test_each_task_labelled_with_rank_and_host():
-    r = gpudoctor(
-        "check",
-        "--snapshot",
-        CPU_SNAPSHOT,
-        "--select",
-        "distributed",
-        env={"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"},
-    )
-    lines = [line for line in r.stdout.splitlines() if line]
-    assert lines and all(re.match(r"^\[rank 3/8 on [^\]]+\] ", line) for line in lines), r.stdout
+def test_each_task_labelled_with_the_snapshots_rank_and_host(tmp_path, monkeypatch, capsys):
+    """A replayed snapshot is labelled as it was recorded (its own rank variables and host), never with the
+    replaying shell's: the label is taken from the facts before rendering (in-process, no CLI subprocess)."""
+    from gpudoctor.cli import main
+
+    recorded = json.loads(Path(CPU_SNAPSHOT).read_text())
+    recorded["env"]["vars"].update({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"})
+    recorded["host"]["hostname"] = "gpu07"
+    snapshot = tmp_path / "rank3.json"
+    snapshot.write_text(json.dumps(recorded))
+    for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_ID", "SLURM_JOBID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "5")  # the replaying shell's own rank: not the snapshot's
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    main(["check", "--snapshot", str(snapshot), "--select", "distributed"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert lines and all(line.startswith("[rank 3/8 on gpu07] ") for line in lines), lines
 
 
 def test_next_steps_hold_shell_commands_and_one_fix_line():

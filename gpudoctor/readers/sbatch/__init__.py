@@ -28,7 +28,6 @@ from gpudoctor.readers.sbatch.options import (
 from gpudoctor.readers.sbatch.reader import (
     MAX_SCRIPT_BYTES,
     PER_TASK_VARS,
-    bash_syntax,
     expand_vars,
     gpus_per_node_requested,
     implied_slurm_env,
@@ -70,7 +69,6 @@ __all__ = [
     "ScriptLine",
     "Span",
     "SrunStep",
-    "bash_syntax",
     "canonical",
     "close_option",
     "describe_command",

@@ -21,6 +21,7 @@ import functools
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -59,7 +60,6 @@ from gpudoctor.readers.sbatch.shell import (
 from gpudoctor.redact import REDACTED, is_credential_name, redact, redact_words
 
 MAX_SCRIPT_BYTES = 8 * 1024 * 1024  # real batch scripts are kilobytes; this bounds memory and time
-BASH_TIMEOUT_S = 5.0
 # Set per task by srun: the batch shell's value (task 0) is not what a task's own shell sees.
 PER_TASK_VARS = frozenset({"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"})
 # Not expanded where a shell of its own expands them later (single quotes, \$): per-task variables, and the
@@ -731,10 +731,13 @@ def _parse_sbatch_cached(text: str, path: str, arguments: tuple[str, ...] | None
     )
 
 
-def load_sbatch(path: str, check_syntax: bool = True, arguments: tuple[str, ...] | None = None) -> BatchScript:
+def load_sbatch(
+    path: str, check_syntax: Callable[[str], BashSyntax] | None = None, arguments: tuple[str, ...] | None = None
+) -> BatchScript:
     """Read and parse a batch script; SbatchError for a missing, unreadable, oversized or malformed one.
 
-    check_syntax: also run `bash -n` on it (bounded), recorded in BatchScript.bash_syntax.
+    check_syntax: what the script's text is also given to, its answer recorded in BatchScript.bash_syntax
+    (gpudoctor.probe.bash.bash_syntax: `bash -n`, bounded; a reader runs nothing itself).
     arguments: the script's own arguments (`sbatch FILE ARGS`), when known.
     """
     text = _read_script(path)
@@ -745,7 +748,7 @@ def load_sbatch(path: str, check_syntax: bool = True, arguments: tuple[str, ...]
 
     script = with_config_files(parse_sbatch(text, path, arguments))
     if check_syntax:
-        script = replace(script, bash_syntax=bash_syntax(text))
+        script = replace(script, bash_syntax=check_syntax(text))
     return replace(script, program=launched_program(script))  # readers/program.py: what the launch runs
 
 
@@ -776,47 +779,3 @@ def _check_sbatch_accepts(text: str, path: str) -> None:
             f"--sbatch {path}: DOS line breaks (\\r\\n); sbatch refuses it: "
             f"gpudoctor fix --sbatch {path} --apply converts them (a backup kept), or run dos2unix {path}"
         )
-
-
-_SHELL_INTERPRETERS = {"bash", "sh"}
-
-
-def bash_syntax(text: str) -> BashSyntax:
-    """`bash -n` over the script text (stdin), in its own process group, killed whole after BASH_TIMEOUT_S.
-    The same text with the same bash gets the answer once (fix asks again for each edited text)."""
-    import shutil
-
-    return _bash_syntax(text, shutil.which("bash"), os.environ.get("PATH", "/usr/bin:/bin"), BASH_TIMEOUT_S)
-
-
-@functools.lru_cache(maxsize=_PARSE_CACHE)
-def _bash_syntax(text: str, bash: str | None, path: str, timeout: float) -> BashSyntax:
-    import subprocess
-
-    from gpudoctor.probe.proc import run_bounded
-
-    shebang = text.split("\n", 1)[0][2:].split()
-    interpreter = os.path.basename(shebang[0]) if shebang else ""
-    if interpreter == "env" and len(shebang) > 1:
-        interpreter = os.path.basename(shebang[1])
-    if interpreter not in _SHELL_INTERPRETERS:
-        return BashSyntax(None, f"the script runs under {interpreter or 'an unnamed interpreter'}, not bash")
-    if bash is None:
-        return BashSyntax(None, "bash is not on PATH: the script's syntax was not checked")
-    try:
-        proc = run_bounded(
-            [bash, "-n"],
-            timeout,
-            env={"PATH": path, "LC_ALL": "C"},
-            input=text.encode("utf-8", errors="replace"),
-            max_output=64 * 1024,
-        )
-    except subprocess.TimeoutExpired:
-        return BashSyntax(None, f"bash -n did not finish within {timeout:g} s")
-    except OSError as e:
-        return BashSyntax(None, f"bash -n could not run ({e.strerror or e})")
-    err = proc.stderr
-    if proc.returncode == 0:
-        return BashSyntax(True)
-    lines = [redact(re.sub(r"^\S*bash: ", "", ln.strip())) for ln in err.splitlines() if ln.strip()]
-    return BashSyntax(False, "; ".join(lines[:3])[:500] or f"bash -n exited {proc.returncode}")

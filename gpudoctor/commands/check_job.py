@@ -25,8 +25,9 @@ from datetime import timedelta
 from typing import Any
 
 from gpudoctor import __version__
+from gpudoctor.commands.compare import job_result, job_specs
 from gpudoctor.job import exchange, rankmap
-from gpudoctor.job.compare import Member, aspects, digest, emit, job_specs, label_nodes, node_index, view
+from gpudoctor.job.compare import Member, aspects, digest, label_nodes, node_index, view
 from gpudoctor.sanitize import clean
 
 DEFAULT_TIMEOUT = 60.0
@@ -42,7 +43,7 @@ def _say(text: str) -> None:
 
 
 def run(args, specs: list, ctx, probe_kwargs: dict, usage_error) -> int:
-    """Entry from cli.cmd_check; usage_error is the CLI's one-line exit-2 exception."""
+    """Entry from cli.cmd_check (`check --job`); usage_error is the CLI's one-line exit-2 exception."""
     from gpudoctor.job.world import WorldError, detect
 
     if not args.job:
@@ -213,10 +214,6 @@ class Gatherer:
     # --- rank 0 -----------------------------------------------------------------------------------------------
 
     def judge(self, me: Member) -> int:
-        from gpudoctor.facts import Facts
-        from gpudoctor.model import exit_code
-        from gpudoctor.runner import run_checks
-
         n = self.world.world_size
         deadline = self.started + self.timeout
         while self.store.add(self.key("arrived"), 0) < n and time.monotonic() < deadline:
@@ -254,25 +251,7 @@ class Gatherer:
             job["missing_where"] = rankmap.to_facts(located)
             if isinstance(located, rankmap.Located):
                 job["missing_nodes"] = [x.index for x in located.nodes if x.whole]
-        facts = Facts(sections={"job": job}, meta={})
-        findings = run_checks(job_specs(self.args.ignore), facts, self.ctx)
-        code = int(exit_code(findings, strict=self.args.strict))
-        header = (
-            f"gpudoctor check --job ({self.world.launcher}, world size {n}, {time.monotonic() - self.started:.1f} s)"
-        )
-        emit(findings, job, as_json=self.args.json, verbose=self.args.verbose, header=header)
-        if self.args.junit:
-            from gpudoctor.fileio import write_output
-            from gpudoctor.report import junit
-
-            write_output(self.args.junit, junit.render(findings, strict=self.args.strict), what="--junit")
-        if getattr(self.args, "prometheus", None):  # the job's verdict, written by rank 0 only
-            from gpudoctor.fileio import write_output
-            from gpudoctor.report import prometheus
-
-            text = prometheus.render(findings, code, time.time(), self.hostname)
-            write_output(self.args.prometheus, text, what="--prometheus")
-        sys.stdout.flush()
+        code = self.report(job, n)
         self.store.set(self.key("verdict"), exchange.encode({"exit": code}))
         # keep the store up until the others have read the verdict (bounded: a dead rank never reads it)
         others = len(members) - 1
@@ -280,6 +259,31 @@ class Gatherer:
         while others and self.store.add(self.key("done"), 0) < others and time.monotonic() < until:
             time.sleep(POLL_S)
         return code
+
+    def report(self, job: dict, n: int) -> int:
+        """Judge the job view and write it (stdout, then --junit and --prometheus: rank 0 only)."""
+        from gpudoctor.facts import Facts
+        from gpudoctor.report.emit import Output, emit
+        from gpudoctor.runner import run_checks
+
+        findings = run_checks(job_specs(self.args.ignore), Facts(sections={"job": job}, meta={}), self.ctx)
+        elapsed = time.monotonic() - self.started
+        header = f"gpudoctor check --job ({self.world.launcher}, world size {n}, {elapsed:.1f} s)"
+        args = self.args
+        result = job_result(
+            findings,
+            job,
+            header,
+            strict=args.strict,
+            verbose=args.verbose,
+            hostname=self.hostname,
+            judged_at=time.time(),
+        )
+        outputs = [Output("json" if args.json else "text")]
+        outputs += [Output("junit", args.junit)] if args.junit else []
+        outputs += [Output("prometheus", args.prometheus)] if getattr(args, "prometheus", None) else []
+        emit(result, outputs)
+        return result.exit_code
 
     def _foreign(self) -> str:
         store = f"{self.world.master_addr}:{self.world.master_port}"
