@@ -31,6 +31,7 @@ import re
 
 from gpudoctor import shellquote, versions
 from gpudoctor.job.env import job_env, probe_env
+from gpudoctor.job.lightning import lightning_major, lightning_plan
 from gpudoctor.job.process_model import (
     drives_all_gpus,
     one_rank_per_task_under_srun,
@@ -40,7 +41,7 @@ from gpudoctor.job.process_model import (
     unknown_note,
     wants_torchrun,
 )
-from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
+from gpudoctor.job.shape import JobShape, job_shape
 from gpudoctor.model import (
     LAUNCHER_TABLE,
     SPAWNING_LAUNCHERS,
