@@ -79,7 +79,7 @@ def context_for(args):
 
         try:
             # `check --sbatch F` without `--`: the script's arguments are not known (None), not absent
-            sbatch = load_sbatch(args.sbatch, arguments=tuple(arguments) if _gave_arguments(args) else None)
+            sbatch = load_sbatch(args.sbatch, arguments=tuple(arguments or ()) if _gave_arguments(args) else None)
         except SbatchError as e:
             raise UsageError(str(e)) from None
     from gpudoctor.readers.overrides import job_config
