@@ -78,8 +78,10 @@ _OPERATOR_AT = re.compile(
 )
 
 
-# scan_word's state table: what a special character does inside each open construct (the top of its stack).
-# A step returns where scanning goes on, _WORD_ENDS, or None: the character may open a construct (_open).
+# scan_word's state table. A construct ends at its closing character (_CLOSED_BY); any other special character
+# inside it goes to its step (_INSIDE), which returns where scanning goes on, _WORD_ENDS, or None: the character
+# may open a construct (_open). `...` and ${...} have no step: inside them only openers count.
+_CLOSED_BY = {'"': '"', "`": "`", "$(": ")", "(": ")", "${": "}", "$'": "'"}
 _WORD_ENDS = -1
 
 
@@ -93,24 +95,11 @@ def _in_plain_word(text: str, i: int, c: str, stack: list[str], word_start: int)
 
 
 def _in_double_quotes(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
-    if c == '"':
-        stack.pop()
-        return i + 1
     return None if c in "$`" else i + 1  # only expansions are live inside "..."
-
-
-def _in_backquotes(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
-    if c == "`":
-        stack.pop()
-        return i + 1
-    return None
 
 
 def _in_parentheses(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
     """$( ... ) and the ( ... ) nested in it or in an array: parentheses count, a comment runs to the line end."""
-    if c == ")":
-        stack.pop()
-        return i + 1
     if c == "(":
         stack.append("(")
         return i + 1
@@ -120,26 +109,15 @@ def _in_parentheses(text: str, i: int, c: str, stack: list[str], word_start: int
     return None
 
 
-def _in_braces(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
-    if c == "}":
-        stack.pop()
-        return i + 1
-    return None
-
-
 def _in_ansi_c_quotes(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
-    if c == "'":  # $'...': only the closing quote (a backslash escape is skipped before)
-        stack.pop()
-    return i + 1
+    return i + 1  # $'...': nothing opens inside (a backslash escape is skipped before)
 
 
-_STEPS = {
+_INSIDE = {
     None: _in_plain_word,
     '"': _in_double_quotes,
-    "`": _in_backquotes,
     "$(": _in_parentheses,
     "(": _in_parentheses,
-    "${": _in_braces,
     "$'": _in_ansi_c_quotes,
 }
 # The constructs a character opens, in every context but single quotes; ' and $' are literal inside "...".
@@ -162,7 +140,7 @@ def scan_word(text: str, i: int, single: bool = False) -> tuple[int, bool]:
 
     single: only the one quote or expansion that starts at i. One explicit stack of open
     constructs, so nesting depth costs memory, not recursion; each character is looked at a
-    bounded number of times (a state table, _STEPS), so the time is linear in the text.
+    bounded number of times (a state table: _CLOSED_BY, _INSIDE), so the time is linear in the text.
     """
     n = len(text)
     word_start = i
@@ -186,10 +164,15 @@ def scan_word(text: str, i: int, single: bool = False) -> tuple[int, bool]:
         if c == "\\":
             i += 2
             continue
-        step = _STEPS[top](text, i, c, stack, word_start)
-        if step == _WORD_ENDS:
+        if top is not None and c == _CLOSED_BY[top]:
+            stack.pop()
+            i += 1
+            continue
+        step = _INSIDE.get(top)
+        after = step(text, i, c, stack, word_start) if step is not None else None
+        if after == _WORD_ENDS:
             return i, False
-        i = _open(text, i, c, stack) if step is None else step
+        i = _open(text, i, c, stack) if after is None else after
     return n, bool(stack)
 
 
