@@ -48,12 +48,8 @@ LAUNCHERS = CLI_LAUNCHERS  # model.LAUNCHER_TABLE, the one launcher table
 REPORT_FORMATS = ("text", "json", "github", "concise")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gpudoctor", description="Preflight doctor for PyTorch GPU training.")
-    p.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    c = sub.add_parser("check", help="audit this machine and job set-up; a verdict per check")
+def _check_inputs(c: argparse.ArgumentParser) -> None:
+    """What `check` judges: this machine or a snapshot, which checks, and the job's script, config and launcher."""
     c.add_argument("--snapshot", metavar="FILE", help="replay facts from a snapshot instead of probing")
     c.add_argument("--python", metavar="PATH", help="audit the torch of another interpreter (default: this one)")
     c.add_argument(
@@ -87,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --sbatch, after `--`: the arguments you give the script (`sbatch FILE ARG...`), its $1, $2, ...; "
         "without them each is judged unknown",
     )
+
+
+def _check_outputs(c: argparse.ArgumentParser) -> None:
+    """How `check` reports: the format, the files written beside it, how much it shows."""
     c.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object (--format json)")
     c.add_argument(
         "--format",
@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
     c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
+
+
+def _check_probe_and_job(c: argparse.ArgumentParser) -> None:
+    """Where the facts come from and how long they may take, and `check --job` across the ranks of a job."""
     c.add_argument(
         "--node-snapshot",
         metavar="FILE",
@@ -125,6 +129,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="with --job: how long rank 0 waits for the other ranks (default 60)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpudoctor", description="Preflight doctor for PyTorch GPU training.")
+    p.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    c = sub.add_parser("check", help="audit this machine and job set-up; a verdict per check")
+    _check_inputs(c)
+    _check_outputs(c)
+    _check_probe_and_job(c)
 
     commands = plugged_commands()
     _add_plugged(sub, commands, "fix", c)
