@@ -9,12 +9,11 @@ reports the median wall time. The numbers go to docs/benchmarks.md with the mach
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import subprocess
 import sys
-import time
+
+from process_timing import interleaved, machine
 
 # -P: run from a source checkout, the cwd's gpudoctor/ folder must not stand in for the installed package.
 PY = [sys.executable, "-P"]
@@ -25,16 +24,6 @@ COMMANDS = {
     "gpudoctor check --select allocator,devices": [*PY, "-m", "gpudoctor", "check", "--select", "allocator,devices"],
     "torch.utils.collect_env": [*PY, "-m", "torch.utils.collect_env"],
 }
-VERDICT_EXITS = (0, 1)  # gpudoctor's "no fail" and "a fail": anything else means the timing measured a crash
-
-
-def wall(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    elapsed = time.perf_counter() - t0
-    if r.returncode not in VERDICT_EXITS or b"Traceback" in r.stderr:
-        raise SystemExit(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.decode(errors='replace')[-500:]}")
-    return elapsed
 
 
 def torch_imported_by_select() -> bool:
@@ -53,19 +42,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
-    for cmd in COMMANDS.values():  # warm the page cache
-        wall(cmd)
-    times: dict[str, list[float]] = {k: [] for k in COMMANDS}
-    for _ in range(args.runs):
-        for name, cmd in COMMANDS.items():
-            times[name].append(wall(cmd))
+    times = interleaved(COMMANDS, args.runs)
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["import torch"]
-    import torch
-
     lines = [
-        f"machine: {platform.node()} · {os.cpu_count()} CPUs · {platform.platform()} · "
-        f"Python {platform.python_version()} · torch {torch.__version__}",
+        machine(),
         f"runs: {args.runs} each, interleaved; median wall time",
         "",
         "| command | median s | min s | max s | ratio to `import torch` |",

@@ -10,13 +10,11 @@ docs/benchmarks.md with the machine named.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from process_timing import interleaved, machine
 
 PY = [sys.executable, "-P"]  # -P: the installed gpudoctor, not a source folder in the cwd
 SNAPSHOT = Path(__file__).parents[1] / "tests" / "fixtures" / "facts" / "synthetic-h100x8-healthy.json"
@@ -26,33 +24,15 @@ COMMANDS = {
     "gpudoctor health": [*PY, "-m", "gpudoctor", "health"],
     "gpudoctor health --snapshot (replay)": [*PY, "-m", "gpudoctor", "health", "--snapshot", str(SNAPSHOT)],
 }
-VERDICT_EXITS = (0, 1)  # healthy, unhealthy: anything else means the timing measured a crash
-
-
-def wall(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    elapsed = time.perf_counter() - t0
-    if r.returncode not in VERDICT_EXITS or b"Traceback" in r.stderr:
-        raise SystemExit(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.decode(errors='replace')[-500:]}")
-    return elapsed
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=9)
     args = ap.parse_args()
-    for cmd in COMMANDS.values():  # warm the page cache
-        wall(cmd)
-    times: dict[str, list[float]] = {k: [] for k in COMMANDS}
-    for _ in range(args.runs):
-        for name, cmd in COMMANDS.items():
-            times[name].append(wall(cmd))
-    import torch
-
+    times = interleaved(COMMANDS, args.runs)
     print(
-        f"machine: {platform.node()} · {os.cpu_count()} CPUs · {platform.platform()} · "
-        f"Python {platform.python_version()} · torch {torch.__version__}\n"
+        f"{machine()}\n"
         f"runs: {args.runs} each, interleaved; median wall time (interpreter start included)\n\n"
         "| command | median s | min s | max s |\n|---|---|---|---|"
     )

@@ -35,6 +35,8 @@ import sys
 import time
 from datetime import timedelta
 
+from gpudoctor.job import exchange
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -100,7 +102,7 @@ def _drive(ranks: list[int], port: int, ns: str, rpn: int, drift_node: int, part
         st = dist.TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=600))
         connect_s = max(connect_s, time.monotonic() - c0)
         digs = drift_digests if r // rpn == drift_node else digests
-        wire = json.dumps(_member_wire(r, rpn, digs), separators=(",", ":"))
+        wire = exchange.encode(_member_wire(r, rpn, digs))
         st.set(f"{ns}/m/{r}", wire)
         st.add(f"{ns}/arrived", 1)
         stores[r] = st
@@ -108,16 +110,16 @@ def _drive(ranks: list[int], port: int, ns: str, rpn: int, drift_node: int, part
     _arrived_at(stats, lock)  # CLOCK_MONOTONIC is one clock for every process of this machine
     for r, st in stores.items():  # the request, then the verdict; every rank reads both (blocking waits)
         st.wait([f"{ns}/request"], timedelta(seconds=600))
-        wanted = json.loads(st.get(f"{ns}/request")).get(str(r))
+        wanted = exchange.request(st.get(f"{ns}/request")).get(str(r))
         if wanted:
             body = drift_parts if r // rpn == drift_node else parts
-            blob = json.dumps({a: body.get(a) for a in wanted}, separators=(",", ":"))
+            blob = exchange.encode({a: body.get(a) for a in wanted})
             st.set(f"{ns}/c/{r}", blob)
             sent += len(blob)
             answered += 1
     for st in stores.values():
         st.wait([f"{ns}/verdict"], timedelta(seconds=600))
-        json.loads(st.get(f"{ns}/verdict"))
+        exchange.verdict(st.get(f"{ns}/verdict"))
         st.add(f"{ns}/done", 1)
     with lock:
         stats["bytes_sent"] += sent
@@ -125,40 +127,45 @@ def _drive(ranks: list[int], port: int, ns: str, rpn: int, drift_node: int, part
         stats["connect_s"] = max(stats["connect_s"], connect_s)
 
 
-def main() -> int:
+def _options() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--nodes", type=int, default=1024)
     p.add_argument("--ranks-per-node", type=int, default=8)
     p.add_argument("--workers", type=int, default=8, help="processes driving the simulated ranks")
     p.add_argument("--threads", type=int, default=128, help="threads per worker, each driving its share of ranks")
-    a = p.parse_args()
-    import torch
+    return p.parse_args()
+
+
+def _rank0(a: argparse.Namespace, n: int, port: int):
+    """Rank 0 as `check --job` runs it: one real probe of this machine (its parts reused by every simulated
+    rank), the Gatherer serving the TCPStore, and its own member. Returns (gatherer, member, parts)."""
     import torch.distributed as dist
 
-    from gpudoctor.cli import _specs
     from gpudoctor.commands import check_job as gather
+    from gpudoctor.inputs import specs_for
+    from gpudoctor.job.compare import aspects
     from gpudoctor.job.world import World
     from gpudoctor.model import Context
     from gpudoctor.probe import collect
     from gpudoctor.runner import run_checks
 
-    n = a.nodes * a.ranks_per_node
     args = argparse.Namespace(
         select=None, ignore=None, json=False, verbose=False, strict=False, junit=None, snapshot=None, job=True
     )
-    specs = _specs(args)
-    facts = collect()  # one real probe of this machine, reused by every simulated rank
+    specs = specs_for(args)
+    facts = collect()
     findings = run_checks([s for s in specs if s.category != "job"], facts, Context())
-    from gpudoctor.job.compare import aspects
-
     parts = aspects(facts, findings, ranks_here=a.ranks_per_node, leader=True)
-    port, ns = _free_port(), "gpudoctor-job/bench"
     world = World("env", 0, n, 0, a.ranks_per_node, "127.0.0.1", port, False, "gpudoctor-smoke/bench")
     g = gather.Gatherer(world, dist, args, specs, Context(), {}, timeout=600)
     g.store = dist.TCPStore("127.0.0.1", port, None, True, timeout=timedelta(seconds=600), wait_for_workers=False)
-    me = gather._member(_member_wire(0, a.ranks_per_node, _payloads(parts)[0]))
-    drift_node = a.nodes // 2 + 1 if a.nodes > 1 else 0
+    me = exchange.member(exchange.encode(_member_wire(0, a.ranks_per_node, _payloads(parts)[0])), 0)
     me.contents = parts
+    return g, me, parts
+
+
+def _run_exchange(a: argparse.Namespace, n: int, port: int, ns: str, drift_node: int, g, me, parts: dict) -> dict:
+    """Spawn the workers, let rank 0 judge, and wait for every rank: the verdict, the report and the timings."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     shares = [list(range(1 + i, n, a.workers)) for i in range(a.workers)]
@@ -169,48 +176,65 @@ def main() -> int:
     ]
     for pr in procs:
         pr.start()
-    g.store.set(f"{ns}/m/0", json.dumps(me.to_wire(), separators=(",", ":")))
+    g.store.set(f"{ns}/m/0", exchange.encode(me.to_wire()))
     g.store.add(f"{ns}/arrived", 1)
     report = io.StringIO()
     with contextlib.redirect_stdout(report):
         g.started = time.monotonic()
         code = g.judge(me)
     verdict_at = time.monotonic()
-    t_verdict = verdict_at - t0
     stats = [q.get(timeout=600) for _ in procs]
     for pr in procs:
         pr.join(60)
-    t_all = time.monotonic() - t0
+    return {
+        "code": code,
+        "report": report.getvalue(),
+        "stats": stats,
+        "verdict_at": verdict_at,
+        "t_verdict": verdict_at - t0,
+        "t_all": time.monotonic() - t0,
+    }
+
+
+def _summary(a: argparse.Namespace, n: int, drift_node: int, me, run: dict) -> dict:
+    import torch
+
+    stats = run["stats"]
     sent = sum(s["bytes_sent"] for s in stats)
-    wire0 = len(json.dumps(me.to_wire(), separators=(",", ":")))
-    drift_lines = [line.strip() for line in report.getvalue().splitlines() if "NCCL_SOCKET_IFNAME" in line]
-    print(
-        json.dumps(
-            {
-                "res_options": os.environ.get("RES_OPTIONS"),
-                "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
-                "python": platform.python_version(),
-                "torch": torch.__version__,
-                "nodes": a.nodes,
-                "ranks_per_node": a.ranks_per_node,
-                "ranks": n,
-                "workers": a.workers,
-                "member_bytes_rank0": wire0,
-                "bytes_sent_by_other_ranks": sent,
-                "bytes_per_rank": round((sent + wire0) / n, 1),
-                "threads_per_worker": a.threads,
-                "contents_fetched": sum(s["answered"] for s in stats),
-                "spawn_to_verdict_s": round(t_verdict, 2),
-                "spawn_to_all_ranks_done_s": round(t_all, 2),
-                "last_arrival_to_verdict_s": round(verdict_at - max(s["arrived_at"] for s in stats), 3),
-                "slowest_client_connect_s": round(max(s["connect_s"] for s in stats), 2),
-                "drift_node": f"gpu-{drift_node:04d}",
-                "exit": int(code),
-                "report_drift_line": drift_lines[:1],
-            },
-            indent=2,
-        )
-    )
+    wire0 = len(exchange.encode(me.to_wire()))
+    drift_lines = [line.strip() for line in run["report"].splitlines() if "NCCL_SOCKET_IFNAME" in line]
+    return {
+        "res_options": os.environ.get("RES_OPTIONS"),
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "nodes": a.nodes,
+        "ranks_per_node": a.ranks_per_node,
+        "ranks": n,
+        "workers": a.workers,
+        "member_bytes_rank0": wire0,
+        "bytes_sent_by_other_ranks": sent,
+        "bytes_per_rank": round((sent + wire0) / n, 1),
+        "threads_per_worker": a.threads,
+        "contents_fetched": sum(s["answered"] for s in stats),
+        "spawn_to_verdict_s": round(run["t_verdict"], 2),
+        "spawn_to_all_ranks_done_s": round(run["t_all"], 2),
+        "last_arrival_to_verdict_s": round(run["verdict_at"] - max(s["arrived_at"] for s in stats), 3),
+        "slowest_client_connect_s": round(max(s["connect_s"] for s in stats), 2),
+        "drift_node": f"gpu-{drift_node:04d}",
+        "exit": int(run["code"]),
+        "report_drift_line": drift_lines[:1],
+    }
+
+
+def main() -> int:
+    a = _options()
+    n = a.nodes * a.ranks_per_node
+    port, ns = _free_port(), "gpudoctor-job/bench"
+    g, me, parts = _rank0(a, n, port)
+    drift_node = a.nodes // 2 + 1 if a.nodes > 1 else 0
+    run = _run_exchange(a, n, port, ns, drift_node, g, me, parts)
+    print(json.dumps(_summary(a, n, drift_node, me, run), indent=2))
     return 0
 
 

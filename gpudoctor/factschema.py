@@ -198,6 +198,7 @@ def _check_logic(value, schema, root, path):
     return None
 
 
-def _closest(problems: list[_Problem]) -> _Problem:
-    """The branch that got furthest into the value is the one the file meant (jsonschema's best_match, roughly)."""
-    return max(problems, key=lambda p: len(p[0]))
+def _closest(problems: list[_Problem | None]) -> _Problem:
+    """The branch that got furthest into the value is the one the file meant (jsonschema's best_match, roughly);
+    called when no branch matched, so every entry is a problem."""
+    return max((p for p in problems if p is not None), key=lambda p: len(p[0]))

@@ -80,7 +80,7 @@ def context_for(args):
 
         try:
             # `check --sbatch F` without `--`: the script's arguments are not known (None), not absent
-            known = tuple(arguments) if _gave_arguments(args) else None
+            known = tuple(arguments or ()) if _gave_arguments(args) else None
             sbatch = load_sbatch(args.sbatch, check_syntax=bash_syntax, arguments=known)
         except SbatchError as e:
             raise UsageError(str(e)) from None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudoctor.readers.sbatch.script import BatchScript
 
 CATEGORIES = (
     "driver",
@@ -288,7 +291,7 @@ class Context:
     launcher: str | None = None  # torchrun | lightning | srun | accelerate | deepspeed
     config: dict | None = None  # parsed training config (--config)
     config_path: str | None = None
-    sbatch: dict | None = None  # parsed batch script (--sbatch)
+    sbatch: BatchScript | None = None  # parsed batch script (--sbatch)
     sbatch_path: str | None = None
     # Ids of the checks in this run (set by runner.run_checks; None when a check runs on its own),
     # so a check can leave a finding to another check that reports it in the same run.

@@ -203,7 +203,7 @@ def script_causes(job: str, command: str | None, text: str | None, work_dir: str
         sbatch = replace(sbatch, program=launched_program(sbatch, base))
         specs = load_all()
         # Context.sbatch holds the parsed BatchScript, as inputs.context_for passes it (its annotation says dict)
-        ctx = Context(sbatch=sbatch, sbatch_path=path)  # type: ignore[arg-type]
+        ctx = Context(sbatch=sbatch, sbatch_path=path)
         # judged as a script before submission: no environment of this machine enters the verdict
         facts = Facts(sections={"env": {"vars": {}}})
         found = run_checks([specs[c] for c in CAUSE_CHECKS if c in specs], facts, ctx)

@@ -7,7 +7,7 @@ context and starts nothing on a GPU: NVML (nvidia-ml-py) reads the driver's coun
 - The job's processes: every process in /proc whose environment has SLURM_JOB_ID=J (readable for the job's own
   user), with `scontrol listpids J` added for those whose environment cannot be read; the probe's own step is
   left out (its SLURM_STEP_ID, and its own ancestors). Of each: parent, user, command line (redacted as batch
-  script words are: readers/sbatch/reader.redact_words), the variables in samples.ENV_KEYS only (environments
+  script words are: gpudoctor/redact.redact_words), the variables in samples.ENV_KEYS only (environments
   hold secrets), and its CPU time at the start and the end of the window (/proc/PID/stat utime+stime).
 - With py-spy on PATH, the Python stack of each of the job's training processes that made no progress on the
   CPU during a window of 10 s or more (`py-spy dump --nonblocking`: the process is not paused).
@@ -32,7 +32,7 @@ import sys
 import time
 
 from gpudoctor.probe.proc import run_bounded
-from gpudoctor.readers.sbatch.reader import redact_words
+from gpudoctor.redact import redact_words
 from gpudoctor.watch.samples import ENV_KEYS, NO_PROGRESS_SHARE, GpuSample, GpuTrace, JobProcess, NodeObservation
 
 MAX_WINDOW_S = 3600.0

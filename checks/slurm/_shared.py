@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpudoctor import versions
+from gpudoctor.job.lightning import lightning_major, lightning_plan
 from gpudoctor.job.process_model import python_processes
-from gpudoctor.job.shape import JobShape, job_shape, lightning_major, lightning_plan
+from gpudoctor.job.shape import JobShape, job_shape
 from gpudoctor.model import Action, ActionKind, Fix, Safety, manual
 from gpudoctor.readers import slurmfmt
 

@@ -12,7 +12,8 @@ from gpudoctor.checks.slurm._shared import (
     shape_evidence,
     slurm_shape,
 )
-from gpudoctor.job.shape import JobShape, LightningPlan, lightning_plan
+from gpudoctor.job.lightning import LightningPlan, lightning_plan
+from gpudoctor.job.shape import JobShape
 from gpudoctor.model import Fix, Outcome, fail, info, passed, skip, warn
 from gpudoctor.registry import check
 

@@ -160,62 +160,82 @@ def _gpu(nvml, index: int) -> dict:
     g["persistence_mode"] = None if pm is None else bool(pm)
     cm = call("nvmlDeviceGetComputeMode", h)
     g["compute_mode"] = None if cm is None else COMPUTE_MODES.get(cm, str(cm))
-
-    mig = call("nvmlDeviceGetMigMode", h)
-    g["mig"] = None
-    if mig is not None:
-        current, pending = mig
-        devices = []
-        if current:
-            count = call("nvmlDeviceGetMaxMigDeviceCount", h) or 0
-            for i in range(count):
-                try:
-                    mh = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
-                except nvml.NVMLError:
-                    continue
-                mmem = call("nvmlDeviceGetMemoryInfo", mh)
-                devices.append(
-                    {
-                        "uuid": _text(call("nvmlDeviceGetUUID", mh)),
-                        "memory_total_bytes": int(mmem.total) if mmem is not None else None,
-                    }
-                )
-        g["mig"] = {"current": bool(current), "pending": bool(pending), "devices": devices}
-
-    ecc = call("nvmlDeviceGetEccMode", h)
-    g["ecc"] = None
-    if ecc is not None:
-        current, pending = ecc
-        g["ecc"] = {"current": bool(current), "pending": bool(pending)}
-        if current:
-            unc = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-            g["ecc"]["uncorrected_volatile"] = call("nvmlDeviceGetTotalEccErrors", h, unc, nvml.NVML_VOLATILE_ECC)
-            g["ecc"]["uncorrected_aggregate"] = call("nvmlDeviceGetTotalEccErrors", h, unc, nvml.NVML_AGGREGATE_ECC)
-
+    g["mig"] = _mig(nvml, call, h)
+    g["ecc"] = _ecc(nvml, call, h)
     # Ampere and newer remap rows; older GPUs retire pages. Each reports NotSupported on the other.
-    remap = call("nvmlDeviceGetRemappedRows", h)
-    g["remapped_rows"] = None
-    if remap is not None:
-        corr, unc, pending, failed = remap
-        g["remapped_rows"] = {
-            "correctable": int(corr),
-            "uncorrectable": int(unc),
-            "pending": bool(pending),
-            "failed": bool(failed),
-        }
-    g["retired_pages"] = None
-    pending_retire = call("nvmlDeviceGetRetiredPagesPendingStatus", h)
-    if pending_retire is not None:
-        dbe = call("nvmlDeviceGetRetiredPages", h, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
-        sbe = call("nvmlDeviceGetRetiredPages", h, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-        g["retired_pages"] = {
-            "pending": bool(pending_retire),
-            "double_bit": None if dbe is None else len(dbe),
-            "single_bit": None if sbe is None else len(sbe),
-        }
-
+    g["remapped_rows"] = _remapped_rows(call, h)
+    g["retired_pages"] = _retired_pages(nvml, call, h)
     _performance(nvml, call, h, g)
+    g["nvlink"] = _nvlink(nvml, h)
+    g["processes"] = _processes(call, h)
+    g["fabric"] = _fabric(nvml, call, h)
+    g["unsupported"] = sorted(set(call.unsupported))
+    if call.errors:
+        g["errors"] = call.errors
+    return g
 
+
+def _mig(nvml, call, h) -> dict | None:
+    """MIG mode now and after the next reset, and the MIG devices with their memory when it is on."""
+    mig = call("nvmlDeviceGetMigMode", h)
+    if mig is None:
+        return None
+    current, pending = mig
+    devices = []
+    if current:
+        count = call("nvmlDeviceGetMaxMigDeviceCount", h) or 0
+        for i in range(count):
+            try:
+                mh = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+            except nvml.NVMLError:
+                continue
+            mmem = call("nvmlDeviceGetMemoryInfo", mh)
+            devices.append(
+                {
+                    "uuid": _text(call("nvmlDeviceGetUUID", mh)),
+                    "memory_total_bytes": int(mmem.total) if mmem is not None else None,
+                }
+            )
+    return {"current": bool(current), "pending": bool(pending), "devices": devices}
+
+
+def _ecc(nvml, call, h) -> dict | None:
+    """ECC mode now and after the next reset; with ECC on, the uncorrected errors since boot and ever."""
+    ecc = call("nvmlDeviceGetEccMode", h)
+    if ecc is None:
+        return None
+    current, pending = ecc
+    out = {"current": bool(current), "pending": bool(pending)}
+    if current:
+        unc = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        out["uncorrected_volatile"] = call("nvmlDeviceGetTotalEccErrors", h, unc, nvml.NVML_VOLATILE_ECC)
+        out["uncorrected_aggregate"] = call("nvmlDeviceGetTotalEccErrors", h, unc, nvml.NVML_AGGREGATE_ECC)
+    return out
+
+
+def _remapped_rows(call, h) -> dict | None:
+    remap = call("nvmlDeviceGetRemappedRows", h)
+    if remap is None:
+        return None
+    corr, unc, pending, failed = remap
+    return {"correctable": int(corr), "uncorrectable": int(unc), "pending": bool(pending), "failed": bool(failed)}
+
+
+def _retired_pages(nvml, call, h) -> dict | None:
+    pending_retire = call("nvmlDeviceGetRetiredPagesPendingStatus", h)
+    if pending_retire is None:
+        return None
+    dbe = call("nvmlDeviceGetRetiredPages", h, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    sbe = call("nvmlDeviceGetRetiredPages", h, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    return {
+        "pending": bool(pending_retire),
+        "double_bit": None if dbe is None else len(dbe),
+        "single_bit": None if sbe is None else len(sbe),
+    }
+
+
+def _nvlink(nvml, h) -> list[dict]:
+    """The GPU's NVLinks, each active or not."""
     links = []
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
         try:
@@ -225,15 +245,7 @@ def _gpu(nvml, index: int) -> dict:
                 continue  # no NVLink, or a link this SKU does not have (H800s enable fewer)
             break  # INVALID_ARGUMENT: past the GPU's last link
         links.append({"link": link, "active": bool(state)})
-    g["nvlink"] = links
-
-    g["processes"] = _processes(call, h)
-    g["fabric"] = _fabric(nvml, call, h)
-
-    g["unsupported"] = sorted(set(call.unsupported))
-    if call.errors:
-        g["errors"] = call.errors
-    return g
+    return links
 
 
 def _performance(nvml, call, h, g: dict) -> None:

@@ -50,60 +50,10 @@ def run_bounded(
         cwd=cwd,
     )
     deadline = time.monotonic() + timeout
-    # Popen with stdout/stderr=PIPE (and stdin=PIPE when there is input) always sets these streams.
-    assert proc.stdout is not None and proc.stderr is not None
-    out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    truncated = False
     reaped = False
     try:
-        with selectors.DefaultSelector() as sel:
-            for stream in (proc.stdout, proc.stderr):
-                os.set_blocking(stream.fileno(), False)
-                sel.register(stream.fileno(), selectors.EVENT_READ)
-            pending = memoryview(input) if input is not None else None
-            stdin_fd = -1
-            if pending is not None:
-                assert proc.stdin is not None  # stdin=PIPE whenever there is input
-                stdin_fd = proc.stdin.fileno()
-                os.set_blocking(stdin_fd, False)
-                sel.register(stdin_fd, selectors.EVENT_WRITE)
-            exited_at = None
-            while sel.get_map():
-                now = time.monotonic()
-                if now >= deadline:
-                    raise subprocess.TimeoutExpired(cmd, timeout)
-                if exited_at is None and _exited(proc.pid):
-                    exited_at = now
-                if exited_at is not None and now - exited_at > EXIT_GRACE_S:
-                    break  # the command is done; whatever still holds its pipes is killed below
-                for key, _ in sel.select(min(deadline - now, 0.1)):
-                    fd = key.fd
-                    if fd == stdin_fd and pending is not None and proc.stdin is not None:
-                        try:
-                            pending = pending[os.write(fd, pending[:65536]) :]
-                        except (BrokenPipeError, BlockingIOError) as e:
-                            if isinstance(e, BlockingIOError):
-                                continue
-                            pending = pending[len(pending) :]
-                        if not pending:
-                            sel.unregister(fd)
-                            proc.stdin.close()
-                        continue
-                    try:
-                        chunk = os.read(fd, 65536)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        sel.unregister(fd)
-                        continue
-                    room = max_output - len(out[fd])
-                    if len(chunk) > room:
-                        truncated = True
-                    out[fd] += chunk[: max(room, 0)]
-        while not _exited(proc.pid):
-            if time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(cmd, timeout)
-            time.sleep(0.01)
+        out, truncated = _exchange(proc, input, max_output, deadline, cmd, timeout)
+        _wait_for_exit(proc, deadline, cmd, timeout)
         _kill_group(proc.pid)
         proc.wait()
         reaped = True
@@ -111,14 +61,93 @@ def run_bounded(
         if not reaped:
             _kill_group(proc.pid)
             proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
+        _close_pipes(proc)
     stdout, stderr = (bytes(buf).decode("utf-8", "replace") for buf in out.values())  # insertion order
     return Result(proc.returncode, stdout, stderr, truncated)
+
+
+def _exchange(
+    proc: subprocess.Popen, input: bytes | None, max_output: int, deadline: float, cmd: list[str], timeout: float
+) -> tuple[dict[int, bytearray], bool]:
+    """Write input to the command's stdin and read its stdout and stderr (each kept to max_output bytes) until
+    both pipes close, or EXIT_GRACE_S after the command exited; (output per fd, truncated).
+    Raises subprocess.TimeoutExpired at the deadline."""
+    # Popen with stdout/stderr=PIPE (and stdin=PIPE when there is input) always sets these streams.
+    assert proc.stdout is not None and proc.stderr is not None
+    out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    truncated = False
+    with selectors.DefaultSelector() as sel:
+        for stream in (proc.stdout, proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+            sel.register(stream.fileno(), selectors.EVENT_READ)
+        pending = memoryview(input) if input is not None else None
+        stdin_fd = -1
+        if pending is not None:
+            assert proc.stdin is not None  # stdin=PIPE whenever there is input
+            stdin_fd = proc.stdin.fileno()
+            os.set_blocking(stdin_fd, False)
+            sel.register(stdin_fd, selectors.EVENT_WRITE)
+        exited_at = None
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            if exited_at is None and _exited(proc.pid):
+                exited_at = now
+            if exited_at is not None and now - exited_at > EXIT_GRACE_S:
+                break  # the command is done; whatever still holds its pipes is killed by the caller
+            for key, _ in sel.select(min(deadline - now, 0.1)):
+                if key.fd == stdin_fd and pending is not None and proc.stdin is not None:
+                    pending = _write_some(sel, proc.stdin, pending)
+                else:
+                    truncated |= _read_some(sel, key.fd, out[key.fd], max_output)
+    return out, truncated
+
+
+def _write_some(sel: selectors.BaseSelector, stdin, pending: memoryview) -> memoryview:
+    """The input left after one write; stdin is closed once all is written or the command stopped reading."""
+    fd = stdin.fileno()
+    try:
+        pending = pending[os.write(fd, pending[:65536]) :]
+    except BlockingIOError:
+        return pending
+    except BrokenPipeError:
+        pending = pending[len(pending) :]
+    if not pending:
+        sel.unregister(fd)
+        stdin.close()
+    return pending
+
+
+def _read_some(sel: selectors.BaseSelector, fd: int, buf: bytearray, max_output: int) -> bool:
+    """One read from fd into buf, kept to max_output bytes; whether any was dropped. At end of file fd is done."""
+    try:
+        chunk = os.read(fd, 65536)
+    except BlockingIOError:
+        return False
+    if not chunk:
+        sel.unregister(fd)
+        return False
+    room = max_output - len(buf)
+    buf += chunk[: max(room, 0)]
+    return len(chunk) > room
+
+
+def _wait_for_exit(proc: subprocess.Popen, deadline: float, cmd: list[str], timeout: float) -> None:
+    """Until the command has exited (not reaped: its group id stays ours to kill); TimeoutExpired at the deadline."""
+    while not _exited(proc.pid):
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        time.sleep(0.01)
+
+
+def _close_pipes(proc: subprocess.Popen) -> None:
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 def _exited(pid: int) -> bool:

@@ -41,7 +41,7 @@ def _loaded_libraries(maps="/proc/self/maps"):
     """Shared libraries a process has mapped (Linux; this one by default), by family. The kernel names each
     mapping by the file the loader opened, symlinks resolved (libcudnn.so.9.1.0, not libcudnn.so.9), so these
     are the files the process runs, wherever LD_LIBRARY_PATH, the ld.so cache or a RUNPATH found them."""
-    found = {k: [] for k in LIBRARY_FAMILIES}
+    found = {k: [] for k in LIBRARY_FAMILIES}  # type: dict[str, list[str]]
     try:
         with open(maps) as fh:
             for line in fh:
@@ -218,7 +218,8 @@ def _precision_facts(torch, out):
 
 
 def main():
-    out = {"status": "ok", "python": sys.executable, "python_version": sys.version.split()[0]}
+    # type comments, not annotations: this file runs under the target's Python, however old
+    out = {"status": "ok", "python": sys.executable, "python_version": sys.version.split()[0]}  # type: dict
     t0 = time.monotonic()
     torch = _import_torch(out)
     if torch is not None:

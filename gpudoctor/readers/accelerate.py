@@ -175,93 +175,131 @@ def _int(value) -> int | None:
     return None
 
 
-def accelerate_plan(launch: Launch) -> AcceleratePlan:
-    """What `accelerate launch` does with its line and its config file (rules: the module docstring)."""
+@dataclass
+class _Sources:
+    """Where accelerate takes each value from: the launch line's options, then the config file, then its
+    defaults. notes and stops collect what the steps of accelerate_plan find."""
+
+    opts: dict
+    config: LauncherConfig | None
+    read: bool  # the config file was read
+    values: dict  # its launch keys ({} when not read, or when it launches elsewhere: `foreign`)
+    where: str  # the config file's name, as findings show it
+    foreign: bool  # compute_environment other than LOCAL_MACHINE: nothing is started per task here
+    notes: list[str] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)
+
+    def setting(self, key: str, default, default_source: str = "accelerate's default") -> Setting:
+        option = key.replace("_", "-")
+        if option in self.opts:
+            return Setting(self.opts[option], "launch line")
+        if key in self.values:
+            line = self.config.lines.get(key) if self.config is not None else None
+            return Setting(self.values[key], f"{self.where}:{line}" if line else self.where)
+        if self.config is not None and not self.read:
+            return Setting(None, f"{self.config.written} (not read)")
+        return Setting(default, default_source)
+
+
+def _sources(launch: Launch) -> _Sources:
+    """The launch line's options and its config file, with a note where the config is not known."""
     opts = dict(launch.launcher_options or {})
     config = launch.launcher_config
     read = config is not None and config.status == "read"
     values = dict(config.values) if read and config is not None else {}
     where = os.path.basename(config.path or config.written) if config is not None else ""
-    notes: list[str] = []
-    stops: list[str] = []
+    foreign = read and str(values.get("compute_environment", "LOCAL_MACHINE")) != "LOCAL_MACHINE"
+    src = _Sources(opts, config, read, {} if foreign else values, where, foreign)
     if config is None and "num-processes" not in opts:
-        notes.append(
+        src.notes.append(
             f"no --config_file: accelerate also reads {DEFAULT_CONFIG} when it exists on the node (not known "
             "before submission); judged from the launch line and accelerate's own defaults"
         )
     elif config is not None and not read:
-        notes.append(f"--config_file {config.written} was not read ({config.problem}): its values are unknown")
-    foreign = read and str(values.get("compute_environment", "LOCAL_MACHINE")) != "LOCAL_MACHINE"
+        src.notes.append(f"--config_file {config.written} was not read ({config.problem}): its values are unknown")
     if foreign:  # SageMaker: accelerate hands the job to another service; nothing here is started per task
-        notes.append(f"{where}: compute_environment {values['compute_environment']}: not a local launch")
-        values = {}
+        src.notes.append(f"{where}: compute_environment {values['compute_environment']}: not a local launch")
+    return src
 
-    def setting(key: str, default, default_source: str = "accelerate's default") -> Setting:
-        option = key.replace("_", "-")
-        if option in opts:
-            return Setting(opts[option], "launch line")
-        if key in values:
-            line = config.lines.get(key) if config is not None else None
-            return Setting(values[key], f"{where}:{line}" if line else where)
-        if config is not None and not read:
-            return Setting(None, f"{config.written} (not read)")
-        return Setting(default, default_source)
 
-    flag = next((mode for name, mode in _FLAG_MODES if opts.get(name) is True), None)
-    if foreign:
-        mode = Setting(None, where)
-    elif flag:
-        mode = Setting(flag, "launch line")
-    elif read and "distributed_type" in values:
-        dtype = str(values["distributed_type"]).upper()
-        mode = Setting(
+def _mode(src: _Sources) -> Setting:
+    """The launcher accelerate picks: a multi-process flag on the line, else the config's distributed_type."""
+    flag = next((mode for name, mode in _FLAG_MODES if src.opts.get(name) is True), None)
+    if src.foreign:
+        return Setting(None, src.where)
+    if flag:
+        return Setting(flag, "launch line")
+    if src.read and "distributed_type" in src.values:
+        dtype = str(src.values["distributed_type"]).upper()
+        line = src.config.lines.get("distributed_type") if src.config else None
+        return Setting(
             _MULTI_PROCESS_TYPES.get(dtype, "single" if dtype == "NO" else dtype.lower()),
-            f"{where}:{config.lines.get('distributed_type')}"
-            if config and config.lines.get("distributed_type")
-            else where,
+            f"{src.where}:{line}" if line else src.where,
         )
-    elif read:
-        mode = Setting(None, where)
-        stops.append(f"{where} has no distributed_type: accelerate stops ('A `distributed_type` must be specified')")
-    else:
-        mode = Setting(None, "not known")
-    single = mode.value == "single"
-    num_processes = setting("num_processes", 1 if single else None, "distributed_type NO" if single else "not given")
-    if read and not foreign and num_processes.source == "not given" and not stops:
-        stops.append(
-            f"neither the launch line nor {where} gives num_processes: accelerate stops ('You need to manually "
+    if src.read:
+        src.stops.append(
+            f"{src.where} has no distributed_type: accelerate stops ('A `distributed_type` must be specified')"
+        )
+        return Setting(None, src.where)
+    return Setting(None, "not known")
+
+
+def _refuse_missing_counts(src: _Sources, num_processes: Setting, num_machines: Setting, main_ip: Setting) -> None:
+    """The first value a read config leaves out that makes accelerate stop (only one stop is reported)."""
+    if not src.read or src.foreign or src.stops:
+        return
+    if num_processes.source == "not given":
+        src.stops.append(
+            f"neither the launch line nor {src.where} gives num_processes: accelerate stops ('You need to manually "
             "pass in `--num_processes` using this config yaml')"
         )
-    num_machines = setting("num_machines", 1 if (read or config is None) else None)
-    machine_rank = setting("machine_rank", 0 if (read or config is None) else None)
-    port = setting("main_process_port", 29500)
-    main_ip = setting("main_process_ip", None)
+        return
     machines_given = _int(num_machines.value)
-    if read and not foreign and machines_given and machines_given > 1 and main_ip.value is None and not stops:
+    if machines_given and machines_given > 1 and main_ip.value is None:
         # prepare_multi_gpu_env: rdzv_endpoint = f"{main_process_ip}:{main_process_port}" -> "None:29500"
-        stops.append(
+        src.stops.append(
             f"num_machines {machines_given} ({num_machines.source}) but no main_process_ip on the launch line or in "
-            f"{where}: accelerate points every machine's rendezvous at the host 'None'"
+            f"{src.where}: accelerate points every machine's rendezvous at the host 'None'"
         )
-    per_machine = None
+
+
+def _procs_per_machine(src: _Sources, mode: Setting, num_processes: Setting, num_machines: Setting) -> int | None:
+    """Processes one `accelerate launch` starts: num_processes // num_machines for a multi-process mode."""
     total, machines = _int(num_processes.value), _int(num_machines.value)
     if mode.value in ("single", "cpu"):
-        per_machine = 1
-    elif mode.value in ("multi_gpu", "fsdp", "megatron_lm", "deepspeed") and total and machines:
-        per_machine = total // machines if machines > 1 else total
+        return 1
+    if mode.value in ("multi_gpu", "fsdp", "megatron_lm", "deepspeed") and total and machines:
         multinode = str(
-            values.get("deepspeed_multinode_launcher") or opts.get("deepspeed-multinode-launcher") or "pdsh"
+            src.values.get("deepspeed_multinode_launcher") or src.opts.get("deepspeed-multinode-launcher") or "pdsh"
         )
         if mode.value == "deepspeed" and machines > 1 and multinode != "standard":
-            per_machine = None
-            notes.append(
+            src.notes.append(
                 f"DeepSpeed over {machines} machines with the '{multinode}' multinode launcher: deepspeed starts the "
                 "ranks from one node over its hostfile, not one launcher per SLURM task"
             )
-    elif mode.value is None and total:
+            return None
+        return total // machines if machines > 1 else total
+    if mode.value is None and total:
         # the line's own count: a launch line that counts its processes means to start them (accelerate turns
         # --multi_gpu on by itself for more than one process and GPU); only a config it could not read says otherwise
-        per_machine = total // machines if machines and machines > 1 else total
+        return total // machines if machines and machines > 1 else total
+    return None
+
+
+def accelerate_plan(launch: Launch) -> AcceleratePlan:
+    """What `accelerate launch` does with its line and its config file (rules: the module docstring)."""
+    src = _sources(launch)
+    mode = _mode(src)
+    single = mode.value == "single"
+    num_processes = src.setting(
+        "num_processes", 1 if single else None, "distributed_type NO" if single else "not given"
+    )
+    known_defaults = src.read or src.config is None
+    num_machines = src.setting("num_machines", 1 if known_defaults else None)
+    machine_rank = src.setting("machine_rank", 0 if known_defaults else None)
+    port = src.setting("main_process_port", 29500)
+    main_ip = src.setting("main_process_ip", None)
+    _refuse_missing_counts(src, num_processes, num_machines, main_ip)
     return AcceleratePlan(
         mode,
         num_processes,
@@ -269,11 +307,11 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
         machine_rank,
         main_ip,
         port,
-        setting("gpu_ids", "all"),
-        per_machine,
-        config,
-        tuple(notes),
-        tuple(stops),
+        src.setting("gpu_ids", "all"),
+        _procs_per_machine(src, mode, num_processes, num_machines),
+        src.config,
+        tuple(src.notes),
+        tuple(src.stops),
     )
 
 

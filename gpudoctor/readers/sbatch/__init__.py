@@ -8,10 +8,13 @@
     sb.broken_continuations, sb.late_directives, sb.bash_syntax   what bash/sbatch will do differently
 
 Modules: options (sbatch/srun option tables, getopt reading), shell (bash lexer with spans,
-bounded expansion, if/fi branches), launch (launchers and wrappers), script (the typed result),
-reader (parse_sbatch/load_sbatch).
+bounded expansion, if/fi branches), header (the #SBATCH lines as sbatch reads them), body (the
+commands as the batch shell runs them), continuations (broken line continuations), launch (launchers
+and wrappers), script (the typed result), reader (parse_sbatch/load_sbatch).
 """
 
+from gpudoctor.readers.sbatch.body import PER_TASK_VARS, expand_vars
+from gpudoctor.readers.sbatch.header import gpus_per_node_requested, implied_slurm_env
 from gpudoctor.readers.sbatch.launch import LAUNCHERS, describe_command
 from gpudoctor.readers.sbatch.options import (
     ALIASES,
@@ -25,15 +28,7 @@ from gpudoctor.readers.sbatch.options import (
     parse_options,
     read_options,
 )
-from gpudoctor.readers.sbatch.reader import (
-    MAX_SCRIPT_BYTES,
-    PER_TASK_VARS,
-    expand_vars,
-    gpus_per_node_requested,
-    implied_slurm_env,
-    load_sbatch,
-    parse_sbatch,
-)
+from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES, load_sbatch, parse_sbatch
 from gpudoctor.readers.sbatch.script import (
     Assignment,
     BashSyntax,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from gpudoctor.model import SCRIPT_LAUNCHERS
 from gpudoctor.readers.sbatch.options import parse_options
@@ -272,9 +273,9 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
             launcher = "torchrun" if module.endswith("run") else "torch.distributed.launch"
             return {**out, "launcher": launcher, "module": module, **_torchrun(py.get("args", []))}
         if module in ("accelerate.commands.launch",):
-            return {**out, **_accelerate(py.get("args", []))}
+            return {**out, **_read_launcher(_ACCELERATE, py.get("args", []))}
         if module == "deepspeed" or (module or "").startswith("deepspeed.launcher"):
-            return {**out, **_deepspeed(py.get("args", []))}
+            return {**out, **_read_launcher(_DEEPSPEED, py.get("args", []))}
         if module == "gpudoctor" or (py.get("script") or "").endswith("gpudoctor"):
             return {**out, "launcher": None, "gpudoctor": True}
         res = {
@@ -288,9 +289,9 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
             res["lightning"] = light
         return res
     if prog == "accelerate" and args[:1] == ["launch"]:
-        return {**out, **_accelerate(args[1:])}
+        return {**out, **_read_launcher(_ACCELERATE, args[1:])}
     if prog == "deepspeed":
-        return {**out, **_deepspeed(args)}
+        return {**out, **_read_launcher(_DEEPSPEED, args)}
     fabric_args = (
         args[2:]
         if prog == "lightning" and args[:2] == ["run", "model"]
@@ -337,112 +338,125 @@ def _unwrap(prog: str, args: list[str]) -> list[str] | None:
     return None
 
 
-def _torchrun(args: list[str]) -> dict:
-    opts, rest = _take(args, _TORCHRUN_VALUES, _TORCHRUN_FLAGS)
-    res = {
+@dataclass(frozen=True)
+class _LauncherLine:
+    """How a launcher's command line reads: its options that take a value, its flags, and which of them the
+    launch description keeps, under which key."""
+
+    launcher: str | None  # None: the caller names it (torchrun or torch.distributed.launch)
+    values: tuple[str, ...]
+    flags: tuple[str, ...]
+    keys: tuple[tuple[str, str], ...]  # (description key, option)
+
+
+_TORCHRUN = _LauncherLine(
+    None,
+    _TORCHRUN_VALUES,
+    _TORCHRUN_FLAGS,
+    (
+        ("nproc_per_node", "nproc-per-node"),
+        ("nnodes", "nnodes"),
+        ("rdzv_backend", "rdzv-backend"),
+        ("rdzv_endpoint", "rdzv-endpoint"),
+        ("node_rank", "node-rank"),
+        ("master_port", "master-port"),
+        ("rdzv_id", "rdzv-id"),
+    ),
+)
+_ACCELERATE = _LauncherLine(
+    "accelerate",
+    (
+        "num-processes",
+        "num-machines",
+        "machine-rank",
+        "main-process-ip",
+        "main-process-port",
+        "gpu-ids",
+        "mixed-precision",
+        "config-file",
+        "dynamo-backend",
+        "rdzv-backend",
+        "rdzv-conf",
+        "num-cpu-threads-per-process",
+        "deepspeed-multinode-launcher",
+        "deepspeed-hostfile",
+    ),
+    (
+        "multi-gpu",
+        "use-deepspeed",
+        "use-fsdp",
+        "use-megatron-lm",
+        "tpu",
+        "cpu",
+        "same-network",
+        "module",
+        "m",
+        "no-python",
+    ),
+    (
+        ("num_processes", "num-processes"),
+        ("nnodes", "num-machines"),
+        ("node_rank", "machine-rank"),
+        ("rdzv_backend", "rdzv-backend"),
+        ("config_file", "config-file"),
+        ("master_port", "main-process-port"),
+    ),
+)
+_DEEPSPEED = _LauncherLine(
+    "deepspeed",
+    (
+        "num-gpus",
+        "num-nodes",
+        "hostfile",
+        "include",
+        "exclude",
+        "master-port",
+        "master-addr",
+        "launcher",
+        "launcher-args",
+        "node-rank",
+        "ssh-port",
+        "venv-script",
+    ),
+    (
+        "no-python",
+        "no-local-rank",
+        "force-multi",
+        "module",
+        "elastic-training",
+        "bind-cores-to-rank",
+        "no-ssh",
+        "no-ssh-check",
+    ),
+    (
+        ("nproc_per_node", "num-gpus"),
+        ("nnodes", "num-nodes"),
+        ("deepspeed_launcher", "launcher"),
+        ("hostfile", "hostfile"),
+        ("master_port", "master-port"),
+    ),
+)
+
+
+def _read_launcher(line: _LauncherLine, args: list[str]) -> dict:
+    """The launcher's options, the values the description keeps, and the script it runs with its arguments."""
+    opts, rest = _take(args, line.values, line.flags)
+    return {
+        **({"launcher": line.launcher} if line.launcher else {}),
         "launcher_options": opts,
-        "nproc_per_node": opts.get("nproc-per-node"),
-        "nnodes": opts.get("nnodes"),
-        "standalone": bool(opts.get("standalone")),
-        "rdzv_backend": opts.get("rdzv-backend"),
-        "rdzv_endpoint": opts.get("rdzv-endpoint"),
-        "node_rank": opts.get("node-rank"),
-        "master_port": opts.get("master-port"),
-        "rdzv_id": opts.get("rdzv-id"),
+        **{key: opts.get(option) for key, option in line.keys},
         "script": rest[0] if rest else None,
         "script_args": rest[1:],
     }
-    light = _lightning_args(rest[1:])
+
+
+def _torchrun(args: list[str]) -> dict:
+    res = _read_launcher(_TORCHRUN, args)
+    res["standalone"] = bool(res["launcher_options"].get("standalone"))
+    light = _lightning_args(res["script_args"])
     if light:
         res["lightning"] = light
     return res
-
-
-def _accelerate(args: list[str]) -> dict:
-    opts, rest = _take(
-        args,
-        (
-            "num-processes",
-            "num-machines",
-            "machine-rank",
-            "main-process-ip",
-            "main-process-port",
-            "gpu-ids",
-            "mixed-precision",
-            "config-file",
-            "dynamo-backend",
-            "rdzv-backend",
-            "rdzv-conf",
-            "num-cpu-threads-per-process",
-            "deepspeed-multinode-launcher",
-            "deepspeed-hostfile",
-        ),
-        (
-            "multi-gpu",
-            "use-deepspeed",
-            "use-fsdp",
-            "use-megatron-lm",
-            "tpu",
-            "cpu",
-            "same-network",
-            "module",
-            "m",
-            "no-python",
-        ),
-    )
-    return {
-        "launcher": "accelerate",
-        "launcher_options": opts,
-        "num_processes": opts.get("num-processes"),
-        "nnodes": opts.get("num-machines"),
-        "node_rank": opts.get("machine-rank"),
-        "rdzv_backend": opts.get("rdzv-backend"),
-        "config_file": opts.get("config-file"),
-        "master_port": opts.get("main-process-port"),
-        "script": rest[0] if rest else None,
-        "script_args": rest[1:],
-    }
-
-
-def _deepspeed(args: list[str]) -> dict:
-    opts, rest = _take(
-        args,
-        (
-            "num-gpus",
-            "num-nodes",
-            "hostfile",
-            "include",
-            "exclude",
-            "master-port",
-            "master-addr",
-            "launcher",
-            "launcher-args",
-            "node-rank",
-            "ssh-port",
-            "venv-script",
-        ),
-        (
-            "no-python",
-            "no-local-rank",
-            "force-multi",
-            "module",
-            "elastic-training",
-            "bind-cores-to-rank",
-            "no-ssh",
-            "no-ssh-check",
-        ),
-    )
-    return {
-        "launcher": "deepspeed",
-        "launcher_options": opts,
-        "nproc_per_node": opts.get("num-gpus"),
-        "nnodes": opts.get("num-nodes"),
-        "deepspeed_launcher": opts.get("launcher"),
-        "hostfile": opts.get("hostfile"),
-        "master_port": opts.get("master-port"),
-        "script": rest[0] if rest else None,
-        "script_args": rest[1:],
-    }
 
 
 def describe_launch(tokens: list[str]) -> dict | None:

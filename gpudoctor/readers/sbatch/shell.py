@@ -78,11 +78,69 @@ _OPERATOR_AT = re.compile(
 )
 
 
+# scan_word's state table. A construct ends at its closing character (_CLOSED_BY); any other special character
+# inside it goes to its step (_INSIDE), which returns where scanning goes on, _WORD_ENDS, or None: the character
+# may open a construct (_open). `...` and ${...} have no step: inside them only openers count.
+_CLOSED_BY = {'"': '"', "`": "`", "$(": ")", "(": ")", "${": "}", "$'": "'"}
+_WORD_ENDS = -1
+
+
+def _in_plain_word(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
+    if c not in _WORD_END:
+        return None
+    if c == "(" and _ARRAY_START.fullmatch(text, word_start, i):  # NAME=( ... ): an array's words
+        stack.append("(")
+        return i + 1
+    return _WORD_ENDS
+
+
+def _in_double_quotes(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
+    return None if c in "$`" else i + 1  # only expansions are live inside "..."
+
+
+def _in_parentheses(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
+    """$( ... ) and the ( ... ) nested in it or in an array: parentheses count, a comment runs to the line end."""
+    if c == "(":
+        stack.append("(")
+        return i + 1
+    if c == "#" and i > 0 and text[i - 1] in " \t\n":
+        nl = text.find("\n", i)
+        return len(text) if nl < 0 else nl
+    return None
+
+
+def _in_ansi_c_quotes(text: str, i: int, c: str, stack: list[str], word_start: int) -> int | None:
+    return i + 1  # $'...': nothing opens inside (a backslash escape is skipped before)
+
+
+_INSIDE = {
+    None: _in_plain_word,
+    '"': _in_double_quotes,
+    "$(": _in_parentheses,
+    "(": _in_parentheses,
+    "$'": _in_ansi_c_quotes,
+}
+# The constructs a character opens, in every context but single quotes; ' and $' are literal inside "...".
+_OPENERS = {"'": ("'",), '"': ('"',), "`": ("`",), "$": ("$'", "$(", "${")}
+_LITERAL_IN_DOUBLE_QUOTES = ("'", "$'")
+
+
+def _open(text: str, i: int, c: str, stack: list[str]) -> int:
+    """Past the construct opened at i (pushed on the stack), or past the one character when it opens none."""
+    in_double_quotes = bool(stack) and stack[-1] == '"'
+    for opener in _OPENERS.get(c, ()):
+        if text.startswith(opener, i) and not (in_double_quotes and opener in _LITERAL_IN_DOUBLE_QUOTES):
+            stack.append(opener)
+            return i + len(opener)
+    return i + 1
+
+
 def scan_word(text: str, i: int, single: bool = False) -> tuple[int, bool]:
     """The end of the word starting at i, and whether a quote or expansion was left open.
 
     single: only the one quote or expansion that starts at i. One explicit stack of open
-    constructs, so nesting depth costs memory, not recursion.
+    constructs, so nesting depth costs memory, not recursion; each character is looked at a
+    bounded number of times (a state table: _CLOSED_BY, _INSIDE), so the time is linear in the text.
     """
     n = len(text)
     word_start = i
@@ -91,7 +149,7 @@ def scan_word(text: str, i: int, single: bool = False) -> tuple[int, bool]:
         if single and not stack and i > word_start:
             return i, False
         top = stack[-1] if stack else None
-        if top == "'":
+        if top == "'":  # nothing is special in single quotes but the closing one
             close = text.find("'", i)
             if close < 0:
                 return n, True
@@ -106,69 +164,15 @@ def scan_word(text: str, i: int, single: bool = False) -> tuple[int, bool]:
         if c == "\\":
             i += 2
             continue
-        if top == "$'":
-            if c == "'":
-                stack.pop()
-            i += 1
-            continue
-        if top is None:
-            if c in _WORD_END:
-                if c == "(" and _ARRAY_START.fullmatch(text, word_start, i):
-                    stack.append("(")
-                    i += 1
-                    continue
-                return i, False
-        elif top == '"':
-            if c == '"':
-                stack.pop()
-                i += 1
-                continue
-            if c not in "$`":
-                i += 1
-                continue
-        elif top == "`":
-            if c == "`":
-                stack.pop()
-                i += 1
-                continue
-        elif top in ("$(", "("):
-            if c == ")":
-                stack.pop()
-                i += 1
-                continue
-            if c == "(":
-                stack.append("(")
-                i += 1
-                continue
-            if c == "#" and i > 0 and text[i - 1] in " \t\n":
-                nl = text.find("\n", i)
-                i = n if nl < 0 else nl
-                continue
-        elif top == "${" and c == "}":
+        if top is not None and c == _CLOSED_BY[top]:
             stack.pop()
             i += 1
             continue
-        # openers, valid in every context but single quotes
-        if c == "'" and top != '"':
-            stack.append("'")
-            i += 1
-        elif c == '"':
-            stack.append('"')
-            i += 1
-        elif c == "`":
-            stack.append("`")
-            i += 1
-        elif c == "$" and text.startswith("$'", i) and top != '"':
-            stack.append("$'")
-            i += 2
-        elif c == "$" and text.startswith("$(", i):
-            stack.append("$(")
-            i += 2
-        elif c == "$" and text.startswith("${", i):
-            stack.append("${")
-            i += 2
-        else:
-            i += 1
+        step = _INSIDE.get(top)
+        after = step(text, i, c, stack, word_start) if step is not None else None
+        if after == _WORD_ENDS:
+            return i, False
+        i = _open(text, i, c, stack) if after is None else after
     return n, bool(stack)
 
 
