@@ -301,10 +301,14 @@ _loaded = False
 
 
 def builtin_modules() -> list[str]:
-    """Every module of the gpudoctor.checks package: a new checks/x.py is found without a list."""
+    """Every check module of the gpudoctor.checks package and its sub-packages (a category grown into a
+    package, checks/cuda/): a new checks/x.py or checks/x/y.py is found without a list. Modules whose name
+    starts with _ hold shared helpers and are not check modules."""
     package = importlib.import_module(BUILTIN_PACKAGE)
     return sorted(
-        f"{BUILTIN_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")
+        m.name
+        for m in pkgutil.walk_packages(package.__path__, prefix=f"{BUILTIN_PACKAGE}.")
+        if not m.ispkg and not m.name.rsplit(".", 1)[1].startswith("_")
     )
 
 

@@ -60,10 +60,17 @@ def test_names_are_unique():
     assert sorted(n for n in names if names.count(n) > 1) == []
 
 
-def test_every_check_module_in_the_package_is_discovered():
-    on_disk = {p.stem for p in (ROOT / "checks").glob("*.py") if not p.stem.startswith("_")}
-    assert {m.rsplit(".", 1)[1] for m in builtin_modules()} == on_disk
-    assert {s.module.rsplit(".", 1)[1] for s in SPECS.values()} == on_disk  # each registers at least one check
+def _check_modules_on_disk() -> set[str]:
+    """checks/x.py and checks/x/y.py as x and x.y; a module named _z holds shared helpers, no checks."""
+    paths = (p.relative_to(ROOT / "checks").with_suffix("") for p in (ROOT / "checks").rglob("*.py"))
+    return {".".join(p.parts) for p in paths if not p.name.startswith("_")}
+
+
+def test_every_check_module_in_the_package_and_its_sub_packages_is_discovered():
+    on_disk = _check_modules_on_disk()
+    assert {m.removeprefix("gpudoctor.checks.") for m in builtin_modules()} == on_disk
+    # each registers at least one check
+    assert {s.module.removeprefix("gpudoctor.checks.") for s in SPECS.values()} == on_disk
 
 
 def _test_sources() -> str:
@@ -78,15 +85,20 @@ def test_every_check_is_referenced_by_a_test():
 
 
 def test_check_modules_import_no_sibling_check_module():
+    """A category's modules share only their package's helper modules (checks/cuda/_loading.py)."""
     offenders = []
-    for path in sorted((ROOT / "checks").glob("*.py")):
+    for path in sorted((ROOT / "checks").rglob("*.py")):
+        name = path.relative_to(ROOT / "checks").with_suffix("")
+        own_helpers = f"gpudoctor.checks.{name.parent.name}._" if name.parent.name else None
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpudoctor.checks"):
-                offenders.append(f"{path.name}: from {node.module}")
+            imported = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             if isinstance(node, ast.Import):
-                offenders += [
-                    f"{path.name}: import {a.name}" for a in node.names if a.name.startswith("gpudoctor.checks")
-                ]
+                imported = [a.name for a in node.names]
+            offenders += [
+                f"{name}: {m}"
+                for m in imported
+                if m.startswith("gpudoctor.checks") and not (own_helpers and m.startswith(own_helpers))
+            ]
     assert offenders == []
 
 
