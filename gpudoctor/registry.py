@@ -68,6 +68,9 @@ REQUIREMENTS = {
     "job-gpus": "the driver sees at least one of the job's GPUs (those CUDA_VISIBLE_DEVICES names)",
     "torch": "the probe imported torch",
     "loader-settings": "a training config (--config) or a live DataLoader gives the DataLoader's settings",
+    "loader-workers": "the DataLoader's num_workers is stated and is a count (not negative)",
+    "several-hosts": "the job's ranks run on more than one node; what the check finds exists only across hosts "
+    "(each problem is marked so, and `check --job` drops it where the ranks share one host)",
 }
 SCOPES = ("job", "machine", "node")  # see the module docstring
 SOURCES = ("facts", "smoke", "watch")

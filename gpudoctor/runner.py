@@ -49,6 +49,21 @@ def _loader_settings(facts: Facts, ctx: Context) -> str | None:
     return "no training config (--config) or DataLoader (gpudoctor.audit_dataloader) to read settings from"
 
 
+def _loader_workers(facts: Facts, ctx: Context) -> str | None:
+    from gpudoctor.job.env import job_env
+    from gpudoctor.readers.dlconfig import from_context
+
+    settings = from_context(ctx, job_env(facts, ctx))
+    return _loader_settings(facts, ctx) if settings is None else settings.workers_unknown()
+
+
+def _several_hosts(facts: Facts, ctx: Context) -> str | None:
+    from gpudoctor.job.layout import layout
+
+    lay = layout(facts, ctx)
+    return None if lay.multi_node else f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'})"
+
+
 # requires= name -> why the check is skipped (None: the requirement holds). One wording per requirement.
 UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "gpus-expected": _gpus_expected,
@@ -56,6 +71,8 @@ UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "job-gpus": _job_gpus,
     "torch": _torch,
     "loader-settings": _loader_settings,
+    "loader-workers": _loader_workers,
+    "several-hosts": _several_hosts,
 }
 assert UNMET.keys() == REQUIREMENTS.keys()
 
@@ -98,6 +115,10 @@ def _outcomes(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Outcome]:
     outcomes = result if isinstance(result, list) else [result]
     if not outcomes or not all(isinstance(o, Outcome) for o in outcomes):
         raise TypeError(f"check returned {result!r}, expected Outcome or a list of them")
+    if "several-hosts" in spec.requires:
+        from gpudoctor.job.layout import mark_several_hosts
+
+        outcomes = [mark_several_hosts(o) for o in outcomes]
     return [_scoped(spec, o, facts, ctx) for o in outcomes]
 
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.layout import Known, env_int, in_srun_step
-from gpudoctor.model import Action, ActionKind, Fix, Safety, skip
+from gpudoctor.model import Action, ActionKind, Fix, Safety
 from gpudoctor.readers.dlconfig import LoaderSettings, from_context
-
-MIB = 1024 * 1024
 
 
 def loader_settings(facts, ctx) -> LoaderSettings:
@@ -18,18 +16,12 @@ def loader_settings(facts, ctx) -> LoaderSettings:
     return settings
 
 
-def worker_count(settings):
-    """(num_workers, None) when it is a count to judge; (None, skip) when unknown or not a count."""
+def worker_count(settings: LoaderSettings) -> int:
+    """num_workers of a check declared with requires=["loader-settings", "loader-workers"] (the runner skips it
+    when num_workers is not stated or negative)."""
     workers = settings.value("num_workers")
-    if workers is None:
-        return None, skip(settings.unknown("num_workers"), **settings.evidence())
-    if workers < 0:
-        return None, skip(
-            f"{settings.describe('num_workers')} is negative: torch.utils.data.DataLoader rejects it (see GD-DL-008); "
-            "code that reads it as 'all CPUs' picks the count itself, which is known only when the job runs",
-            **settings.evidence(),
-        )
-    return workers, None
+    assert isinstance(workers, int) and workers >= 0, 'a check that counts workers declares requires="loader-workers"'
+    return workers
 
 
 def change_setting(settings, name: str, value, title: str) -> Fix:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.dataloader._loader import MIB, change_setting, is_wsl, loader_settings, worker_count
+from gpudoctor.checks.dataloader._loader import change_setting, is_wsl, loader_settings, worker_count
 from gpudoctor.job.layout import layout
 from gpudoctor.model import Fix, info, manual, passed, skip, warn
 from gpudoctor.registry import check
+from gpudoctor.units import MIB
 
 # Below this much /dev/shm per in-flight batch, ordinary image batches (32 x 3x224x224 float32
 # is 18 MiB) no longer fit and workers die with "Bus error".
@@ -59,7 +60,7 @@ def _shm_fix(facts) -> Fix:
     category="dataloader",
     title="/dev/shm has room for the batches DataLoader workers hand over",
     needs=["host", "env"],
-    requires=["loader-settings"],
+    requires=["loader-settings", "loader-workers"],
     scope="node",
     what="DataLoader workers pass every batch to the training process through shared memory (/dev/shm). "
     "Compares the free /dev/shm with ranks on this node x num_workers x prefetch_factor batches in flight.",
@@ -71,9 +72,7 @@ def _shm_fix(facts) -> Fix:
 )
 def shm_too_small_for_workers(facts, ctx):
     settings = loader_settings(facts, ctx)
-    workers, unknown = worker_count(settings)
-    if unknown:
-        return unknown
+    workers = worker_count(settings)
     if workers == 0:
         return passed("num_workers=0: batches do not pass through shared memory", **settings.evidence())
     shm = facts.host.get("shm")

@@ -23,7 +23,7 @@ from gpudoctor.registry import check
     category="dataloader",
     title="DataLoader workers fit the CPUs this task may use",
     needs=["host", "env"],
-    requires=["loader-settings"],
+    requires=["loader-settings", "loader-workers"],
     scope="node",
     defers_to=["GD-SLURM-008"],
     what="Counts ranks sharing this CPU set x (num_workers + 1 main process) and compares it with the CPUs "
@@ -39,9 +39,7 @@ from gpudoctor.registry import check
 )
 def dataloader_workers_oversubscribe_cpus(facts, ctx):
     settings = loader_settings(facts, ctx)
-    workers, unknown = worker_count(settings)
-    if unknown:
-        return unknown
+    workers = worker_count(settings)
     lay = layout(facts, ctx)
     scripted = script_cpu_budget(facts, ctx, lay)
     cpus, sharing = scripted if scripted else (cpu_budget(facts), ranks_sharing_cpus(facts, ctx, lay))
@@ -118,9 +116,10 @@ def dataloader_loads_in_main_process(facts, ctx):
     default = settings.defaults.get("num_workers")
     if settings.found.get("num_workers") is None and default is not None:
         return _main_process_by_default(facts, ctx, settings, default)
-    workers, unknown = worker_count(settings)
+    unknown = settings.workers_unknown()
     if unknown:
-        return unknown
+        return skip(unknown, **settings.evidence())
+    workers = settings.value("num_workers")
     if workers > 0:
         return passed(
             f"{settings.describe('num_workers')}: batches are prepared in worker processes", **settings.evidence()
@@ -162,7 +161,7 @@ def _main_process_by_default(facts, ctx, settings, default):
     category="dataloader",
     title="DataLoader keeps its workers between epochs",
     needs=[],
-    requires=["loader-settings"],
+    requires=["loader-settings", "loader-workers"],
     scope="job",
     what="With num_workers > 0, looks for persistent_workers=False (the DataLoader default).",
     why="Without persistent workers every epoch (and every validation loop) shuts the workers down and "
@@ -173,9 +172,7 @@ def _main_process_by_default(facts, ctx, settings, default):
 )
 def dataloader_workers_not_persistent(facts, ctx):
     settings = loader_settings(facts, ctx)
-    workers, unknown = worker_count(settings)
-    if unknown:
-        return unknown
+    workers = worker_count(settings)
     persistent = settings.value("persistent_workers")
     if persistent is None:
         return skip(settings.unknown("persistent_workers"), **settings.evidence())

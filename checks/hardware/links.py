@@ -6,6 +6,7 @@ from gpudoctor.checks.hardware._pci import pci_key
 from gpudoctor.model import info, manual, passed, skip, warn
 from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
+from gpudoctor.units import GIB
 
 
 @check(
@@ -84,7 +85,7 @@ def _busy(gpu: dict) -> bool:
     reasons = gpu.get("throttle_reasons")
     if not isinstance(reasons, dict) or "gpu_idle" in (reasons.get("active") or []):
         return False
-    return bool(gpu.get("processes")) or (gpu.get("memory_used_bytes") or 0) > 1 << 30
+    return bool(gpu.get("processes")) or (gpu.get("memory_used_bytes") or 0) > GIB
 
 
 @check(

@@ -13,7 +13,7 @@ from gpudoctor.checks.nccl._interfaces import (
     socket_order,
 )
 from gpudoctor.job.env import job_env
-from gpudoctor.job.layout import layout, several_hosts_only
+from gpudoctor.job.layout import layout
 from gpudoctor.model import info, manual, passed, set_env, skip, warn
 from gpudoctor.readers.ncclenv import (
     nccl_flag,
@@ -71,6 +71,7 @@ def _unreachable(iface: dict, newer: bool) -> str | None:
     category="nccl",
     title="NCCL's own interface choice cannot land on a virtual, USB or dead NIC",
     needs=["env", "network", "torch"],
+    requires="several-hosts",
     scope="node",
     what="With NCCL_SOCKET_IFNAME unset on a multi-node job, applies NCCL's default choice for torch's NCCL version "
     "(ib* interfaces first, else every interface with an address but lo* and docker*, in interface-index order; "
@@ -89,7 +90,6 @@ def _unreachable(iface: dict, newer: bool) -> str | None:
     fix="Set NCCL_SOCKET_IFNAME to the cluster interface (e.g. NCCL_SOCKET_IFNAME=eth0, or ib for IPoIB), or "
     "exclude the virtual ones: NCCL_SOCKET_IFNAME=^lo,docker,virbr,veth,usb.",
 )
-@several_hosts_only
 def nccl_default_interfaces_include_virtual_nics(facts, ctx):
     env = job_env(facts, ctx)
     if env.get("NCCL_SOCKET_IFNAME") is not None:
@@ -97,11 +97,6 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
     if facts.network.get("error"):
         return skip(f"the network probe failed: {facts.network['error']}")
     lay = layout(facts, ctx)
-    if not lay.multi_node:
-        return skip(
-            f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'}): one node needs no reachable interface",
-            **lay.evidence(),
-        )
     nccl = nccl_version(facts)
     newer = nccl is not None and nccl >= NCCL_SKIPS_DEAD_AND_VIRBR
     candidates = nccl_default_interfaces(facts.network.get("interfaces") or [], nccl)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from gpudoctor.checks.nccl._interfaces import ib_ports, port_name
 from gpudoctor.job.env import job_env
-from gpudoctor.job.layout import layout, several_hosts_only
+from gpudoctor.job.layout import layout
 from gpudoctor.model import info, manual, passed, skip, unset_env, warn
 from gpudoctor.readers.ncclenv import (
     hca_port_selected,
@@ -57,6 +57,7 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     category="nccl",
     title="NCCL uses InfiniBand/RoCE between nodes where the host has it",
     needs=["env", "network"],
+    requires="several-hosts",
     scope="node",
     what="On a multi-node job, compares the host's InfiniBand/RoCE ports (/sys/class/infiniband) with "
     "NCCL_IB_DISABLE, NCCL_NET and NCCL_IB_HCA. Single-node jobs are not affected: NCCL uses NVLink, PCIe "
@@ -68,7 +69,6 @@ def _inter_node_outcome(env: dict, ports: list[dict], active: list[dict]):
     fix="Unset NCCL_IB_DISABLE (and NCCL_NET=Socket) on hosts with active InfiniBand/RoCE ports; check ports "
     "that are not ACTIVE with `ibstat`.",
 )
-@several_hosts_only
 def nccl_inter_node_falls_back_to_sockets(facts, ctx):
     env = job_env(facts, ctx)
     lay = layout(facts, ctx)
@@ -85,11 +85,6 @@ def nccl_inter_node_falls_back_to_sockets(facts, ctx):
     }
     if facts.network.get("error"):
         return skip(f"the network probe failed: {facts.network['error']}", **evidence)
-    if not lay.multi_node:
-        nodes = lay.nodes.value or "unknown"
-        return skip(
-            f"not a multi-node job (nodes: {nodes}): inside a node NCCL uses NVLink, PCIe or shared memory", **evidence
-        )
     outcome = _inter_node_outcome(env, ports, active)
     return replace(outcome, evidence=evidence)
 
@@ -107,6 +102,7 @@ def _rate_gbps(rate: str | None) -> float | None:
     category="nccl",
     title="Every InfiniBand/RoCE rail of a multi-node job is ACTIVE at full rate",
     needs=["env", "network", "nvidia"],
+    requires="several-hosts",
     scope="node",
     what="On a multi-node job where NCCL uses InfiniBand/RoCE (NCCL_IB_DISABLE and NCCL_NET=Socket unset), compares "
     "the ports NCCL may use (all, or those NCCL_IB_HCA selects, read as NCCL does: prefixes, '=' exact names, "
@@ -119,14 +115,11 @@ def _rate_gbps(rate: str | None) -> float | None:
     fix="Check the port with `ibstat` / `ibstatus` (cable, switch port, subnet manager); drain the node until the "
     "rail is back, or restrict NCCL_IB_HCA to the healthy ports knowingly.",
 )
-@several_hosts_only
 def ib_port_down_on_multi_node_job(facts, ctx):
     env = job_env(facts, ctx)
     lay = layout(facts, ctx)
     if facts.network.get("error"):
         return skip(f"the network probe failed: {facts.network['error']}")
-    if not lay.multi_node:
-        return skip(f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'})", **lay.evidence())
     if nccl_flag(env, "NCCL_IB_DISABLE") != 0 or str(env.get("NCCL_NET") or "").lower() == "socket":
         return skip(
             "NCCL does not use InfiniBand/RoCE here (NCCL_IB_DISABLE / NCCL_NET=Socket; see GD-NCCL-003)",

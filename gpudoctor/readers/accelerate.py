@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gpudoctor.readers.ints import whole_number
 from gpudoctor.readers.sbatch.script import UNKNOWN_DIRECTORY, BatchScript, Launch, LauncherConfig
 
 MAX_CONFIG_BYTES = 1024 * 1024  # `accelerate config` writes a few hundred bytes
@@ -165,16 +166,6 @@ class AcceleratePlan:
         return self.mode.value in ("multi_gpu", "deepspeed", "fsdp", "megatron_lm")
 
 
-def _int(value) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9:
-        return int(value)
-    return None
-
-
 def accelerate_plan(launch: Launch) -> AcceleratePlan:
     """What `accelerate launch` does with its line and its config file (rules: the module docstring)."""
     opts = dict(launch.launcher_options or {})
@@ -236,7 +227,7 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
     machine_rank = setting("machine_rank", 0 if (read or config is None) else None)
     port = setting("main_process_port", 29500)
     main_ip = setting("main_process_ip", None)
-    machines_given = _int(num_machines.value)
+    machines_given = whole_number(num_machines.value)
     if read and not foreign and machines_given and machines_given > 1 and main_ip.value is None and not stops:
         # prepare_multi_gpu_env: rdzv_endpoint = f"{main_process_ip}:{main_process_port}" -> "None:29500"
         stops.append(
@@ -244,7 +235,7 @@ def accelerate_plan(launch: Launch) -> AcceleratePlan:
             f"{where}: accelerate points every machine's rendezvous at the host 'None'"
         )
     per_machine = None
-    total, machines = _int(num_processes.value), _int(num_machines.value)
+    total, machines = whole_number(num_processes.value), whole_number(num_machines.value)
     if mode.value in ("single", "cpu"):
         per_machine = 1
     elif mode.value in ("multi_gpu", "fsdp", "megatron_lm", "deepspeed") and total and machines:
