@@ -40,6 +40,20 @@ def _torch(facts: Facts, ctx: Context) -> str | None:
     return f"torch could not be imported ({status or facts.torch.get('error') or 'not probed'}; see GD-CUDA-001)"
 
 
+def _cuda_build(facts: Facts, ctx: Context) -> str | None:
+    """CPU-only and ROCm builds are GD-CUDA-002's to judge."""
+    from gpudoctor import versions
+
+    t = facts.torch
+    if t.get("hip"):
+        return f"torch {t.get('version')} is a ROCm build (see GD-CUDA-002)"
+    if not t.get("cuda"):
+        return f"torch {t.get('version')} is a CPU-only build (see GD-CUDA-002)"
+    if versions.parse(t["cuda"]) is None:  # a replayed or hand-made snapshot; torch.version.cuda is 'X.Y'
+        return f"torch's CUDA version {str(t['cuda'])[:40]!r} is not a version number"
+    return None
+
+
 def _loader_settings(facts: Facts, ctx: Context) -> str | None:
     from gpudoctor.job.env import job_env
     from gpudoctor.readers.dlconfig import from_context
@@ -70,6 +84,7 @@ UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "nvidia-driver": _nvidia_driver,
     "job-gpus": _job_gpus,
     "torch": _torch,
+    "cuda-build": _cuda_build,
     "loader-settings": _loader_settings,
     "loader-workers": _loader_workers,
     "several-hosts": _several_hosts,

@@ -8,21 +8,16 @@ import re
 
 from gpudoctor import versions
 from gpudoctor.job.env import probe_env
-from gpudoctor.model import Outcome, fail, manual, set_env, skip, unset_env, warn
+from gpudoctor.model import Outcome, fail, manual, set_env, unset_env, warn
 
 _SONAME_MAJOR = re.compile(r"\.so\.(\d+)")
 
 
-def not_a_cuda_build(facts) -> Outcome | None:
-    """A skip for CPU-only and ROCm builds (GD-CUDA-002 judges those)."""
-    t = facts.torch
-    if t.get("hip"):
-        return skip(f"torch {t.get('version')} is a ROCm build (see GD-CUDA-002)")
-    if not t.get("cuda"):
-        return skip(f"torch {t.get('version')} is a CPU-only build (see GD-CUDA-002)")
-    if versions.parse(t["cuda"]) is None:  # a replayed or hand-made snapshot; torch.version.cuda is 'X.Y'
-        return skip(f"torch's CUDA version {str(t['cuda'])[:40]!r} is not a version number")
-    return None
+def cuda_version(facts) -> tuple[int, ...]:
+    """torch's CUDA version, in a check declared with requires=["torch", "cuda-build"] (so it is a version number)."""
+    parsed = versions.parse(facts.torch["cuda"])
+    assert parsed is not None, 'a check that reads the CUDA version declares requires="cuda-build"'
+    return parsed
 
 
 def _so_major(path: str) -> int | None:

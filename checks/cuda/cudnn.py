@@ -13,7 +13,6 @@ from gpudoctor.checks.cuda._loading import (
     ld_dirs_of,
     ld_path_without,
     library_shadowing,
-    not_a_cuda_build,
     other_copies,
 )
 from gpudoctor.job.env import probe_env
@@ -223,7 +222,7 @@ def _cudnn8_cache_finding(facts, using: str, bundle_dir: str, same_sys: list[dic
     category="cuda",
     title="torch loads the cuDNN it was built with",
     needs=["torch", "libraries", "env"],
-    requires=["torch"],
+    requires=["torch", "cuda-build"],
     what="Compares the cuDNN torch reports and the libcudnn files its process mapped (/proc/self/maps of the "
     "target interpreter after torch.backends.cudnn.version()) with the cuDNN copies on LD_LIBRARY_PATH and in "
     "the system library cache; a mapped file from outside torch's own folders that LD_LIBRARY_PATH, LD_PRELOAD "
@@ -256,9 +255,6 @@ def _cudnn8_cache_finding(facts, using: str, bundle_dir: str, same_sys: list[dic
     "other cuDNN out of the loader's reach for the job or use a cuDNN wheel that has it.",
 )
 def cudnn_shadowed(facts, ctx):
-    skipped = not_a_cuda_build(facts)
-    if skipped:
-        return skipped
     t = facts.torch
     if t.get("cudnn") is None and not t.get("cudnn_error"):
         return skip("torch reports no cuDNN (built without it, or cuDNN unavailable)")

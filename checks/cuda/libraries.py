@@ -8,11 +8,11 @@ import re
 from gpudoctor import versions
 from gpudoctor.checks.cuda._loading import (
     bundled_dirs,
+    cuda_version,
     entry_dir,
     entry_major,
     ld_path_without,
     library_shadowing,
-    not_a_cuda_build,
     other_copies,
     wheel_copies,
 )
@@ -29,7 +29,7 @@ CUDA_FAMILIES = {"cudart": "the CUDA runtime (libcudart)", "cublas": "cuBLAS", "
     category="cuda",
     title="torch loads its own CUDA runtime and cuBLAS",
     needs=["torch", "libraries", "env"],
-    requires=["torch"],
+    requires=["torch", "cuda-build"],
     what="Looks at the libcudart, libcublas/libcublasLt and libnvJitLink files torch's process mapped, "
     "and at the copies on LD_LIBRARY_PATH, against the ones NVIDIA's pip wheels installed for torch. From "
     "CUDA 12 their file versions carry the toolkit's major.minor (libcublas.so.12.4.5.8 is CUDA 12.4's), so a "
@@ -45,11 +45,8 @@ CUDA_FAMILIES = {"cudart": "the CUDA runtime (libcudart)", "cublas": "cuBLAS", "
     "torch builds bring their own CUDA libraries.",
 )
 def cuda_runtime_libraries_shadowed(facts, ctx):
-    skipped = not_a_cuda_build(facts)
-    if skipped:
-        return skipped
     t = facts.torch
-    major = versions.parse(t["cuda"])[0]
+    major = cuda_version(facts)[0]
     loaded_all = t.get("loaded_libraries") or {}
     notes, evidence = [], {"torch_cuda": t["cuda"], "ld_library_path": probe_env(facts).get("LD_LIBRARY_PATH")}
     for family, label in CUDA_FAMILIES.items():
@@ -97,7 +94,7 @@ def _nccl_file_version(path: str, facts) -> tuple[int, ...] | None:
     category="cuda",
     title="torch loads an NCCL at least as new as the one it was built with",
     needs=["torch", "libraries", "env"],
-    requires=["torch"],
+    requires=["torch", "cuda-build"],
     what="Compares the NCCL version torch was built with (torch.cuda.nccl.version(), from nccl.h at build time) "
     "with the libnccl file torch's process mapped, and with libnccl copies on LD_LIBRARY_PATH, which the loader "
     "searches before the RUNPATH that points torch at the nvidia-nccl wheel.",
@@ -109,9 +106,6 @@ def _nccl_file_version(path: str, facts) -> tuple[int, ...] | None:
     "or install an NCCL at least as new as torch's.",
 )
 def nccl_library_shadowed(facts, ctx):
-    skipped = not_a_cuda_build(facts)
-    if skipped:
-        return skipped
     t = facts.torch
     built = tuple(v for v in (t.get("nccl") or ())[:3] if isinstance(v, int)) or None  # a 4th item is a suffix
     if not built or len(built) < 2:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor import versions
-from gpudoctor.checks.cuda._loading import not_a_cuda_build
+from gpudoctor.checks.cuda._loading import cuda_version
 from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.gpus import describe_groups, gpu_capabilities, nvml_gpus
 from gpudoctor.model import fail, info, manual, passed, skip, unset_env, warn
@@ -40,7 +40,7 @@ def _cuda_init_hint(error: str) -> str:
     category="cuda",
     title="torch initialises CUDA on the GPUs the driver sees",
     needs=["torch", "nvidia", "env"],
-    requires=["torch"],
+    requires=["torch", "cuda-build"],
     what="Calls torch.cuda.is_available() in the probe child (recording the warning torch prints "
     "when CUDA initialisation fails) on a machine where NVML sees GPUs and torch is a CUDA build.",
     why="When the driver sees GPUs but CUDA cannot initialise (fabric manager not running on an HGX "
@@ -52,9 +52,6 @@ def _cuda_init_hint(error: str) -> str:
     "reload the nvidia_uvm module or reboot.",
 )
 def torch_cuda_init_failed(facts, ctx):
-    skipped = not_a_cuda_build(facts)
-    if skipped:
-        return skipped
     t = facts.torch
     gpus = nvml_gpus(facts)
     if not gpus:
@@ -136,7 +133,7 @@ def _coverage(arch_list: list[str], cc: tuple[int, int]) -> str | None:
     category="cuda",
     title="torch carries kernels for every GPU's architecture",
     needs=["torch", "nvidia"],
-    requires=["torch"],
+    requires=["torch", "cuda-build"],
     what="Compares each GPU's compute capability with torch.cuda.get_arch_list(): an sm_XY entry runs on "
     "GPUs of the same major version and an equal or newer minor (X.Y and later X.*); a compute_XY "
     "(PTX) entry can be JIT-compiled for any GPU of capability X.Y or newer; sm_XYa only on X.Y.",
@@ -148,9 +145,6 @@ def _coverage(arch_list: list[str], cc: tuple[int, int]) -> str | None:
     "with TORCH_CUDA_ARCH_LIST set to the GPU's capability.",
 )
 def torch_lacks_kernels_for_gpu(facts, ctx):
-    skipped = not_a_cuda_build(facts)
-    if skipped:
-        return skipped
     t = facts.torch
     gpus = gpu_capabilities(facts)
     if not gpus:
@@ -209,7 +203,7 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
     category="cuda",
     title="CUDA toolkit (nvcc) matches torch's CUDA for building extensions",
     needs=["torch", "libraries"],
-    requires=["torch"],
+    requires=["torch", "cuda-build"],
     what="Compares the CUDA toolkit torch.utils.cpp_extension would use (CUDA_HOME or CUDA_PATH, else "
     "nvcc on PATH, else /usr/local/cuda) with the CUDA version torch was built with.",
     why="Extensions compiled at install or run time (DeepSpeed ops, flash-attn or apex from source, "
@@ -220,12 +214,9 @@ def torch_lacks_kernels_for_gpu(facts, ctx):
     "cu124 torch), or install the torch build that matches the toolkit.",
 )
 def nvcc_torch_cuda_mismatch(facts, ctx):
-    skipped = not_a_cuda_build(facts)
-    if skipped:
-        return skipped
     t = facts.torch
     tk = facts.libraries.get("toolkit") or {}
-    torch_cuda = versions.parse(t["cuda"])[:2]
+    torch_cuda = cuda_version(facts)[:2]
     evidence = {
         "torch_cuda": t["cuda"],
         "cuda_home": tk.get("cuda_home"),

@@ -112,7 +112,7 @@ def global_batch_not_divisible(facts, ctx):
             **settings.evidence(),
         )
     lay = layout(facts, ctx)
-    if not lay.world_size.known:
+    if not lay.world_size.known or lay.world_size.value is None:
         return skip(
             "the world size is not known here (set WORLD_SIZE, or --expect-gpus on one node)", **settings.evidence()
         )

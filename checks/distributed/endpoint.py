@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 
 from gpudoctor.job.env import ENVIRONMENT, job_env, probe_env
@@ -78,7 +79,7 @@ def _address_form_hint(addr: str) -> str:
     return ""
 
 
-def _endpoint_problem(rdv: dict, lay, env: dict):
+def _endpoint_problem(rdv: dict, lay, env: Mapping[str, str]):
     addr = rdv.get("master_addr")
     res = rdv.get("resolve") or {}
     if res.get("error") or not rdv.get("resolved"):

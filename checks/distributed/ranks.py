@@ -107,6 +107,8 @@ def _rank_exported_before_srun(facts, ctx):
     from gpudoctor.job.shape import job_shape
 
     shape = job_shape(facts, ctx)
+    if shape is None:  # none without a batch script
+        return None
     exports = _script_exports(ctx)
     names = [
         n
@@ -161,7 +163,7 @@ def _node_rank_same_on_every_node(facts, ctx):
     from gpudoctor.job.shape import job_shape
 
     shape = job_shape(facts, ctx)
-    if (shape.nodes or 1) < 2 or (nnodes.isdigit() and int(nnodes) < 2):
+    if shape is None or (shape.nodes or 1) < 2 or (nnodes.isdigit() and int(nnodes) < 2):
         return None
     option = "--machine_rank" if launcher == "accelerate" else "--node_rank"
     given = f"{option}={rank}" if rank is not None else f"no {option} (default 0)"

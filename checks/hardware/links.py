@@ -177,7 +177,9 @@ def pcie_acs_or_iommu_blocks_p2p(facts, ctx):
     by_key = {pci_key(g.get("pci_bus_id")): g["index"] for g in gpus}
     sys_gpus = [s for s in pci.get("gpus") or [] if pci_key(s.get("bdf")) in by_key]
     bridges = {b.get("bdf"): b for b in pci.get("bridges") or []}
-    redirect, unreadable, translated = {}, set(), {}
+    redirect: dict[str, list[int]] = {}
+    unreadable: set[str] = set()
+    translated: dict[int, str] = {}
     for s in sys_gpus:
         index = by_key[pci_key(s["bdf"])]
         if _translated(s.get("iommu_domain")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpudoctor.checks.nccl._interfaces import (
     NCCL_SKIPS_DEAD_AND_VIRBR,
@@ -102,7 +103,7 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
     candidates = nccl_default_interfaces(facts.network.get("interfaces") or [], nccl)
     bad = {i["name"]: why for i in candidates if (why := _unreachable(i, newer))}
     version = f"NCCL {'.'.join(map(str, nccl))}" if nccl else "NCCL (version unknown, judged as before 2.28.3)"
-    evidence = {
+    evidence: dict[str, Any] = {
         "nccl": version,
         "candidates": [i["name"] for i in candidates],
         "unreachable": bad,
@@ -222,7 +223,7 @@ def nccl_non_pci_nic_first_breaks_init(facts, ctx):
         ordered = [i for i in socket_order(interfaces) if i["name"] in chosen]
     else:
         ordered = nccl_default_interfaces(interfaces, nccl)
-    evidence = {
+    evidence: dict[str, Any] = {
         "nccl": version,
         "socket_devices": [i["name"] for i in ordered],
         "buses": {i["name"]: i.get("bus", "not probed") for i in ordered},

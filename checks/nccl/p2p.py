@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor.job.env import job_env
 from gpudoctor.model import info, passed, set_env, skip, unset_env, warn
 from gpudoctor.readers.cudavis import from_facts as visible_devices
@@ -41,7 +43,7 @@ def nccl_p2p_disabled_on_nvlink(facts, ctx):
         return skip("no NVIDIA driver (see GD-DRV-001)")
     setting = p2p_disabled(env)
     linked = _nvlink_gpus(facts)
-    evidence = {
+    evidence: dict[str, Any] = {
         "NCCL_P2P_DISABLE": env.get("NCCL_P2P_DISABLE"),
         "NCCL_P2P_LEVEL": env.get("NCCL_P2P_LEVEL"),
         "nvlink_gpus": linked,
@@ -108,7 +110,7 @@ def nccl_p2p_on_consumer_gpus(facts, ctx):
     consumer = [g for g in gpus if any(w.lower() in (g.get("name") or "").lower() for w in _GEFORCE)]
     env = job_env(facts, ctx)
     driver = facts.nvidia.get("driver_version")
-    evidence = {
+    evidence: dict[str, Any] = {
         "gpus": {g["index"]: g.get("name") for g in consumer},
         "driver_version": driver,
         "NCCL_P2P_DISABLE": env.get("NCCL_P2P_DISABLE"),

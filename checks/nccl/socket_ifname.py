@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor.checks.nccl._interfaces import host_local_only, ib_ports, usable_interfaces
 from gpudoctor.job.env import job_env
 from gpudoctor.job.layout import layout, mark_several_hosts
@@ -36,7 +38,10 @@ from gpudoctor.registry import check
 def nccl_socket_ifname_matches_nothing(facts, ctx):
     value = job_env(facts, ctx).get("NCCL_SOCKET_IFNAME")
     usable = usable_interfaces(facts)
-    evidence = {"NCCL_SOCKET_IFNAME": value, "interfaces": {i["name"]: i.get("addresses") for i in usable}}
+    evidence: dict[str, Any] = {
+        "NCCL_SOCKET_IFNAME": value,
+        "interfaces": {i["name"]: i.get("addresses") for i in usable},
+    }
     if value is None:
         return skip(
             "NCCL_SOCKET_IFNAME is not set: NCCL chooses interfaces itself (preferring ib*, avoiding lo and docker*)",
@@ -108,7 +113,12 @@ def nccl_socket_ifname_exclusion_keeps_loopback(facts, ctx):
     chosen = select_names(value, [i["name"] for i in usable])
     local = [i["name"] for i in usable if i["name"] in chosen and host_local_only(i)]
     lay = layout(facts, ctx)
-    evidence = {"NCCL_SOCKET_IFNAME": value, "selected": chosen, "host_local_selected": local, **lay.evidence()}
+    evidence: dict[str, Any] = {
+        "NCCL_SOCKET_IFNAME": value,
+        "selected": chosen,
+        "host_local_selected": local,
+        **lay.evidence(),
+    }
     if not local:
         return passed(
             f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(chosen) or 'nothing'} (no loopback or bridge)", **evidence
@@ -184,7 +194,8 @@ def nccl_name_list_prefix_matches_more(facts, ctx):
     set_vars = {k: env[k] for k in lists if env.get(k)}
     if not set_vars:
         return skip("neither NCCL_SOCKET_IFNAME nor NCCL_IB_HCA is set", **{k: None for k in lists})
-    problems, fixes, evidence = [], [], dict(set_vars)
+    problems, fixes = [], []
+    evidence: dict[str, Any] = dict(set_vars)
     for name, value in set_vars.items():
         over = _prefix_overreach(value, lists[name])
         if not over:

@@ -135,6 +135,12 @@ def test_the_registry_imports_no_torch():
             {},
             "torch could not be imported (missing; see GD-CUDA-001)",
         ),
+        (
+            "GD-CUDA-006",
+            {"patch": {"torch.cuda": "twelve"}},
+            {},
+            "torch's CUDA version 'twelve' is not a version number",
+        ),
         ("GD-DL-001", {}, {"config": {"num_workers": -1}}, "num_workers=-1"),
         ("GD-DL-004", {}, {"config": {"pin_memory": True}}, "num_workers is not stated in"),
         ("GD-NCCL-003", {}, {}, "not a multi-node job (nodes: "),
