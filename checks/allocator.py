@@ -6,6 +6,8 @@ import, so `gpudoctor check --select allocator` stays fast even where torch is s
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor import versions
 from gpudoctor.job.env import job_env
 from gpudoctor.model import Action, ActionKind, Fix, Safety, fail, info, manual, passed, set_env, unset_env, warn
@@ -135,12 +137,16 @@ def alloc_conf_variable_ignored(facts, ctx):
         return passed("neither allocator variable is set")
     if tv is None:
         if legacy is not None and unified is not None:
-            evidence = {allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy, "torch": "unknown"}
+            evidence: dict[str, Any] = {
+                allocconf.UNIFIED_VAR: unified,
+                allocconf.LEGACY_VAR: legacy,
+                "torch": "unknown",
+            }
             return _both_set(allocconf.effective_variable(job_env(facts, ctx), None), None, legacy, unified, evidence)
         return passed("torch's version is unknown; cannot tell which allocator variable it reads")
     chosen = allocconf.effective_variable(env, tv)
     evidence = {"torch": _version_text(tv), allocconf.UNIFIED_VAR: unified, allocconf.LEGACY_VAR: legacy}
-    if chosen.ignored == (allocconf.UNIFIED_VAR,) and legacy is None:
+    if chosen.ignored == (allocconf.UNIFIED_VAR,) and legacy is None and unified is not None:
         partly = (
             " (torch 2.9 reads it for some keys, but its CUDA allocator "
             "ignores expandable_segments there, pytorch#183387)"

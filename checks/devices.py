@@ -6,8 +6,8 @@ from gpudoctor.job.env import probe_env
 from gpudoctor.model import MULTI_PROCESS_LAUNCHERS, fail, info, manual, passed, set_env, skip, warn
 from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
+from gpudoctor.units import GIB
 
-GIB = 1 << 30
 BUSY_MIN_BYTES = 1 * GIB  # above the driver's own reservation (~0.5 GiB) on an idle GPU
 BUSY_FAIL_FRACTION = 0.5  # half the memory already taken: the job will most likely run out
 

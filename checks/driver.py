@@ -7,7 +7,7 @@ import re
 
 from gpudoctor import versions
 from gpudoctor.job.env import probe_env
-from gpudoctor.model import fail, info, manual, passed, set_env, skip, unset_env, warn
+from gpudoctor.model import Outcome, fail, info, manual, passed, set_env, skip, unset_env, warn
 from gpudoctor.registry import check
 
 # Driver branch -> newest CUDA it supports (NVIDIA's CUDA toolkit release notes, table 3).
@@ -140,9 +140,10 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     nv, t = facts.nvidia, facts.torch
     if not t.get("cuda"):
         return skip("torch is a CPU-only build (see the cuda checks)", torch=t.get("version"))
-    if versions.parse(t["cuda"]) is None:  # a replayed or hand-made snapshot; torch.version.cuda is 'X.Y'
+    torch_cuda = versions.parse(t["cuda"])
+    if torch_cuda is None:  # a replayed or hand-made snapshot; torch.version.cuda is 'X.Y'
         return skip(f"torch's CUDA version {str(t['cuda'])[:40]!r} is not a version number")
-    need = versions.parse(t["cuda"])[:2]
+    need = torch_cuda[:2]
     have = versions.cuda_from_int(nv.get("cuda_driver_version"))
     evidence = {
         "torch": t.get("version"),
@@ -152,10 +153,30 @@ def driver_too_old_for_torch_cuda(facts, ctx):
     }
     if have is None:
         return skip("NVML did not report the driver's CUDA version", **evidence)
+    compat_cuda = _forward_compat_cuda(facts, have, need, evidence)
+    if isinstance(compat_cuda, Outcome):
+        return compat_cuda
+    have_eff = _effective_cuda(facts, have, compat_cuda, evidence)
+    return _judge_driver_cuda(facts, need, have, have_eff, compat_cuda, evidence)
+
+
+def _cuda_error(t: dict) -> str:
+    return str(t.get("cuda_error") or "").lower()
+
+
+def _cuda_said_too_old(t: dict) -> bool:
+    error = _cuda_error(t)
+    return "too old" in error or "insufficient" in error
+
+
+def _forward_compat_cuda(facts, have: tuple[int, int], need: tuple[int, ...], evidence: dict):
+    """The CUDA version of a forward-compatibility libcuda in use (None: the installed driver is the one
+    judged), or the failure when such a libcuda is loaded on GPUs that cannot use it."""
+    t = facts.torch
     compat = [c for c in facts.libraries.get("cuda_compat", []) if c.get("version")]
     compat_cuda = max((cuda_for_driver(c["version"]) or (0, 0) for c in compat), default=None)
     unsupported = forward_compat_unsupported(facts)
-    error = str(t.get("cuda_error") or "").lower()
+    error = _cuda_error(t)
     said_804 = "804" in error or "forward compatibility was attempted" in error
     if unsupported and ((compat_cuda and compat_cuda > have) or said_804):
         # the compat libcuda is not a newer driver here: judged with the installed one (GD-CUDA-003 agrees)
@@ -173,21 +194,30 @@ def driver_too_old_for_torch_cuda(facts, ctx):
                 else manual("Find and remove the cuda-compat libcuda", "ldconfig -p | grep libcuda"),
                 **evidence,
             )
-        compat_cuda = None
-    too_old = "too old" in error or "insufficient" in error
-    if compat_cuda and compat_cuda > have and too_old:
-        compat_cuda = None  # CUDA said the driver is too old: the compat libcuda is not the one in use (GD-CUDA-003)
-    if compat_cuda and compat_cuda > have:
-        evidence["forward_compat"] = [c["path"] for c in compat]
-        evidence["forward_compat_cuda"] = versions.fmt(compat_cuda)
-        have_eff = compat_cuda
-    else:
-        have_eff = have
-    found = _FOUND_VERSION.search(error) if too_old and not t.get("cuda_available") else None
-    if found and versions.cuda_from_int(int(found.group(1))):
+        return None
+    if not compat_cuda or compat_cuda <= have or _cuda_said_too_old(t):
+        return None  # CUDA said the driver is too old: the compat libcuda is not the one in use (GD-CUDA-003)
+    evidence["forward_compat"] = [c["path"] for c in compat]
+    evidence["forward_compat_cuda"] = versions.fmt(compat_cuda)
+    return compat_cuda
+
+
+def _effective_cuda(facts, have: tuple[int, int], compat_cuda, evidence: dict) -> tuple[int, int]:
+    """The CUDA version the libcuda in use supports: the compat copy's, or an older copy CUDA named."""
+    have_eff = compat_cuda or have
+    t = facts.torch
+    found = _FOUND_VERSION.search(_cuda_error(t)) if _cuda_said_too_old(t) and not t.get("cuda_available") else None
+    loaded = versions.cuda_from_int(int(found.group(1))) if found else None
+    if loaded:
         # the libcuda CUDA actually loaded (a stale copy in the image) is older than NVML's driver: judge that one
-        have_eff = min(have_eff, versions.cuda_from_int(int(found.group(1))))
+        have_eff = min(have_eff, loaded)
         evidence["libcuda_cuda"] = versions.fmt(have_eff)
+    return have_eff
+
+
+def _judge_driver_cuda(facts, need: tuple[int, ...], have, have_eff, compat_cuda, evidence: dict) -> Outcome:
+    """The verdict on the CUDA version the driver in use supports (have_eff) against torch's (need)."""
+    t = facts.torch
     upgrade = manual(
         f"Upgrade the NVIDIA driver to one for CUDA {versions.fmt(need)}, or install a torch built for "
         f"CUDA {versions.fmt(have)} or older",
@@ -198,7 +228,7 @@ def driver_too_old_for_torch_cuda(facts, ctx):
         return passed(
             f"driver supports CUDA {versions.fmt(have_eff)}{via}; torch needs {versions.fmt(need)}", **evidence
         )
-    cuda_refused = too_old and not t.get("cuda_available")  # CUDA itself said so: no minor-version rescue
+    cuda_refused = _cuda_said_too_old(t) and not t.get("cuda_available")  # CUDA itself said so: no minor-version rescue
     if have_eff[0] < need[0] or need[0] < 11 or cuda_refused:
         # before CUDA 11 there is no minor-version compatibility: a 10.2 runtime needs a 10.2 driver (NVIDIA,
         # "CUDA Compatibility", Minor Version Compatibility: applies from CUDA 11 onwards)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from gpudoctor.model import manual, passed, skip, warn
 from gpudoctor.readers import cudavis
 from gpudoctor.registry import check
+from gpudoctor.units import GIB, MIB
 
-GIB = 1 << 30
-MIB = 1 << 20
 # Host RAM per byte of GPU memory. Below 1x a process cannot even stage one full copy of what the GPUs
 # hold (checkpoint loading goes through CPU memory, pinned buffers and dataloader workers come on top);
 # NVIDIA's own DGX/HGX systems ship with about 2x or more (DGX H100: 2 TiB for 640 GB of GPU memory).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor import versions
 from gpudoctor.job.env import job_env
 from gpudoctor.job.gpus import describe_groups, gpu_capabilities
@@ -48,6 +50,16 @@ def configured_precision(config) -> tuple[str, str] | None:
     return None
 
 
+def _by_gpu(gpus: dict) -> dict[int, str]:
+    """{index: 'Tesla V100 (7.0)'}: each GPU's model and compute capability, for the evidence."""
+    return {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()}
+
+
+def _before_ampere(gpus: dict) -> dict:
+    """The GPUs without bf16 and TF32 tensor cores (compute capability below 8.0)."""
+    return {i: g for i, g in gpus.items() if g[1] < AMPERE}
+
+
 def _describe(gpus: dict) -> str:
     groups: dict[tuple, list[int]] = {}
     for idx, (name, cc) in gpus.items():
@@ -77,10 +89,10 @@ def bf16_not_native(facts, ctx):
         return skip("no NVIDIA GPU visible: nothing to judge (see GD-DRV-001)")
     t = facts.torch
     torch_says = t.get("bf16_supported") if t.get("status") == "ok" else None
-    old = {i: g for i, g in gpus.items() if g[1] < AMPERE}
+    old = _before_ampere(gpus)
     configured = configured_precision(ctx.config)
-    evidence = {
-        "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()},
+    evidence: dict[str, Any] = {
+        "gpus": _by_gpu(gpus),
         "torch_bf16_supported": torch_says,
     }
     if configured:
@@ -140,9 +152,9 @@ def tf32_unavailable_or_off(facts, ctx):
         return skip("no NVIDIA GPU visible: nothing to judge (see GD-DRV-001)")
     t = facts.torch
     precision = t.get("float32_matmul_precision") if t.get("status") == "ok" else None
-    old = {i: g for i, g in gpus.items() if g[1] < AMPERE}
-    evidence = {
-        "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()},
+    old = _before_ampere(gpus)
+    evidence: dict[str, Any] = {
+        "gpus": _by_gpu(gpus),
         "float32_matmul_precision": precision,
         "NVIDIA_TF32_OVERRIDE": job_env(facts, ctx).get("NVIDIA_TF32_OVERRIDE"),
     }
@@ -226,10 +238,13 @@ def tf32_requested_on_pre_ampere(facts, ctx):
     if not found:
         return passed("the config asks for no TF32")
     key, value = found
-    evidence = {"setting": f"{key}={value}", "gpus": {i: f"{n} ({versions.fmt(cc)})" for i, (n, cc) in gpus.items()}}
+    evidence: dict[str, Any] = {
+        "setting": f"{key}={value}",
+        "gpus": _by_gpu(gpus),
+    }
     if not gpus:
         return skip("no NVIDIA GPU visible to compare with (see GD-DRV-001)", **evidence)
-    old = {i: g for i, g in gpus.items() if g[1] < AMPERE}
+    old = _before_ampere(gpus)
     if not old:
         return passed(f"{key}={value}: every GPU has TF32 (compute capability 8.0+)", **evidence)
     fix = (

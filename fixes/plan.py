@@ -30,7 +30,7 @@ from gpudoctor.facts import Facts
 from gpudoctor.fileio import FileIOError, read_input_bytes
 from gpudoctor.fixes import config_edit, sbatch_edit
 from gpudoctor.fixes.sbatch_edit import EditError
-from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity
+from gpudoctor.model import Action, ActionKind, Context, Finding, Fix, Safety, Severity, worst
 from gpudoctor.redact import REDACTED
 
 MAX_ROUNDS = 20
@@ -255,7 +255,8 @@ def apply_edits(ws: Workspace, edits: list[Edit]) -> Workspace:
 
 
 def _worst(findings: list[Finding], check_id: str) -> int:
-    return max((f.severity.rank for f in findings if f.id == check_id), default=Severity.PASS.rank)
+    """The rank of the check's worst finding (a check with none counts as passed)."""
+    return worst(f for f in findings if f.id == check_id).rank
 
 
 def _bad_counts(findings: list[Finding]) -> dict[str, int]:

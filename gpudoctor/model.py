@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -278,6 +279,11 @@ class Finding:
             fix=Fix.from_dict(d.get("fix")),
             location=Location.from_dict(d.get("location")),
         )
+
+
+def worst(findings: Iterable[Finding], default: Severity = Severity.PASS) -> Severity:
+    """The most severe severity among the findings (Severity.rank), default when there are none."""
+    return max((f.severity for f in findings), key=lambda s: s.rank, default=default)
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,13 @@ REQUIREMENTS = {
     "nvidia-driver": "NVML answered: an NVIDIA driver is loaded on this machine",
     "job-gpus": "the driver sees at least one of the job's GPUs (those CUDA_VISIBLE_DEVICES names)",
     "torch": "the probe imported torch",
+    "cuda-build": "torch is a CUDA build (not CPU-only, not ROCm) whose CUDA version is a version number",
     "loader-settings": "a training config (--config) or a live DataLoader gives the DataLoader's settings",
     "sbatch": "a batch script is given (--sbatch)",
     "slurm-job": "a SLURM job to judge: a batch script (--sbatch), or gpudoctor runs inside a job (SLURM_JOB_ID)",
+    "loader-workers": "the DataLoader's num_workers is stated and is a count (not negative)",
+    "several-hosts": "the job's ranks run on more than one node; what the check finds exists only across hosts "
+    "(each problem is marked so, and `check --job` drops it where the ranks share one host)",
 }
 SCOPES = ("job", "machine", "node")  # see the module docstring
 SOURCES = ("facts", "smoke", "watch")

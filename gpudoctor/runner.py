@@ -40,6 +40,20 @@ def _torch(facts: Facts, ctx: Context) -> str | None:
     return f"torch could not be imported ({status or facts.torch.get('error') or 'not probed'}; see GD-CUDA-001)"
 
 
+def _cuda_build(facts: Facts, ctx: Context) -> str | None:
+    """CPU-only and ROCm builds are GD-CUDA-002's to judge."""
+    from gpudoctor import versions
+
+    t = facts.torch
+    if t.get("hip"):
+        return f"torch {t.get('version')} is a ROCm build (see GD-CUDA-002)"
+    if not t.get("cuda"):
+        return f"torch {t.get('version')} is a CPU-only build (see GD-CUDA-002)"
+    if versions.parse(t["cuda"]) is None:  # a replayed or hand-made snapshot; torch.version.cuda is 'X.Y'
+        return f"torch's CUDA version {str(t['cuda'])[:40]!r} is not a version number"
+    return None
+
+
 def _loader_settings(facts: Facts, ctx: Context) -> str | None:
     from gpudoctor.job.env import job_env
     from gpudoctor.readers.dlconfig import from_context
@@ -61,15 +75,33 @@ def _slurm_job(facts: Facts, ctx: Context) -> str | None:
     return "not inside a SLURM job (no SLURM_JOB_ID) and no --sbatch script given"
 
 
+def _loader_workers(facts: Facts, ctx: Context) -> str | None:
+    from gpudoctor.job.env import job_env
+    from gpudoctor.readers.dlconfig import from_context
+
+    settings = from_context(ctx, job_env(facts, ctx))
+    return _loader_settings(facts, ctx) if settings is None else settings.workers_unknown()
+
+
+def _several_hosts(facts: Facts, ctx: Context) -> str | None:
+    from gpudoctor.job.layout import layout
+
+    lay = layout(facts, ctx)
+    return None if lay.multi_node else f"not a multi-node job (nodes: {lay.nodes.value or 'unknown'})"
+
+
 # requires= name -> why the check is skipped (None: the requirement holds). One wording per requirement.
 UNMET: dict[str, Callable[[Facts, Context], str | None]] = {
     "gpus-expected": _gpus_expected,
     "nvidia-driver": _nvidia_driver,
     "job-gpus": _job_gpus,
     "torch": _torch,
+    "cuda-build": _cuda_build,
     "loader-settings": _loader_settings,
     "sbatch": _sbatch,
     "slurm-job": _slurm_job,
+    "loader-workers": _loader_workers,
+    "several-hosts": _several_hosts,
 }
 assert UNMET.keys() == REQUIREMENTS.keys()
 
@@ -112,6 +144,10 @@ def _outcomes(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Outcome]:
     outcomes = result if isinstance(result, list) else [result]
     if not outcomes or not all(isinstance(o, Outcome) for o in outcomes):
         raise TypeError(f"check returned {result!r}, expected Outcome or a list of them")
+    if "several-hosts" in spec.requires:
+        from gpudoctor.job.layout import mark_several_hosts
+
+        outcomes = [mark_several_hosts(o) for o in outcomes]
     return [_scoped(spec, o, facts, ctx) for o in outcomes]
 
 

@@ -97,7 +97,7 @@ def _busy_clock(t: GpuTrace) -> float | None:
 
 
 def throttled(node: NodeObservation) -> list[Finding]:
-    from gpudoctor.checks.hardware import SLOWDOWN_REASONS
+    from gpudoctor.checks.hardware.gpu import SLOWDOWN_REASONS
 
     traces = sampled_traces(node)
     clocks = {g: c for g, t in traces.items() if (c := _busy_clock(t)) is not None}

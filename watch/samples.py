@@ -14,6 +14,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from gpudoctor.readers.ints import whole_number
+
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 NO_PROGRESS_SHARE = 0.02  # of one core over a window: a process that made no progress (judge and node probe)
 
@@ -31,15 +33,15 @@ class GpuSample:
 
     @classmethod
     def from_dict(cls, d: dict) -> GpuSample:
-        procs = tuple((int(p["pid"]), _int(p.get("used_memory_bytes"))) for p in d.get("processes") or ())
+        procs = tuple((int(p["pid"]), whole_number(p.get("used_memory_bytes"))) for p in d.get("processes") or ())
         return cls(
             t=float(d.get("t") or 0.0),
-            util_gpu=_int(d.get("util_gpu")),
-            mem_used_bytes=_int(d.get("mem_used_bytes")),
-            sm_clock_mhz=_int(d.get("sm_clock_mhz")),
-            clock_event_reasons=_int(d.get("clock_event_reasons")),
+            util_gpu=whole_number(d.get("util_gpu")),
+            mem_used_bytes=whole_number(d.get("mem_used_bytes")),
+            sm_clock_mhz=whole_number(d.get("sm_clock_mhz")),
+            clock_event_reasons=whole_number(d.get("clock_event_reasons")),
             power_w=_float(d.get("power_w")),
-            temp_c=_int(d.get("temp_c")),
+            temp_c=whole_number(d.get("temp_c")),
             processes=procs,
         )
 
@@ -70,9 +72,9 @@ class GpuTrace:
             index=int(d["index"]),
             name=static.get("name"),
             uuid=static.get("uuid"),
-            sm_clock_max_mhz=_int(static.get("sm_clock_max_mhz")),
+            sm_clock_max_mhz=whole_number(static.get("sm_clock_max_mhz")),
             power_limit_w=_float(static.get("power_limit_w")),
-            memory_total_bytes=_int(static.get("memory_total_bytes")),
+            memory_total_bytes=whole_number(static.get("memory_total_bytes")),
             samples=tuple(GpuSample.from_dict(s) for s in d.get("samples") or ()),
         )
 
@@ -118,7 +120,7 @@ class JobProcess:
     def from_dict(cls, d: dict) -> JobProcess:
         return cls(
             pid=int(d["pid"]),
-            ppid=_int(d.get("ppid")),
+            ppid=whole_number(d.get("ppid")),
             user=d.get("user"),
             cmdline=tuple(str(w) for w in d.get("cmdline") or ()),
             env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
@@ -217,15 +219,6 @@ def log_lines(node: NodeObservation, job_id: str) -> list[str]:
         out.append(json.dumps({"static": g.static(), "job": job_id, "node": node.node, "gpu": g.index}))
         out += [json.dumps({**s.to_dict(), "node": node.node, "gpu": g.index}) for s in g.samples]
     return out
-
-
-def _int(v) -> int | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def _float(v) -> float | None:

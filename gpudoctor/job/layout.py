@@ -18,7 +18,6 @@ Sources, first that answers:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -38,16 +37,6 @@ def mark_several_hosts(result):
     if result.severity in (Severity.PASS, Severity.SKIP):
         return result
     return replace(result, evidence={**result.evidence, SEVERAL_HOSTS_ONLY: True})
-
-
-def several_hosts_only(func):
-    """For a check (under @check) whose every problem is about reaching other hosts: marks them."""
-
-    @functools.wraps(func)
-    def judged(facts, ctx):
-        return mark_several_hosts(func(facts, ctx))
-
-    return judged
 
 
 def env_int(env: Mapping[str, str], name: str) -> int | None:

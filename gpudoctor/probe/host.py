@@ -9,18 +9,12 @@ import socket
 import sys
 
 from gpudoctor.fileio import read_text as _read
+from gpudoctor.readers.ints import python_int
 
 
 def _limit(value: int) -> int:
     """-1 means unlimited, as `ulimit` prints it."""
     return -1 if value == resource.RLIM_INFINITY else int(value)
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def _cgroup_paths() -> dict[str, str]:
@@ -55,17 +49,20 @@ def _cgroup_limits() -> dict:
     paths = _cgroup_paths()
     mems, cpus = [], []
     for d in _walk_up("/sys/fs/cgroup", paths.get("")):
-        mems.append(_int(_read(f"{d}/memory.max")))
+        mems.append(python_int(_read(f"{d}/memory.max")))
         quota, _, period = (_read(f"{d}/cpu.max") or "").partition(" ")
-        cpus.append(_ratio(_int(quota), _int(period)))
+        cpus.append(_ratio(python_int(quota), python_int(period)))
     if not any(mems):  # cgroup v1
         mems = [
-            _int(_read(f"{d}/memory.limit_in_bytes")) for d in _walk_up("/sys/fs/cgroup/memory", paths.get("memory"))
+            python_int(_read(f"{d}/memory.limit_in_bytes"))
+            for d in _walk_up("/sys/fs/cgroup/memory", paths.get("memory"))
         ]
     if not any(cpus):
         for root in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
             for d in _walk_up(root, paths.get("cpu")):
-                cpus.append(_ratio(_int(_read(f"{d}/cpu.cfs_quota_us")), _int(_read(f"{d}/cpu.cfs_period_us"))))
+                cpus.append(
+                    _ratio(python_int(_read(f"{d}/cpu.cfs_quota_us")), python_int(_read(f"{d}/cpu.cfs_period_us")))
+                )
     mem_limits = [m for m in mems if m and m < 1 << 60]  # v1 writes "no limit" as a huge number
     cpu_limits = [c for c in cpus if c]
     return {

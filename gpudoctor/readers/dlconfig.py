@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.readers.ints import whole_number
+
 INT_SETTINGS = {
     "num_workers": (
         "num_workers",
@@ -140,6 +142,18 @@ class LoaderSettings:
             return f"{f.path}={f.raw!r} cannot be judged here: {f.problem}"
         return f"{f.path} is null in {self.source}: the framework's default applies"
 
+    def workers_unknown(self) -> str | None:
+        """Why num_workers is no count to judge (not stated, or negative), for a skip message; None when it is."""
+        workers = self.value("num_workers")
+        if workers is None:
+            return self.unknown("num_workers")
+        if workers < 0:
+            return (
+                f"{self.describe('num_workers')} is negative: torch.utils.data.DataLoader rejects it (see GD-DL-008); "
+                "code that reads it as 'all CPUs' picks the count itself, which is known only when the job runs"
+            )
+        return None
+
     def where(self, name: str) -> str | None:
         f = self.found.get(name)
         return None if f is None else f.path
@@ -221,21 +235,6 @@ def _resolve(value, path: tuple, config: dict, env: dict, depth: int = 0):
     except KeyError:
         return None, f"{value} points at a key that is not in the config"
     return _resolve(target, tuple(expr.split(".")), config, env, depth + 1)
-
-
-def _as_int(v):
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v):
-        try:
-            return int(v)
-        except ValueError:  # thousands of digits: past Python's int-digit limit, and no setting's value
-            return None
-    return None
 
 
 def _short(v, limit: int = 80) -> str:
@@ -332,7 +331,7 @@ def _read(name: str, path: tuple, raw, config: dict, env: dict) -> Found:
         elif name in TEXT_SETTINGS:
             conv = _as_text(value)
         else:
-            conv = _as_int(value)
+            conv = whole_number(value)
         if conv is None and value is not None:
             kind = "boolean" if name in BOOL_SETTINGS else "number" if name in INT_SETTINGS else "class name"
             if value is not raw:  # resolved from an interpolation (${oc.env:HF_TOKEN}): never quote what it gave

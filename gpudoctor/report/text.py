@@ -22,7 +22,7 @@ import os
 import sys
 from collections import Counter
 
-from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity
+from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity, worst
 from gpudoctor.report.result import Result, View
 from gpudoctor.sanitize import clean
 
@@ -189,10 +189,6 @@ def _advice(f: Finding) -> bool:
     return f.severity in PROBLEMS or (f.fix is not None and bool(f.fix.actions))
 
 
-def _worst(items: list[Finding]) -> Severity:
-    return max(items, key=lambda f: f.severity.rank).severity
-
-
 def _by_category(findings: list[Finding]) -> list[tuple[str, list[Finding]]]:
     groups: dict[str, list[Finding]] = {}
     for f in sorted(findings, key=lambda f: (ORDER.get(f.category, 99), f.id)):
@@ -260,8 +256,7 @@ class _Renderer:
             self.out.text(indent + 2, line)
 
     def category(self, category: str, items: list[Finding]) -> None:
-        worst = _worst(items)
-        mark, style = MARKS[worst]
+        mark, style = MARKS[worst(items)]
         self.out.line(
             (f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim")
         )

@@ -20,9 +20,5 @@ def ranks_text(ranks) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
-def worst(findings: list[Finding]) -> Severity:
-    return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.PASS)
-
-
 def failed(findings: list[Finding]) -> bool:
     return any(f.severity in (Severity.FAIL, Severity.ERROR) for f in findings)

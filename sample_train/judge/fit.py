@@ -14,8 +14,8 @@ from gpudoctor.model import Severity, manual
 from gpudoctor.sample_train.judge import peaks
 from gpudoctor.sample_train.judge.findings import make
 from gpudoctor.sample_train.sizes import size_for_gpu
+from gpudoctor.units import GIB
 
-GIB = 1 << 30
 # A GPU whose free memory is below this share of its total is in use by something (this rank's own CUDA context
 # takes about 0.5 GiB of 80-141 GiB).
 FREE_SHARE = 0.9

@@ -20,13 +20,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpudoctor.units import GIB
+
 FIGURES = ("gemm", "memory_bandwidth", "h2d", "d2h")
 UNITS = {"gemm": "TFLOP/s", "memory_bandwidth": "GB/s", "h2d": "GB/s", "d2h": "GB/s"}
 # A published healthy figure times this is the floor: the run's own measurement is brief and
 # goes through torch (no locked clocks, no tuned shapes), and a false alarm costs trust.
 MARGIN = 0.7
 
-GIB = 2**30
 _PCIE_GT_S = {3: 8.0, 4: 16.0, 5: 32.0}  # PCIe 3.0+ encode 128b/130b
 
 

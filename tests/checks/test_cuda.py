@@ -620,7 +620,7 @@ def test_cublas_of_torchs_cuda_minor_from_the_toolkit_is_not_a_version_problem()
 
 
 def test_file_versions_and_build_versions():
-    from gpudoctor.checks.cuda import file_version
+    from gpudoctor.checks.cuda._loading import file_version
 
     assert file_version("/x/libcudnn.so.9.1.0") == (9, 1, 0)
     assert file_version("/x/libcublasLt.so.12.4.5.8") == (12, 4, 5, 8)

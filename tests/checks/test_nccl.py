@@ -1,5 +1,6 @@
 import pytest
 
+from gpudoctor.job.layout import SEVERAL_HOSTS_ONLY
 from gpudoctor.model import Severity
 from gpudoctor.readers.ncclenv import c_strtoll, p2p_disabled, parse_prefix_list, select_names
 from gpudoctor.readers.sbatch import parse_sbatch
@@ -146,6 +147,7 @@ def test_ib_disabled_with_active_ib_on_multi_node_warns():
     assert f.severity is Severity.WARN
     assert "TCP sockets" in f.message and "mlx5_0:1" in f.message
     assert f.fix.actions[0].kind == "unset_env" and f.fix.actions[0].target == "NCCL_IB_DISABLE"
+    assert f.evidence[SEVERAL_HOSTS_ONLY] is True  # requires="several-hosts": `check --job` drops it on one host
 
 
 def test_batch_script_disabling_ib_on_two_nodes_warns_inside_an_allocation():

@@ -28,7 +28,7 @@ from tests.cliutil import clean_env
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
-# torch >= 2.2 renamed these (checks/distributed.py): the rename copies the user's value into the new name.
+# torch >= 2.2 renamed these (checks/distributed/deprecated.py): the rename copies the user's value into the new name.
 RENAMED = {
     "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",

@@ -128,6 +128,15 @@ def test_the_registry_imports_no_torch():
             {},
             "torch could not be imported (missing; see GD-CUDA-001)",
         ),
+        (
+            "GD-CUDA-006",
+            {"patch": {"torch.cuda": "twelve"}},
+            {},
+            "torch's CUDA version 'twelve' is not a version number",
+        ),
+        ("GD-DL-001", {}, {"config": {"num_workers": -1}}, "num_workers=-1"),
+        ("GD-DL-004", {}, {"config": {"pin_memory": True}}, "num_workers is not stated in"),
+        ("GD-NCCL-003", {}, {}, "not a multi-node job (nodes: "),
     ],
 )
 def test_an_unmet_requirement_is_one_skip_with_one_wording(check_id, facts_kwargs, ctx, wording):

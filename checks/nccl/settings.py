@@ -1,0 +1,148 @@
+"""nccl checks of NCCL itself and its variables: NCCL in torch, debug logging, malformed values.
+
+How NCCL and torch read these variables: gpudoctor/readers/ncclenv.py (sources cited there)."""
+
+from __future__ import annotations
+
+from gpudoctor.job.env import job_env
+from gpudoctor.job.layout import layout
+from gpudoctor.model import fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.readers.ncclenv import (
+    NCCL_DEBUG_LEVELS,
+    nccl_problems,
+    torch_nccl_problems,
+)
+from gpudoctor.registry import check
+
+
+@check(
+    id="GD-NCCL-001",
+    name="nccl-missing-in-torch",
+    category="nccl",
+    title="torch has NCCL for multi-GPU training",
+    needs=["torch", "env"],
+    requires=["torch", "gpus-expected"],
+    what="When the job runs more than one process on GPUs, torch must be built with torch.distributed "
+    "and NCCL (torch.distributed.is_nccl_available()).",
+    why="init_process_group('nccl') on a torch without NCCL raises 'Distributed package doesn't have NCCL "
+    "built in' on every rank, after the allocation has started.",
+    fix="Install a CUDA build of torch from download.pytorch.org (the Linux CUDA wheels ship NCCL), not a "
+    "CPU-only or source build without USE_NCCL=1.",
+)
+def nccl_missing_in_torch(facts, ctx):
+    t = facts.torch
+    lay = layout(facts, ctx)
+    evidence = {
+        "torch": t.get("version"),
+        "nccl": _fmt_nccl(t.get("nccl")),
+        "nccl_available": t.get("nccl_available"),
+        **lay.evidence(),
+    }
+    if not lay.multi_process:
+        return skip(
+            "a single process (no WORLD_SIZE, LOCAL_WORLD_SIZE or SLURM task layout above 1): NCCL is not used",
+            **evidence,
+        )
+    if not t.get("cuda") and not t.get("hip"):
+        return skip("torch is a CPU-only build (see the cuda checks)", **evidence)
+    fix = manual(
+        "Install a CUDA build of torch", "pip install torch --index-url https://download.pytorch.org/whl/cu124"
+    )
+    if t.get("distributed_available") is False:
+        return fail(
+            f"torch {t.get('version')} was built without torch.distributed: a multi-process job cannot start",
+            fix,
+            **evidence,
+        )
+    if not t.get("nccl_available"):
+        return fail(
+            f"torch {t.get('version')} has no NCCL: init_process_group('nccl') raises \"Distributed package doesn't "
+            'have NCCL built in"',
+            fix,
+            **evidence,
+        )
+    return passed(f"torch {t.get('version')} has NCCL {_fmt_nccl(t.get('nccl'))}", **evidence)
+
+
+def _fmt_nccl(v) -> str:
+    return ".".join(str(p) for p in v) if isinstance(v, (list, tuple)) and v else "?"
+
+
+@check(
+    id="GD-NCCL-005",
+    name="nccl-debug-logging-left-on",
+    category="nccl",
+    title="NCCL debug logging off for production runs",
+    needs=["env"],
+    scope="job",
+    what="Reads NCCL_DEBUG and NCCL_DEBUG_SUBSYS.",
+    why="NCCL_DEBUG=INFO prints dozens of lines per rank at every communicator set-up: right for debugging a "
+    "hang, noise in a long run. With NCCL_DEBUG_SUBSYS including COLL (or ALL), NCCL logs every "
+    "collective: millions of lines and measurable overhead. WARN is the level for production.",
+    fix="export NCCL_DEBUG=WARN (or unset it) once the set-up works; keep INFO only while debugging.",
+)
+def nccl_debug_logging_left_on(facts, ctx):
+    env = job_env(facts, ctx)
+    value = env.get("NCCL_DEBUG")
+    subsys = env.get("NCCL_DEBUG_SUBSYS") or ""
+    evidence = {
+        "NCCL_DEBUG": value,
+        "NCCL_DEBUG_SUBSYS": env.get("NCCL_DEBUG_SUBSYS"),
+        "NCCL_DEBUG_FILE": env.get("NCCL_DEBUG_FILE"),
+    }
+    level = (value or "").strip().upper()
+    if value is None or level in ("VERSION", "WARN", "ABORT"):
+        return passed(f"NCCL_DEBUG={value or 'unset'}", **evidence)
+    if level not in NCCL_DEBUG_LEVELS:
+        return passed(
+            f"NCCL_DEBUG={value!r} is not a level NCCL knows, so it logs nothing (see GD-NCCL-006)", **evidence
+        )
+    per_collective = {s.strip().upper() for s in subsys.lstrip("^").split(",")} & {
+        "COLL",
+        "ALL",
+    } and not subsys.startswith("^")
+    where = f" to {env['NCCL_DEBUG_FILE']}" if env.get("NCCL_DEBUG_FILE") else ""
+    if per_collective:
+        return warn(
+            f"NCCL_DEBUG={value} with NCCL_DEBUG_SUBSYS={subsys} logs "
+            f"every collective{where}: huge logs and a slower run",
+            set_env("NCCL_DEBUG", "WARN"),
+            **evidence,
+        )
+    return info(
+        f"NCCL_DEBUG={value} is on{where}: verbose set-up logs from "
+        "every rank; fine while debugging, use WARN in production",
+        set_env("NCCL_DEBUG", "WARN"),
+        **evidence,
+    )
+
+
+@check(
+    id="GD-NCCL-006",
+    name="nccl-env-malformed",
+    category="nccl",
+    title="NCCL_* and TORCH_NCCL_* values are ones NCCL and torch understand",
+    needs=["env"],
+    scope="job",
+    what="Reads the NCCL_* variables as NCCL parses them (integers with C's strtoll, case-sensitive path "
+    "levels, NCCL_DEBUG levels) and torch's TORCH_NCCL_* variables as ProcessGroupNCCL does.",
+    why="NCCL never rejects a bad value: 'NCCL_IB_DISABLE=true' reads as 0 and leaves InfiniBand on, "
+    "'NCCL_BUFFSIZE=4MB' reads as 4 bytes, 'NCCL_P2P_LEVEL=nvl' is ignored. The setting looks applied and "
+    "is not. torch is the opposite: a TORCH_NCCL_* boolean or integer it cannot parse makes "
+    "init_process_group raise on every rank.",
+    fix="Use plain integers for NCCL's numeric variables (1 to disable), upper-case path levels (NVL, PIX, "
+    "SYS...), and 1/0 for TORCH_NCCL_* switches.",
+)
+def nccl_env_malformed(facts, ctx):
+    env = job_env(facts, ctx)
+    names = sorted(k for k in env if k.startswith(("NCCL_", "TORCH_NCCL_")))
+    evidence = {k: env[k] for k in names}
+    fatal, ignored = torch_nccl_problems(env), nccl_problems(env)
+    fix = manual("Correct the values", *(f"env | grep {p.split('=', 1)[0]}" for p in (fatal + ignored)[:3]))
+    if fatal:
+        return fail("; ".join(fatal + ignored), fix, **evidence)
+    if ignored:
+        return warn("; ".join(ignored), fix, **evidence)
+    if not names:
+        return passed("no NCCL_* or TORCH_NCCL_* variables set", **evidence)
+    return passed(f"{len(names)} NCCL variable(s) set, all well-formed", **evidence)
