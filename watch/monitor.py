@@ -416,7 +416,7 @@ class Monitor:
         }
         source = {"monitor": "gpudoctor.watch.Monitor", "ranks": self._identities}
         assert self.report is not None
-        write_output(self.report, json_report.render(findings, source, {"watch": watch}), what="report=")
+        write_output(self.report, json_report.document(findings, source, {"watch": watch}), what="report=")
 
     def _write_heartbeat(self, mine: RankWindow | None = None) -> None:
         if not self.heartbeat:
