@@ -45,6 +45,8 @@ _DEEP = int(os.environ.get("GPUDOCTOR_FUZZ_EXAMPLES", "0"))
 
 
 def fuzz(examples: int):
+    """Hypothesis settings: the suite runs `examples` fixed (derandomized) cases; GPUDOCTOR_FUZZ_EXAMPLES=N runs N
+    random ones (a deeper search than the suite's time allows, e.g. before a release)."""
     return settings(
         max_examples=_DEEP or examples,
         deadline=None,
@@ -215,7 +217,7 @@ def assert_no_check_crashes(facts: Facts, ctx: Context) -> None:
     ET.fromstring(junit.document(findings).split("\n", 1)[1])
 
 
-@fuzz(400)
+@fuzz(200)
 @given(fixture_name, env_vars, expect_gpus, launcher)
 def test_no_check_crashes_on_malformed_environment_values(name, env, gpus, how):
     assert_no_check_crashes(facts_with(name, env), Context(expect_gpus=gpus, launcher=how))
@@ -316,7 +318,7 @@ config_value = st.recursive(
 configs = st.dictionaries(config_key, config_value, max_size=6)
 
 
-@fuzz(300)
+@fuzz(150)
 @given(fixture_name, configs, st.dictionaries(st.sampled_from(ENV_NAMES), malformed, max_size=3), expect_gpus, launcher)
 def test_no_check_crashes_on_malformed_training_configs(name, config, env, gpus, how):
     ctx = Context(expect_gpus=gpus, launcher=how, config=config, config_path="train.yaml")
@@ -443,7 +445,7 @@ def parsed_or_none(text: str) -> dict | None:
         return None  # sbatch would refuse it too: exit 2 through the CLI
 
 
-@fuzz(400)
+@fuzz(200)
 @given(
     fixture_name,
     scripts,
@@ -547,7 +549,7 @@ def mutated_snapshots(draw):
 VALIDATOR = jsonschema.Draft202012Validator(factschema.load_schema())
 
 
-@fuzz(400)
+@fuzz(200)
 @given(mutated_snapshots(), expect_gpus, launcher)
 def test_a_snapshot_the_contract_accepts_never_crashes_a_check(data, gpus, how):
     """`check --snapshot` refuses a file that breaks the schema (exit 2); what it accepts, every check can judge."""
@@ -556,7 +558,7 @@ def test_a_snapshot_the_contract_accepts_never_crashes_a_check(data, gpus, how):
     assert_no_check_crashes(Facts.from_dict(data), Context(expect_gpus=gpus, launcher=how))
 
 
-@fuzz(300)
+@fuzz(150)
 @given(mutated_snapshots())
 def test_the_snapshot_validator_agrees_with_jsonschema(data):
     problem = factschema.first_problem(data)
@@ -627,7 +629,7 @@ def test_json_python_cannot_hold_is_a_corrupt_snapshot(tmp_path, text, words):
 slurm_text = st.one_of(malformed, st.text(alphabet="0123456789,-()[]x:gpuIDXabc ", max_size=20))
 
 
-@fuzz(300)
+@fuzz(150)
 @given(slurm_text)
 def test_slurm_formats_raise_only_their_own_error(text):
     for parse in (slurmfmt.parse_tasks_per_node, slurmfmt.expand_nodelist, slurmfmt.parse_index_list):
@@ -679,7 +681,7 @@ def _fixture_gpu_lists() -> list:
     return lists
 
 
-@fuzz(400)
+@fuzz(200)
 @given(
     st.one_of(
         st.none(),
@@ -695,7 +697,7 @@ def test_cuda_visible_devices_parses_anything(value, gpus):
     assert vis.hides_all in (True, False) and vis.mixed_forms in (True, False)
 
 
-@fuzz(400)
+@fuzz(200)
 @given(
     st.one_of(
         malformed,
@@ -715,7 +717,7 @@ def test_allocator_conf_parses_anything(text, version):
     allocconf.effective_variable({allocconf.LEGACY_VAR: text, allocconf.UNIFIED_VAR: text[::-1]}, version)
 
 
-@fuzz(300)
+@fuzz(150)
 @given(st.one_of(st.none(), configs), st.dictionaries(st.sampled_from(["NUM_W", "X"]), malformed, max_size=2))
 def test_dataloader_settings_read_any_config(config, env):
     found = dlconfig.find_settings(config, "train.yaml", env)
@@ -725,7 +727,7 @@ def test_dataloader_settings_read_any_config(config, env):
     json.dumps(found.evidence(), default=str)
 
 
-@fuzz(100)
+@fuzz(60)
 @given(st.one_of(configs, st.just({dlconfig.LIVE_KEY: {"num_workers": "x", "batch_size": None}})))
 def test_smoke_reads_any_config_or_says_why_not(config):
     from gpudoctor.sample_train.options import OptionsError, loader_from_config
@@ -736,7 +738,7 @@ def test_smoke_reads_any_config_or_says_why_not(config):
         pass
 
 
-@fuzz(400)
+@fuzz(200)
 @given(st.one_of(scripts, st.text(max_size=200)))
 def test_batch_script_text_parses_or_raises_sbatch_error(text):
     parsed_or_none(text)
@@ -759,7 +761,7 @@ file_bytes = st.one_of(
 )
 
 
-@fuzz(300)
+@fuzz(150)
 @given(file_bytes)
 def test_batch_script_files_load_or_raise_sbatch_error(tmp_path_factory, content):
     path = tmp_path_factory.mktemp("sb") / "job.slurm"
@@ -841,7 +843,7 @@ config_text = st.one_of(
 )
 
 
-@fuzz(200)
+@fuzz(100)
 @given(config_text, st.sampled_from(["train.yaml", "train.yml", "train.json", "train"]), st.booleans())
 def test_training_config_files_load_or_raise_config_error(tmp_path_factory, text, filename, garble):
     path = tmp_path_factory.mktemp("cfg") / filename
