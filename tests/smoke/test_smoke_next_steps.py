@@ -1,6 +1,6 @@
 """smoke's next step matches the cause: a stray process -> its PID and how to see/stop it; the power cap at full
 load is no cause; a slow host -> --exclude, but never every host of the run. Uses the report recorded on a
-real H200 while another process ran matmuls on the same GPU (tests/fixtures/smoke, from ../shared/recorded)."""
+real H200 while another process ran matmuls on the same GPU (tests/fixtures/smoke, recorded there)."""
 
 from __future__ import annotations
 
