@@ -60,11 +60,51 @@ def where_stuck(p: JobProcess) -> str:
 # ---------------------------------------------------------------- GD-WATCH-008
 
 
+def stalled_loop(nodes: list[NodeObservation]) -> tuple[Finding | None, bool]:
+    """From the heartbeats of gpudoctor.watch.Monitor, where the job runs one: (a finding naming every rank whose
+    loop counted no step for 3 of its windows (at least HANG_MIN_WINDOW_S), True) -- this sees a hang whose
+    processes spin (NCCL's progress thread keeps a core busy), which CPU time cannot; (None, True) when every
+    heartbeat is fresh (the loop moves: no hang, whatever the CPU did); (None, False) with no heartbeat to read."""
+    beats = [
+        (n, r, r.process.heartbeat)
+        for n in nodes
+        if n.observed
+        for r in ranks_on(n)
+        if r.process.heartbeat and not r.process.heartbeat.get("closed")
+    ]
+    if not beats:
+        return None, False
+    stalled = [(n, r, b) for n, r, b in beats if b["age_s"] > max(3 * b["window_s"], HANG_MIN_WINDOW_S)]
+    if not stalled:
+        return None, True
+    msg = "; ".join(
+        f"{n.node} PID {r.process.pid}{_rank(r.process)} counted no step for {secs(b['age_s'])} (last at step "
+        f"{b['step']}; its Monitor writes a heartbeat every {secs(b['window_s'])} window){where_stuck(r.process)}"
+        for n, r, b in stalled[:4]
+    )
+    ev = {
+        "heartbeats": [
+            {"node": n.node, "pid": r.process.pid, "rank": r.process.env.get("RANK"), **b} for n, r, b in beats
+        ],
+        "stalled": [r.process.pid for _, r, _ in stalled],
+    }
+    fix = manual(
+        "Read the stalled process's stack, then its flight recorder dump after the timeout",
+        *[f"py-spy dump --pid {r.process.pid}" for _, r, _ in stalled[:4]],
+    )
+    verdict = f"the training loop stopped on {len(stalled)} of {len(beats)} monitored rank(s): {msg}"
+    return make("GD-WATCH-008", Severity.WARN, verdict, fix, **ev), True
+
+
 def suspected_hang(nodes: list[NodeObservation]) -> Finding | None:
-    """Every training process of the job, on every node that answered, used under NO_PROGRESS_SHARE of a core
+    """A stalled heartbeat (stalled_loop) where the job runs gpudoctor.watch.Monitor; else: every training
+    process of the job, on every node that answered, used under NO_PROGRESS_SHARE of a core
     for a window of HANG_MIN_WINDOW_S or more, and none of their GPUs NVML sampled did work: nothing moved.
     The one the others wait for is named where the stacks say it: the ranks whose main thread is not in a
     torch.distributed collective while others' are (a rank that never reaches the collective)."""
+    from_beats, heard = stalled_loop(nodes)
+    if heard:
+        return from_beats
     observed = [n for n in nodes if n.observed and n.window_s and n.window_s >= HANG_MIN_WINDOW_S]
     if not observed or len(observed) < len([n for n in nodes if n.observed]):
         return None

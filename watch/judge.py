@@ -54,7 +54,8 @@ The rules, and what they rest on:
   collective; without that evidence a sleep, a pause or a wait for I/O look the same, and it is a skip that says
   so. The process the others wait for is the one whose main thread is not in a collective while others' are.
   A rank spinning in an NCCL collective uses its CPU (CUDA's spin wait) and its GPU (the NCCL kernel), so this
-  rule does not see NCCL hangs: that needs the in-process heartbeat or a GPU machine to calibrate.
+  rule does not see NCCL hangs; where the job runs gpudoctor.watch.Monitor its heartbeat does (hang.stalled_loop:
+  no step for 3 of its windows is a hang however busy the CPUs; fresh heartbeats are no hang however idle).
 - not observed (GD-WATCH-006): a node that did not answer is a fail ("could not observe", never healthy); a
   node without NVML is info, naming the rules that could not be judged there.
 """

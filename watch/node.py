@@ -27,6 +27,7 @@ import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -153,8 +154,45 @@ def _with_end_cpu(processes: list[JobProcess]) -> list[JobProcess]:
     out = []
     for p in processes:
         _, cpu = _stat(p.pid)
-        out.append(JobProcess(**{**p.__dict__, "cpu_seconds": cpu}))
+        out.append(JobProcess(**{**p.__dict__, "cpu_seconds": cpu, "heartbeat": read_heartbeat(p)}))
     return out
+
+
+HEARTBEAT_MAX_BYTES = 4096
+
+
+def read_heartbeat(p: JobProcess) -> dict | None:
+    """The heartbeat p's gpudoctor.watch.Monitor writes (monitor.heartbeat_path: gpudoctor-<uid>/heartbeat-<pid>.json
+    under its temporary directory, TMPDIR, TEMP or TMP as tempfile.gettempdir reads them, else /tmp), with its age
+    on this node's clock; None where it runs no Monitor or the file cannot be read (bounded: 4 KiB, no link)."""
+    try:
+        uid = os.stat(f"/proc/{p.pid}").st_uid
+    except OSError:
+        return None
+    dirs = [p.env[k] for k in ("TMPDIR", "TEMP", "TMP") if p.env.get(k)] + ["/tmp"]
+    for d in dirs:
+        path = os.path.join(d, f"gpudoctor-{uid}", f"heartbeat-{p.pid}.json")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            beat = json.loads(os.read(fd, HEARTBEAT_MAX_BYTES))
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        if not isinstance(beat, dict) or not isinstance(beat.get("time"), (int, float)):
+            return None
+        return {
+            "step": beat.get("step"),
+            "age_s": round(time.time() - float(beat["time"]), 3),
+            "window_s": beat.get("window_s"),
+            "closed": beat.get("closed") is True,
+        }
+    return None
 
 
 # ---------------------------------------------------------------- NVML

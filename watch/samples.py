@@ -91,6 +91,16 @@ class GpuTrace:
         return GpuTrace(**{**self.__dict__, "samples": kept})
 
 
+def _heartbeat(value) -> dict | None:
+    """A heartbeat as the node probe reports it, its fields checked (None for anything else)."""
+    if not isinstance(value, dict):
+        return None
+    step, age, window = whole_number(value.get("step")), _float(value.get("age_s")), _float(value.get("window_s"))
+    if step is None or age is None or window is None or window <= 0:
+        return None
+    return {"step": step, "age_s": age, "window_s": window, "closed": value.get("closed") is True}
+
+
 @dataclass(frozen=True)
 class JobProcess:
     """A process of the job as /proc shows it on its node (environ values only those listed in ENV_KEYS)."""
@@ -103,6 +113,9 @@ class JobProcess:
     cpu_seconds: float | None = None  # user + system time at the end of the window
     cpu_seconds_start: float | None = None  # at its start
     stack: str | None = None  # `py-spy dump` of a Python process that made no progress, where py-spy is installed
+    # Its gpudoctor.watch.Monitor's heartbeat at the window's end, where it runs one: the last step it counted
+    # ("step"), how long before the window's end it wrote it ("age_s", the node's own clock), "window_s", "closed".
+    heartbeat: dict | None = None
 
     @property
     def runs_python(self) -> bool:
@@ -127,6 +140,7 @@ class JobProcess:
             cpu_seconds=_float(d.get("cpu_seconds")),
             cpu_seconds_start=_float(d.get("cpu_seconds_start")),
             stack=d.get("stack") if isinstance(d.get("stack"), str) else None,
+            heartbeat=_heartbeat(d.get("heartbeat")),
         )
 
     def to_dict(self) -> dict:
@@ -136,6 +150,10 @@ class JobProcess:
 # The variables the judge reads from a process's environment (nothing else is copied: environments hold secrets).
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES",
+    # where its gpudoctor.watch.Monitor writes its heartbeat (tempfile.gettempdir's first choices)
+    "TMPDIR",
+    "TEMP",
+    "TMP",
     "LOCAL_RANK",
     "RANK",
     "SLURM_JOB_ID",

@@ -405,3 +405,42 @@ def test_a_gpu_at_work_is_no_hang_even_with_idle_cpus():
     samples = tuple(GpuSample(t=float(i), util_gpu=99, processes=((10, 2**30),)) for i in range(30))
     node = NodeObservation("gpu01", (0,), (_stuck(10, 0, None),), (_gpu(0, samples),), window_s=30.0)
     assert "GD-WATCH-008" not in _problems(judge([node]))
+
+
+# ---------------------------------------------------------------- the in-process Monitor's heartbeat, read from outside
+
+
+def _beating(pid: int, rank: int, age_s: float, cpu: float, window_s: float = 5.0) -> JobProcess:
+    beat = {"step": 120, "age_s": age_s, "window_s": window_s, "closed": False}
+    return JobProcess(**{**_stuck(pid, rank, None, cpu=cpu).__dict__, "heartbeat": beat})
+
+
+def test_a_stalled_heartbeat_is_a_hang_even_when_the_processes_spin():
+    # NCCL's progress thread keeps a core busy in a hung collective: CPU time cannot tell, the loop's heartbeat can
+    ranks = (_beating(10, 0, age_s=40.0, cpu=29.0), _beating(11, 1, age_s=41.0, cpu=29.5))
+    f = _problems(judge([NodeObservation("gpu01", (0, 1), ranks, (), window_s=30.0)]))["GD-WATCH-008"]
+    assert f.severity is Severity.WARN and f.evidence["stalled"] == [10, 11]
+    assert "gpu01 PID 10 (rank 0) counted no step for 40 s (last at step 120" in f.message
+
+
+def test_a_fresh_heartbeat_is_no_hang_however_idle_the_processes_look():
+    ranks = (_beating(10, 0, age_s=3.0, cpu=0.1), _beating(11, 1, age_s=4.0, cpu=0.1))
+    assert "GD-WATCH-008" not in _problems(judge([NodeObservation("gpu01", (0, 1), ranks, (), window_s=30.0)]))
+
+
+def test_the_node_probe_reads_the_heartbeat_the_monitor_writes(tmp_path):
+    import json
+    import os
+    import time
+
+    from gpudoctor.watch.node import read_heartbeat
+
+    me = JobProcess(os.getpid(), env={"TMPDIR": str(tmp_path)})
+    assert read_heartbeat(me) is None  # no Monitor in this process
+    folder = tmp_path / f"gpudoctor-{os.getuid()}"
+    folder.mkdir()
+    beat = {"pid": os.getpid(), "rank": 0, "step": 7, "time": time.time() - 12, "window_s": 5.0, "closed": False}
+    (folder / f"heartbeat-{os.getpid()}.json").write_text(json.dumps(beat))
+    got = read_heartbeat(me)
+    assert got is not None and got["step"] == 7 and 11 < got["age_s"] < 60 and got["window_s"] == 5.0
+    assert JobProcess.from_dict(JobProcess(**{**me.__dict__, "heartbeat": got}).to_dict()).heartbeat == got
