@@ -31,7 +31,7 @@ def one_run(device: str, gpus: int, extra: list[str], nodes: int = 0, number: in
         from tests.smoke.test_smoke_slowness import run_world
 
         with NetWorld(nodes, prefix=f"gfa{number}") as world:
-            rep = run_world(world, *extra)
+            rep, _ = run_world(world, *extra)
     else:
         cmd = [sys.executable, "-P", "-m", "gpudoctor", "smoke", "--device", device, "--gpus", str(gpus), "--json"]
         r = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=600)

@@ -1,4 +1,7 @@
-"""The smoke run across nodes: two torchrun agents as two nodes on this host (c10d rendezvous, gloo on CPU)."""
+"""The smoke run across nodes on one host: a node is the launcher's (GROUP_RANK), so two nodes of one host are
+named apart. Where network namespaces can be made (root), the per-node table, the slowest node and the busbw
+floor are proved by test_smoke_slowness.py's healthy world (a host per node); here, the naming of nodes that
+share a host in-process, and without namespaces the same facts from two torchrun agents on loopback."""
 
 from __future__ import annotations
 
@@ -11,7 +14,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from gpudoctor.sample_train.coordinator import node_layout
+from gpudoctor.sample_train.judge import report
 from tests.cliutil import clean_env
+from tests.smoke.networld import usable
 
 pytest.importorskip("torch.distributed")
 
@@ -45,6 +51,26 @@ def cpu_smoke_agent(torchrun: str, nodes: int, per_node: int, endpoint: str, rdz
     ]
 
 
+def _rank(rank: int, node_index: int, compute_s: float) -> dict:
+    return {"rank": rank, "host": "gpu-1", "node_index": node_index, "tokens_per_s": 100.0,
+            "step_time_s": {"p50": 0.5}, "local_compute_s_p50": compute_s}  # fmt: skip
+
+
+def test_two_nodes_of_one_host_are_named_by_their_group_rank():
+    # the coordinator's layout (which ranks all-reduce inside a node, which across) and the report's table
+    joins = {r: {"host": "gpu-1", "node_index": r // 2} for r in range(4)}
+    assert node_layout(joins) == [[0, 1], [2, 3]]
+    table = report._nodes([_rank(0, 0, 0.2), _rank(1, 0, 0.2), _rank(2, 1, 0.4), _rank(3, 1, 0.4)], 1000)
+    assert [(n["node"], n["host"], n["ranks"]) for n in table["nodes"]] == [
+        ("gpu-1#0", "gpu-1", [0, 1]),
+        ("gpu-1#1", "gpu-1", [2, 3]),
+    ]
+    assert table["slowest_node"]["node"] == "gpu-1#1" and table["slowest_node"]["below_median"] > 0
+
+
+@pytest.mark.skipif(
+    usable() is None, reason="netns worlds run here: test_smoke_slowness.py's healthy world proves the node table"
+)
 @pytest.mark.xdist_group("multi-node-worlds")  # not beside the netns worlds (pyproject.toml: --dist loadgroup)
 def test_two_nodes_per_node_table_slowest_node_and_busbw_floor(tmp_path):
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
