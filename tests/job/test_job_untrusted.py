@@ -1,7 +1,9 @@
 """Issue 20: what other machines send is untrusted. A real `gpudoctor check --job` rank 0 hosting the job's
-real TCPStore; a second real process, standing in for rank 1 (another gpudoctor version, another program
-on the port), writes a malformed entry. Rank 0 must judge it (GD-JOB-001 names the rank), exit 1, never 3,
-within its timeout, with no control byte in any output."""
+real TCPStore; a second real process, standing in for ranks 1..7 (another gpudoctor version, another program
+on the port, a hostile node), writes one malformed entry per rank and one readable entry full of escape
+sequences. Rank 0 must judge each unreadable entry (GD-JOB-001 names the rank and its own reason), read the
+hostile one cleaned, exit 1, never 3, within its timeout, with no control byte in any output. One world
+proves every case: each rank's entry is judged on its own (checks/job.py lists one error per rank)."""
 
 from __future__ import annotations
 
@@ -29,13 +31,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# The impostor: connects to rank 0's store as a client and writes rank 1's entry, then counts itself arrived.
+# The impostor: connects to rank 0's store as a client and writes the entries m/<rank> read from the files
+# entries/<rank>, counting each rank arrived; then answers rank 0's request for c/<rank> from contents/<rank>
+# and counts the ranks rank 0 could read as done, as real ranks do.
 IMPOSTOR = textwrap.dedent(
     """
-    import sys, time, socket
+    import json, sys, time, socket
     from datetime import timedelta
+    from pathlib import Path
     from torch.distributed import TCPStore
-    port, path = int(sys.argv[1]), sys.argv[2]
+    port, root, readable = int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -46,27 +51,30 @@ IMPOSTOR = textwrap.dedent(
                 raise
             time.sleep(0.1)
     store = TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=60))
-    store.set("gpudoctor-job/env/0/m/1", open(path, "rb").read())
-    store.add("gpudoctor-job/env/0/arrived", 1)
-    try:  # answer rank 0's request and count itself done, as a rank does (rank 0 may be gone already)
-        if len(sys.argv) > 3:
-            store.wait(["gpudoctor-job/env/0/request"])
-            store.set("gpudoctor-job/env/0/c/1", open(sys.argv[3], "rb").read())
+    ranks = sorted(int(p.name) for p in (root / "entries").iterdir())
+    for rank in ranks:
+        store.set(f"gpudoctor-job/env/0/m/{rank}", (root / "entries" / str(rank)).read_bytes())
+    store.add("gpudoctor-job/env/0/arrived", len(ranks))
+    try:  # answer rank 0's request and count the readable ranks done (rank 0 may be gone already)
+        store.wait(["gpudoctor-job/env/0/request"])
+        asked = json.loads(store.get("gpudoctor-job/env/0/request"))["ranks"]
+        for rank in asked:
+            store.set(f"gpudoctor-job/env/0/c/{rank}", (root / "contents" / rank).read_bytes())
         store.wait(["gpudoctor-job/env/0/verdict"])
-        store.add("gpudoctor-job/env/0/done", 1)
+        store.add("gpudoctor-job/env/0/done", readable)
     except Exception:
         pass
     """
 )
 
 
-def _rank0(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen:
+def _rank0(tmp_path: Path, port: int, world: int, *extra: str) -> subprocess.Popen:
     env = clean_env(
         {
             "RANK": "0",
-            "WORLD_SIZE": "2",
+            "WORLD_SIZE": str(world),
             "LOCAL_RANK": "0",
-            "LOCAL_WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": str(world),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
         }
@@ -77,13 +85,13 @@ def _rank0(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen:
     )
 
 
-def _good_entry(**changes) -> dict:
+def _good_entry(rank: int = 1, **changes) -> dict:
     entry = {
-        "rank": 1,
+        "rank": rank,
         "node": HOST,
         "hostname": HOST,
         "node_index": None,
-        "local_rank": 1,
+        "local_rank": rank,
         "leader": False,
         "gpu": None,
         "digests": {},
@@ -94,27 +102,56 @@ def _good_entry(**changes) -> dict:
     return entry
 
 
+# rank -> (what it sends as m/<rank>, the reason rank 0 must give for it)
 MALFORMED = {
-    "not UTF-8": (b"\xff\xfe\x00garbage", "not UTF-8 text"),
-    "a JSON list": (b"[1, 2, 3]", "a JSON list where an object belongs"),
-    "wrong field types": (json.dumps(_good_entry(node_index="0", leader="yes")).encode(), "field node_index is a str"),
-    "oversized": (json.dumps(_good_entry(node="x" * 200_000)).encode(), "more than the 65,536 this format allows"),
-    "a future format": (
-        json.dumps(_good_entry(format=2, gpudoctor="0.9.0")).encode(),
+    1: (b"\xff\xfe\x00garbage", "not UTF-8 text"),
+    2: (b"[1, 2, 3]", "a JSON list where an object belongs"),
+    3: (json.dumps(_good_entry(3, node_index="0", leader="yes")).encode(), "field node_index is a str"),
+    4: (json.dumps(_good_entry(4, node="x" * 200_000)).encode(), "more than the 65,536 this format allows"),
+    5: (
+        json.dumps(_good_entry(5, format=2, gpudoctor="0.9.0")).encode(),
         "exchange format 2 written by gpudoctor 0.9.0, not 1",
     ),
-    "another program's bytes": (b"HTTP/1.1 400 Bad Request\r\n\r\n", "not JSON"),
+    6: (b"HTTP/1.1 400 Bad Request\r\n\r\n", "not JSON"),  # another program's bytes
 }
+HOSTILE = 7  # a readable entry whose node name, GPU and environment carry escape sequences
+EVIL = "gpu\x1b]0;pwned\x07node\x1b[31m"
 
 
-@pytest.mark.parametrize("entry, reason", MALFORMED.values(), ids=list(MALFORMED))
-def test_rank_0_judges_an_entry_it_cannot_read(tmp_path, entry, reason):
+def _strings(value):
+    """Every string in a parsed JSON document (keys too)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, str):
+        yield value
+
+
+# The tests reading the one world share a worker, so it runs once (pyproject.toml: --dist loadgroup).
+shares_the_untrusted_world = pytest.mark.xdist_group("untrusted-job-world")
+
+
+@pytest.fixture(scope="module")
+def untrusted_world(tmp_path_factory):
+    """One real rank 0 (JSON on stdout, JUnit to a file) and one impostor process for ranks 1..7."""
+    tmp_path = tmp_path_factory.mktemp("untrusted")
+    (tmp_path / "entries").mkdir()
+    (tmp_path / "contents").mkdir()
+    for rank, (entry, _) in MALFORMED.items():
+        (tmp_path / "entries" / str(rank)).write_bytes(entry)
+    hostile = _good_entry(HOSTILE, node=EVIL, hostname=EVIL, gpu="GPU-\x1b[2J", digests={"env": "differs"})
+    (tmp_path / "entries" / str(HOSTILE)).write_bytes(json.dumps(hostile).encode())
+    contents = {"env": {"OMP_NUM_THREADS": "7\x1b[2J", "NCCL_SOCKET_IFNAME": "\x1b]0;x\x07eth0"}}
+    (tmp_path / "contents" / str(HOSTILE)).write_text(exchange.encode(contents))
     port = _free_port()
-    (tmp_path / "entry").write_bytes(entry)
     started = time.monotonic()
-    rank0 = _rank0(tmp_path, port, "--json", "--junit", str(tmp_path / "junit.xml"))
+    rank0 = _rank0(tmp_path, port, HOSTILE + 1, "--json", "--junit", str(tmp_path / "junit.xml"))
     impostor = subprocess.run(
-        [sys.executable, "-c", IMPOSTOR, str(port), str(tmp_path / "entry")],
+        [sys.executable, "-c", IMPOSTOR, str(port), str(tmp_path), "1"],
         capture_output=True,
         text=True,
         timeout=90,
@@ -123,34 +160,47 @@ def test_rank_0_judges_an_entry_it_cannot_read(tmp_path, entry, reason):
     out, err = rank0.communicate(timeout=90)
     elapsed = time.monotonic() - started
     assert impostor.returncode == 0, impostor.stderr
-    assert rank0.returncode == 1, (out, err)
+    return {
+        "port": port,
+        "code": rank0.returncode,
+        "out": out,
+        "err": err,
+        "junit": (tmp_path / "junit.xml").read_text(),
+        "elapsed": elapsed,
+    }
+
+
+@shares_the_untrusted_world
+def test_rank_0_judges_each_entry_it_cannot_read(untrusted_world):
+    w = untrusted_world
+    out, err = w["out"], w["err"]
+    assert w["code"] == 1, (out, err)
     assert "internal error" not in err and "Traceback" not in err
     (f,) = [f for f in json.loads(out)["findings"] if f["id"] == "GD-JOB-001"]
     assert f["severity"] == "fail"
-    assert "rank 1 on " in f["message"] and "sent an entry this gpudoctor" in f["message"] and reason in f["message"]
-    assert f"another program on the job's store 127.0.0.1:{port}" in f["message"]
-    assert "never reported" not in f["message"]  # it did report; what it sent is unreadable
-    assert elapsed < TIMEOUT + 30, "bounded: rank 0 waits only for the ranks that can still arrive"
-    junit = (tmp_path / "junit.xml").read_text()
-    for text in (out, err, junit):
+    assert "never reported" not in f["message"]  # every rank reported; what six of them sent is unreadable
+    assert f["evidence"]["missing_ranks"] == []
+    errors = {e["rank"]: e["error"] for e in f["evidence"]["errors"]}
+    assert sorted(errors) == sorted(MALFORMED), errors  # the readable hostile rank is no error
+    foreign = f"another program on the job's store 127.0.0.1:{w['port']}"
+    for rank, (_, reason) in MALFORMED.items():
+        # each rank is named in the message with its own reason (the message lists one part per rank)
+        assert reason in errors[rank] and "sent an entry this gpudoctor" in errors[rank] and foreign in errors[rank]
+        assert f"rank {rank} on " in f["message"] and reason in f["message"]
+    assert w["elapsed"] < TIMEOUT + 30, "bounded: rank 0 waits only for the ranks that can still arrive"
+
+
+@shares_the_untrusted_world
+def test_text_from_another_rank_is_cleaned_in_every_output(untrusted_world):
+    w = untrusted_world
+    for text in (w["out"], w["err"], w["junit"]):
         assert not any(c in text for c in CONTROL)
-
-
-def test_text_from_another_rank_is_cleaned_in_every_output(tmp_path):
-    port = _free_port()
-    evil = "gpu\x1b]0;pwned\x07node\x1b[31m"
-    entry = _good_entry(node=evil, hostname=evil, gpu="GPU-\x1b[2J", digests={"env": "differs"})
-    (tmp_path / "entry").write_bytes(json.dumps(entry).encode())
-    contents = {"env": {"OMP_NUM_THREADS": "7\x1b[2J", "NCCL_SOCKET_IFNAME": "\x1b]0;x\x07eth0"}}
-    (tmp_path / "contents").write_text(exchange.encode(contents))
-    rank0 = _rank0(tmp_path, port, "-v")
-    cmd = [sys.executable, "-c", IMPOSTOR, str(port), str(tmp_path / "entry"), str(tmp_path / "contents")]
-    subprocess.run(cmd, timeout=90, env=clean_env())
-    out, err = rank0.communicate(timeout=90)
-    assert rank0.returncode in (0, 1) and "Traceback" not in err, err
-    assert not any(c in out + err for c in CONTROL)
-    assert "gpunode" in out  # the host is named, without its escape sequences
-    assert "OMP_NUM_THREADS" in out and "7[2J" not in out  # its contents were read, cleaned (ESC [2J dropped)
+    # JSON escapes a control byte as \u001b: look at the decoded strings too
+    strings = list(_strings(json.loads(w["out"])))
+    assert not any(c in s for s in strings for c in CONTROL)
+    assert any("gpunode" in s for s in strings)  # the host is named, without its escape sequences
+    # its contents were read (the environment differs from rank 0's), cleaned (ESC [2J dropped)
+    assert any("OMP_NUM_THREADS" in s for s in strings) and not any("7[2J" in s for s in strings)
 
 
 @pytest.mark.parametrize(
