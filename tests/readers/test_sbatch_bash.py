@@ -24,7 +24,7 @@ from gpudoctor.readers.sbatch.shell import commands, tokenize, unquote
 from tests.cliutil import run_gpudoctor
 from tests.factsutil import make_facts, run
 
-# The guide's "correct approach" exactly as /work/shared/seeds/slurm-ddp-hang-fix.md prints it (plus #!/bin/bash).
+# The user's SLURM DDP guide's "correct approach" exactly as the guide prints it (plus #!/bin/bash).
 CORRECT_AS_PRINTED = Path(__file__).parents[1] / "fixtures" / "sbatch" / "seed-guide-correct-approach.slurm"
 BASH = shutil.which("bash")
 

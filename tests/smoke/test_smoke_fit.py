@@ -1,6 +1,6 @@
 """Fit the run to the GPU as it is (issue 28, item 4): free memory and the processes on each GPU at the
 rendezvous, judged by sample_train/judge/fit.py. The placement records are shaped like the one recorded on a real H200
-(/work/shared/recorded/h200-smoke-stray-compute-process.json, copied into the facts below); the held memory is
+(a smoke report of a stray compute process, copied into the facts below); the held memory is
 constructed."""
 
 from __future__ import annotations
