@@ -14,7 +14,9 @@ import pytest
 from gpudoctor.watch import node
 from gpudoctor.watch.samples import NodeObservation
 
-JOB = "987654"
+# One job id per test process: under pytest-xdist two workers may each run a test with its own stand-in job process,
+# and a shared id would show each the other's.
+JOB = str(900_000 + os.getpid() % 99_999)
 
 
 @pytest.fixture
