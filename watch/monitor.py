@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from gpudoctor.watch.samples import heartbeat_file
 from gpudoctor.watch.steps import RankWindow, Window, judge_windows, median_known
 
 FIRST_WINDOW_STEPS = 10  # the first window, before any step time is known
@@ -53,8 +54,7 @@ INPUT_CHECKS = ("GD-DL-001", "GD-DL-002", "GD-DL-003", "GD-DL-004", "GD-DL-005")
 def heartbeat_path(pid: int | None = None) -> str:
     """Where a rank writes its heartbeat: a folder of this user's own under the temporary directory, named for
     the process, so that the outside watcher (which runs as the job's user on the node) finds it by PID."""
-    folder = os.path.join(tempfile.gettempdir(), f"gpudoctor-{os.getuid()}")
-    return os.path.join(folder, f"heartbeat-{pid or os.getpid()}.json")
+    return heartbeat_file(tempfile.gettempdir(), os.getuid(), pid or os.getpid())
 
 
 class _Step:

@@ -34,7 +34,15 @@ import time
 
 from gpudoctor.probe.proc import run_bounded
 from gpudoctor.redact import redact_words
-from gpudoctor.watch.samples import ENV_KEYS, NO_PROGRESS_SHARE, GpuSample, GpuTrace, JobProcess, NodeObservation
+from gpudoctor.watch.samples import (
+    ENV_KEYS,
+    NO_PROGRESS_SHARE,
+    GpuSample,
+    GpuTrace,
+    JobProcess,
+    NodeObservation,
+    heartbeat_file,
+)
 
 MAX_WINDOW_S = 3600.0
 MAX_RATE_HZ = 10.0
@@ -171,7 +179,7 @@ def read_heartbeat(p: JobProcess) -> dict | None:
         return None
     dirs = [p.env[k] for k in ("TMPDIR", "TEMP", "TMP") if p.env.get(k)] + ["/tmp"]
     for d in dirs:
-        path = os.path.join(d, f"gpudoctor-{uid}", f"heartbeat-{p.pid}.json")
+        path = heartbeat_file(d, uid, p.pid)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:

@@ -91,6 +91,12 @@ class GpuTrace:
         return GpuTrace(**{**self.__dict__, "samples": kept})
 
 
+def heartbeat_file(tmpdir: str, uid: int, pid: int) -> str:
+    """Where gpudoctor.watch.Monitor's rank `pid` of user `uid` writes its heartbeat under `tmpdir`: the one
+    naming both the writer (monitor.heartbeat_path) and the outside reader (node.read_heartbeat) use."""
+    return os.path.join(tmpdir, f"gpudoctor-{uid}", f"heartbeat-{pid}.json")
+
+
 def _heartbeat(value) -> dict | None:
     """A heartbeat as the node probe reports it, its fields checked (None for anything else)."""
     if not isinstance(value, dict):
