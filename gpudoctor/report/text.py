@@ -22,6 +22,7 @@ import os
 import sys
 from collections import Counter
 
+from gpudoctor.edit import FILE_EDITS  # the kinds that edit a file (the kinds table)
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity, worst
 from gpudoctor.report.result import Result, View
 from gpudoctor.sanitize import clean
@@ -43,21 +44,6 @@ SAFETY_MEANING = {
     "written only with `gpudoctor fix --apply --unsafe-fixes`",
     Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
 }
-FILE_EDITS = frozenset(
-    {
-        ActionKind.YAML_SET,
-        ActionKind.SBATCH_SET,
-        ActionKind.SBATCH_REMOVE,
-        ActionKind.SBATCH_HOIST,
-        ActionKind.SRUN_PREFIX,
-        ActionKind.EXPORT_SET,
-        ActionKind.EXPORT_REMOVE,
-        ActionKind.OVERRIDE_SET,
-        ActionKind.SBATCH_RENAME,
-        ActionKind.CONTINUATION_REPAIR,
-        ActionKind.DIRECTIVE_REPAIR,
-    }
-)
 DEFAULT_EVIDENCE_LINES = 2
 VALUE_LIMIT = 120
 
