@@ -329,7 +329,23 @@ def _import(module: str, what: str, origin: str = "") -> None:
     except RegistryError:
         raise  # already names the file and the check
     except Exception as e:
+        interrupt = _interrupt_within(e)
+        if interrupt is not None:  # Ctrl-C/SIGTERM landed in class creation: Python 3.11 wraps it in RuntimeError
+            raise interrupt from None
         raise RegistryError(f"{what} {module}{origin} failed to load: {type(e).__name__}: {e}") from e
+
+
+def _interrupt_within(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or SIGTERM's Terminated) that an import error wraps: Python 3.11 turns any exception
+    raised under `__set_name__` (a dataclass field while its class is built) into a RuntimeError whose cause is it."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def load_all() -> dict[str, CheckSpec]:

@@ -246,6 +246,23 @@ def test_a_registration_mistake_names_the_file_and_the_check(checks_dir, mistake
     assert "\n" not in message
 
 
+def test_an_interrupt_while_a_check_module_loads_stays_an_interrupt(checks_dir):
+    """SIGTERM (Terminated, a KeyboardInterrupt) landing while a dataclass is built inside a check module: Python
+    3.11 wraps it in "RuntimeError: Error calling __set_name__"; the registry must re-raise the interrupt (exit
+    143), not report a module that failed to load (exit 2, seen once in CI)."""
+    from gpudoctor.registry import _import
+    from gpudoctor.report.usage import Terminated
+
+    stem = f"tmp_{uuid.uuid4().hex[:8]}"
+    (checks_dir / f"{stem}.py").write_text(
+        "from gpudoctor.report.usage import Terminated\n"
+        "class Field:\n    def __set_name__(self, owner, name):\n        raise Terminated\n"
+        "class Member:\n    digests = Field()\n"
+    )
+    with pytest.raises(Terminated):
+        _import(f"gpudoctor.checks.{stem}", "check module")
+
+
 def test_a_third_party_module_keeps_the_looser_id_rule(tmp_path, monkeypatch):
     stem = f"acme_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{stem}.py").write_text(_module(id="ACME-SCRATCH-1", name=f"acme-{uuid.uuid4().hex[:8]}"))
