@@ -5,7 +5,7 @@ findings itself (sample_train/judge/findings.make reads the id's name, category 
 This table only documents them: `gpudoctor check` never runs them; `gpudoctor list`,
 `explain` and docs/checks.md show them. Adding a verdict is adding a row. Importing this module
 must stay free of torch. Categories are those of the problem each verdict is about (the run is in
-category "smoke" only where the verdict is about the training itself), as in the gpudoctor.smoke/2
+category "smoke" only where the verdict is about the training itself), as in the gpudoctor.smoke/3
 output. scope: "machine" unless given (registry SCOPES).
 """
 
@@ -342,6 +342,44 @@ CORRECTNESS_VERDICTS = (
     ),
 )
 
+LINK_VERDICTS = (
+    Verdict(
+        id="GD-SMOKE-025",
+        scope="job",
+        name="nccl-transport",
+        category="nccl",
+        title="NCCL used the fast transport the nodes have",
+        what="Each GPU rank has NCCL log its set-up (NCCL_DEBUG=INFO, subsystems INIT and NET, to a file of its own "
+        "unless you set NCCL_DEBUG_FILE) and reads which transport every connection took: P2P (NVLink or PCIe peer "
+        "access), SHM, NET/IB (with GPUDirect RDMA where NCCL says GDRDMA), NET/Socket, or a network plug-in. "
+        "TCP sockets between nodes that have RDMA devices (/sys/class/infiniband: InfiniBand, RoCE, EFA) are a "
+        "fail; sockets between ranks of one node a warning.",
+        why="NCCL falls back to TCP sockets without an error when it cannot use InfiniBand or EFA (NCCL_IB_DISABLE "
+        "left set, a container without /dev/infiniband, a missing network plug-in): the job runs, with a fraction "
+        "of the bandwidth (one report: ~3 GB/s over TCP against 489 GB/s over EFA on the same H100 nodes).",
+        fix="Look at NCCL's own log (`NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET`: the 'Using network' line and "
+        "'NET/IB : No device found'); unset NCCL_IB_DISABLE / NCCL_NET=Socket, give the container the RDMA devices "
+        "(--device=/dev/infiniband, the SR-IOV/host network), install the network plug-in (aws-ofi-nccl on EFA).",
+    ),
+    Verdict(
+        id="GD-SMOKE-026",
+        scope="job",
+        name="allreduce-below-reference",
+        category="nccl",
+        title="The all-reduce reaches what this node's GPUs and fabric should",
+        what="Compares the run's all-reduce bus bandwidth (nccl-tests' busbw, 256 MiB) on one node of 8 GPUs of a "
+        "known model with a published fleet floor for that node (Azure's node health checks: 8 x H100 SXM 460 GB/s, "
+        "8 x H200 SXM 431, 8 x A100 SXM4 228; sample_train/judge/transport.py) times a wide margin for the smaller "
+        "message. Other shapes have no published reference and are skipped, saying so.",
+        why="A node whose NVLink or NVSwitch is degraded all-reduces slower than its peers of the same kind; the "
+        "job's own median cannot show it when the whole node is one rank group.",
+        fix="Run nccl-tests' all_reduce_perf on the node (`-b 8G -e 8G -g 8`) and `nvidia-smi nvlink -s`; exclude "
+        "the node until its links are repaired.",
+    ),
+)
+
 declare(
-    SMOKE_VERDICTS + SPEED_VERDICTS + CORRECTNESS_VERDICTS, source="smoke", judged_by="the smoke run (gpudoctor smoke)"
+    SMOKE_VERDICTS + SPEED_VERDICTS + CORRECTNESS_VERDICTS + LINK_VERDICTS,
+    source="smoke",
+    judged_by="the smoke run (gpudoctor smoke)",
 )

@@ -16,30 +16,68 @@ def synchronize(device: torch.device) -> None:
 def best_rate(op, amount: float, device: torch.device, seconds: float, windows: int, warm_s: float = 0.0) -> float:
     """amount per second of op(): the best of several timed windows, after one call (and warm_s of calls,
     which lets GPU clocks ramp up). The best window, so that a moment of CPU contention on a shared host
-    does not pass for the hardware's figure."""
+    does not pass for the hardware's figure. On a GPU each window is timed by CUDA events around calls queued back
+    to back (no host round trip between them, as the maximum-achievable-matmul method times it)."""
     op()
     synchronize(device)
     warm_until = time.perf_counter() + warm_s
     while time.perf_counter() < warm_until:
         op()
         synchronize(device)
-    best = 0.0
-    for _ in range(windows):
-        count, start = 0, time.perf_counter()
-        while True:
-            op()
-            count += 1
-            synchronize(device)
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds / windows:
-                break
-        best = max(best, amount * count / elapsed)
-    return best
+    window = seconds / windows
+    timed = _gpu_window if device.type == "cuda" else _host_window
+    return max(amount * calls / elapsed for calls, elapsed in (timed(op, device, window) for _ in range(windows)))
 
 
-def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, seconds: float, windows: int = 5) -> float:
-    """Peak TFLOP/s of n x n x n matmuls in dtype (a third of the time warms the clocks up)."""
-    return gemm_tflops(device, dtype, n, n, n, seconds, windows, warm_s=seconds / 3)
+def _host_window(op, device: torch.device, window: float) -> tuple[int, float]:
+    count, start = 0, time.perf_counter()
+    while True:
+        op()
+        count += 1
+        synchronize(device)
+        elapsed = time.perf_counter() - start
+        if elapsed >= window:
+            return count, elapsed
+
+
+def _gpu_window(op, device: torch.device, window: float) -> tuple[int, float]:
+    """(calls, seconds) of about `window` seconds of op() queued back to back, timed on the GPU."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    op()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end) / 1e3, 1e-6)
+    calls = max(1, min(10_000, round(window / one)))
+    start.record()
+    for _ in range(calls):
+        op()
+    end.record()
+    end.synchronize()
+    return calls, max(start.elapsed_time(end) / 1e3, 1e-9)
+
+
+# The shapes of the maximum achievable matmul (mamf-finder, stas00/ml-engineering: the peak is the best of many
+# shapes, measured with warm clocks; the square 8192 is rarely the best one). A few large shapes that fill every SM
+# with full tiles, so that the run's figure is the hardware's, not one shape's.
+MATMUL_SHAPES_GPU = ((8192, 8192, 8192), (4096, 16384, 8192), (16384, 4096, 8192), (8192, 16384, 4096))
+MATMUL_SHAPES_CPU = ((256, 256, 256),)
+MATMUL_METHOD = (
+    "maximum achievable matmul: the best sustained window over a few large shapes, after the clocks warmed up "
+    "(as mamf-finder measures it); each window calls queued back to back and timed by the device"
+)
+
+
+def max_matmul(device: torch.device, dtype: torch.dtype, seconds: float, warm_s: float) -> dict:
+    """The measured matmul peak: {tflops, best_shape, shapes: [[m, k, n, tflops], ...], method}."""
+    shapes = MATMUL_SHAPES_GPU if device.type == "cuda" else MATMUL_SHAPES_CPU
+    each = seconds / len(shapes)
+    measured = []
+    for i, (m, k, n) in enumerate(shapes):
+        tflops = gemm_tflops(device, dtype, m, k, n, each, windows=3, warm_s=warm_s if i == 0 else 0.0)
+        measured.append([m, k, n, round(tflops, 2)])
+    best = max(measured, key=lambda row: row[3])
+    return {"tflops": best[3], "best_shape": best[:3], "shapes": measured, "method": MATMUL_METHOD}
 
 
 def gemm_tflops(

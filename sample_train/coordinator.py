@@ -32,7 +32,9 @@ STAGES = (
     "all-reduce inside and across nodes",  # two nodes or more
     "node pairs",  # two nodes or more
     "GPU pairs inside nodes",  # --deep
+    "model build",
     "model broadcast (DDP)",
+    "optimizer",
     "straggler probe",
     "training",
     "parameter checksum",

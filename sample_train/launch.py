@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +27,7 @@ from gpudoctor.sample_train.judge import baseline, report
 from gpudoctor.sample_train.judge.findings import make, ranks_text
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.progress import Progress
+from gpudoctor.sample_train.ranks import KILL_GRACE_S, Ranks, fork_is_safe, fork_ranks, gpu_count_without_cuda
 from gpudoctor.sanitize import clean
 
 # Host memory one spawned rank needs: a CPU rank of the tiny model peaked at 340 MiB RSS (torch, gloo, the
@@ -36,9 +36,7 @@ RANK_MEMORY_BYTES = 512 * 2**20
 # On CPU every rank computes: past two ranks per usable CPU they mostly wait for each other's time slices,
 # and the run measures the scheduler, not the set-up (and may not finish before its deadline).
 RANKS_PER_CPU = 2
-KILL_GRACE_S = 3.0
 LAST_RESORT_S = 30.0  # past --timeout: the coordinator and watchdogs act long before this
-LOG_TAIL_CHARS = 1500
 
 
 def default_timeout(device: str, compile_model: bool, soak_s: float | None = None) -> float:
@@ -158,7 +156,9 @@ def _run_spawn(opts: SmokeOptions) -> int:
     import torch
     import torch.distributed as dist
 
-    if opts.train.device != "cpu" and not torch.cuda.is_available():
+    # Counted through NVML where it can be: CUDA initialised here would forbid forking the ranks (ranks.py).
+    counted = gpu_count_without_cuda(torch) if opts.train.device != "cpu" else None
+    if opts.train.device != "cpu" and not (counted if counted is not None else torch.cuda.is_available()):
         return _early_failure(
             opts,
             make(
@@ -174,7 +174,10 @@ def _run_spawn(opts: SmokeOptions) -> int:
             started,
         )
     opts.train.device = "cpu" if opts.train.device == "cpu" else "cuda"
-    visible = torch.cuda.device_count() if opts.train.device == "cuda" else None
+    if opts.train.device == "cuda":
+        visible = counted if counted is not None else torch.cuda.device_count()
+    else:
+        visible = None
     nprocs = opts.train.nprocs or visible or 2
     if visible is not None and nprocs > visible:
         return _early_failure(
@@ -194,16 +197,21 @@ def _run_spawn(opts: SmokeOptions) -> int:
         return refused
     opts.train.timeout = opts.train.timeout or default_timeout(opts.train.device, opts.train.compile, opts.measure.soak)
     deadline = started + opts.train.timeout
-    store = dist.TCPStore(
-        "127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.train.timeout), wait_for_workers=False
-    )
+    ranks = Ranks(nprocs, fork_ranks(nprocs) if fork_is_safe(torch) else None)  # before the store's threads
+    try:
+        store = dist.TCPStore(
+            "127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.train.timeout), wait_for_workers=False
+        )
+    except BaseException:
+        ranks.abandon()
+        raise
     namespace = new_namespace()
     with tempfile.TemporaryDirectory(prefix="gpudoctor-smoke-") as logdir:
-        ranks = _Ranks(nprocs, store.port, namespace, opts, logdir)
         progress = Progress(quiet=opts.output.json)
         interrupted = True
         try:
-            ranks.start()
+            ranks.start([_rank_env(rank, nprocs, store.port, namespace, opts) for rank in range(nprocs)], logdir)
+            ranks_started_s = time.monotonic() - started
             coordinator = Coordinator(
                 store, Keys(namespace), nprocs, deadline, opts, exits=ranks.exits, logs=ranks.tail, progress=progress
             )
@@ -221,8 +229,27 @@ def _run_spawn(opts: SmokeOptions) -> int:
             "master_addr": "127.0.0.1",
             "master_port": store.port,
             "reporter": {"role": "spawner", "pid": os.getpid()},
+            "ranks_forked": ranks.forked is not None,
+            "ranks_started_s": round(ranks_started_s, 3),
         }
         return emit(report.build(verdict, opts, launch, time.monotonic() - started), opts)
+
+
+def _rank_env(rank: int, n: int, port: int, namespace: str, opts: SmokeOptions) -> dict:
+    """A spawned rank's environment: this one, its world for the worker, and torchrun's variables."""
+    world = spawned(rank, n, port, namespace)
+    return {
+        **os.environ,
+        "GPUDOCTOR_SMOKE_WORLD": json.dumps(world.to_dict()),
+        "GPUDOCTOR_SMOKE_OPTIONS": opts.to_json(),
+        "GPUDOCTOR_SMOKE_PARENT": str(os.getpid()),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(n),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(n),
+        "MASTER_ADDR": world.master_addr,
+        "MASTER_PORT": str(port),
+    }
 
 
 def _interrupt_on_sigterm() -> None:
@@ -246,72 +273,6 @@ def _early_failure(opts: SmokeOptions, finding, started: float) -> int:
         "reporter": {"role": "spawner", "pid": os.getpid()},
     }
     return emit(report.build(Verdict(False, [finding]), opts, launch, time.monotonic() - started), opts)
-
-
-class _Ranks:
-    """The spawned rank processes, each in its own session so that its dataloader workers go with it."""
-
-    def __init__(self, n: int, port: int, namespace: str, opts: SmokeOptions, logdir: str):
-        self.n, self.port, self.namespace, self.opts, self.logdir = n, port, namespace, opts, logdir
-        self.procs: dict[int, subprocess.Popen] = {}
-
-    def start(self) -> None:
-        for rank in range(self.n):
-            world = spawned(rank, self.n, self.port, self.namespace)
-            env = dict(os.environ)
-            env.update(
-                GPUDOCTOR_SMOKE_WORLD=json.dumps(world.to_dict()),
-                GPUDOCTOR_SMOKE_OPTIONS=self.opts.to_json(),
-                GPUDOCTOR_SMOKE_PARENT=str(os.getpid()),
-                RANK=str(rank),
-                WORLD_SIZE=str(self.n),
-                LOCAL_RANK=str(rank),
-                LOCAL_WORLD_SIZE=str(self.n),
-                MASTER_ADDR=world.master_addr,
-                MASTER_PORT=str(self.port),
-            )
-            log = open(os.path.join(self.logdir, f"rank{rank}.log"), "wb")
-            # -P: a gpudoctor/ folder in the cwd (a source checkout) must not shadow the installed package.
-            self.procs[rank] = subprocess.Popen(
-                [sys.executable, "-P", "-m", "gpudoctor.sample_train.worker"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            log.close()
-
-    def exits(self) -> dict[int, int]:
-        return {r: p.returncode for r, p in self.procs.items() if p.poll() is not None}
-
-    def tail(self, rank: int) -> str | None:
-        try:
-            with open(os.path.join(self.logdir, f"rank{rank}.log"), "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - LOG_TAIL_CHARS))
-                text = fh.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return None
-        return text or None
-
-    def stop(self, grace: float = KILL_GRACE_S) -> None:
-        """Waits a moment for ranks to end by themselves, then kills what is left, whole sessions."""
-        until = time.monotonic() + grace
-        while time.monotonic() < until and any(p.poll() is None for p in self.procs.values()):
-            time.sleep(0.1)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in self.procs.values():
-                try:
-                    os.killpg(p.pid, sig)  # the session leader's group: the rank and its workers
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.2 if sig == signal.SIGTERM else 0)
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 # -- launcher mode -------------------------------------------------------------------------

@@ -182,7 +182,7 @@ class MeasureOptions:
 
 @dataclass
 class OutputOptions:
-    json: bool = flag("--json", "print the gpudoctor.smoke/2 JSON report", False, action="store_true")
+    json: bool = flag("--json", "print the gpudoctor.smoke/3 JSON report", False, action="store_true")
     prometheus: str | None = flag(
         "--prometheus",
         "also write the figures and verdicts in node_exporter's textfile format (atomically)",

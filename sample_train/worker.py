@@ -24,7 +24,7 @@ from gpudoctor.job.compare import node_index
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.job.world import World
 from gpudoctor.readers import slurmfmt
-from gpudoctor.sample_train import bench, faults, parts, selftest
+from gpudoctor.sample_train import bench, faults, nccllog, parts, selftest
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
 from gpudoctor.sample_train.exits import die, finish, last_resort
@@ -287,6 +287,7 @@ class Rank:
             watchdog,
             deadline,
         )
+        self.nccl_log: str | None = None  # NCCL's debug log while it is being written (sample_train/nccllog.py)
 
     def remaining(self, extra: float = 0.0) -> timedelta:
         return timedelta(seconds=max(1.0, self.deadline - time.monotonic() + extra))
@@ -312,6 +313,7 @@ class Rank:
         else:
             torch.set_num_threads(CPU_RANK_THREADS)
         backend = "nccl" if cuda else "gloo"
+        self.nccl_log, why_unread = nccllog.capture(world.rank) if cuda else (None, None)
         wd.set_phase("init process group")
         store = dist.PrefixStore(self.keys.pg_prefix, self.store)
         # Collectives time out after the coordinator's deadline, so the coordinator names the phase first.
@@ -326,14 +328,11 @@ class Rank:
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
         wd.set_phase("matmul benchmark")
-        n, seconds = (8192, 1.0) if cuda else (256, 0.2)
+        seconds, warm_s = (1.0, 0.3) if cuda else (0.15, 0.05)
         if self.opts.measure.quick:
-            seconds /= 3
-        result["matmul"] = {
-            "n": n,
-            "dtype": str(dtype).replace("torch.", ""),
-            "tflops": bench.matmul_tflops(device, dtype, n, seconds),
-        }
+            seconds, warm_s = seconds / 2, warm_s / 2
+        peak = bench.max_matmul(device, dtype, seconds, warm_s)
+        result["matmul"] = {"n": peak["shapes"][0][0], "dtype": str(dtype).replace("torch.", ""), **peak}
 
         wd.set_phase("part benchmarks")
         result["parts"] = parts.measure(device, dtype, cfg)
@@ -352,10 +351,13 @@ class Rank:
             wd.set_phase("GPU pairs inside nodes")
             result["local_pairs"] = self._exchanges(device, plan["nodes"], plan["local_rounds"], across=False)
 
+        if cuda:
+            result["nccl_transport"] = nccllog.read(self.nccl_log)
+            self.nccl_log = None  # read: its warnings are in the rank's log already
+            result["nccl_transport_unread"] = why_unread
         if cuda:  # the benchmarks' buffers are not the training's peak
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        wd.set_phase("model broadcast (DDP)")
         model, ddp, optimizer, optimizer_name = self._build(cfg, device)
         result["optimizer"] = optimizer_name
         scaler = torch.amp.GradScaler(device.type) if plan["precision"] == "fp16" else None
@@ -455,10 +457,13 @@ class Rank:
 
     def _build(self, cfg: GPTConfig, device: torch.device):
         torch.manual_seed(self.opts.train.seed)  # identical init everywhere; DDP broadcasts rank 0's anyway
+        self.wd.set_phase("model build")
         with device:  # built where it trains: initialising a large model on the CPU would take seconds
             model = GPT(cfg)
         device_ids = [device.index] if device.type == "cuda" else None
+        self.wd.set_phase("model broadcast (DDP)")
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+        self.wd.set_phase("optimizer")
         try:
             optimizer = torch.optim.AdamW(
                 model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True
@@ -583,6 +588,7 @@ def run_rank(
         watchdog.stop()
         raise
     except BaseException as e:  # report it, then wait for the coordinator to stop the run
+        nccllog.echo_warnings(rank.nccl_log)
         report_error(store, keys, world.rank, watchdog.current["label"], e)
         _await_abort(store, keys)
         return 1

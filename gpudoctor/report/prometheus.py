@@ -86,7 +86,7 @@ def _gauge(name: str, help_text: str, samples: list[tuple[dict, float | None]]) 
 
 
 def render_smoke(report: dict, timestamp: float) -> str:
-    """A smoke run's figures (gpudoctor.smoke/2 report) as gauges, then its verdicts as document() writes them."""
+    """A smoke run's figures (gpudoctor.smoke/3 report) as gauges, then its verdicts as document() writes them."""
     throughput, mfu = report.get("throughput") or {}, report.get("mfu") or {}
     allreduce, scaling = report.get("allreduce") or {}, report.get("scaling") or {}
     parts = []

@@ -4,7 +4,7 @@ A row says what a figure is (its key, what it measures, its unit), where the ran
 a part benchmark of sample_train/parts.py, by name), how it is judged (always against the job's median, by
 slowness.judge; against the GPU model's reference where `reference` names a figure of peaks.py; against a fleet
 baseline, which keeps every row's job median), its floor flag, and its label on the rank's text line. From it:
-the worker's part benchmarks (parts.measure), the rank rows of the gpudoctor.smoke/2 report (report._per_rank),
+the worker's part benchmarks (parts.measure), the rank rows of the gpudoctor.smoke/3 report (report._per_rank),
 the report's `parts` section and its text line, the Prometheus `gpudoctor_smoke_part` gauge, the baseline's
 figures, the `--min-...` flags (options.py) and GD-SMOKE-020. docs/architecture.md "A new smoke figure".
 """

@@ -1,4 +1,4 @@
-"""From the coordinator's verdict to the gpudoctor.smoke/2 report and its verdicts (no torch)."""
+"""From the coordinator's verdict to the gpudoctor.smoke/3 report and its verdicts (no torch)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import sys
 
 from gpudoctor import __version__
 from gpudoctor.model import Severity
-from gpudoctor.sample_train.judge import baseline, correctness, figures, metrics, peaks, slowness, soak
+from gpudoctor.sample_train.judge import baseline, correctness, figures, metrics, peaks, slowness, soak, transport
 from gpudoctor.sample_train.judge.findings import failed, make, ranks_text
 from gpudoctor.sanitize import json_text
 
-SCHEMA = "gpudoctor.smoke/2"
+SCHEMA = "gpudoctor.smoke/3"
 LOSS_DROP = 0.05  # the last steps' mean loss must be at least 5% below the first steps'
 LOSS_WINDOW = 3
 
@@ -40,6 +40,7 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         "exclude": None,
         "correctness": None,
         "soak": None,
+        "nccl_transport": None,
         "next_steps": [],
     }
     refused = None
@@ -51,7 +52,8 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         findings += _judge(body, plan, opts) + speed
         body["correctness"], right = correctness.judge(body["ranks"], verdict.joins, results)
         body["soak"], held = soak.judge(body["ranks"], results, verdict.joins[0]["device_type"], opts.measure.soak or 0)
-        findings += right + held
+        body["nccl_transport"], linked = transport.judge(results, verdict.joins, body["allreduce"]["busbw_gbps"])
+        findings += right + held + linked
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
         body["next_steps"] = slowness.next_steps([f.to_dict() for f in findings], body["ranks"], body["nodes"])
     ok = verdict.ok and not failed(findings)
@@ -199,7 +201,7 @@ def _measurements(verdict, plan: dict, opts) -> dict:
             "vs_spec_missing_reason": spec_missing,
             "vs_measured_matmul": metrics.ratio(total_tflops, total_matmul),
             "measured_matmul_tflops_median": metrics.median([r["matmul_tflops"] for r in ranks]),
-            "matmul": {k: results[0]["matmul"][k] for k in ("n", "dtype")},
+            "matmul": {k: results[0]["matmul"].get(k) for k in ("n", "dtype", "method", "best_shape")},
         },
         "allreduce": {**_allreduce(results, verdict), **_node_allreduce(results)},
         "memory": {
@@ -535,7 +537,12 @@ def _print_metrics(console, report: dict, escape) -> None:
         f"MFU {_fmt(mfu['vs_spec'], '%', 100)} of spec"
         + (f" ({mfu['spec_source']})" if mfu["spec_source"] else f" ({mfu['vs_spec_missing_reason']})")
         + f", {_fmt(mfu['vs_measured_matmul'], '%', 100)} of the measured {mfu['matmul']['dtype']} matmul peak "
-        f"({_fmt(mfu['measured_matmul_tflops_median'], ' TFLOP/s', digits=2)} median, n={mfu['matmul']['n']})",
+        f"({_fmt(mfu['measured_matmul_tflops_median'], ' TFLOP/s', digits=2)} median, "
+        + (
+            "maximum achievable matmul, best shape " + "x".join(map(str, mfu["matmul"]["best_shape"])) + ")"
+            if mfu["matmul"].get("best_shape")
+            else f"n={mfu['matmul']['n']})"
+        ),
         "all-reduce: "
         + (
             f"busbw {ar['busbw_gbps']:.2f} GB/s, algbw {ar['algbw_gbps']:.2f} GB/s "
@@ -543,7 +550,8 @@ def _print_metrics(console, report: dict, escape) -> None:
             f"{ar['dtype']} ({ar['algorithm']})"
             if ar["busbw_gbps"] is not None
             else ar["reason"]
-        ),
+        )
+        + (f"; NCCL transport: {transport.describe(report['nccl_transport'])}" if report.get("nccl_transport") else ""),
         f"memory: peak {mem['peak_bytes_max'] / 2**20:,.0f} MiB ({mem['kind']})"
         + (
             f", {mem['reserved_peak_bytes_max'] / 2**20:,.0f} MiB reserved by the caching allocator"

@@ -42,7 +42,7 @@ def test_a_figure_row_alone_yields_its_json_text_prometheus_and_baseline(monkeyp
     monkeypatch.setattr(figures, "RANK", (*figures.RANK, L2))
     rep, _ = judged(_results({0: 40.0, 1: 42.0}), timeout=60.0)  # launch sets the timeout before a run
 
-    assert [r["l2_cache_gbps"] for r in rep["ranks"]] == [40.0, 42.0]  # gpudoctor.smoke/2 ranks[]
+    assert [r["l2_cache_gbps"] for r in rep["ranks"]] == [40.0, 42.0]  # gpudoctor.smoke/3 ranks[]
     assert {"key": "l2_cache_gbps", "what": "L2 cache read", "unit": "GB/s"} in rep["parts"]["figures"]
     assert rep["parts"]["job_medians"]["l2_cache_gbps"] == 41.0
     assert "min_l2bw_gbps" in rep["floors"]
@@ -58,7 +58,7 @@ def test_a_figure_row_alone_yields_its_json_text_prometheus_and_baseline(monkeyp
     assert parts[("1", "l2_cache_gbps")] == 42.0
 
     assert baseline.from_report(rep)["figures"]["l2_cache_gbps"] == 41.0
-    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(rep)))  # still gpudoctor.smoke/2
+    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(rep)))  # still gpudoctor.smoke/3
 
 
 def test_a_figure_row_with_a_floor_is_a_flag_that_fails_the_run(monkeypatch):

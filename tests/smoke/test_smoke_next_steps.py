@@ -76,8 +76,8 @@ def test_the_report_with_its_next_steps_follows_the_smoke_schema():
     import jsonschema
 
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "smoke.schema.json").read_text())
-    rep = _recorded()  # recorded as gpudoctor.smoke/1: given the sections /2 added (not run then: null)
-    rep.update(schema="gpudoctor.smoke/2", correctness=None, soak=None)
+    rep = _recorded()  # recorded as gpudoctor.smoke/1: given the sections /2 and /3 added (not run then: null)
+    rep.update(schema="gpudoctor.smoke/3", correctness=None, soak=None, nccl_transport=None)
     rep["next_steps"] = slowness.next_steps(rep["findings"], rep["ranks"], rep["nodes"])
     jsonschema.Draft202012Validator(schema).validate(rep)
     rows = [{"rank": r, "host": h, "condition": {}} for r, h in enumerate(("n1", "n2"))]
