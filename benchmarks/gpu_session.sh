@@ -40,7 +40,9 @@ for f in r.get("findings", []):
 PY
 }
 smoke default1
+grep -q '"ok": true' "$OUT/r/smoke-default1.json" || GPUDOCTOR_SMOKE_NO_FORK=1 smoke default1-nofork
 smoke default2
+GPUDOCTOR_SMOKE_NO_FORK=1 smoke nofork   # the ranks started as new interpreters, as before issue 28
 smoke quick1 --quick
 smoke quick2 --quick
 timeout 120 $PY benchmarks/matmul_methods.py >"$OUT/r/matmul.jsonl" 2>>"$LOG"; echo "matmul rc=$?" | tee -a "$LOG"

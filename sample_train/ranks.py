@@ -22,6 +22,7 @@ import time
 import traceback
 
 LOG_TAIL_CHARS = 1500
+NO_FORK_ENV = "GPUDOCTOR_SMOKE_NO_FORK"  # set (to anything): every rank is started as a new interpreter
 KILL_GRACE_S = 3.0
 
 
@@ -128,6 +129,8 @@ def fork_ranks(n: int) -> list[ForkedRank]:
 def fork_is_safe(torch_module) -> bool:
     """No CUDA runtime or driver use in this process yet (torch's own record of its CUDA state), and a platform
     with fork. The GPU count for the launcher is then read through NVML (gpu_count_without_cuda)."""
+    if os.environ.get(NO_FORK_ENV):  # the way back to separate interpreters, should a platform misbehave
+        return False
     cuda = torch_module.cuda
     return hasattr(os, "fork") and not cuda.is_initialized() and not getattr(cuda, "_is_in_bad_fork", lambda: False)()
 
