@@ -197,7 +197,8 @@ def _run_spawn(opts: SmokeOptions) -> int:
         return refused
     opts.train.timeout = opts.train.timeout or default_timeout(opts.train.device, opts.train.compile, opts.measure.soak)
     deadline = started + opts.train.timeout
-    ranks = Ranks(nprocs, fork_ranks(nprocs) if fork_is_safe(torch) else None)  # before the store's threads
+    preload = opts.train.device == "cpu" and not opts.measure.quick  # --quick never imports torch._dynamo
+    ranks = Ranks(nprocs, fork_ranks(nprocs, preload) if fork_is_safe(torch) else None)  # before the store's threads
     try:
         store = dist.TCPStore(
             "127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.train.timeout), wait_for_workers=False

@@ -24,7 +24,7 @@ from gpudoctor.job.compare import node_index
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.job.world import World
 from gpudoctor.readers import slurmfmt
-from gpudoctor.sample_train import bench, faults, nccllog, parts, selftest
+from gpudoctor.sample_train import bench, faults, nccllog, optim, parts, selftest
 from gpudoctor.sample_train.coordinator import Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
 from gpudoctor.sample_train.exits import die, finish, last_resort
@@ -288,6 +288,7 @@ class Rank:
             deadline,
         )
         self.nccl_log: str | None = None  # NCCL's debug log while it is being written (sample_train/nccllog.py)
+        self.dynamo_import: threading.Thread | None = None  # sample_train/optim.py
 
     def remaining(self, extra: float = 0.0) -> timedelta:
         return timedelta(seconds=max(1.0, self.deadline - time.monotonic() + extra))
@@ -313,6 +314,7 @@ class Rank:
         else:
             torch.set_num_threads(CPU_RANK_THREADS)
         backend = "nccl" if cuda else "gloo"
+        self.dynamo_import = optim.import_dynamo_in_background() if cuda and not self.opts.measure.quick else None
         self.nccl_log, why_unread = nccllog.capture(world.rank) if cuda else (None, None)
         wd.set_phase("init process group")
         store = dist.PrefixStore(self.keys.pg_prefix, self.store)
@@ -327,19 +329,10 @@ class Rank:
         result["first_allreduce_s"] = bench.first_allreduce(device, world.world_size)
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
-        wd.set_phase("matmul benchmark")
-        seconds, warm_s = (1.0, 0.3) if cuda else (0.15, 0.05)
-        if self.opts.measure.quick:
-            seconds, warm_s = seconds / 2, warm_s / 2
-        peak = bench.max_matmul(device, dtype, seconds, warm_s)
-        result["matmul"] = {"n": peak["shapes"][0][0], "dtype": str(dtype).replace("torch.", ""), **peak}
-
-        wd.set_phase("part benchmarks")
-        result["parts"] = parts.measure(device, dtype, cfg)
-
-        wd.set_phase("correctness")
-        result["correctness"] = selftest.run(device, world.rank)
-
+        result.update(self._device_benchmarks(device, dtype, cfg))
+        if self.dynamo_import is not None:  # what follows is timed on the host
+            wd.set_phase("import torch._dynamo")
+            self.dynamo_import.join()
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
         if len(plan.get("nodes") or []) > 1:
@@ -367,9 +360,12 @@ class Rank:
         stream = self._batches(cfg, settings)
         step_fn = torch.compile(ddp) if self.opts.train.compile else ddp
 
-        wd.set_phase("straggler probe")
-        result["local_compute_s"] = self._straggler_probe(step_fn, ddp, stream, device, autocast, scaler)
-        optimizer.zero_grad(set_to_none=True)
+        if world.world_size > 1:  # one rank: no other rank's wait to tell its own compute from
+            wd.set_phase("straggler probe")
+            result["local_compute_s"] = self._straggler_probe(step_fn, ddp, stream, device, autocast, scaler)
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            result["local_compute_s"] = []
 
         result.update(self._loop(cfg, step_fn, optimizer, stream, device, autocast, scaler))
         wd.set_phase("parameter checksum")
@@ -378,6 +374,18 @@ class Rank:
         result["tokens_per_step"] = cfg.batch_size * cfg.seq_len
         result["samples_per_step"] = cfg.batch_size
         return result
+
+    def _device_benchmarks(self, device: torch.device, dtype: torch.dtype, cfg: GPTConfig) -> dict:
+        """The measured matmul peak, the parts and the correctness tests: timed on the device where it is a GPU."""
+        quick = self.opts.measure.quick
+        self.wd.set_phase("matmul benchmark")
+        seconds, warm_s = (1.0, 0.3) if device.type == "cuda" else (0.15, 0.05)
+        peak = bench.max_matmul(device, dtype, seconds / 2 if quick else seconds, warm_s / 2 if quick else warm_s)
+        matmul = {"n": peak["shapes"][0][0], "dtype": str(dtype).replace("torch.", ""), **peak}
+        self.wd.set_phase("part benchmarks")
+        found = parts.measure(device, dtype, cfg, quick=quick)
+        self.wd.set_phase("correctness")
+        return {"matmul": matmul, "parts": found, "correctness": selftest.run(device, self.world.rank)}
 
     def soak(self, device: torch.device, plan: dict, record: dict) -> list[dict]:
         """Sustained speed: the square matmul and the device memory copy measured again and again for --soak
@@ -464,14 +472,7 @@ class Rank:
         self.wd.set_phase("model broadcast (DDP)")
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
         self.wd.set_phase("optimizer")
-        try:
-            optimizer = torch.optim.AdamW(
-                model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True
-            )
-            name = "AdamW (fused)"
-        except (RuntimeError, TypeError, ValueError):
-            optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
-            name = "AdamW (foreach)"
+        optimizer, name = optim.build(model.parameters(), cfg.lr, quick=self.opts.measure.quick)
         return model, ddp, optimizer, name
 
     def _batches(self, cfg: GPTConfig, settings: dict):

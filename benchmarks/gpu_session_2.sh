@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The second call of issue 28's GPU session (after benchmarks/gpu_session.sh): the default run and --quick again
+# after their time cuts (torch._dynamo imported beside the first phases, no straggler probe on one rank, --quick
+# without torch.optim), and the matmul methods with 4096^3 measured again at the end.
+#   OUT=/tmp/out bash benchmarks/gpu_session_2.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/gd-out}; mkdir -p "$OUT/r"
+export PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+LOG="$OUT/session.log"
+$PY -m pip install -q --no-deps --no-build-isolation --no-index --force-reinstall . >"$LOG" 2>&1 || { cat "$LOG"; exit 1; }
+GD="$(dirname "$(command -v $PY)")/gpudoctor"
+/usr/bin/time -f "gpudoctor --version: wall %e s" $GD --version 2>>"$LOG"
+run() {  # run NAME ARGS...
+  local name=$1; shift
+  /usr/bin/time -f "$name: wall %e s" $GD smoke --json "$@" >"$OUT/r/smoke-$name.json" 2>>"$LOG"
+  echo "smoke $name rc=$?" >>"$LOG"
+  $PY - "$OUT/r/smoke-$name.json" <<'PY' 2>&1 | tee -a "$LOG"
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r.get("mfu") or {}
+bad = [(f["severity"], f["id"], f["message"][:200]) for f in r["findings"] if f["severity"] in ("warn", "fail", "error")]
+print(sys.argv[1].rsplit("/", 1)[1], "ok", r["ok"], "wall", r["wall_s"], "started", r["launch"].get("ranks_started_s"),
+      "mfu", m.get("vs_spec"), "matmul", m.get("measured_matmul_tflops_median"), (m.get("matmul") or {}).get("best_shape"),
+      "optimizer", (r.get("run") or {}).get("optimizer"), "loss", (r.get("loss") or {}).get("first"), (r.get("loss") or {}).get("last"), bad)
+print("  stages", (r.get("ranks") or [{}])[0].get("stage_seconds"))
+PY
+}
+run default1
+run default2
+run quick1 --quick
+run quick2 --quick
+grep "wall" "$LOG"
+timeout 100 $PY benchmarks/matmul_methods.py >"$OUT/r/matmul.jsonl" 2>>"$LOG"; echo "matmul rc=$?"; cut -c1-400 "$OUT/r/matmul.jsonl"
