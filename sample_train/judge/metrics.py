@@ -21,8 +21,10 @@ def flops_per_token(n_layer: int, d_model: int, seq_len: int, vocab: int) -> int
     return 6 * matmul_params(n_layer, d_model, vocab) + 12 * n_layer * d_model * seq_len
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100), like numpy's default; None when empty."""
+def percentile(values: list[float | None], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100), like numpy's default, of the values measured (a None is a rank
+    that did not measure it: one rank runs no straggler probe); None when none were."""
+    values = [v for v in values if v is not None]
     if not values:
         return None
     ordered = sorted(values)
@@ -31,7 +33,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def median(values: list[float]) -> float | None:
+def median(values: list[float | None]) -> float | None:
     return percentile(values, 50)
 
 

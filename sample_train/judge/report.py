@@ -285,8 +285,11 @@ def _allreduce(results: list[dict], verdict) -> dict:
     }
 
 
-def _stragglers(ranks: list[dict]) -> dict:
-    times = {r["rank"]: r["local_compute_s_p50"] for r in ranks}
+def _stragglers(ranks: list[dict]) -> dict | None:
+    """None with one rank: no straggler probe runs (no other rank to wait for)."""
+    times = {r["rank"]: r["local_compute_s_p50"] for r in ranks if r["local_compute_s_p50"] is not None}
+    if not times:
+        return None
     med = metrics.median(list(times.values()))
     slowest = max(times, key=lambda rank: times[rank])
     return {

@@ -3,6 +3,9 @@ spec peaks, the FLOP and MFU arithmetic on a GPU-shaped report, the default mode
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
@@ -120,7 +123,7 @@ def test_other_skus_get_no_borrowed_peak(name):
 
 
 # -- the arithmetic of a GPU run --------------------------------------------------------------
-def gpu_result(rank, step_s, matmul_tflops=700.0, allreduce_s=0.002):
+def gpu_result(rank, step_s, matmul_tflops=700.0, allreduce_s=0.002, local_compute_s=None):
     falling = [10.4, 10.2, 9.9, 9.0, 8.0, 7.0]
     return {
         "rank": rank,
@@ -131,7 +134,7 @@ def gpu_result(rank, step_s, matmul_tflops=700.0, allreduce_s=0.002):
         "losses": falling,
         "step_times": [step_s] * len(falling),
         "data_waits": [0.0] * len(falling),
-        "local_compute_s": [step_s] * 3,
+        "local_compute_s": [step_s] * 3 if local_compute_s is None else local_compute_s,
         "matmul": {"n": 8192, "dtype": "bfloat16", "tflops": matmul_tflops},
         "first_allreduce_s": 0.5,
         "allreduce": {"payload_bytes": 256 << 20, "dtype": "bfloat16", "iterations": 20, "seconds": allreduce_s},
@@ -188,6 +191,20 @@ def test_busbw_of_eight_ranks():
     assert rep["allreduce"]["algbw_gbps"] == pytest.approx(algbw / 1e9)
     assert rep["allreduce"]["busbw_gbps"] == pytest.approx(algbw * 2 * 7 / 8 / 1e9)
     assert rep["allreduce"]["payload_bytes"] == 256 << 20 and rep["allreduce"]["dtype"] == "bfloat16"
+
+
+def test_one_gpu_without_a_straggler_probe_is_judged_and_rendered(capsys):
+    """One rank runs no straggler probe (nothing waits for it): its report has no stragglers section, and the rest
+    stands (this crashed the report on a real H200 before the medians skipped what was not measured)."""
+    import jsonschema
+
+    rep = gpu_report(1, step_s=0.26, local_compute_s=[])
+    assert rep["ok"] and rep["stragglers"] is None and rep["mfu"]["vs_spec"] is not None
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "smoke.schema.json").read_text())
+    rep["run"]["timeout_s"] = 180.0  # the launcher sets it in a real run
+    jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(rep)))
+    report.render_text(rep)
+    assert "throughput" in capsys.readouterr().out
 
 
 def test_fp32_run_is_not_measured_against_a_bf16_peak():
