@@ -60,8 +60,9 @@ def _gpu_window(op, device: torch.device, window: float) -> tuple[int, float]:
 # The shapes of the maximum achievable matmul (mamf-finder, stas00/ml-engineering: the peak is the best of many
 # shapes, measured with warm clocks; the square 8192 is rarely the best one). A few large shapes that fill every SM
 # with full tiles, so that the run's figure is the hardware's, not one shape's.
-# On an H200 (docs/benchmarks.md, 2026-11-27) sustained 8192^3 gave 660-668 TFLOP/s, 4096x16384x8192 685-710.
-MATMUL_SHAPES_GPU = ((8192, 8192, 8192), (4096, 16384, 8192), (8192, 16384, 4096), (4096, 4096, 4096))
+# On an H200 (docs/benchmarks.md, 2026-11-27), sustained after a warm-up: 8192^3 660-680 TFLOP/s, 4096x16384x8192
+# and 8192x16384x4096 685-716, 4096^3 673-693 (771 only right after an idle moment: the power limit's headroom).
+MATMUL_SHAPES_GPU = ((8192, 8192, 8192), (4096, 16384, 8192), (8192, 16384, 4096))
 MATMUL_SHAPES_CPU = ((256, 256, 256),)
 MATMUL_METHOD = (
     "maximum achievable matmul: the best sustained window over a few large shapes, after the clocks warmed up "

@@ -197,7 +197,7 @@ def _run_spawn(opts: SmokeOptions) -> int:
         return refused
     opts.train.timeout = opts.train.timeout or default_timeout(opts.train.device, opts.train.compile, opts.measure.soak)
     deadline = started + opts.train.timeout
-    preload = opts.train.device == "cpu" and not opts.measure.quick  # --quick never imports torch._dynamo
+    preload = opts.train.device == "cpu"  # GPU ranks import torch._dynamo beside their first phases (optim.py)
     ranks = Ranks(nprocs, fork_ranks(nprocs, preload) if fork_is_safe(torch) else None)  # before the store's threads
     try:
         store = dist.TCPStore(

@@ -39,14 +39,14 @@ class GPTConfig:
 # Memory ~45 GB of 80: 1.35G parameters x 16 bytes (fp32 weights, grads as DDP bucket views, two
 # AdamW moments) = 21.6 GB, activations 38 bytes x d per token and layer = 15.3 GB, ~5.4 GB at the
 # loss (bf16 logits, fp32 copy, log-softmax), 2.7 GB of bf16 weight copies under autocast. Step
-# ~0.25 s on an H100/H200: 28 steps (8 of warm-up, 20 timed) ~7 s, which keeps the whole default run within
+# ~0.26 s on an H200: 24 steps (6 of warm-up, 18 timed) ~6.5 s, which keeps the whole default run within
 # 20 s (issue 28; docs/benchmarks.md has the phases). lr is halved with the width (a layer's output moves with lr x d).
 # Widths and vocab are multiples of 128; head size 128 (flash attention's fast path).
 SIZES = {
     "tiny": GPTConfig("tiny", 128, 64, 2, 4, 64, 8, 30, 5, 3e-3),
     "small": GPTConfig("small", 32768, 768, 6, 12, 1024, 8, 40, 10, 1e-3),
     "medium": GPTConfig("medium", 32768, 1024, 12, 16, 2048, 8, 40, 10, 1e-3),
-    "large": GPTConfig("large", 32768, 4096, 6, 32, 2048, 8, 28, 8, 3e-4),
+    "large": GPTConfig("large", 32768, 4096, 6, 32, 2048, 8, 24, 6, 3e-4),
 }
 MIN_MEASURED_STEPS = 3
 # What the small model needs on one GPU, estimated as the large one is above: 68M matmul parameters x 18 bytes

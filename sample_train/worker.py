@@ -314,7 +314,6 @@ class Rank:
         else:
             torch.set_num_threads(CPU_RANK_THREADS)
         backend = "nccl" if cuda else "gloo"
-        self.dynamo_import = optim.import_dynamo_in_background() if cuda and not self.opts.measure.quick else None
         self.nccl_log, why_unread = nccllog.capture(world.rank) if cuda else (None, None)
         wd.set_phase("init process group")
         store = dist.PrefixStore(self.keys.pg_prefix, self.store)
@@ -472,7 +471,7 @@ class Rank:
         self.wd.set_phase("model broadcast (DDP)")
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
         self.wd.set_phase("optimizer")
-        optimizer, name = optim.build(model.parameters(), cfg.lr, quick=self.opts.measure.quick)
+        optimizer, name = optim.build(model.parameters(), cfg.lr)
         return model, ddp, optimizer, name
 
     def _batches(self, cfg: GPTConfig, settings: dict):
@@ -568,6 +567,8 @@ def run_rank(
     watchdog = Watchdog(store.clone(), keys, world.rank, deadline, parent_pid, exit_on_abort=not coordinating)
     watchdog.start()
     rank = Rank(world, opts, store, keys, watchdog, deadline)
+    if opts.train.device != "cpu":  # a GPU rank: beside its rendezvous and device-timed phases (optim.py)
+        rank.dynamo_import = optim.import_dynamo_in_background()
     try:
         device, record = choose_device(opts, world)
         plan = rank.join(record, no_coordinator)

@@ -24,10 +24,9 @@ def flops_per_token(n_layer: int, d_model: int, seq_len: int, vocab: int) -> int
 def percentile(values: list[float | None], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100), like numpy's default, of the values measured (a None is a rank
     that did not measure it: one rank runs no straggler probe); None when none were."""
-    values = [v for v in values if v is not None]
-    if not values:
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
         return None
-    ordered = sorted(values)
     pos = (len(ordered) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
