@@ -26,10 +26,9 @@ print(sys.argv[1].rsplit("/", 1)[1], "ok", r["ok"], "wall", r["wall_s"], "starte
 print("  stages", (r.get("ranks") or [{}])[0].get("stage_seconds"))
 PY
 }
-run default1
-run default2
-run quick1 --quick
-run quick2 --quick
+for name in ${RUNS:-default1 default2 quick1 quick2}; do  # RUNS="default1 quick1": fewer
+  case $name in quick*) run "$name" --quick ;; *) run "$name" ;; esac
+done
 grep "wall" "$LOG"
 [ "${MATMUL:-1}" = 1 ] || exit 0
 timeout 100 $PY benchmarks/matmul_methods.py >"$OUT/r/matmul.jsonl" 2>>"$LOG"; echo "matmul rc=$?"; cut -c1-400 "$OUT/r/matmul.jsonl"

@@ -3,7 +3,7 @@
 torch.optim's optimizers and DDP's constructor import torch._dynamo on first use (the optimizers' methods are
 wrapped in torch._disable_dynamo; DDP reads torch._dynamo.utils' optimize-DDP mode): 4.4 s of wall on an H200 VM,
 3 CPU-s on the 2-core CI kind. GPU ranks import it in a thread beside their first device-timed phases
-(import_dynamo_in_background); CPU ranks, whose phases are timed on the CPU, get it from the spawning launcher,
+(DynamoImport); CPU ranks, whose phases are timed on the CPU, get it from the spawning launcher,
 which imports it once before forking them (ranks.fork_ranks).
 """
 
@@ -27,12 +27,29 @@ def build(params, lr: float) -> tuple[torch.optim.Optimizer, str]:
         return torch.optim.AdamW(params, lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY), "AdamW (foreach)"
 
 
-def import_dynamo_in_background() -> threading.Thread | None:
-    """Start importing torch._dynamo in a thread (None: already imported). For GPU ranks: their first phases are
-    timed on the device with calls queued well ahead, which a thread holding the GIL for a moment does not starve;
-    join it before anything timed on the host."""
-    if "torch._dynamo" in sys.modules:
-        return None
-    thread = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True)
-    thread.start()
-    return thread
+class DynamoImport:
+    """torch._dynamo imported in a thread while this GPU rank runs its device-timed benchmarks; wait() before
+    anything timed on the host. Started after the first all-reduce: NCCL's set-up makes many short blocking calls
+    (store reads), each of which would wait for the importing thread to give the GIL back (a switch interval, 5 ms
+    by default: seconds in all, measured on an H200). While it runs the switch interval is 0.5 ms, so a thread that
+    blocked briefly gets the GIL back quickly; the benchmarks' windows are timed on the device with calls queued well
+    ahead, which such a pause does not starve."""
+
+    SWITCH_INTERVAL_S = 0.0005
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.switch_interval = sys.getswitchinterval()
+
+    def start(self) -> None:
+        if "torch._dynamo" in sys.modules or self.thread is not None:
+            return
+        sys.setswitchinterval(self.SWITCH_INTERVAL_S)
+        self.thread = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+            sys.setswitchinterval(self.switch_interval)

@@ -288,7 +288,7 @@ class Rank:
             deadline,
         )
         self.nccl_log: str | None = None  # NCCL's debug log while it is being written (sample_train/nccllog.py)
-        self.dynamo_import: threading.Thread | None = None  # sample_train/optim.py
+        self.dynamo_import = optim.DynamoImport()  # GPU ranks: beside the device-timed benchmarks
 
     def remaining(self, extra: float = 0.0) -> timedelta:
         return timedelta(seconds=max(1.0, self.deadline - time.monotonic() + extra))
@@ -326,12 +326,13 @@ class Rank:
         wd.set_phase("first all-reduce")
         faults.maybe_inject(world.rank, "first-allreduce")
         result["first_allreduce_s"] = bench.first_allreduce(device, world.world_size)
+        if cuda:
+            self.dynamo_import.start()
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
         result.update(self._device_benchmarks(device, dtype, cfg))
-        if self.dynamo_import is not None:  # what follows is timed on the host
-            wd.set_phase("import torch._dynamo")
-            self.dynamo_import.join()
+        wd.set_phase("import torch._dynamo")  # what follows is timed on the host
+        self.dynamo_import.wait()
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
         if len(plan.get("nodes") or []) > 1:
@@ -567,8 +568,6 @@ def run_rank(
     watchdog = Watchdog(store.clone(), keys, world.rank, deadline, parent_pid, exit_on_abort=not coordinating)
     watchdog.start()
     rank = Rank(world, opts, store, keys, watchdog, deadline)
-    if opts.train.device != "cpu":  # a GPU rank: beside its rendezvous and device-timed phases (optim.py)
-        rank.dynamo_import = optim.import_dynamo_in_background()
     try:
         device, record = choose_device(opts, world)
         plan = rank.join(record, no_coordinator)
