@@ -28,7 +28,6 @@ STAGES = (
     "matmul benchmark",
     "part benchmarks",
     "correctness",
-    "import torch._dynamo",
     "all-reduce benchmark",
     "all-reduce inside and across nodes",  # two nodes or more
     "node pairs",  # two nodes or more

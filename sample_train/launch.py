@@ -197,8 +197,7 @@ def _run_spawn(opts: SmokeOptions) -> int:
         return refused
     opts.train.timeout = opts.train.timeout or default_timeout(opts.train.device, opts.train.compile, opts.measure.soak)
     deadline = started + opts.train.timeout
-    preload = opts.train.device == "cpu"  # GPU ranks import torch._dynamo beside their first phases (optim.py)
-    ranks = Ranks(nprocs, fork_ranks(nprocs, preload) if fork_is_safe(torch) else None)  # before the store's threads
+    ranks = Ranks(nprocs, fork_ranks(nprocs) if fork_is_safe(torch) else None)  # before the store's threads
     try:
         store = dist.TCPStore(
             "127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.train.timeout), wait_for_workers=False

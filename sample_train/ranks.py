@@ -1,9 +1,9 @@
 """The local rank processes of a spawned smoke run: forked from this process when that is safe, else started anew.
 
-Forked: this process has imported torch (and, for CPU ranks, torch._dynamo, which AdamW's first use imports) and
-has not initialised CUDA, so each rank starts with its imports done instead of importing torch again (4.3 s of wall
-on an H200 VM; 2.5 CPU-s a rank, and 3 for torch._dynamo, on the 2-core CI kind) — as PyTorch's own DataLoader
-forks its workers from a process that imported torch. The ranks are forked before the rendezvous store's server
+Forked: this process has imported torch (and torch._dynamo, which DDP and AdamW import) and has not initialised
+CUDA, so each rank starts with its imports done instead of importing them again (4.3 + 4.4 s of wall on an H200 VM;
+2.5 + 3 CPU-s a rank on the 2-core CI kind) — as PyTorch's own DataLoader forks its workers from a process that
+imported torch. The ranks are forked before the rendezvous store's server
 threads exist (a fork copies only the forking thread: a lock another thread held would stay locked in the child),
 and wait on a pipe for their world and environment, which are known only once the store has its port.
 
@@ -104,16 +104,11 @@ def _forked_child(pipe: int) -> None:
     os._exit(code)
 
 
-def fork_ranks(n: int, preload_dynamo: bool) -> list[ForkedRank]:
-    """n children of this process, each waiting for ForkedRank.send. Call before any thread is started.
-    preload_dynamo: import torch._dynamo here first, once for all ranks (CPU ranks; GPU ranks overlap it with
-    their first device-timed phases instead: sample_train/optim.py)."""
-    import importlib
+def fork_ranks(n: int) -> list[ForkedRank]:
+    """n children of this process, each waiting for ForkedRank.send. Call before any thread is started."""
+    import torch._dynamo  # noqa: F401 - what DDP and AdamW import in every rank (sample_train/optim.py)
 
     from gpudoctor.sample_train import worker  # noqa: F401 - imported once here, not in every rank
-
-    if preload_dynamo:
-        importlib.import_module("torch._dynamo")
 
     for stream in (sys.stdout, sys.stderr):  # nothing buffered here may be written twice
         stream.flush()

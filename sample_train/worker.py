@@ -288,7 +288,6 @@ class Rank:
             deadline,
         )
         self.nccl_log: str | None = None  # NCCL's debug log while it is being written (sample_train/nccllog.py)
-        self.dynamo_import = optim.DynamoImport()  # GPU ranks: beside the device-timed benchmarks
 
     def remaining(self, extra: float = 0.0) -> timedelta:
         return timedelta(seconds=max(1.0, self.deadline - time.monotonic() + extra))
@@ -326,13 +325,9 @@ class Rank:
         wd.set_phase("first all-reduce")
         faults.maybe_inject(world.rank, "first-allreduce")
         result["first_allreduce_s"] = bench.first_allreduce(device, world.world_size)
-        if cuda:
-            self.dynamo_import.start()
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan["precision"]]
         result.update(self._device_benchmarks(device, dtype, cfg))
-        wd.set_phase("import torch._dynamo")  # what follows is timed on the host
-        self.dynamo_import.wait()
         wd.set_phase("all-reduce benchmark")
         result["allreduce"] = self._allreduce_bench(device) if world.world_size > 1 else None
         if len(plan.get("nodes") or []) > 1:
