@@ -1,4 +1,5 @@
-"""Running the real `gpudoctor` command in a child process, for CLI tests: the one way to do it.
+"""Running the real `gpudoctor` command for CLI tests: in a child process (run_gpudoctor), or, where the process
+is not what a test proves, in this one with the same environment (run_gpudoctor_here: no ~0.5 CPU-s start).
 
 Every child gets this environment less whatever of the machine running the tests would change a verdict
 (its GPU, job, launcher and SLURM variables), and is pinned to the cluster its test means: a test
@@ -86,13 +87,18 @@ def run_gpudoctor_here(
     `gpudoctor.cli.main(ARGS)` in this process, in the same clean_env(), cwd and empty standard input, its
     output captured as text. For tests of what the command judges and prints; a test of how the process
     behaves (signals, exit status of a closed stdout, an installed plug-in, the environment a child sees at
-    start-up) keeps run_gpudoctor. Raises instead of exiting 3 where main() would hide an internal error."""
+    start-up) keeps run_gpudoctor."""
     from gpudoctor.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     torch_before = "torch" in sys.modules
     with _as_a_fresh_process(clean_env(env, drop=drop, cluster=cluster), cwd, out, err):
-        code = main(list(args))
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # as the interpreter ends a child: its status, a text on stderr and 1
+            if not isinstance(e.code, int | None):
+                print(e.code, file=sys.stderr)
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
     # torch imported here would make later tests of this worker judge a process that has it loaded
     assert torch_before or "torch" not in sys.modules, f"gpudoctor {args} imported torch: use run_gpudoctor"
     return subprocess.CompletedProcess(["gpudoctor", *args], int(code), out.getvalue(), err.getvalue())
