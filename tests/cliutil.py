@@ -87,7 +87,7 @@ def run_gpudoctor_here(
     `gpudoctor.cli.main(ARGS)` in this process, in the same clean_env(), cwd and empty standard input, its
     output captured as text. For tests of what the command judges and prints; a test of how the process
     behaves (signals, exit status of a closed stdout, an installed plug-in, the environment a child sees at
-    start-up) keeps run_gpudoctor."""
+    start-up, output written to /dev/stdout by name, which no capture here sees) keeps run_gpudoctor."""
     from gpudoctor.cli import main
 
     out, err = io.StringIO(), io.StringIO()
