@@ -1,4 +1,5 @@
-"""Running the real `gpudoctor` command in a child process, for CLI tests: the one way to do it.
+"""Running the real `gpudoctor` command for CLI tests: in a child process (run_gpudoctor), or, where the process
+is not what a test proves, in this one with the same environment (run_gpudoctor_here: no ~0.5 CPU-s start).
 
 Every child gets this environment less whatever of the machine running the tests would change a verdict
 (its GPU, job, launcher and SLURM variables), and is pinned to the cluster its test means: a test
@@ -9,10 +10,13 @@ judges the fixtures against that cluster.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 # Variables of the machine running the tests that would change a verdict: a GPU, a job, a launcher, a cluster.
@@ -70,6 +74,69 @@ def run_gpudoctor(
         stdin=subprocess.DEVNULL,
         cwd=cwd,
     )
+
+
+def run_gpudoctor_here(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+    cluster: str | None = None,
+    cwd: str | os.PathLike | None = None,
+) -> subprocess.CompletedProcess:
+    """run_gpudoctor's answer without its child process (~0.5 CPU-s of interpreter start and imports each):
+    `gpudoctor.cli.main(ARGS)` in this process, in the same clean_env(), cwd and empty standard input, its
+    output captured as text. For tests of what the command judges and prints; a test of how the process
+    behaves (signals, exit status of a closed stdout, an installed plug-in, the environment a child sees at
+    start-up, output written to /dev/stdout by name, which no capture here sees) keeps run_gpudoctor."""
+    from gpudoctor.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    torch_before = "torch" in sys.modules
+    with _as_a_fresh_process(clean_env(env, drop=drop, cluster=cluster), cwd, out, err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # as the interpreter ends a child: its status, a text on stderr and 1
+            if not isinstance(e.code, int | None):
+                print(e.code, file=sys.stderr)
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    # torch imported here would make later tests of this worker judge a process that has it loaded
+    assert torch_before or "torch" not in sys.modules, f"gpudoctor {args} imported torch: use run_gpudoctor"
+    return subprocess.CompletedProcess(["gpudoctor", *args], int(code), out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _as_a_fresh_process(
+    env: Mapping[str, str], cwd: str | os.PathLike | None, out: io.StringIO, err: io.StringIO
+) -> Iterator[None]:
+    """This process with `env` as its environment (children inherit it), in `cwd`, stdin empty, stdout and
+    stderr into `out` and `err`; everything restored afterwards, with the SIGTERM handler main() installs."""
+    saved_env, saved_cwd, saved_sigterm = dict(os.environ), os.getcwd(), signal.getsignal(signal.SIGTERM)
+    os.environ.clear()
+    os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        with (
+            open(os.devnull) as stdin,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            _stdin(stdin),
+        ):
+            yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if saved_sigterm is None else saved_sigterm)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+@contextlib.contextmanager
+def _stdin(stream) -> Iterator[None]:
+    saved, sys.stdin = sys.stdin, stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 def install_plugin(folder: Path, body: str, module: str = "acme_checks") -> dict[str, str]:

@@ -406,10 +406,10 @@ def test_a_value_with_no_valid_entry_is_unset():
 
 
 def test_fix_shell_and_the_scripts_export_keep_the_valid_entries(tmp_path):
-    from tests.cliutil import run_gpudoctor
+    from tests.cliutil import run_gpudoctor_here
 
     value = "expandable_segments:True,max_split_size_mb:10,bogus_key:1"
-    r = run_gpudoctor(
+    r = run_gpudoctor_here(
         "fix", "--select", "allocator", "--expect-gpus", "0", "--shell", env={"PYTORCH_CUDA_ALLOC_CONF": value}
     )
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in r.stdout, r.stdout + r.stderr
@@ -417,8 +417,8 @@ def test_fix_shell_and_the_scripts_export_keep_the_valid_entries(tmp_path):
     script.write_text(
         f"#!/bin/bash\n#SBATCH --gres=gpu:1\nexport PYTORCH_CUDA_ALLOC_CONF={value}\nsrun python train.py\n"
     )
-    r = run_gpudoctor("fix", "--sbatch", str(script), "--select", "allocator", "--apply")
+    r = run_gpudoctor_here("fix", "--sbatch", str(script), "--select", "allocator", "--apply")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" in script.read_text()
-    r = run_gpudoctor("check", "--sbatch", str(script), "--select", "allocator")
+    r = run_gpudoctor_here("check", "--sbatch", str(script), "--select", "allocator")
     assert r.returncode == 0, r.stdout

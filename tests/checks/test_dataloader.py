@@ -6,7 +6,7 @@ import pytest
 from gpudoctor.model import Safety, Severity
 from gpudoctor.readers.dlconfig import find_settings
 from gpudoctor.readers.trainconfig import load_config
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run, severity
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"
@@ -344,7 +344,7 @@ def small_node_snapshot(tmp_path):
 
 def test_cli_gives_verdicts_from_the_config(small_node_snapshot):
     config = CONFIGS / "seed-navsim-h200-dataloader.yaml"
-    r = run_gpudoctor(
+    r = run_gpudoctor_here(
         "check",
         "--snapshot",
         str(small_node_snapshot),
@@ -367,7 +367,7 @@ def test_cli_gives_verdicts_from_the_config(small_node_snapshot):
 
 def test_cli_config_fails_on_a_broken_deepspeed_batch(small_node_snapshot):
     config = CONFIGS / "synthetic-deepspeed-bad-batch.json"
-    r = run_gpudoctor(
+    r = run_gpudoctor_here(
         "check",
         "--snapshot",
         str(small_node_snapshot),
@@ -383,7 +383,7 @@ def test_cli_config_fails_on_a_broken_deepspeed_batch(small_node_snapshot):
 
 
 def test_cli_broken_yaml_is_one_line_and_exit_2(small_node_snapshot):
-    r = run_gpudoctor(
+    r = run_gpudoctor_here(
         "check", "--snapshot", str(small_node_snapshot), "--config", str(CONFIGS / "synthetic-broken.yaml")
     )
     assert r.returncode == 2
@@ -393,7 +393,7 @@ def test_cli_broken_yaml_is_one_line_and_exit_2(small_node_snapshot):
 
 
 def test_cli_missing_config_is_exit_2():
-    r = run_gpudoctor("check", "--expect-gpus", "0", "--config", "/nonexistent/train.yaml")
+    r = run_gpudoctor_here("check", "--expect-gpus", "0", "--config", "/nonexistent/train.yaml")
     assert r.returncode == 2 and "no such file" in r.stderr
 
 

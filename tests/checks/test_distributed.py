@@ -443,9 +443,9 @@ def test_a_live_check_probes_the_rendezvous_it_judges():
     # (a loopback MASTER_ADDR on a 2-node torchrun job), not skip as "not probed".
     import json
 
-    from tests.cliutil import run_gpudoctor
+    from tests.cliutil import run_gpudoctor_here
 
     env = dict(RANK="0", WORLD_SIZE="16", LOCAL_WORLD_SIZE="8", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    r = run_gpudoctor("check", "--select", "GD-DIST-003", "--json", env=env)
+    r = run_gpudoctor_here("check", "--select", "GD-DIST-003", "--json", env=env)
     (finding,) = json.loads(r.stdout)["findings"]
     assert finding["severity"] == "fail" and "loopback" in finding["message"], finding

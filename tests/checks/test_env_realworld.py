@@ -3,7 +3,7 @@ must give. The sources of truth are named per block (torch's allocator and c10d 
 sources and docs, CUDA's documentation, and torch 2.13 itself where it could be run).
 
 Checks that read only the environment run through the real CLI with real environment variables
-(`gpudoctor check --select ... --json`, probing this machine: torch 2.13, no GPU). Checks that
+(`gpudoctor check --select ... --json` in this process, probing this machine: torch 2.13, no GPU). Checks that
 also need GPUs or network interfaces run on the healthy 8xH100 facts fixture with the variables
 set in its environment, since this machine has neither.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.model import Severity
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 from tests.factsutil import make_facts, run
 from tests.thismachine import torch_release_here
 
@@ -154,7 +154,9 @@ LIVE = [
 
 
 def _live(env: dict, ids: list[str]) -> dict[str, str]:
-    r = run_gpudoctor("check", "--select", ",".join(ids), "--json", "--expect-gpus", "0", env=env, drop=SCRUB, cwd=ROOT)
+    r = run_gpudoctor_here(
+        "check", "--select", ",".join(ids), "--json", "--expect-gpus", "0", env=env, drop=SCRUB, cwd=ROOT
+    )
     assert r.returncode in (0, 1), r.stderr
     return {f["id"]: f["severity"] for f in json.loads(r.stdout)["findings"]}
 
@@ -245,6 +247,6 @@ def test_findings_name_their_evidence_and_a_fix():
 def test_both_allocator_variables_on_torch_2_13_name_the_one_it_reads():
     # torch 2.13 itself: _accelerator_getAllocatorSettings() returns the PYTORCH_CUDA_ALLOC_CONF value
     env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}
-    r = run_gpudoctor("check", "--select", "GD-ALLOC-002", "--json", env=env, drop=SCRUB, cwd=ROOT)
+    r = run_gpudoctor_here("check", "--select", "GD-ALLOC-002", "--json", env=env, drop=SCRUB, cwd=ROOT)
     (f,) = json.loads(r.stdout)["findings"]
     assert f["severity"] == WARN and "ignores PYTORCH_ALLOC_CONF" in f["message"]

@@ -35,7 +35,7 @@ from gpudoctor.readers.trainconfig import ConfigError, load_config
 from gpudoctor.registry import load_all
 from gpudoctor.report import json_report, junit
 from gpudoctor.runner import run_checks
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 from tests.factsutil import FIXTURES, load_fixture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -888,8 +888,9 @@ def test_an_anchor_used_twice_is_still_a_config(tmp_path):
 # ---------------------------------------------------------------- the command line
 
 
-def gpudoctor(*args, timeout=120):
-    return run_gpudoctor(*args, timeout=timeout)
+def gpudoctor(*args):
+    """The CLI's answer (exit code, one line on stderr), run in this process."""
+    return run_gpudoctor_here(*args)
 
 
 def _write(tmp_path, name: str, content) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.cli import main
-from tests.cliutil import clean_env
+from tests.cliutil import clean_env, run_gpudoctor_here
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SNAPSHOT = str(FIXTURES / "facts" / "recorded-cpu-debian12-torch2.13-nogpu.json")
@@ -256,21 +256,14 @@ def test_backup_never_overwrites_an_earlier_one(tmp_path):
 
 def test_shell_lines_fix_the_environment_they_judge(tmp_path):
     """eval "$(gpudoctor fix --shell)" in a real bash, then check the same environment again."""
-    env = clean_env(
-        dict(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:true", NCCL_DEBUG="INFO", CUDA_LAUNCH_BLOCKING="1")
-    )
+    wrong = dict(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:true", NCCL_DEBUG="INFO", CUDA_LAUNCH_BLOCKING="1")
+    env = clean_env(wrong)
     gd = f"{sys.executable} -m gpudoctor"
     script = (
         f'eval "$({gd} fix --select allocator,nccl --shell)" && echo "NCCL_DEBUG=$NCCL_DEBUG" '
         f"&& {gd} check --select allocator,nccl --json"
     )
-    before = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "check", "--select", "allocator,nccl", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    before = run_gpudoctor_here("check", "--select", "allocator,nccl", "--json", env=wrong)
     bad_before = {f["id"] for f in json.loads(before.stdout)["findings"] if f["severity"] in ("warn", "fail", "info")}
     assert {"GD-ALLOC-001", "GD-NCCL-005"} <= bad_before
     r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -284,13 +277,7 @@ def test_shell_lines_fix_the_environment_they_judge(tmp_path):
 def test_env_file_is_written_and_sourceable(tmp_path):
     env = clean_env({"NCCL_DEBUG": "INFO"})
     target = tmp_path / "gpudoctor.env"
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "fix", "--select", "nccl", "--env-file", str(target)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_gpudoctor_here("fix", "--select", "nccl", "--env-file", str(target), env={"NCCL_DEBUG": "INFO"})
     assert r.returncode == 0, r.stderr
     assert "export NCCL_DEBUG=WARN" in target.read_text()
     r = subprocess.run(

@@ -1,8 +1,8 @@
 """`gpudoctor health` without SLURM: which checks it runs, its verdict and exit codes, its reason line, bad input.
 
 Facts come from the recorded and synthetic fixtures (tests/factsutil.py), written as real snapshots and
-replayed by the real command; the probe path runs on this machine (no GPU: --expect-gpus 0 is healthy,
-the default expectation of a GPU is not)."""
+replayed by the real command (in this process: what it answers is the point); the probe path runs on this
+machine (no GPU: --expect-gpus 0 is healthy, the default expectation of a GPU is not)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from gpudoctor.health import DEFAULT_BUDGET_S, node_checks
 from gpudoctor.nodestate import MAX_REASON, NodeState, drain_reason, node_of_host, parse_state_line
 from gpudoctor.registry import load_all
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor, run_gpudoctor_here
 from tests.factsutil import HEALTHY_GPU, RECORDED_CPU, make_facts
 
 
@@ -45,13 +45,13 @@ def test_node_checks_are_the_machine_and_node_scoped_ones_judged_from_facts():
 
 
 def test_healthy_node_exits_0(tmp_path):
-    r = run_gpudoctor("health", "--snapshot", snapshot(tmp_path))
+    r = run_gpudoctor_here("health", "--snapshot", snapshot(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("gpudoctor health: gpu-node-01 healthy")
 
 
 def test_ecc_errors_make_the_node_unhealthy_with_the_check_named(tmp_path):
-    r = run_gpudoctor("health", "--snapshot", ecc_failing(tmp_path))
+    r = run_gpudoctor_here("health", "--snapshot", ecc_failing(tmp_path))
     assert r.returncode == 1, r.stdout + r.stderr
     first = r.stdout.splitlines()[0]
     assert "UNHEALTHY: GD-HW-001" in first
@@ -60,13 +60,13 @@ def test_ecc_errors_make_the_node_unhealthy_with_the_check_named(tmp_path):
 
 def test_a_warn_does_not_take_the_node_out_of_service(tmp_path):
     path = snapshot(tmp_path, patch={"nvidia.gpus.3.ecc.uncorrected_aggregate": 5})  # GD-HW-001 warns
-    r = run_gpudoctor("health", "--snapshot", path)
+    r = run_gpudoctor_here("health", "--snapshot", path)
     assert r.returncode == 0, r.stdout
     assert "warn GD-HW-001" in r.stdout
 
 
 def test_a_node_that_lost_a_gpu_is_unhealthy_with_expect_gpus(tmp_path):
-    r = run_gpudoctor("health", "--expect-gpus", "9", "--snapshot", snapshot(tmp_path))  # the node has 8
+    r = run_gpudoctor_here("health", "--expect-gpus", "9", "--snapshot", snapshot(tmp_path))  # the node has 8
     assert r.returncode == 1 and "UNHEALTHY: GD-DEV-002" in r.stdout, r.stdout
 
 
@@ -74,13 +74,13 @@ def test_job_settings_are_not_judged(tmp_path):
     """A broken job environment (GD-ALLOC-001, GD-DIST-002) says nothing about the node's health."""
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:maybe", "MASTER_PORT": "99999"}
     path = snapshot(tmp_path, env=env)
-    assert run_gpudoctor("check", "--snapshot", path).returncode == 1  # check judges the job: fails
-    r = run_gpudoctor("health", "--snapshot", path)
+    assert run_gpudoctor_here("check", "--snapshot", path).returncode == 1  # check judges the job: fails
+    r = run_gpudoctor_here("health", "--snapshot", path)
     assert r.returncode == 0, r.stdout
 
 
 def test_json_has_the_health_part(tmp_path):
-    r = run_gpudoctor("health", "--json", "--snapshot", ecc_failing(tmp_path))
+    r = run_gpudoctor_here("health", "--json", "--snapshot", ecc_failing(tmp_path))
     assert r.returncode == 1
     report = json.loads(r.stdout)
     assert report["schema"] == "gpudoctor.report/1"
@@ -92,17 +92,17 @@ def test_json_has_the_health_part(tmp_path):
 
 def test_probing_this_machine_within_the_budget():
     """No GPU here: healthy for a CPU node (--expect-gpus 0), unhealthy for a GPU node (GD-DRV-001)."""
-    cpu = run_gpudoctor("health", "--expect-gpus", "0", "--json")
+    cpu = run_gpudoctor_here("health", "--expect-gpus", "0", "--json")
     assert cpu.returncode == 0, cpu.stdout + cpu.stderr
     health = json.loads(cpu.stdout)["health"]
     assert health["healthy"] and health["seconds"] < DEFAULT_BUDGET_S and health["overrun"] == []
-    gpu = run_gpudoctor("health")
+    gpu = run_gpudoctor_here("health")
     assert gpu.returncode == 1 and "GD-DRV-001" in gpu.stdout.splitlines()[0]
 
 
 def test_a_probe_past_the_budget_is_a_failure():
     """torch's import (a child process) cannot finish in 50 ms: the node does not answer in time."""
-    r = run_gpudoctor("health", "--expect-gpus", "0", "--budget", "0.05", "--json")
+    r = run_gpudoctor("health", "--expect-gpus", "0", "--budget", "0.05", "--json")  # its late probes die with it
     assert r.returncode == 1, r.stdout + r.stderr
     health = json.loads(r.stdout)["health"]
     assert "torch" in health["overrun"]
@@ -123,7 +123,7 @@ def test_a_probe_past_the_budget_is_a_failure():
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, says):
-    r = run_gpudoctor("health", *args)
+    r = run_gpudoctor_here("health", *args)
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr
@@ -159,6 +159,6 @@ def test_node_state_says_offline_and_whose_reason():
 
 def test_cpu_fixture_is_healthy_for_a_cpu_node(tmp_path):
     path = snapshot(tmp_path, base=RECORDED_CPU)
-    assert run_gpudoctor("health", "--expect-gpus", "0", "--snapshot", path).returncode == 0
-    assert run_gpudoctor("health", "--snapshot", path).returncode == 1  # a GPU node without a driver
+    assert run_gpudoctor_here("health", "--expect-gpus", "0", "--snapshot", path).returncode == 0
+    assert run_gpudoctor_here("health", "--snapshot", path).returncode == 1  # a GPU node without a driver
     assert HEALTHY_GPU  # the default base of snapshot()

@@ -13,13 +13,18 @@ from gpudoctor.facts import collectable_env
 from gpudoctor.probe import rendezvous
 from gpudoctor.readers.dlconfig import find_settings
 from gpudoctor.redact import is_credential_name, redact_value
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor, run_gpudoctor_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return run_gpudoctor(*args, env=env, drop=("HF_",), cwd=ROOT)
+
+
+def _run_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """_run's answer without its process, for what the command writes."""
+    return run_gpudoctor_here(*args, env=env, drop=("HF_",), cwd=ROOT)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +73,7 @@ def test_pass_named_settings_never_reach_a_snapshot():
 
 def test_master_addr_credentials_stay_out_of_the_snapshot(tmp_path):
     out = tmp_path / "facts.json"
-    r = _run("snapshot", "-o", str(out), env={"MASTER_ADDR": "alice:SECRET_pw@127.0.0.1", "MASTER_PORT": "29500"})
+    r = _run_here("snapshot", "-o", str(out), env={"MASTER_ADDR": "alice:SECRET_pw@127.0.0.1", "MASTER_PORT": "29500"})
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "SECRET" not in text
@@ -96,7 +101,7 @@ def test_a_config_reading_a_token_from_the_environment_never_prints_it(tmp_path)
     snap = tmp_path / "snap.json"  # a snapshot never holds HF_TOKEN; a setting can still hold what is no setting
     snap.write_text(json.dumps({"schema": "gpudoctor.facts/1", "env": {"vars": {"HF_HOME": "/x/hf_SECRET"}}}))
     for fmt in ([], ["--json"], ["-v"]):
-        r = _run(
+        r = _run_here(
             "check",
             "--snapshot",
             str(snap),

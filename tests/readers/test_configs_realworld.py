@@ -24,7 +24,7 @@ import pytest
 from gpudoctor.model import Severity
 from gpudoctor.readers.trainconfig import load_config
 from gpudoctor.registry import load_all
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 from tests.factsutil import HEALTHY_GPU, load_fixture, make_facts, run
 
 REALWORLD = Path(__file__).parents[1] / "fixtures" / "configs" / "realworld"
@@ -152,7 +152,7 @@ def test_cli_reads_every_realworld_config_without_a_fail_on_the_good_ones(tmp_pa
     ]
     assert len(picked) == 5
     for path in picked:
-        r = run_gpudoctor(
+        r = run_gpudoctor_here(
             "check", "--snapshot", str(snapshot), "--config", str(path), "--select", "dataloader", "--json"
         )
         assert r.returncode == 0, f"{path.name}: {r.stdout[-2000:]}{r.stderr}"

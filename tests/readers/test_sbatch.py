@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.readers.sbatch import SbatchError, load_sbatch, parse_sbatch
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "sbatch"
 
@@ -172,7 +172,8 @@ def test_seed_scripts_parse():
 
 
 def gpudoctor(*args):
-    return run_gpudoctor(*args)
+    """The CLI's answer, run in this process."""
+    return run_gpudoctor_here(*args)
 
 
 def slurm_findings(result) -> dict:

@@ -21,7 +21,7 @@ from gpudoctor.probe.bash import bash_syntax
 from gpudoctor.readers.sbatch import REDACTED, SbatchError, load_sbatch, parse_sbatch
 from gpudoctor.readers.sbatch import reader as sbatch_reader
 from gpudoctor.readers.sbatch.shell import commands, tokenize, unquote
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor, run_gpudoctor_here
 from tests.factsutil import make_facts, run
 
 # The user's SLURM DDP guide's "correct approach" exactly as the guide prints it (plus #!/bin/bash).
@@ -37,8 +37,9 @@ def findings(check_id: str, sb):
     return run(check_id, make_facts(), sbatch=sb, sbatch_path=sb.path)
 
 
-def gpudoctor(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return run_gpudoctor(*args, timeout=timeout)
+def gpudoctor(*args: str) -> subprocess.CompletedProcess:
+    """The CLI's answer, run in this process."""
+    return run_gpudoctor_here(*args)
 
 
 # ---------------------------------------------------------------- backslash, blanks, comment (the seed's trap)
@@ -287,7 +288,7 @@ def test_a_fifo_and_a_dev_zero_link_are_refused_at_once(tmp_path):
         start = time.monotonic()
         with pytest.raises(SbatchError, match="not a regular file"):
             load_sbatch(str(path))
-        r = gpudoctor("check", "--sbatch", str(path), "--select", "slurm", timeout=60)
+        r = run_gpudoctor("check", "--sbatch", str(path), "--select", "slurm", timeout=60)  # a hang is killed
         assert r.returncode == 2 and "not a regular file" in r.stderr and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
         assert time.monotonic() - start < 60

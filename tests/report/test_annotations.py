@@ -11,7 +11,7 @@ import jsonschema
 
 from gpudoctor.model import Context, Finding, Location, Severity
 from gpudoctor.report import annotations
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 from tests.factsutil import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ torchrun --nproc-per-node=4 train.py
 
 
 def _check(*args: str):
-    return run_gpudoctor("check", *args)
+    return run_gpudoctor_here("check", *args)  # the CLI's answer, run in this process
 
 
 def _findings(path) -> dict[str, dict]:

@@ -6,7 +6,7 @@ import os
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 from tests.factsutil import FIXTURES
 
 RECORDED_CPU = str(FIXTURES / "facts" / "recorded-cpu-debian12-torch2.13-nogpu.json")
@@ -18,7 +18,7 @@ def _families(path) -> dict:
 
 def test_the_verdict_as_prometheus_metrics(tmp_path):
     out = tmp_path / "gpudoctor.prom"
-    r = run_gpudoctor("check", "--snapshot", RECORDED_CPU, "--prometheus", str(out), "--json")
+    r = run_gpudoctor_here("check", "--snapshot", RECORDED_CPU, "--prometheus", str(out), "--json")
     assert r.returncode == 1, r.stderr  # the recorded CPU machine has no driver: a fail
     families = _families(out)
     checks = {s.labels["id"]: s for s in families["gpudoctor_check"].samples}
@@ -46,7 +46,7 @@ def test_the_file_is_replaced_whole_and_labels_are_escaped(tmp_path):
     out = tmp_path / "gpudoctor.prom"
     out.write_text("old\n")
     os.chmod(out, 0o644)
-    r = run_gpudoctor("check", "--snapshot", RECORDED_CPU, "--select", "host", "--prometheus", str(out))
+    r = run_gpudoctor_here("check", "--snapshot", RECORDED_CPU, "--select", "host", "--prometheus", str(out))
     assert r.returncode in (0, 1) and "old" not in out.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["gpudoctor.prom"]  # no temporary file left beside it
     odd = Finding("ACME-X-1", "odd", "host", Severity.WARN, "t", "m")

@@ -25,7 +25,7 @@ from gpudoctor.readers.sbatch import parse_sbatch
 from gpudoctor.report import text
 from gpudoctor.shellquote import Reference
 from gpudoctor.verdict import split
-from tests.cliutil import clean_env, run_gpudoctor
+from tests.cliutil import clean_env, run_gpudoctor, run_gpudoctor_here
 from tests.factsutil import FIXTURES, RECORDED_CPU, make_facts, run
 
 SCRIPTS = FIXTURES / "sbatch"
@@ -36,8 +36,9 @@ GPU_SNAPSHOT = str(FIXTURES / "facts" / "synthetic-h100x8-healthy.json")
 ESC = "\x1b"
 
 
-def gpudoctor(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return run_gpudoctor(*args, env=env, drop=("NO_COLOR",), timeout=timeout)
+def gpudoctor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI's answer, run in this process (what it prints is the point here, not its process)."""
+    return run_gpudoctor_here(*args, env=env, drop=("NO_COLOR",))
 
 
 def by_id(report: dict) -> dict:
@@ -223,7 +224,7 @@ def test_clean_and_human():
 
 
 def test_no_color_on_a_pipe_and_with_no_color(tmp_path):
-    piped = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--select", "driver")
+    piped = run_gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--select", "driver", drop=("NO_COLOR",))
     assert ESC not in piped.stdout and ESC not in piped.stderr
     for env, colored in (({}, True), ({"NO_COLOR": "1"}, False)):
         leader, follower = pty.openpty()

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from gpudoctor.watch.samples import GpuTrace, NodeObservation, read_trace
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor_here
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "watch" / "recorded-h200-nvml-trace-5-phases.jsonl"
 SCHEMA = Path(__file__).parents[2] / "docs" / "report.schema.json"
@@ -60,7 +60,7 @@ def _stand_ins(tmp_path: Path, state: str = "RUNNING", answer: bool = True) -> d
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, said):
-    r = run_gpudoctor("watch", *args)
+    r = run_gpudoctor_here("watch", *args)
     assert r.returncode == 2, r.stderr
     assert said in r.stderr and "Traceback" not in r.stderr
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr
@@ -68,19 +68,19 @@ def test_bad_input_is_one_line_and_exit_2(args, said):
 
 
 def test_a_job_that_is_not_running_is_bad_input(tmp_path):
-    r = run_gpudoctor("watch", "--job", "42", env=_stand_ins(tmp_path, state="PENDING"))
+    r = run_gpudoctor_here("watch", "--job", "42", env=_stand_ins(tmp_path, state="PENDING"))
     assert r.returncode == 2 and "job 42 is PENDING, not RUNNING" in r.stderr
 
 
 def test_no_scontrol_answer_is_one_line(tmp_path):
-    r = run_gpudoctor("watch", "--job", "42")  # SLURM_CONF is an empty file: scontrol fails at once
+    r = run_gpudoctor_here("watch", "--job", "42")  # SLURM_CONF is an empty file: scontrol fails at once
     assert r.returncode == 2 and r.stderr.startswith("gpudoctor: ") and "Traceback" not in r.stderr
 
 
 def test_an_idle_allocated_gpu_is_reported_with_exit_1_and_logged(tmp_path):
     log, prom = tmp_path / "samples.jsonl", tmp_path / "watch.prom"
     args = ("--for", "1s", "--log", str(log), "--prometheus", str(prom))
-    r = run_gpudoctor("watch", "--job", "42", *args, env=_stand_ins(tmp_path))
+    r = run_gpudoctor_here("watch", "--job", "42", *args, env=_stand_ins(tmp_path))
     assert r.returncode == 1, r.stderr
     metrics = prom.read_text()
     assert 'gpudoctor_watch_check{id="GD-WATCH-001",name="allocated-gpu-unused"' in metrics
@@ -96,7 +96,7 @@ def test_an_idle_allocated_gpu_is_reported_with_exit_1_and_logged(tmp_path):
 
 
 def test_json_report_and_a_node_that_gives_no_answer(tmp_path):
-    r = run_gpudoctor("watch", "--job", "42", "--for", "1s", "--json", env=_stand_ins(tmp_path, answer=False))
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=_stand_ins(tmp_path, answer=False))
     report = json.loads(r.stdout)
     assert report["schema"] == "gpudoctor.report/1" and report["watch"]["answered"] == []
     found = {f["id"]: f for f in report["findings"]}
