@@ -1,8 +1,9 @@
 """Command line: thin glue over probe -> checks -> report. Exit codes as in docs/architecture.md.
 
 Every `gpudoctor` run starts here (a pre-commit hook, a node's health check, the test suite's hundreds), so
-this module imports only argparse: a command's options are added, and its modules imported, when that command
-is the one parsed (_Commands), and a core command never reads the plugged commands' entry points.
+at its top this module imports the standard library alone: a command's options are added, and its modules
+imported, when that command is the one parsed (_Commands); a core command never reads the plugged commands'
+entry points (plugged_for).
 """
 
 from __future__ import annotations
