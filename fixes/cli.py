@@ -9,13 +9,12 @@ not be written (one line, every file left byte-identical); 3 internal error.
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 
-from gpudoctor import shellquote
 from gpudoctor.model import BLOCKING, ExitCode, Safety
-from gpudoctor.redact import redact_strings, redact_text
-from gpudoctor.sanitize import clean, json_text
+
+# The redaction, sanitiser, difflib and shellquote are imported by the functions that write the plan:
+# `gpudoctor fix --help` (and the parser of every `gpudoctor fix`) needs only the options.
 
 SCHEMA = "gpudoctor.fix/1"
 # check's options that are about the report, not the inputs; fix has its own outputs.
@@ -51,7 +50,9 @@ def run(args) -> int:
     from gpudoctor.fixes import envfile
     from gpudoctor.fixes.plan import InputError, make_plan
     from gpudoctor.inputs import judged_inputs
+    from gpudoctor.redact import redact_strings
     from gpudoctor.runner import run_checks as run_specs
+    from gpudoctor.sanitize import clean, json_text
     from gpudoctor.verdict import split
 
     if sum(bool(x) for x in (args.json, args.shell, args.diff)) > 1:
@@ -118,9 +119,11 @@ def _dos_line_breaks(args) -> bool:
     problem fix mends before judging. With --apply the script is converted (backup kept, atomic) and then
     judged and fixed as usual; without, the plan says so and the run ends (True: exit 1, the script cannot be
     submitted as it is). False when the script has no \\r\\n (or cannot be read: the usual input error follows)."""
+    from gpudoctor import shellquote
     from gpudoctor.fileio import FileIOError, read_input_bytes
     from gpudoctor.fixes import apply as writer
     from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES
+    from gpudoctor.sanitize import clean
 
     try:
         data = read_input_bytes(args.sbatch, "--sbatch", MAX_SCRIPT_BYTES)
@@ -159,6 +162,10 @@ def _usage(message: str) -> Exception:
 
 
 def diff(plan, path: str) -> str:
+    import difflib
+
+    from gpudoctor.redact import redact_text
+
     a = plan.original.texts[path].splitlines(keepends=True)
     b = plan.final.texts[path].splitlines(keepends=True)
     out = "".join(difflib.unified_diff(a, b, fromfile=f"a/{path}", tofile=f"b/{path}"))
@@ -263,6 +270,8 @@ def to_json(plan, args, backups: dict, env_file_backup: str | None, validation=N
 
 def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> None:
     from gpudoctor.fixes import envfile
+    from gpudoctor.redact import redact_text
+    from gpudoctor.sanitize import clean
 
     def w(text: str) -> None:  # the plan quotes the user's files and environment: redacted, and no escape
         out.write(clean(redact_text(text)))  # sequence reaches the terminal raw

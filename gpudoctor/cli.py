@@ -1,4 +1,10 @@
-"""Command line: thin glue over probe -> checks -> report. Exit codes as in docs/architecture.md."""
+"""Command line: thin glue over probe -> checks -> report. Exit codes as in docs/architecture.md.
+
+Every `gpudoctor` run starts here (a pre-commit hook, a node's health check, the test suite's hundreds), so
+at its top this module imports the standard library alone: a command's options are added, and its modules
+imported, when that command is the one parsed (_Commands); a core command never reads the plugged commands'
+entry points (plugged_for).
+"""
 
 from __future__ import annotations
 
@@ -10,15 +16,11 @@ import os
 import sys
 
 from gpudoctor import __version__
-from gpudoctor.fileio import FileIOError
-from gpudoctor.inputs import UsageError, context_for, judged_inputs, probe_kwargs, specs_for
-from gpudoctor.model import CLI_LAUNCHERS, ExitCode, exit_code
-from gpudoctor.registry import RegistryError
-from gpudoctor.sanitize import clean, json_text
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not a usage dump
+        from gpudoctor.inputs import UsageError
         from gpudoctor.report.usage import did_you_mean
 
         raise UsageError(f"{self.prog}: {did_you_mean(message)} (see --help)")
@@ -44,33 +46,60 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-LAUNCHERS = CLI_LAUNCHERS  # model.LAUNCHER_TABLE, the one launcher table
 REPORT_FORMATS = ("text", "json", "github", "concise")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Commands(argparse._SubParsersAction):
+    """The COMMAND argument. Each command's parser is listed (name, help) up front but gets its options only
+    when it is the command parsed (or asked for): building one imports what its options need (the launcher
+    table, a plugged command's option table), which no other command should pay for."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._add_options: dict = {}  # name -> function(parser) that adds the command's options, run once
+
+    def add_command(self, name: str, help: str, add_options) -> None:
+        self.add_parser(name, help=help)
+        self._add_options[name] = add_options
+
+    def parser_of(self, name: str) -> argparse.ArgumentParser:
+        parser = self._name_parser_map[name]
+        add_options = self._add_options.pop(name, None)
+        if add_options is not None:
+            add_options(parser)
+        return parser
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values and values[0] in self._add_options:
+            self.parser_of(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(plugged: dict | None = None) -> argparse.ArgumentParser:
+    """The command line; `plugged` ({name: module}, default: every installed one) the plugged commands in it."""
     p = _Parser(prog="gpudoctor", description="Preflight doctor for PyTorch GPU training.")
     p.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    check = _add_check(sub)
-    commands = plugged_commands()
-    _add_plugged(sub, commands, "fix", check)  # `fix` is listed right after `check`, whose options it shares
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, action=_Commands)
+    assert isinstance(sub, _Commands)  # for mypy: typeshed's add_subparsers returns the base class
+    commands = plugged_commands() if plugged is None else plugged
+    sub.add_command("check", "audit this machine and job set-up; a verdict per check", _add_check)
+    _add_plugged(sub, commands, "fix")  # `fix` is listed right after `check`, whose options it shares
     _add_core_commands(sub)
     for name in sorted(set(commands) - {"fix"}):  # smoke, and any a plug-in adds
-        _add_plugged(sub, commands, name, check)
+        _add_plugged(sub, commands, name)
     return p
 
 
-def _add_check(sub) -> argparse.ArgumentParser:
-    c = sub.add_parser("check", help="audit this machine and job set-up; a verdict per check")
+def _add_check(c) -> None:
     _add_check_inputs(c)
     _add_check_outputs(c)
     _add_check_where(c)
-    return c
 
 
 def _add_check_inputs(c) -> None:
     """What is judged: the facts, the job's files, which checks."""
+    from gpudoctor.model import CLI_LAUNCHERS  # model.LAUNCHER_TABLE, the one launcher table
+
     c.add_argument("--snapshot", metavar="FILE", help="replay facts from a snapshot instead of probing")
     c.add_argument("--python", metavar="PATH", help="audit the torch of another interpreter (default: this one)")
     c.add_argument(
@@ -94,7 +123,7 @@ def _add_check_inputs(c) -> None:
         metavar="N",
         help="GPUs the job needs (0: CPU-only is fine; default: at least one)",
     )
-    c.add_argument("--launcher", choices=LAUNCHERS, help="how the job will be launched")
+    c.add_argument("--launcher", choices=CLI_LAUNCHERS, help="how the job will be launched")
     c.add_argument("--config", metavar="FILE", help="training config (YAML or JSON) to audit dataloader settings")
     c.add_argument("--sbatch", metavar="FILE", help="audit a SLURM batch script before submitting it")
     c.add_argument(
@@ -154,22 +183,35 @@ def _add_check_where(c) -> None:
 
 def _add_core_commands(sub) -> None:
     """snapshot, compare, list, explain, docs."""
-    s = sub.add_parser("snapshot", help="write the probed facts as JSON (secrets excluded)")
+    sub.add_command("snapshot", "write the probed facts as JSON (secrets excluded)", _add_snapshot)
+    sub.add_command(
+        "compare", "compare snapshots of several nodes (or days): the differences that matter", _add_compare
+    )
+    sub.add_command("list", "list the checks", lambda ls: ls.add_argument("--json", action="store_true"))
+    sub.add_command("explain", "what a check checks, why it matters, how to fix it", _add_explain)
+    sub.add_command("docs", "write the check reference (docs/checks.md) from the registry", _add_docs)
+
+
+def _add_snapshot(s) -> None:
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     s.add_argument("--python", metavar="PATH", help="probe the torch of another interpreter")
     s.add_argument("--torch-timeout", type=float, default=None, metavar="S")
-    cmp = sub.add_parser("compare", help="compare snapshots of several nodes (or days): the differences that matter")
+
+
+def _add_compare(cmp) -> None:
     cmp.add_argument("snapshots", nargs="+", metavar="FILE", help="facts files from 'gpudoctor snapshot -o'")
     cmp.add_argument("--select", type=_csv, metavar="LIST", help="only these categories or check ids")
     cmp.add_argument("--ignore", type=_csv, metavar="LIST", help="skip these categories or check ids")
     cmp.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     cmp.add_argument("--json", action="store_true", help="print the gpudoctor.report/1 JSON object")
     cmp.add_argument("-v", "--verbose", action="store_true", help="show the checks that passed too")
-    ls = sub.add_parser("list", help="list the checks")
-    ls.add_argument("--json", action="store_true")
-    e = sub.add_parser("explain", help="what a check checks, why it matters, how to fix it")
+
+
+def _add_explain(e) -> None:
     e.add_argument("id", help="check id (e.g. GD-DRV-001) or name")
-    d = sub.add_parser("docs", help="write the check reference (docs/checks.md) from the registry")
+
+
+def _add_docs(d) -> None:
     d.add_argument("-o", "--output", metavar="FILE", help="default: stdout")
 
 
@@ -196,10 +238,28 @@ def plugged_commands() -> dict:
     return found
 
 
-def _add_plugged(sub, commands: dict, name: str, check_parser) -> None:
+def plugged_for(first_word: str | None) -> dict:
+    """The plugged commands that parsing a command line whose first word is `first_word` needs, as
+    plugged_commands() gives them: none for a core command or --version (which prints before a command is
+    looked at); the one named, alone (the first of its name that imports); all of them for anything else
+    (--help lists them, a mistyped name is told their names)."""
+    if first_word in COMMANDS or first_word == "--version":
+        return {}
+    if first_word and not first_word.startswith("-"):
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=COMMAND_GROUP, name=first_word):
+            try:
+                return {first_word: ep.load()}
+            except ImportError:
+                continue
+    return plugged_commands()
+
+
+def _add_plugged(sub, commands: dict, name: str) -> None:
     module = commands.get(name)
     if module is not None:
-        module.add_arguments(sub.add_parser(name, help=module.HELP), check_parser)
+        sub.add_command(name, module.HELP, lambda p: module.add_arguments(p, sub.parser_of("check")))
 
 
 # argparse's cost grows with the square of the option strings given (each one rescans the list of all of
@@ -211,35 +271,31 @@ def main(argv: list[str] | None = None) -> int:
     from gpudoctor.report.usage import SIGTERM_EXIT, Terminated, raise_on_sigterm
 
     raise_on_sigterm()
-    if not stdout_usable():
-        return ExitCode.USAGE
     words = sys.argv[1:] if argv is None else argv
-    if len(words) > MAX_ARGV_WORDS:
-        print(
-            f"gpudoctor: {len(words)} command-line arguments; gpudoctor takes at most {MAX_ARGV_WORDS} "
-            "(every option once is under 100)",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
+    if not stdout_usable() or not _few_enough(words):
+        return _exit_code("USAGE")
     try:
+        plugged = plugged_for(words[0] if words else None)
         try:
-            args = build_parser().parse_args(argv)
+            args = build_parser(plugged).parse_args(words)
         except SystemExit as e:  # --help, --version or argparse's usage error: its text is out, flush it here
             sys.stdout.flush()
-            return e.code if isinstance(e.code, int) else ExitCode.USAGE
+            return e.code if isinstance(e.code, int) else _exit_code("USAGE")
         args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: `smoke --python` re-runs it there
         if args.command is None:  # as argparse does for a missing required argument: usage error, on stderr
             names = [*COMMANDS, *plugged_commands()]
             print(f"gpudoctor: a command is required ({', '.join(names)}); see gpudoctor --help", file=sys.stderr)
-            return ExitCode.USAGE
-        command = COMMANDS.get(args.command) or plugged_commands()[args.command].run
+            return _exit_code("USAGE")
+        command = COMMANDS.get(args.command) or plugged[args.command].run
         code = command(args)
         sys.stdout.flush()  # a full disk or a closed pipe is reported here, not at interpreter exit (status 120)
         return code
-    except (UsageError, RegistryError, FileIOError) as e:  # RegistryError: a check or plug-in that cannot load
+    except _usage_errors() as e:  # RegistryError: a check or plug-in that cannot load
+        from gpudoctor.sanitize import clean
+
         # a message may name a file or quote its content: through the sanitiser, as every output
         print(clean(f"gpudoctor: {e}" if not str(e).startswith("gpudoctor") else str(e)), file=sys.stderr)
-        return ExitCode.USAGE
+        return _exit_code("USAGE")
     except Terminated:
         print("gpudoctor: terminated (SIGTERM)", file=sys.stderr)
         return SIGTERM_EXIT
@@ -248,14 +304,47 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         _discard_stdout()
-        return ExitCode.OK
+        return _exit_code("OK")
     except OSError as e:
         if e.errno not in _OUTPUT_ERRNOS or not _discard_stdout():
             return _internal_error(e)
         print(f"gpudoctor: cannot write the output: {e.strerror or e}", file=sys.stderr)
-        return ExitCode.USAGE
+        return _exit_code("USAGE")
     except Exception as e:
         return _internal_error(e)
+
+
+def _few_enough(words: list[str]) -> bool:
+    if len(words) <= MAX_ARGV_WORDS:
+        return True
+    print(
+        f"gpudoctor: {len(words)} command-line arguments; gpudoctor takes at most {MAX_ARGV_WORDS} "
+        "(every option once is under 100)",
+        file=sys.stderr,
+    )
+    return False
+
+
+# The errors that are the user's (bad input, a check or plug-in that cannot load, a file that cannot be read
+# or written): one line, exit 2. Named by module, as main() catches them: their modules are imported by the
+# commands that raise them, and importing them for a command that cannot (`--version`) would double its cost.
+_USAGE_ERRORS = (
+    ("gpudoctor.inputs", "UsageError"),
+    ("gpudoctor.registry", "RegistryError"),
+    ("gpudoctor.fileio", "FileIOError"),
+)
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """The classes of _USAGE_ERRORS whose module is imported: one never imported raised nothing."""
+    return tuple(getattr(sys.modules[m], name) for m, name in _USAGE_ERRORS if m in sys.modules)
+
+
+def _exit_code(name: str) -> int:
+    """model.ExitCode[name], imported when a command ends without one of its own."""
+    from gpudoctor.model import ExitCode
+
+    return ExitCode[name]
 
 
 # A standard output that cannot take the report: full, over quota, failing, or a descriptor not open for
@@ -300,6 +389,9 @@ def _discard_stdout() -> bool:
 
 def _internal_error(e: Exception) -> int:
     """Called from an except clause (a bare raise re-raises e for GPUDOCTOR_DEBUG)."""
+    from gpudoctor.model import ExitCode
+    from gpudoctor.sanitize import clean
+
     if os.environ.get("GPUDOCTOR_DEBUG"):
         raise e
     print(
@@ -310,6 +402,7 @@ def _internal_error(e: Exception) -> int:
 
 
 def cmd_check(args) -> int:
+    from gpudoctor.inputs import UsageError, context_for, probe_kwargs, specs_for
     from gpudoctor.report.emit import emit
 
     if args.snapshot and args.python:
@@ -330,9 +423,12 @@ def _judge(args):
     import time
 
     from gpudoctor.facts import collectable_env
+    from gpudoctor.inputs import judged_inputs
+    from gpudoctor.model import exit_code
     from gpudoctor.report import preflight
     from gpudoctor.report.result import Result
     from gpudoctor.runner import run_checks
+    from gpudoctor.sanitize import clean
     from gpudoctor.verdict import split
 
     facts, ctx, specs, target = judged_inputs(args, progress=args.format == "text")
@@ -376,7 +472,10 @@ def _source(facts, args) -> dict:
 
 
 def cmd_snapshot(args) -> int:
+    from gpudoctor.inputs import probe_kwargs
+    from gpudoctor.model import ExitCode
     from gpudoctor.probe import collect
+    from gpudoctor.sanitize import clean
 
     facts = collect(**probe_kwargs(args))
     if args.output:
@@ -388,7 +487,9 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_list(args) -> int:
+    from gpudoctor.model import ExitCode
     from gpudoctor.registry import load_all
+    from gpudoctor.sanitize import json_text
 
     specs = load_all()
     if args.json:
@@ -402,6 +503,7 @@ def cmd_list(args) -> int:
 
 
 def _find_spec(key: str):
+    from gpudoctor.inputs import UsageError
     from gpudoctor.registry import load_all
 
     specs = load_all()
@@ -413,6 +515,7 @@ def _find_spec(key: str):
 
 def cmd_explain(args) -> int:
     from gpudoctor.docs import explain_text
+    from gpudoctor.model import ExitCode
 
     print(explain_text(_find_spec(args.id)))
     return ExitCode.OK
@@ -420,6 +523,7 @@ def cmd_explain(args) -> int:
 
 def cmd_docs(args) -> int:
     from gpudoctor.docs import checks_markdown
+    from gpudoctor.model import ExitCode
     from gpudoctor.registry import load_all
 
     text = checks_markdown(load_all())
@@ -435,6 +539,7 @@ def cmd_docs(args) -> int:
 def cmd_compare(args) -> int:
     from gpudoctor.commands.compare import compare
     from gpudoctor.facts import SnapshotError
+    from gpudoctor.inputs import UsageError, specs_for
 
     try:
         return compare(args.snapshots, specs_for(args), args.json, args.strict, args.verbose, args.ignore)

@@ -27,15 +27,16 @@ lines to write otherwise.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
+from typing import TYPE_CHECKING
 
 from gpudoctor.model import ActionKind, Finding, Fix, Safety, Severity
-from gpudoctor.watch.samples import NodeObservation
+
+if TYPE_CHECKING:  # imported by probe_nodes, which reads them: the parser (`watch --help`) does not need them
+    from gpudoctor.watch.samples import NodeObservation
 
 HELP = "judge a running SLURM job by its id: idle allocated GPUs, stray processes, throttling, memory creep"
 DEFAULT_WINDOW_S = 30.0
@@ -171,6 +172,8 @@ def script_causes(job: str, command: str | None, text: str | None, work_dir: str
     Their fixes edit `command` when that file still holds this text, else are lines."""
     if not text:
         return []
+    import tempfile
+
     from gpudoctor.facts import Facts
     from gpudoctor.model import Context
     from gpudoctor.readers.sbatch import SbatchError, parse_sbatch
@@ -226,9 +229,12 @@ def _as_lines(f: Finding) -> Finding:
 
 def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> list[NodeObservation]:
     """One probe per node through srun; a node without an answer is an observation with its error."""
+    import json
+
     from gpudoctor.probe.proc import run_bounded
     from gpudoctor.readers.slurmfmt import compress_hostlist
     from gpudoctor.sanitize import clean
+    from gpudoctor.watch.samples import NodeObservation
 
     nodes = list(detail.nodes)
     allocation = json.dumps({n: list(detail.gpus.get(n, ())) for n in nodes})

@@ -6,22 +6,28 @@ and decides nothing. A new format is one function and one row of FORMATS (docs/a
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpudoctor.report import json_report, junit, prometheus, text
-from gpudoctor.report.annotations import render_concise, render_github
 from gpudoctor.report.result import Result
 
-FORMATS: dict[str, Callable[[Result], str]] = {
-    "text": text.render,
-    "json": json_report.render,
-    "github": render_github,
-    "concise": render_concise,
-    "junit": junit.render,
-    "prometheus": prometheus.render,
+# format -> (module of gpudoctor.report, its render function); the module is imported when its format is
+# asked for: a command writes one or two formats, and the JUnit one alone costs as much as the text report.
+FORMATS: dict[str, tuple[str, str]] = {
+    "text": ("text", "render"),
+    "json": ("json_report", "render"),
+    "github": ("annotations", "render_github"),
+    "concise": ("annotations", "render_concise"),
+    "junit": ("junit", "render"),
+    "prometheus": ("prometheus", "render"),
 }
+
+
+def renderer(format: str) -> Callable[[Result], str]:
+    module, function = FORMATS[format]
+    return getattr(importlib.import_module(f"gpudoctor.report.{module}"), function)
 
 
 @dataclass(frozen=True)
@@ -34,10 +40,14 @@ def emit(result: Result, outputs: list[Output]) -> None:
     """Each output in the order given (a file that cannot be written stops the ones after it: exit 2)."""
     for out in outputs:
         if out.path is None:
-            shown = replace(result, color=text.wants_color(sys.stdout)) if out.format == "text" else result
-            sys.stdout.write(FORMATS[out.format](shown))
+            shown = result
+            if out.format == "text":
+                from gpudoctor.report.text import wants_color
+
+                shown = replace(result, color=wants_color(sys.stdout))
+            sys.stdout.write(renderer(out.format)(shown))
             sys.stdout.flush()
         else:
             from gpudoctor.fileio import write_output
 
-            write_output(out.path, FORMATS[out.format](result), what=f"--{out.format}")
+            write_output(out.path, renderer(out.format)(result), what=f"--{out.format}")

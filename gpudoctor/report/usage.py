@@ -3,7 +3,6 @@ reported as the shell does (128 + 15 = 143) rather than as an internal error or 
 
 from __future__ import annotations
 
-import difflib
 import re
 import signal
 
@@ -14,6 +13,8 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from 
 
 def did_you_mean(message: str) -> str:
     """argparse's 'invalid choice' message with the closest choice suggested."""
+    import difflib  # here, not at the top: every command imports this module, only a mistyped one needs difflib
+
     m = _INVALID_CHOICE.search(message)
     if not m:
         return message

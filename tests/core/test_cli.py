@@ -150,3 +150,15 @@ def test_checks_doc_is_generated_from_the_registry_and_up_to_date():
     assert r.returncode == 0
     committed = (ROOT / "docs" / "checks.md").read_text()
     assert r.stdout == committed, "docs/checks.md is stale: run `gpudoctor docs -o docs/checks.md`"
+
+
+def test_a_command_line_reads_only_the_plugged_commands_it_names():
+    # the start of every gpudoctor run: a core command (or --version) imports no plugged command, a plugged one
+    # only its own; --help and a mistyped name get them all (the list of commands names them)
+    from gpudoctor import cli
+
+    assert cli.plugged_for("check") == {} and cli.plugged_for("--version") == {}
+    assert cli.plugged_for("fix") == {"fix": cli.plugged_commands()["fix"]}
+    assert cli.plugged_for("--help") == cli.plugged_for("chek") == cli.plugged_for(None) == cli.plugged_commands()
+    args = cli.build_parser({}).parse_args(["check", "--launcher", "torchrun", "--select", "host,nccl"])
+    assert (args.command, args.launcher, args.select) == ("check", "torchrun", ["host", "nccl"])
