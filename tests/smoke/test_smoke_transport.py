@@ -4,6 +4,8 @@ threads quote them), the results shaped as a rank sends them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpudoctor.model import Severity
 from gpudoctor.sample_train.judge import transport
 
@@ -74,3 +76,12 @@ def test_the_allreduce_is_judged_only_against_a_published_node_shape():
         assert skipped.severity is Severity.SKIP
     (mixed,) = transport.judge_allreduce(400.0, ["H100 SXM"] * 7 + [None], nodes=1, ranks=8)
     assert mixed.severity is Severity.SKIP
+
+
+def test_a_real_one_rank_log_names_the_network_and_no_connection():
+    """NCCL 2.28.9's own log of a one-rank communicator on an H200 VM (tests/fixtures/nccl/README.md)."""
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "h200-one-rank-nccl-2.28.9.log").read_text()
+    parsed = transport.parse(text)
+    assert parsed == {"paths": {}, "net_peers": {}, "networks": ["Socket"], "nvls": False}
+    section, (finding,) = transport.judge_transport([_result(text, [])], "nccl", nodes=1)
+    assert finding.severity is Severity.PASS and "no connection (one rank)" in finding.message
