@@ -376,6 +376,21 @@ LINK_VERDICTS = (
         fix="Run nccl-tests' all_reduce_perf on the node (`-b 8G -e 8G -g 8`) and `nvidia-smi nvlink -s`; exclude "
         "the node until its links are repaired.",
     ),
+    Verdict(
+        id="GD-SMOKE-027",
+        scope="job",
+        name="gpu-pair-below-nvlink-reference",
+        category="hardware",
+        title="Every GPU pair inside a node reaches its NVLink's floor (--deep)",
+        what="With --deep, every pair of GPUs inside a node sends and receives at once through NCCL; each pair's "
+        "rate is compared with half of what a healthy pair of its model is published to reach "
+        "(sample_train/judge/transport.py: H100/H200 SXM, NVLink 4, 371 GB/s each direction). Models without a "
+        "published figure are skipped, saying so; the job's own median still judges their pairs (GD-SMOKE-018).",
+        why="A GPU pair that lost its NVLink falls back to PCIe P2P at a tenth of the speed; when every pair of a "
+        "node is degraded, the node's own median cannot show it, and every collective of the job waits on it.",
+        fix="`nvidia-smi nvlink -s` and `nvidia-smi topo -m` on the node (links down, P2P through the CPU), "
+        "nvbandwidth's device_to_device tests; exclude the node (`sbatch --exclude=`) until it is repaired.",
+    ),
 )
 
 declare(

@@ -53,6 +53,7 @@ def build(verdict, opts, launch: dict, wall_s: float) -> dict:
         body["correctness"], right = correctness.judge(body["ranks"], verdict.joins, results)
         body["soak"], held = soak.judge(body["ranks"], results, verdict.joins[0]["device_type"], opts.measure.soak or 0)
         body["nccl_transport"], linked = transport.judge(results, verdict.joins, body["allreduce"]["busbw_gbps"])
+        linked += transport.judge_gpu_pairs(body["local_pairs"], verdict.joins)
         findings += right + held + linked
         body["exclude"] = slowness.exclude_from(findings, body["ranks"], body["nodes"])
         body["next_steps"] = slowness.next_steps([f.to_dict() for f in findings], body["ranks"], body["nodes"])

@@ -202,3 +202,56 @@ def judge(results: list[dict], joins: dict, busbw_gbps: float | None) -> tuple[d
         ref = peaks.identify(j.get("gpu_name"), j.get("gpu_memory_bytes"))
         models.append(ref.model if ref is not None else None)
     return section, found + judge_allreduce(busbw_gbps, models, len(hosts), len(joins))
+
+
+# One GPU pair's send/recv inside a node (GB/s each direction, --deep) that a healthy pair of this model reaches:
+# a published measurement, each with its source. The floor is half of it: the run's exchange goes through NCCL's
+# send/recv with both directions at once, not a copy engine in one, and was not measured on such a node by this
+# project; what it must catch is a pair that lost its NVLink (PCIe P2P: ~37 GB/s on the same machine).
+_P2P_H100 = (
+    371.0,
+    "NVIDIA/nccl issue 1264: p2pBandwidthLatencyTest on an HGX H100 SXM, unidirectional P2P writes 371-377 GB/s "
+    "(P2P disabled: 36-38 GB/s)",
+)
+GPU_PAIR_PUBLISHED: dict[str, tuple[float, str]] = {"H100 SXM": _P2P_H100, "H200 SXM": _P2P_H100}  # both NVLink 4
+GPU_PAIR_MARGIN = 0.5
+
+
+def judge_gpu_pairs(local_pairs: list[dict] | None, joins: dict) -> list:
+    """[GD-SMOKE-027]: every GPU pair measured inside a node (--deep) against its model's NVLink reference."""
+    if not local_pairs:
+        return [make("GD-SMOKE-027", Severity.SKIP, "no GPU pairs measured inside a node (--deep with 2+ GPUs a node)")]
+    model_of = {}
+    for rank, j in joins.items():
+        ref = peaks.identify(j.get("gpu_name"), j.get("gpu_memory_bytes"))
+        model_of[rank] = ref.model if ref is not None else None
+    slow, judged, unknown = [], 0, set()
+    for node in local_pairs:
+        for pair in node["pairs"]:
+            models = {model_of.get(r) for r in pair["ranks"]}
+            row = GPU_PAIR_PUBLISHED.get(next(iter(models))) if len(models) == 1 else None
+            if row is None:
+                unknown.update(str(m) for m in models)
+                continue
+            judged += 1
+            floor = round(row[0] * GPU_PAIR_MARGIN, 1)
+            if pair["gbps"] < floor:
+                slow.append({"node": node["node"], "ranks": pair["ranks"], "gbps": pair["gbps"], "floor_gbps": floor})
+    if slow:
+        named = "; ".join(
+            f"ranks {s['ranks'][0]} and {s['ranks'][1]} on node {s['node']}: {s['gbps']:.1f} GB/s" for s in slow
+        )
+        return [
+            make(
+                "GD-SMOKE-027",
+                Severity.FAIL,
+                f"{len(slow)} GPU pair(s) below {slow[0]['floor_gbps']:g} GB/s each direction, half of what a healthy "
+                f"NVLink pair of this model is published to reach: {named}",
+                pairs=slow,
+            )
+        ]
+    if not judged:
+        return [
+            make("GD-SMOKE-027", Severity.SKIP, f"no published GPU-pair reference for {', '.join(sorted(unknown))}")
+        ]
+    return [make("GD-SMOKE-027", Severity.PASS, f"all {judged} GPU pair(s) reach their model's NVLink floor")]

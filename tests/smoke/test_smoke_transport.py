@@ -1,4 +1,4 @@
-"""NCCL's transport read from its own log, and the all-reduce against the node's published floor (GD-SMOKE-025/026;
+"""NCCL's transport read from its own log, the all-reduce and GPU pairs against published floors (GD-SMOKE-025/026/027;
 sample_train/judge/transport.py). Pure: the log lines are in the forms NCCL 2.18-2.28 print (NCCL's own issue
 threads quote them), the results shaped as a rank sends them."""
 
@@ -85,3 +85,24 @@ def test_a_real_one_rank_log_names_the_network_and_no_connection():
     assert parsed == {"paths": {}, "net_peers": {}, "networks": ["Socket"], "nvls": False}
     section, (finding,) = transport.judge_transport([_result(text, [])], "nccl", nodes=1)
     assert finding.severity is Severity.PASS and "no connection (one rank)" in finding.message
+
+
+def _h100_joins(n):
+    return {r: {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_bytes": 85 * 10**9} for r in range(n)}
+
+
+def test_a_gpu_pair_that_lost_its_nvlink_fails_against_the_models_floor():
+    """GD-SMOKE-027: one H100 pair at PCIe speed among healthy NVLink pairs."""
+    pairs = [{"node": "n1", "pairs": [{"ranks": [0, 1], "gbps": 360.0}, {"ranks": [2, 3], "gbps": 36.5}]}]
+    (finding,) = transport.judge_gpu_pairs(pairs, _h100_joins(4))
+    assert finding.severity is Severity.FAIL and finding.evidence["pairs"][0]["ranks"] == [2, 3]
+    assert "185.5 GB/s" in finding.message and "ranks 2 and 3 on node n1: 36.5 GB/s" in finding.message
+    healthy = [{"node": "n1", "pairs": [{"ranks": [0, 1], "gbps": 350.0}]}]
+    assert transport.judge_gpu_pairs(healthy, _h100_joins(2))[0].severity is Severity.PASS
+
+
+def test_gpu_pairs_without_a_published_reference_or_measurement_are_skipped():
+    a100 = {r: {"gpu_name": "NVIDIA A100-SXM4-80GB", "gpu_memory_bytes": 85 * 10**9} for r in range(2)}
+    (finding,) = transport.judge_gpu_pairs([{"node": "n1", "pairs": [{"ranks": [0, 1], "gbps": 10.0}]}], a100)
+    assert finding.severity is Severity.SKIP and "A100" in finding.message
+    assert transport.judge_gpu_pairs(None, a100)[0].severity is Severity.SKIP
