@@ -1,4 +1,6 @@
-"""The CLI as users and CI run it: real processes, real environment variables, exit codes."""
+"""The CLI as users and CI run it: exit codes, reports, one-line usage errors. A few tests run the real process
+(the live check and its snapshot, the exit code a shell sees); the rest call the same command line in this
+process (tests/cliutil.run_gpudoctor_here: same environment, cwd and captured output, no interpreter start)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor, run_gpudoctor_here
 from tests.thismachine import no_gpu_here
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +47,7 @@ def test_expect_gpus_0_exits_0():
 
 
 def test_json_report_validates_against_the_documented_schema():
-    r = gpudoctor("check", "--json", "--expect-gpus", "64")  # a failure on any machine
+    r = run_gpudoctor_here("check", "--json", "--expect-gpus", "64")  # a failure on any machine
     assert r.returncode == 1
     report = json.loads(r.stdout)
     jsonschema.validate(report, REPORT_SCHEMA)
@@ -56,9 +58,9 @@ def test_json_report_validates_against_the_documented_schema():
 
 def test_snapshot_replay_gives_the_same_findings(live_snapshot):
     live = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0").stdout)["findings"]
-    replay = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0", "--snapshot", str(live_snapshot)).stdout)[
-        "findings"
-    ]
+    replay = json.loads(
+        run_gpudoctor_here("check", "--json", "--expect-gpus", "0", "--snapshot", str(live_snapshot)).stdout
+    )["findings"]
 
     def key(findings):
         # facts that change between two probes of the same machine (free memory, ports) aside,
@@ -87,7 +89,7 @@ def test_bad_snapshot_is_one_line_and_exit_2(tmp_path, content, words):
     path = tmp_path / "snap.json"
     if content is not None:
         path.write_text(content)
-    r = gpudoctor("check", "--snapshot", str(path))
+    r = run_gpudoctor_here("check", "--snapshot", str(path))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], r.stderr
@@ -95,18 +97,18 @@ def test_bad_snapshot_is_one_line_and_exit_2(tmp_path, content, words):
 
 
 @pytest.mark.parametrize(
-    "args",
+    "run, args",
     [
-        ["check", "--expect-gpus", "many"],
-        ["check", "--expect-gpus", "-1"],
-        ["check", "--select", "nosuchcategory"],
-        ["check", "--python", "/nonexistent/python"],
-        ["explain", "GD-NOPE-999"],
-        ["frobnicate"],
+        (run_gpudoctor_here, ["check", "--expect-gpus", "many"]),
+        (run_gpudoctor_here, ["check", "--expect-gpus", "-1"]),
+        (run_gpudoctor_here, ["check", "--select", "nosuchcategory"]),
+        (run_gpudoctor_here, ["check", "--python", "/nonexistent/python"]),
+        (run_gpudoctor_here, ["explain", "GD-NOPE-999"]),
+        (run_gpudoctor, ["frobnicate"]),  # one real process: the status a shell sees for a usage error
     ],
 )
-def test_usage_errors_are_one_line_and_exit_2(args):
-    r = gpudoctor(*args)
+def test_usage_errors_are_one_line_and_exit_2(run, args):
+    r = run(*args)
     assert r.returncode == 2, r.stdout + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
@@ -114,7 +116,7 @@ def test_usage_errors_are_one_line_and_exit_2(args):
 
 def test_junit_report_is_written(tmp_path):
     out = tmp_path / "junit.xml"
-    r = gpudoctor("check", "--junit", str(out), "--expect-gpus", "64")  # a failure on any machine
+    r = run_gpudoctor_here("check", "--junit", str(out), "--expect-gpus", "64")  # a failure on any machine
     assert r.returncode == 1
     root = ET.parse(out).getroot()
     assert root.tag == "testsuites"
@@ -130,23 +132,23 @@ def test_strict_turns_warnings_into_exit_1(tmp_path):
     fixture["torch"]["cuda"] = "12.4"
     path = tmp_path / "f.json"
     path.write_text(json.dumps(fixture))
-    lenient = gpudoctor("check", "--snapshot", str(path), "--select", "GD-DRV-002")
-    strict = gpudoctor("check", "--snapshot", str(path), "--select", "GD-DRV-002", "--strict")
+    lenient = run_gpudoctor_here("check", "--snapshot", str(path), "--select", "GD-DRV-002")
+    strict = run_gpudoctor_here("check", "--snapshot", str(path), "--select", "GD-DRV-002", "--strict")
     assert lenient.returncode == 0 and strict.returncode == 1
 
 
 def test_list_and_explain():
-    r = gpudoctor("list")
+    r = run_gpudoctor_here("list")
     assert r.returncode == 0 and "GD-DRV-001" in r.stdout
-    r = gpudoctor("explain", "GD-DRV-002")
+    r = run_gpudoctor_here("explain", "GD-DRV-002")
     assert r.returncode == 0
     for section in ("What it checks:", "Why it matters:", "How to fix:"):
         assert section in r.stdout
-    assert gpudoctor("explain", "driver-too-old-for-torch-cuda").returncode == 0
+    assert run_gpudoctor_here("explain", "driver-too-old-for-torch-cuda").returncode == 0
 
 
 def test_checks_doc_is_generated_from_the_registry_and_up_to_date():
-    r = gpudoctor("docs")
+    r = run_gpudoctor_here("docs")
     assert r.returncode == 0
     committed = (ROOT / "docs" / "checks.md").read_text()
     assert r.stdout == committed, "docs/checks.md is stale: run `gpudoctor docs -o docs/checks.md`"
