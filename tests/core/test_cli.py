@@ -1,6 +1,7 @@
-"""The CLI as users and CI run it: exit codes, reports, one-line usage errors. A few tests run the real process
-(the live check and its snapshot, the exit code a shell sees); the rest call the same command line in this
-process (tests/cliutil.run_gpudoctor_here: same environment, cwd and captured output, no interpreter start)."""
+"""The CLI as users and CI run it: exit codes, reports, one-line usage errors. The exit codes a shell sees (0, 1
+and 2) come from real processes; the rest call the same command line in this process (tests/cliutil's
+run_gpudoctor_here: same environment, cwd and captured output, no interpreter start). A live check probes this
+machine (torch imported in a child): the tests reading the same check share one run of it."""
 
 from __future__ import annotations
 
@@ -22,14 +23,31 @@ def gpudoctor(*args, env=None, timeout=180):
     return run_gpudoctor(*args, env=env, timeout=timeout)
 
 
+# the tests of one module fixture's live check run on one worker (pyproject.toml: --dist loadgroup)
+shares_a_live_check = pytest.mark.xdist_group("cli-live-checks")
+
+
 @pytest.fixture(scope="module")
 def live_snapshot(tmp_path_factory):
     path = tmp_path_factory.mktemp("snap") / "facts.json"
-    r = gpudoctor(
+    r = run_gpudoctor_here(
         "snapshot", "-o", str(path), env={"HF_TOKEN": "hf_secret_value", "MY_API_KEY": "k", "NCCL_DEBUG": "WARN"}
     )
     assert r.returncode == 0, r.stderr
     return path
+
+
+@pytest.fixture(scope="module")
+def passing_check():
+    """A real process: `check --json --expect-gpus 0` on this machine."""
+    return gpudoctor("check", "--json", "--expect-gpus", "0")
+
+
+@pytest.fixture(scope="module")
+def failing_check(tmp_path_factory):
+    """`check --expect-gpus 64` (a failure on any machine) with its JSON report and its JUnit file."""
+    junit = tmp_path_factory.mktemp("junit") / "junit.xml"
+    return run_gpudoctor_here("check", "--json", "--junit", str(junit), "--expect-gpus", "64"), junit
 
 
 @no_gpu_here
@@ -41,13 +59,15 @@ def test_check_on_this_gpu_less_machine_fails_on_the_driver():
     assert "\x1b[" not in r.stdout  # not a terminal: no colour codes
 
 
-def test_expect_gpus_0_exits_0():
-    r = gpudoctor("check", "--expect-gpus", "0")
+@shares_a_live_check
+def test_expect_gpus_0_exits_0(passing_check):
+    r = passing_check
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_json_report_validates_against_the_documented_schema():
-    r = run_gpudoctor_here("check", "--json", "--expect-gpus", "64")  # a failure on any machine
+@shares_a_live_check
+def test_json_report_validates_against_the_documented_schema(failing_check):
+    r, _ = failing_check
     assert r.returncode == 1
     report = json.loads(r.stdout)
     jsonschema.validate(report, REPORT_SCHEMA)
@@ -56,8 +76,9 @@ def test_json_report_validates_against_the_documented_schema():
     assert "GD-DRV-001" in ids
 
 
-def test_snapshot_replay_gives_the_same_findings(live_snapshot):
-    live = json.loads(gpudoctor("check", "--json", "--expect-gpus", "0").stdout)["findings"]
+@shares_a_live_check
+def test_snapshot_replay_gives_the_same_findings(live_snapshot, passing_check):
+    live = json.loads(passing_check.stdout)["findings"]
     replay = json.loads(
         run_gpudoctor_here("check", "--json", "--expect-gpus", "0", "--snapshot", str(live_snapshot)).stdout
     )["findings"]
@@ -70,6 +91,7 @@ def test_snapshot_replay_gives_the_same_findings(live_snapshot):
     assert key(live) == key(replay)
 
 
+@shares_a_live_check
 def test_snapshot_excludes_credentials(live_snapshot):
     text = live_snapshot.read_text()
     assert "hf_secret_value" not in text and "MY_API_KEY" not in text and "HF_TOKEN" not in text
@@ -114,9 +136,9 @@ def test_usage_errors_are_one_line_and_exit_2(run, args):
     assert "Traceback" not in r.stderr
 
 
-def test_junit_report_is_written(tmp_path):
-    out = tmp_path / "junit.xml"
-    r = run_gpudoctor_here("check", "--junit", str(out), "--expect-gpus", "64")  # a failure on any machine
+@shares_a_live_check
+def test_junit_report_is_written(failing_check):
+    r, out = failing_check
     assert r.returncode == 1
     root = ET.parse(out).getroot()
     assert root.tag == "testsuites"
