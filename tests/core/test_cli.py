@@ -45,9 +45,9 @@ def passing_check():
 
 @pytest.fixture(scope="module")
 def failing_check(tmp_path_factory):
-    """`check --expect-gpus 64` (a failure on any machine) with its JSON report and its JUnit file."""
+    """A real process (exit 1 on any machine): `check --expect-gpus 64` with its JSON report and JUnit file."""
     junit = tmp_path_factory.mktemp("junit") / "junit.xml"
-    return run_gpudoctor_here("check", "--json", "--junit", str(junit), "--expect-gpus", "64"), junit
+    return gpudoctor("check", "--json", "--junit", str(junit), "--expect-gpus", "64"), junit
 
 
 @no_gpu_here
