@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gpudoctor.readers import allocconf
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import run_gpudoctor, run_gpudoctor_here
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gpudoctor(*args: str, env: dict | None = None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    """A real process: for what the interpreter's start-up (PYTHONPATH) or its stdout's file makes of a run."""
     return run_gpudoctor(*args, env=env, stdout=stdout, cwd=ROOT)
+
+
+def _gpudoctor_here(*args: str) -> subprocess.CompletedProcess:
+    """The same command line in this process, for what it prints."""
+    return run_gpudoctor_here(*args, cwd=ROOT)
+
+
+# the tests replaying this machine's snapshot share one probe of it: one worker runs them
+replays_the_live_snapshot = pytest.mark.xdist_group("hostile-inputs-live-snapshot")
 
 
 def _env_names_the_checks_read() -> list[str]:
@@ -92,7 +102,8 @@ def test_huge_numbers_in_any_variable_the_checks_read_are_judged_not_crashed(val
 
 def test_a_shadow_pynvml_that_calls_sys_exit_is_an_error_fact(tmp_path):
     (tmp_path / "pynvml.py").write_text("import sys\nsys.exit('shadow pynvml')\n")
-    r = _gpudoctor("snapshot", env={"PYTHONPATH": str(tmp_path)})
+    # NVML is probed by gpudoctor itself; the torch probe (a --python answering at once) is not the test
+    r = _gpudoctor("snapshot", "--python", "/bin/true", env={"PYTHONPATH": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     nvidia = json.loads(r.stdout)["nvidia"]
     assert nvidia["available"] is False and "SystemExit" in nvidia["error"]
@@ -100,26 +111,28 @@ def test_a_shadow_pynvml_that_calls_sys_exit_is_an_error_fact(tmp_path):
 
 @pytest.fixture(scope="module")
 def live_snapshot(tmp_path_factory) -> dict:
-    r = _gpudoctor("snapshot")
+    r = _gpudoctor_here("snapshot")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
 
+@replays_the_live_snapshot
 def test_a_lone_surrogate_in_a_replayed_snapshot_is_shown_escaped(tmp_path, live_snapshot):
     data = dict(live_snapshot, host={**live_snapshot["host"], "hostname": "node\ud800x"})
     snap = tmp_path / "snap.json"
     snap.write_text(json.dumps(data))  # ensure_ascii: the file holds the escape \ud800
     for fmt in ([], ["--json"]):
-        r = _gpudoctor("check", "--snapshot", str(snap), *fmt)
+        r = _gpudoctor_here("check", "--snapshot", str(snap), *fmt)
         assert r.returncode in (0, 1), r.stderr
         assert "node\\ud800x" in r.stdout.replace("\\\\", "\\")  # JSON doubles the backslash
 
 
+@replays_the_live_snapshot
 def test_json_report_is_strict_json_with_non_finite_numbers(tmp_path, live_snapshot):
     data = dict(live_snapshot, probe_seconds=float("nan"))  # copied into the report's source
     snap = tmp_path / "snap.json"
     snap.write_text(json.dumps(data))  # Python writes NaN, which json.loads reads back
-    r = _gpudoctor("check", "--snapshot", str(snap), "--json")
+    r = _gpudoctor_here("check", "--snapshot", str(snap), "--json")
     assert r.returncode in (0, 1), r.stderr
     report = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     assert report["source"]["probe_seconds"] == "NaN"
@@ -142,6 +155,7 @@ def test_json_report_render_never_writes_nan():
     assert data["findings"][0]["evidence"] == {"ratio": "NaN", "peak": "Infinity", "low": "-Infinity", "ok": 1.5}
 
 
+@replays_the_live_snapshot
 @pytest.mark.parametrize("fmt", [[], ["--json"]])
 def test_output_to_dev_full_is_one_line_exit_2(live_snapshot, tmp_path, fmt):
     snap = tmp_path / "snap.json"
@@ -153,9 +167,9 @@ def test_output_to_dev_full_is_one_line_exit_2(live_snapshot, tmp_path, fmt):
 
 
 def test_bare_gpudoctor_is_a_usage_error_on_stderr():
-    r = _gpudoctor()
+    r = _gpudoctor_here()
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "check" in r.stderr
-    assert _gpudoctor("--help").returncode == 0
+    assert _gpudoctor_here("--help").returncode == 0
 
 
 def test_huge_numbers_in_any_numeric_string_fact_are_judged_not_crashed():

@@ -8,13 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from gpudoctor.redact import REDACTED, redact, redact_text, redact_words
-from tests.cliutil import clean_env, run_gpudoctor
+from tests.cliutil import clean_env, run_gpudoctor, run_gpudoctor_here
 
 MARK = "MARKER"  # every planted secret holds it; no file name or gpudoctor text does
 
@@ -137,16 +136,16 @@ def test_no_command_or_format_prints_or_writes_a_planted_secret(tmp_path):
         "health": ["health", "--json", "--expect-gpus", "0"],
     }
 
-    def one(argv: list[str]):
-        return run_gpudoctor(*argv, env=ENV, cwd=tmp_path, timeout=300)
-
-    with ThreadPoolExecutor(2) as pool:
-        results = dict(zip(runs, pool.map(one, runs.values()), strict=True))
+    # what each command prints and writes: in this process (its stdout, stderr and files are what is read), but
+    # one run as a real process, whose every write to its stdout and stderr (not only Python's) is read
+    real = "check env"
+    results = {name: run_gpudoctor_here(*argv, env=ENV, cwd=tmp_path) for name, argv in runs.items() if name != real}
+    results[real] = run_gpudoctor(*runs[real], env=ENV, cwd=tmp_path, timeout=300)
     applied = tmp_path / "applied"
     applied.mkdir()
     shutil.copy(script, applied / "job.slurm")
     shutil.copy(config, applied / "cfg.yaml")
-    results["fix apply"] = run_gpudoctor(
+    results["fix apply"] = run_gpudoctor_here(
         "fix", "--sbatch", "job.slurm", "--config", "cfg.yaml", "--apply", "--unsafe-fixes", env=ENV, cwd=applied
     )
     hook = Path(sys.executable).with_name("gpudoctor-hook")

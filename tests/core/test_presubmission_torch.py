@@ -49,13 +49,31 @@ def _check_logging_torch_imports(tmp_path: Path, *args: str) -> tuple[dict, list
     return json.loads(r.stdout), (log.read_text().split() if log.exists() else [])
 
 
+# the checks of the script with and without --local-torch serve several tests: one worker runs them, once each
+shares_the_script_checks = pytest.mark.xdist_group("presubmission-script-checks")
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """_check_logging_torch_imports(ARGS), each command line run once for all this module's tests (read only)."""
+    runs: dict[tuple[str, ...], tuple[dict, list[str]]] = {}
+
+    def check(*args: str) -> tuple[dict, list[str]]:
+        if args not in runs:
+            runs[args] = _check_logging_torch_imports(tmp_path_factory.mktemp("check"), *args)
+        return runs[args]
+
+    return check
+
+
 def _by_id(report: dict) -> dict:
     return {f["id"]: f for f in report["findings"]}
 
 
+@shares_the_script_checks
 @pytest.mark.parametrize("given", [("--sbatch", str(SCRIPT)), ("--config", str(CONFIG), "--expect-gpus", "1")])
-def test_before_submission_torch_is_never_imported(tmp_path, given):
-    report, imports = _check_logging_torch_imports(tmp_path, *given)
+def test_before_submission_torch_is_never_imported(checked, given):
+    report, imports = checked(*given)
     assert imports == []
     cuda = _by_id(report)["GD-CUDA-001"]
     assert cuda["severity"] == "skip"
@@ -63,18 +81,20 @@ def test_before_submission_torch_is_never_imported(tmp_path, given):
     assert "not probed" not in cuda["message"]
 
 
-def test_the_import_hook_sees_torch_when_asked(tmp_path):
+@shares_the_script_checks
+def test_the_import_hook_sees_torch_when_asked(checked):
     """The same hook logs the import with --local-torch and with --python (the hook can fail)."""
-    report, imports = _check_logging_torch_imports(tmp_path, "--sbatch", str(SCRIPT), "--local-torch")
+    report, imports = checked("--sbatch", str(SCRIPT), "--local-torch")
     assert imports, "--local-torch must import torch in the probe's child"
     assert _by_id(report)["GD-CUDA-001"]["severity"] != "skip"
-    _, imports = _check_logging_torch_imports(tmp_path, "--sbatch", str(SCRIPT), "--python", sys.executable)
+    _, imports = checked("--sbatch", str(SCRIPT), "--python", sys.executable)
     assert imports
 
 
-def test_the_verdict_about_the_script_is_the_same_without_torch(tmp_path):
-    without, _ = _check_logging_torch_imports(tmp_path, "--sbatch", str(SCRIPT))
-    with_torch, _ = _check_logging_torch_imports(tmp_path, "--sbatch", str(SCRIPT), "--local-torch")
+@shares_the_script_checks
+def test_the_verdict_about_the_script_is_the_same_without_torch(checked):
+    without, _ = checked("--sbatch", str(SCRIPT))
+    with_torch, _ = checked("--sbatch", str(SCRIPT), "--local-torch")
     failing = [{f["id"] for f in r["findings"] if f["severity"] == "fail"} for r in (without, with_torch)]
     assert failing[0] == failing[1] and {"GD-SLURM-002", "GD-SLURM-005"} <= failing[0]
 

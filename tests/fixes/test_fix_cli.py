@@ -255,21 +255,20 @@ def test_backup_never_overwrites_an_earlier_one(tmp_path):
 
 
 def test_shell_lines_fix_the_environment_they_judge(tmp_path):
-    """eval "$(gpudoctor fix --shell)" in a real bash, then check the same environment again."""
+    """eval "$(gpudoctor fix --shell)" in a real bash, then check the environment that bash is left with."""
     wrong = dict(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:true", NCCL_DEBUG="INFO", CUDA_LAUNCH_BLOCKING="1")
-    env = clean_env(wrong)
-    gd = f"{sys.executable} -m gpudoctor"
-    script = (
-        f'eval "$({gd} fix --select allocator,nccl --shell)" && echo "NCCL_DEBUG=$NCCL_DEBUG" '
-        f"&& {gd} check --select allocator,nccl --json"
-    )
     before = run_gpudoctor_here("check", "--select", "allocator,nccl", "--json", env=wrong)
     bad_before = {f["id"] for f in json.loads(before.stdout)["findings"] if f["severity"] in ("warn", "fail", "info")}
     assert {"GD-ALLOC-001", "GD-NCCL-005"} <= bad_before
-    r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    out = r.stdout
-    assert "NCCL_DEBUG=WARN" in out
-    findings = json.loads(out[out.index("{") :])["findings"]
+    lines = run_gpudoctor_here("fix", "--select", "allocator,nccl", "--shell", env=wrong, cwd=tmp_path).stdout
+    script = 'eval "$1" && echo "NCCL_DEBUG=$NCCL_DEBUG" && env -0'
+    r = subprocess.run(
+        ["bash", "-c", script, "bash", lines], env=clean_env(wrong), capture_output=True, text=True, timeout=120
+    )
+    assert r.stdout.startswith("NCCL_DEBUG=WARN\n"), r.stdout + r.stderr
+    fixed = dict(v.split("=", 1) for v in r.stdout.split("\n", 1)[1].split("\0") if v)
+    after = run_gpudoctor_here("check", "--select", "allocator,nccl", "--json", env=fixed, cwd=tmp_path)
+    findings = json.loads(after.stdout)["findings"]
     assert [f["id"] for f in findings if f["severity"] in ("warn", "fail")] == []
     assert os.listdir(tmp_path) == []  # nothing written: no rc file, no env file
 
@@ -328,9 +327,8 @@ def test_validate_before_submission_runs_nothing_and_says_where_to_run(seed_fixe
 def test_validate_runs_a_real_smoke_with_the_fixed_environment(tmp_path):
     # This machine is the target (no script): the smoke run (gloo on CPU processes) carries the
     # planned environment changes; a bad allocator setting in the environment is fixed first.
-    env = clean_env({"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
-    cmd = [sys.executable, "-m", "gpudoctor", "fix", "--expect-gpus", "0", "--validate", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, stdin=subprocess.DEVNULL)
+    env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    r = run_gpudoctor_here("fix", "--expect-gpus", "0", "--validate", "--json", env=env)
     out = json.loads(r.stdout)
     assert {"name": "PYTORCH_NO_CUDA_MEMORY_CACHING", "value": None, "action": "unset"} in out["env"]
     v = out["validation"]

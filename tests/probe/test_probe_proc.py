@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from gpudoctor.probe import libraries, slurm, torch_probe
 from gpudoctor.probe.proc import run_bounded
+from tests.cliutil import run_gpudoctor_here
 
 
 def _alive(pid: int) -> bool:
@@ -116,22 +118,16 @@ def test_a_python_answering_a_json_list_is_an_error_for_launcher_packages(tmp_pa
 
 def test_check_with_a_python_whose_every_answer_is_a_json_list_is_a_finding_not_exit_3(tmp_path):
     fake = _script(tmp_path / "python", "echo 'GPUDOCTOR-TORCH-FACTS [1, 2]'\necho '[1, 2]'\n")
-    r = subprocess.run(
-        [sys.executable, "-m", "gpudoctor", "check", "--python", str(fake), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    r = run_gpudoctor_here("check", "--python", str(fake), "--json")
     assert r.returncode == 1, r.stderr
-    import json
-
     cuda = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-CUDA-001"]
     assert cuda and cuda[0]["severity"] == "fail"
 
 
 def test_a_python_that_floods_its_output_does_not_fill_memory(tmp_path):
-    flood = _script(tmp_path / "python", "cat /dev/zero\n")
+    # 1 GiB, more than twice the bound below, then it exits: a reader that kept it all would be caught, without
+    # a flood held until the timeout (seconds of CPU copying /dev/zero)
+    flood = _script(tmp_path / "python", "exec head -c 1073741824 /dev/zero\n")
     # a fresh parent, so that RUSAGE_CHILDREN's peak is this run's tree only
     measure = (
         "import resource, subprocess, sys; "
