@@ -221,6 +221,8 @@ def judge_gpu_pairs(local_pairs: list[dict] | None, joins: dict) -> list:
     """[GD-SMOKE-027]: every GPU pair measured inside a node (--deep) against its model's NVLink reference."""
     if not local_pairs:
         return [make("GD-SMOKE-027", Severity.SKIP, "no GPU pairs measured inside a node (--deep with 2+ GPUs a node)")]
+    if all(j.get("device_type") == "cpu" for j in joins.values()):
+        return [make("GD-SMOKE-027", Severity.SKIP, "CPU ranks: no NVLink between them to judge")]
     model_of = {}
     for rank, j in joins.items():
         ref = peaks.identify(j.get("gpu_name"), j.get("gpu_memory_bytes"))
@@ -231,7 +233,7 @@ def judge_gpu_pairs(local_pairs: list[dict] | None, joins: dict) -> list:
             models = {model_of.get(r) for r in pair["ranks"]}
             row = GPU_PAIR_PUBLISHED.get(next(iter(models))) if len(models) == 1 else None
             if row is None:
-                unknown.update(str(m) for m in models)
+                unknown.update(m or "an unknown GPU" for m in models)
                 continue
             judged += 1
             floor = round(row[0] * GPU_PAIR_MARGIN, 1)

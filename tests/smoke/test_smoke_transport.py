@@ -106,3 +106,6 @@ def test_gpu_pairs_without_a_published_reference_or_measurement_are_skipped():
     (finding,) = transport.judge_gpu_pairs([{"node": "n1", "pairs": [{"ranks": [0, 1], "gbps": 10.0}]}], a100)
     assert finding.severity is Severity.SKIP and "A100" in finding.message
     assert transport.judge_gpu_pairs(None, a100)[0].severity is Severity.SKIP
+    cpu = {r: {"device_type": "cpu"} for r in range(2)}
+    (on_cpu,) = transport.judge_gpu_pairs([{"node": "n1", "pairs": [{"ranks": [0, 1], "gbps": 1.0}]}], cpu)
+    assert on_cpu.severity is Severity.SKIP and "CPU ranks" in on_cpu.message
