@@ -127,29 +127,23 @@ class HealthyRun:
 
 
 class JudgedRun:
-    """A second run of the healthy run's kind (same ranks and config), 10 steps judged against its baseline, with a
-    throughput floor no CPU reaches: one not-ok run that the baseline and the floor tests both read."""
+    """A second run of the healthy run's kind (same ranks and config), --quick, judged against its baseline, with a
+    throughput floor no CPU reaches, and rank 1's matmul chain and rank 2's memory test corrupted by the fault hook:
+    one not-ok run that the baseline, the floor and the correctness tests read (each names what it is about)."""
+
+    FAULT = "rank=1,at=selftest,do=corrupt;rank=2,at=memory,do=corrupt"
 
     def __init__(self, healthy: HealthyRun, cwd: Path):
         self.result, _, marker = smoke(
-            "--gpus", "3", "--steps", "10", "--config", str(healthy.config), "--baseline", str(healthy.baseline),
-            "--min-tokens-per-s", "1e12", timeout=200, cwd=cwd,
+            "--gpus", "3", "--quick", "--config", str(healthy.config), "--baseline", str(healthy.baseline),
+            "--min-tokens-per-s", "1e12", env={"GPUDOCTOR_SMOKE_FAULT": self.FAULT}, timeout=200, cwd=cwd,
         )  # fmt: skip
         self.leftovers = leftovers(marker)
         self.report = report_of(self.result)
 
 
-@pytest.fixture(scope="session")
-def healthy_run(tmp_path_factory) -> HealthyRun:
-    return HealthyRun(tmp_path_factory.mktemp("healthy-run"))
-
-
-@pytest.fixture(scope="session")
-def judged_run(healthy_run, tmp_path_factory) -> JudgedRun:
-    return JudgedRun(healthy_run, tmp_path_factory.mktemp("judged-run"))
-
-
-# The tests reading the two runs share a worker, so each runs once (pyproject.toml: --dist loadgroup).
+# The tests reading the two runs (fixtures healthy_run and judged_run: tests/smoke/conftest.py) share a worker, so
+# each runs once (pyproject.toml: --dist loadgroup).
 shares_the_healthy_run = pytest.mark.xdist_group("healthy-spawned-run")
 
 
