@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor.sample_train.judge import correctness
-from tests.smoke.test_smoke_run import findings, report_of, smoke, validate
+from tests.smoke.test_smoke_run import findings, shares_the_healthy_run, validate
 
 GOOD = {
     "chain_bf16": "aaaa",
@@ -86,11 +86,12 @@ def test_memory_errors_fail_and_a_test_that_could_not_run_is_a_warning_not_a_pas
 
 
 @pytest.mark.ddp
-def test_a_rank_that_computes_wrong_and_one_whose_memory_flips_a_bit_are_named_in_a_real_quick_run():
-    """--quick keeps the correctness tests and the parts, with 10 training steps."""
-    fault = "rank=1,at=selftest,do=corrupt;rank=2,at=memory,do=corrupt"
-    r, _elapsed, _marker = smoke("--gpus", "3", "--quick", env={"GPUDOCTOR_SMOKE_FAULT": fault})
-    rep = report_of(r)
+@shares_the_healthy_run
+def test_a_rank_that_computes_wrong_and_one_whose_memory_flips_a_bit_are_named_in_a_real_quick_run(judged_run):
+    """--quick keeps the correctness tests and the parts, with 10 training steps (the shared judged run: 3 ranks,
+    rank=1,at=selftest,do=corrupt;rank=2,at=memory,do=corrupt)."""
+    r, rep = judged_run.result, judged_run.report
+    assert judged_run.FAULT == "rank=1,at=selftest,do=corrupt;rank=2,at=memory,do=corrupt"
     validate(rep)
     f = findings(rep)
     assert r.returncode == 1 and rep["correctness"]["verdict"] == "fail"

@@ -64,8 +64,8 @@ def run(
     return r, elapsed, marker
 
 
-def smoke(*args: str, env: dict | None = None, timeout: float = 120):
-    return run([sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", *args], env, timeout)
+def smoke(*args: str, env: dict | None = None, timeout: float = 120, cwd=None):
+    return run([sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", *args], env, timeout, cwd)
 
 
 def torchrun(*args: str, env: dict | None = None, timeout: float = 120):
@@ -100,42 +100,61 @@ def findings(rep: dict) -> dict:
     return {f["id"]: f for f in rep["findings"]}
 
 
+# The dataloader settings the shared runs take from a config file (not the defaults, so a test can tell).
+DATALOADER_CONFIG = "dataloader:\n  params:\n    num_workers: 1\n    persistent_workers: true\n    batch_size: 4\n"
+
+
 class HealthyRun:
-    """One healthy spawned run that several tests read (each real run costs ~17 CPU-s here): 2 CPU ranks,
-    default steps, run as `python -P -m gpudoctor` from a folder holding a `gpudoctor` package that raises on
-    import (the workers must not import it), with a private TMPDIR (the run must leave it empty), saving a
-    baseline and writing Prometheus gauges."""
+    """One healthy spawned run that several tests read (each real run costs ~10 CPU-s here): 3 CPU ranks,
+    default steps, --deep, the dataloader settings of a config file, run as `python -P -m gpudoctor` from a
+    folder holding a `gpudoctor` package that raises on import (the workers must not import it), with a private
+    TMPDIR (the run must leave it empty), saving a baseline and writing Prometheus gauges."""
 
     def __init__(self, root: Path):
         self.cwd, self.tmpdir = root / "cwd", root / "tmp"
         (self.cwd / "gpudoctor").mkdir(parents=True)
         (self.cwd / "gpudoctor" / "__init__.py").write_text("raise ImportError('the cwd copy was imported')\n")
         self.tmpdir.mkdir()
+        self.config = root / "train.yaml"
+        self.config.write_text(DATALOADER_CONFIG)
         self.baseline, self.prometheus = root / "base.json", root / "smoke.prom"
-        cmd = [sys.executable, "-P", "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "2"]
-        cmd += ["--save-baseline", str(self.baseline), "--prometheus", str(self.prometheus)]
+        cmd = [sys.executable, "-P", "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "3", "--deep"]
+        cmd += ["--config", str(self.config), "--save-baseline", str(self.baseline)]
+        cmd += ["--prometheus", str(self.prometheus)]
         self.result, self.elapsed, marker = run(cmd, {"TMPDIR": str(self.tmpdir)}, cwd=self.cwd)
         self.leftovers = leftovers(marker)
         self.report = report_of(self.result)
 
 
-@pytest.fixture(scope="session")
-def healthy_run(tmp_path_factory) -> HealthyRun:
-    return HealthyRun(tmp_path_factory.mktemp("healthy-run"))
+class JudgedRun:
+    """A second run of the healthy run's kind (same ranks and config), --quick, judged against its baseline, with a
+    throughput floor no CPU reaches, and rank 1's matmul chain and rank 2's memory test corrupted by the fault hook:
+    one not-ok run that the baseline, the floor and the correctness tests read (each names what it is about)."""
+
+    FAULT = "rank=1,at=selftest,do=corrupt;rank=2,at=memory,do=corrupt"
+
+    def __init__(self, healthy: HealthyRun, cwd: Path):
+        self.result, _, marker = smoke(
+            "--gpus", "3", "--quick", "--config", str(healthy.config), "--baseline", str(healthy.baseline),
+            "--min-tokens-per-s", "1e12", env={"GPUDOCTOR_SMOKE_FAULT": self.FAULT}, timeout=200, cwd=cwd,
+        )  # fmt: skip
+        self.leftovers = leftovers(marker)
+        self.report = report_of(self.result)
 
 
-# The tests reading the one run share a worker, so it runs once (pyproject.toml: --dist loadgroup).
+# The tests reading the two runs (fixtures healthy_run and judged_run: tests/smoke/conftest.py) share a worker, so
+# each runs once (pyproject.toml: --dist loadgroup).
 shares_the_healthy_run = pytest.mark.xdist_group("healthy-spawned-run")
 
 
 @shares_the_healthy_run
-def test_two_spawned_cpu_ranks_train_and_report(healthy_run):
+def test_three_spawned_cpu_ranks_train_and_report(healthy_run):
     r, rep = healthy_run.result, healthy_run.report
     validate(rep)
     assert r.returncode == 0 and rep["ok"], rep["findings"]
     assert healthy_run.elapsed < 60
-    assert rep["launch"]["mode"] == "spawn" and rep["launch"]["world_size"] == 2
-    assert [x["rank"] for x in rep["ranks"]] == [0, 1]
+    assert rep["launch"]["mode"] == "spawn" and rep["launch"]["world_size"] == 3
+    assert [x["rank"] for x in rep["ranks"]] == [0, 1, 2]
     assert rep["loss"]["last"] < rep["loss"]["first"] * 0.95
     assert rep["params_identical"] is True
     assert rep["correctness"]["verdict"] == "pass" and findings(rep)["GD-SMOKE-021"]["severity"] == "pass"
@@ -144,7 +163,17 @@ def test_two_spawned_cpu_ranks_train_and_report(healthy_run):
     assert rep["mfu"]["vs_spec"] is None and "CPU" in rep["mfu"]["vs_spec_missing_reason"]
     assert rep["mfu"]["vs_measured_matmul"] > 0  # no upper bound: CPU timings on a shared host are noise
     assert "6*N" in rep["flops"]["formula"]
-    assert not healthy_run.leftovers
+    assert not healthy_run.leftovers  # the dataloader worker processes too
+
+
+@shares_the_healthy_run
+def test_deep_on_a_real_spawned_run_measures_every_pair_of_ranks(healthy_run):
+    rep = healthy_run.report
+    assert rep["ok"], [f["message"] for f in rep["findings"] if f["severity"] in ("warn", "fail")]
+    (node,) = rep["local_pairs"]
+    assert sorted(p["ranks"] for p in node["pairs"]) == [[0, 1], [0, 2], [1, 2]] and all(
+        p["gbps"] > 0 for p in node["pairs"]
+    )
 
 
 @shares_the_healthy_run
@@ -162,7 +191,7 @@ def test_a_gpudoctor_folder_in_the_working_directory_does_not_shadow_the_workers
 
 
 @shares_the_healthy_run
-def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(healthy_run, tmp_path):
+def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(healthy_run, judged_run, tmp_path):
     from gpudoctor.sample_train.judge import baseline
     from tests.cliutil import run_gpudoctor
 
@@ -175,22 +204,19 @@ def test_save_a_baseline_then_judge_against_it_and_refuse_another_kind(healthy_r
     assert any(s.labels["id"] == "GD-SMOKE-016" for s in families["gpudoctor_smoke_check"].samples)
     assert f"baseline saved to {base}" in r.stderr
     saved = baseline.load(str(base))
-    assert saved["kind"] == {**saved["kind"], "device_type": "cpu", "world_size": 2, "model": "tiny"}
+    assert saved["kind"] == {**saved["kind"], "device_type": "cpu", "world_size": 3, "model": "tiny"}
     assert saved["figures"]["memory_copy_gbps"] > 0 and saved["figures"]["compute_tokens_per_s"] > 0
 
-    r = run_gpudoctor(
-        "smoke", "--device", "cpu", "--steps", "10", "--json", "--baseline", str(base), timeout=200, cwd=tmp_path
-    )
-    rep = json.loads(r.stdout)
+    rep = judged_run.report
     checked = rep["expectations"]["checked"]
-    assert {c["source"] for c in checked} == {"baseline"} and {c["rank"] for c in checked} == {0, 1}
+    assert {c["source"] for c in checked} == {"baseline"} and {c["rank"] for c in checked} == {0, 1, 2}
     assert {c["part"] for c in checked} >= {"matmul_tflops", "memory_copy_gbps", "compute_tokens_per_s"}
     assert rep["findings"] and any(f["id"] == "GD-SMOKE-017" for f in rep["findings"])
 
-    r = run_gpudoctor("smoke", "--device", "cpu", "--gpus", "3", "--baseline", str(base), timeout=60, cwd=tmp_path)
+    r = run_gpudoctor("smoke", "--device", "cpu", "--gpus", "2", "--baseline", str(base), timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [
-        f"gpudoctor smoke: --baseline {base}: the baseline is from another kind of run (world_size 2 there, 3 here): "
+        f"gpudoctor smoke: --baseline {base}: the baseline is from another kind of run (world_size 3 there, 2 here): "
         "save one from this kind of run with --save-baseline"
     ]
 
@@ -296,11 +322,9 @@ def test_a_crashing_rank_is_named_with_its_phase_and_error():
     assert not leftovers(marker)
 
 
-def test_throughput_floor_fails_and_config_dataloader_settings_are_used(tmp_path):
-    config = tmp_path / "train.yaml"
-    config.write_text("dataloader:\n  params:\n    num_workers: 1\n    persistent_workers: true\n    batch_size: 4\n")
-    r, _, marker = smoke("--gpus", "2", "--config", str(config), "--min-tokens-per-s", "1e12")
-    rep = report_of(r)
+@shares_the_healthy_run
+def test_throughput_floor_fails_and_config_dataloader_settings_are_used(judged_run):
+    r, rep = judged_run.result, judged_run.report
     validate(rep)
     found = findings(rep)
     assert r.returncode == 1 and not rep["ok"]
@@ -309,7 +333,7 @@ def test_throughput_floor_fails_and_config_dataloader_settings_are_used(tmp_path
     assert (loader["num_workers"], loader["persistent_workers"]) == (1, True)
     assert loader["source"]["num_workers"] == "config:dataloader.params.num_workers"
     assert rep["run"]["model"]["batch_size"] == 4
-    assert not leftovers(marker)  # the dataloader worker processes too
+    assert not judged_run.leftovers  # the dataloader worker processes too
 
 
 @pytest.mark.parametrize(

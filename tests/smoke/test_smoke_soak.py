@@ -97,7 +97,7 @@ def test_a_rank_slowed_part_way_through_its_soak_is_named_with_the_reason(tmp_pa
     mark = tmp_path / "rank1.pid"
     env = clean_env(drop=("GPUDOCTOR_SMOKE_FAULT",))
     env["GPUDOCTOR_SMOKE_FAULT"] = f"rank=1,at=soak,do=announce,to={mark}"
-    cmd = [sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "2", "--soak", "16"]
+    cmd = [sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", "--gpus", "2", "--soak", "12"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cgroup = None
     try:
@@ -105,7 +105,7 @@ def test_a_rank_slowed_part_way_through_its_soak_is_named_with_the_reason(tmp_pa
         while not mark.exists() and time.monotonic() < until and proc.poll() is None:
             time.sleep(0.1)
         assert mark.exists(), proc.communicate(timeout=60)
-        time.sleep(6)  # past its first quarter (4 s): the reference is the rank at full speed
+        time.sleep(4.5)  # past its first quarter (3 s): the reference is the rank at full speed
         cgroup = _throttle(int(mark.read_text()), 0.1)
         out, err = proc.communicate(timeout=150)
     finally:
