@@ -223,15 +223,16 @@ def judge_gpu_pairs(local_pairs: list[dict] | None, joins: dict) -> list:
         return [make("GD-SMOKE-027", Severity.SKIP, "no GPU pairs measured inside a node (--deep with 2+ GPUs a node)")]
     if all(j.get("device_type") == "cpu" for j in joins.values()):
         return [make("GD-SMOKE-027", Severity.SKIP, "CPU ranks: no NVLink between them to judge")]
-    model_of = {}
+    model_of: dict[int, str | None] = {}
     for rank, j in joins.items():
         ref = peaks.identify(j.get("gpu_name"), j.get("gpu_memory_bytes"))
         model_of[rank] = ref.model if ref is not None else None
-    slow, judged, unknown = [], 0, set()
+    slow, judged, unknown = [], 0, set[str]()
     for node in local_pairs:
         for pair in node["pairs"]:
             models = {model_of.get(r) for r in pair["ranks"]}
-            row = GPU_PAIR_PUBLISHED.get(next(iter(models))) if len(models) == 1 else None
+            model = next(iter(models)) if len(models) == 1 else None
+            row = GPU_PAIR_PUBLISHED.get(model) if model is not None else None
             if row is None:
                 unknown.update(m or "an unknown GPU" for m in models)
                 continue
