@@ -202,6 +202,7 @@ class Coordinator:
         self.results: dict[int, dict] = {}
         self.errors: dict[int, dict] = {}
         self._beats: dict[int, tuple[int, float]] = {}
+        self._moved: dict[int, tuple[tuple, float]] = {}  # each rank's last phase and when it changed
         self.plan: dict | None = None
 
     # -- the run -------------------------------------------------------------------------
@@ -292,6 +293,9 @@ class Coordinator:
                 beat = state.get("beat", 0)
                 if rank not in self._beats or self._beats[rank][0] != beat:
                     self._beats[rank] = (beat, now)
+                order = tuple(state.get("order") or ())
+                if rank not in self._moved or self._moved[rank][0] != order:
+                    self._moved[rank] = (order, now)
             if rank not in self.errors:
                 error = read_json(self.store, self.keys.error(rank))
                 if error is not None:
@@ -379,6 +383,9 @@ class Coordinator:
         return any(mark in frame for frame in stack for mark in _COLLECTIVE_FRAMES)
 
     def _hang_finding(self):
+        moving = self._still_moving()
+        if moving is not None:
+            return moving
         groups = self._groups()
         behind_order, behind = groups[0]
         if len(groups) == 1:  # all in one phase: the ones not waiting inside a collective hold the rest up
@@ -421,6 +428,25 @@ class Coordinator:
             phases=phases,
             timeout_s=self.opts.train.timeout,
             stacks=stacks,
+        )
+
+    def _still_moving(self):
+        """At the deadline: every rank still advanced through its phases and steps lately (within a tenth of the
+        timeout, at least 2 s), so the run was too long for its --timeout, not hung. None: some rank stood still."""
+        now, window = time.monotonic(), max(2.0, 0.1 * self.opts.train.timeout)
+        pending = [r for r in range(self.world_size) if r not in self.results]
+        if not pending or any(r not in self._moved or now - self._moved[r][1] > window for r in pending):
+            return None
+        where = {ranks_text([r]): self._phase_of(r) for r in pending}
+        return make(
+            "GD-SMOKE-005",
+            Severity.FAIL,
+            f"the run did not finish within --timeout {self.opts.train.timeout:.0f} s, but it was not hung: every rank "
+            f"was still advancing ({', '.join(f'{r} at {p}' for r, p in where.items())}; each moved on within the "
+            f"last {window:.0f} s). Raise --timeout, or ask for less (--steps, --soak).",
+            still_advancing=pending,
+            phases=where,
+            timeout_s=self.opts.train.timeout,
         )
 
     def _terminated_finding(self):
