@@ -34,10 +34,13 @@ class ForkedRank:
         self.returncode: int | None = None
 
     def send(self, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.pipe, view) :]
+        """Its world and environment; a rank already gone (it never read them) is left to report its exit."""
+        view = memoryview(json.dumps(payload).encode())
+        try:
+            while view:
+                view = view[os.write(self.pipe, view) :]
+        except BrokenPipeError:
+            pass
         os.close(self.pipe)
         self.pipe = -1
 

@@ -43,6 +43,17 @@ def test_a_forked_ranks_exit_reads_as_popens_would():
     assert hung.wait(timeout=10) == -signal.SIGKILL  # as Popen.returncode says a signal
 
 
+def test_a_rank_gone_before_its_world_arrives_is_an_exit_not_a_launcher_crash():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    read, write = os.pipe()
+    os.close(read)  # as a rank that died before reading: no reader left
+    gone = ForkedRank(pid, write)
+    gone.send({"env": {"X": "y" * 200_000}, "log": "/dev/null"})  # more than a pipe holds: BrokenPipeError inside
+    assert gone.wait(timeout=10) == 7 and gone.pipe == -1
+
+
 def test_one_rank_started_as_a_new_interpreter_trains_and_reports():
     """GPUDOCTOR_SMOKE_NO_FORK: the way back to one interpreter a rank; one rank also runs no straggler probe."""
     r = run_gpudoctor(
