@@ -39,9 +39,10 @@ def _text(path: str | None) -> str | None:
         return None
 
 
-def echo_warnings(path: str | None) -> None:
-    """NCCL's warnings from its log to stderr (the rank's log), as NCCL would have printed them without the file."""
-    for line in (_text(path) or "").splitlines():
+def echo_warnings(path: str | None, text: str | None = None) -> None:
+    """NCCL's warnings from its log (text: already read) to stderr (the rank's log), as NCCL would have printed them
+    without the file."""
+    for line in (text if text is not None else _text(path) or "").splitlines():
         if " NCCL WARN " in line:
             print(line, file=sys.stderr)
 
@@ -51,7 +52,7 @@ def read(path: str | None) -> dict | None:
     text = _text(path)
     if text is None:
         return None
-    echo_warnings(path)
+    echo_warnings(path, text)
     parsed = transport.parse(text)
     parsed["rdma_devices"] = rdma_devices()
     return parsed

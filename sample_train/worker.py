@@ -343,7 +343,7 @@ class Rank:
             result["nccl_transport"] = nccllog.read(self.nccl_log)
             self.nccl_log = None  # read: its warnings are in the rank's log already
             result["nccl_transport_unread"] = why_unread
-        if cuda:  # the benchmarks' buffers are not the training's peak
+            # the benchmarks' buffers are not the training's peak
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         model, ddp, optimizer, optimizer_name = self._build(cfg, device)

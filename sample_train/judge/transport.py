@@ -111,7 +111,7 @@ def judge_transport(results: list[dict], backend: str | None, nodes: int, why_un
         return None, [
             make("GD-SMOKE-025", Severity.INFO, f"NCCL's transport was not read: {why_unread or 'no rank logged it'}")
         ]
-    sockets = [k for k in section["paths"] if k == "NET/Socket"]
+    sockets = "NET/Socket" in section["paths"]
     if sockets and section["rdma_devices"] and nodes > 1:
         return section, [
             make(
@@ -197,11 +197,13 @@ def judge(results: list[dict], joins: dict, busbw_gbps: float | None) -> tuple[d
     section, found = judge_transport(results, backend, len(hosts), unread)
     if backend != "nccl":
         return section, found
-    models = []
-    for j in joins.values():
-        ref = peaks.identify(j.get("gpu_name"), j.get("gpu_memory_bytes"))
-        models.append(ref.model if ref is not None else None)
-    return section, found + judge_allreduce(busbw_gbps, models, len(hosts), len(joins))
+    return section, found + judge_allreduce(busbw_gbps, list(_models(joins).values()), len(hosts), len(joins))
+
+
+def _models(joins: dict) -> dict[int, str | None]:
+    """Each rank's GPU model as the reference table names it (None: a GPU the table cannot tell)."""
+    refs = {rank: peaks.identify(j.get("gpu_name"), j.get("gpu_memory_bytes")) for rank, j in joins.items()}
+    return {rank: ref.model if ref is not None else None for rank, ref in refs.items()}
 
 
 # One GPU pair's send/recv inside a node (GB/s each direction, --deep) that a healthy pair of this model reaches:
@@ -223,10 +225,7 @@ def judge_gpu_pairs(local_pairs: list[dict] | None, joins: dict) -> list:
         return [make("GD-SMOKE-027", Severity.SKIP, "no GPU pairs measured inside a node (--deep with 2+ GPUs a node)")]
     if all(j.get("device_type") == "cpu" for j in joins.values()):
         return [make("GD-SMOKE-027", Severity.SKIP, "CPU ranks: no NVLink between them to judge")]
-    model_of: dict[int, str | None] = {}
-    for rank, j in joins.items():
-        ref = peaks.identify(j.get("gpu_name"), j.get("gpu_memory_bytes"))
-        model_of[rank] = ref.model if ref is not None else None
+    model_of = _models(joins)
     slow, judged, unknown = [], 0, set[str]()
     for node in local_pairs:
         for pair in node["pairs"]:
