@@ -182,46 +182,31 @@ def _cpu_seconds(argv: list[str]) -> float:
     return time.process_time() - started
 
 
-# Both tests read one pair of runs (check, then fix, on an 8,000- and a 16,000-line script): they share a
-# worker, so the runs happen once (pyproject.toml: --dist loadgroup).
-shares_the_long_script_runs = pytest.mark.xdist_group("long-script-runs")
-
-
-@pytest.fixture(scope="module")
-def long_script_runs(tmp_path_factory) -> dict[int, dict]:
-    """Per script length: the CPU seconds of check and of fix, and the parses fix made (the parse cache's misses,
-    cleared before fix: a fresh `gpudoctor fix` process has nothing cached either)."""
-    from gpudoctor.readers.sbatch import reader
-
-    folder = tmp_path_factory.mktemp("long-scripts")
-    warm_up = folder / "short.slurm"
-    warm_up.write_text(_long_script(100))
-    _cpu_seconds(["fix", "--sbatch", str(warm_up)])  # the first call's imports are not what is timed
-    runs = {}
-    for lines in (8_000, 16_000):
-        path = folder / f"long{lines}.slurm"
-        path.write_text(_long_script(lines))
-        check = _cpu_seconds(["check", "--sbatch", str(path)])
-        reader._parse_sbatch_cached.cache_clear()
-        fix = _cpu_seconds(["fix", "--sbatch", str(path)])
-        runs[lines] = {"check": check, "fix": fix, "parses": reader._parse_sbatch_cached.cache_info().misses}
-    return runs
-
-
-@shares_the_long_script_runs
-def test_fix_reads_a_long_script_a_fixed_number_of_times(long_script_runs):
+def test_fix_reads_a_long_script_a_fixed_number_of_times(tmp_path, monkeypatch):
     """fix parsed the script once per look at it (six parses for one fix); the last parses are kept, so their
     count is the number of distinct texts (the original, each edit's result), whatever the script's length."""
-    counts = [run["parses"] for run in long_script_runs.values()]
+    from gpudoctor.readers.sbatch import reader
+
+    counts = []
+    for lines in (2_000, 4_000):
+        path = tmp_path / f"long{lines}.slurm"
+        path.write_text(_long_script(lines))
+        reader._parse_sbatch_cached.cache_clear()
+        _cpu_seconds(["fix", "--sbatch", str(path)])
+        counts.append(reader._parse_sbatch_cached.cache_info().misses)
     assert counts[0] == counts[1] <= 5, counts
 
 
-@shares_the_long_script_runs
-def test_fix_costs_a_small_multiple_of_check_and_grows_linearly(long_script_runs):
+def test_fix_costs_a_small_multiple_of_check_and_grows_linearly(tmp_path):
     """CPU time of this process, fix against check on the same script: a ratio and a doubling, with room for
     noise (measured here: fix 3.2x check on 50,000 lines; doubling the script 2.0x the time)."""
-    costs = {lines: (run["check"], run["fix"]) for lines, run in long_script_runs.items()}
-    for lines, (check, fix) in costs.items():
+    costs = {}
+    for lines in (8_000, 16_000):
+        path = tmp_path / f"long{lines}.slurm"
+        path.write_text(_long_script(lines))
+        check = _cpu_seconds(["check", "--sbatch", str(path)])
+        fix = _cpu_seconds(["fix", "--sbatch", str(path)])
+        costs[lines] = (check, fix)
         assert fix < 6 * check, (lines, check, fix)
     assert costs[16_000][1] < 3 * costs[8_000][1], costs
 
