@@ -9,6 +9,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from gpudoctor.sample_train.judge import report, slowness
 
 RECORDED = Path(__file__).parent.parent / "fixtures/smoke/recorded-h200-smoke-stray-compute-process.json"
@@ -86,3 +88,20 @@ def test_the_report_with_its_next_steps_follows_the_smoke_schema():
     )
     assert rep["next_steps"][0]["cause"] == "slow_host"
     jsonschema.Draft202012Validator(schema).validate(rep)
+
+
+def test_an_exclude_line_of_a_bracketed_hostlist_is_shell_quoted_and_follows_the_schema():
+    """Two slow nodes compress to node[2-3], whose brackets a shell would glob: the line is quoted (seen in a CI
+    rehearsal, where the schema's pattern refused the quoted form)."""
+    import jsonschema
+
+    from gpudoctor import shellquote
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "smoke.schema.json").read_text())
+    pattern = schema["properties"]["exclude"]["properties"]["sbatch"]
+    line = shellquote.quote("--exclude=gw1node[2-3]")
+    assert line == "'--exclude=gw1node[2-3]'"
+    jsonschema.validate(line, pattern)
+    jsonschema.validate("--exclude=n3", pattern)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate("--exclude=a b", pattern)
