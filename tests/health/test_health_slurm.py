@@ -30,15 +30,20 @@ WAIT_S = 30  # for one health-check run or one state change; each normally takes
 def _wrapper(path: Path, args_file: Path, done_file: Path, log: Path, conf: Path | None) -> None:
     """A program slurmd runs: `gpudoctor health <args in args_file>`, appending '<token> <exit status>' to
     done_file. slurmd gives a HealthCheckProgram no PATH and no SLURM_CONF (only SLURMD_NODENAME): the
-    wrapper names this cluster's slurm.conf, as a site's would name its own if not in /etc/slurm."""
+    wrapper names this cluster's slurm.conf, as a site's would name its own if not in /etc/slurm.
+    Each step runs once: the wrapper claims args_file by renaming it (atomic), so a run slurmd starts while
+    the test is still reading the last result finds nothing to do. (A CI run failed when such a second run
+    of a failing step drained the node again after the test had resumed it.)"""
     export = f"export SLURM_CONF={conf}\n" if conf else ""
     path.write_text(
         "#!/bin/sh\n"
-        f"[ -f {args_file} ] || exit 0\n"
+        f"claim={args_file}.$$\n"
+        f'mv {args_file} "$claim" 2>/dev/null || exit 0\n'
         f"{export}"
-        f"token=$(sed -n 1p {args_file})\n"
-        f"{sys.executable} -m gpudoctor health $(sed -n 2p {args_file}) >> {log} 2>&1\n"
+        'token=$(sed -n 1p "$claim")\n'
+        f'{sys.executable} -m gpudoctor health $(sed -n 2p "$claim") >> {log} 2>&1\n'
         "status=$?\n"
+        'rm -f "$claim"\n'
         f'echo "$token $status" >> {done_file}\n'
         "exit $status\n"
     )
@@ -92,13 +97,14 @@ def health_run(cluster, *args: str) -> int:
     """Sets the health check's arguments and waits for slurmd to run it with them; its exit status."""
     root = cluster.root
     token = uuid.uuid4().hex
-    (root / "hc.args").write_text(f"{token}\n{' '.join(args)}\n")
+    pending = root / "hc.args.new"
+    pending.write_text(f"{token}\n{' '.join(args)}\n")
+    pending.rename(root / "hc.args")  # whole, or not there, for the wrapper that claims it
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         done = root / "hc.done"
         for line in done.read_text().splitlines() if done.exists() else []:
             if line.startswith(token + " "):
-                (root / "hc.args").unlink()  # slurmd's next runs do nothing until the next step
                 return int(line.split()[1])
         time.sleep(0.2)
     log = (root / "hc.log").read_text()[-1500:] if (root / "hc.log").exists() else "no log"
@@ -165,7 +171,9 @@ def test_health_check_drains_a_failing_node_and_resumes_only_its_own_drain(clust
 def test_failing_prolog_requeues_the_job_held_and_drains_the_node(cluster, tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\necho ran\n")
+    assert wait_for_state(cluster, "idle") == ("idle", ""), "the node is not idle before the job is submitted"
     (cluster.root / "prolog.args").write_text(f"prolog\n--drain --snapshot {cluster.facts['ecc']}\n")
+    job = ""
     try:
         job = _slurm(cluster, "sbatch", "--parsable", f"--output={tmp_path}/out", str(script)).strip().split(";")[0]
         deadline = time.monotonic() + WAIT_S
@@ -185,5 +193,6 @@ def test_failing_prolog_requeues_the_job_held_and_drains_the_node(cluster, tmp_p
         assert "1" in (cluster.root / "prolog.done").read_text().split()
     finally:
         (cluster.root / "prolog.args").unlink(missing_ok=True)
-        subprocess.run(["scancel", job], env=cluster.env(), capture_output=True, timeout=15)
+        if job:
+            subprocess.run(["scancel", job], env=cluster.env(), capture_output=True, timeout=15)
         resume(cluster)
