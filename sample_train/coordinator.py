@@ -34,6 +34,7 @@ STAGES = (
     "GPU pairs inside nodes",  # --deep
     "model build",
     "model broadcast (DDP)",
+    "model broadcast (rank 0's parameters, --quick)",  # sample_train/handdp.py: no DDP
     "optimizer",
     "straggler probe",
     "training",
@@ -42,6 +43,7 @@ STAGES = (
     "finished",
 )
 TRAINING = STAGES.index("training")
+HAND_BROADCAST = STAGES[STAGES.index("model broadcast (DDP)") + 1]
 STEP_PARTS = ("data", "forward", "backward + gradient all-reduce", "optimizer")
 # Errors a rank raises because another rank went away: secondary, not the cause.
 _KNOCK_ON = re.compile(

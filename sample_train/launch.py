@@ -156,6 +156,8 @@ def _run_spawn(opts: SmokeOptions) -> int:
     import torch
     import torch.distributed as dist
 
+    from gpudoctor.sample_train import handdp
+
     # Counted through NVML where it can be: CUDA initialised here would forbid forking the ranks (ranks.py).
     counted = gpu_count_without_cuda(torch) if opts.train.device != "cpu" else None
     if opts.train.device != "cpu" and not (counted if counted is not None else torch.cuda.is_available()):
@@ -197,7 +199,9 @@ def _run_spawn(opts: SmokeOptions) -> int:
         return refused
     opts.train.timeout = opts.train.timeout or default_timeout(opts.train.device, opts.train.compile, opts.measure.soak)
     deadline = started + opts.train.timeout
-    ranks = Ranks(nprocs, fork_ranks(nprocs) if fork_is_safe(torch) else None)  # before the store's threads
+    # --quick trains without DDP and torch.optim, where it can (handdp.usable: fp16 is decided by the ranks later)
+    dynamo = not handdp.usable(opts, opts.train.precision)
+    ranks = Ranks(nprocs, fork_ranks(nprocs, dynamo) if fork_is_safe(torch) else None)  # before the store's threads
     try:
         store = dist.TCPStore(
             "127.0.0.1", 0, None, True, timeout=timedelta(seconds=opts.train.timeout), wait_for_workers=False

@@ -143,7 +143,9 @@ class MeasureOptions:
     quick: bool = flag(
         "--quick",
         "node qualification in seconds (a prolog, an init container): the part benchmarks, the correctness "
-        f"tests and {QUICK_STEPS} training steps of a small model (tiny on CPU), with shorter benchmarks",
+        f"tests and {QUICK_STEPS} training steps of a small model (tiny on CPU), with shorter benchmarks; the "
+        "steps all-reduce the gradients after the backward instead of through DDP (not with --compile, fp16 "
+        "or --min-scaling), which spares the import of torch._dynamo",
         False,
         action="store_true",
     )

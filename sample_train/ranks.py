@@ -107,9 +107,12 @@ def _forked_child(pipe: int) -> None:
     os._exit(code)
 
 
-def fork_ranks(n: int) -> list[ForkedRank]:
-    """n children of this process, each waiting for ForkedRank.send. Call before any thread is started."""
-    import torch._dynamo  # noqa: F401 - what DDP and AdamW import in every rank (sample_train/optim.py)
+def fork_ranks(n: int, with_dynamo: bool = True) -> list[ForkedRank]:
+    """n children of this process, each waiting for ForkedRank.send. Call before any thread is started.
+    with_dynamo: import torch._dynamo first, which DDP and AdamW import in every rank (sample_train/optim.py);
+    not for a run that trains without them (sample_train/handdp.py)."""
+    if with_dynamo:
+        import torch._dynamo  # noqa: F401
 
     from gpudoctor.sample_train import worker  # noqa: F401 - imported once here, not in every rank
 

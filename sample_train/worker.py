@@ -24,8 +24,8 @@ from gpudoctor.job.compare import node_index
 from gpudoctor.job.device import device_index_for, gpu_uuid_text, pci_address
 from gpudoctor.job.world import World
 from gpudoctor.readers import slurmfmt
-from gpudoctor.sample_train import bench, faults, nccllog, optim, parts, selftest
-from gpudoctor.sample_train.coordinator import Keys, phase, read_json
+from gpudoctor.sample_train import bench, faults, handdp, nccllog, optim, parts, selftest
+from gpudoctor.sample_train.coordinator import HAND_BROADCAST, Keys, phase, read_json
 from gpudoctor.sample_train.data import SyntheticTokens, batches, make_loader
 from gpudoctor.sample_train.exits import die, finish, last_resort
 from gpudoctor.sample_train.model import GPT
@@ -346,7 +346,7 @@ class Rank:
             # the benchmarks' buffers are not the training's peak
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        model, ddp, optimizer, optimizer_name = self._build(cfg, device)
+        model, ddp, optimizer, optimizer_name = self._build(cfg, device, plan["precision"])
         result["optimizer"] = optimizer_name
         scaler = torch.amp.GradScaler(device.type) if plan["precision"] == "fp16" else None
         autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype != torch.float32 else nullcontext
@@ -458,11 +458,16 @@ class Rank:
             out[name] = {**bench_result, "group": mine[0]}
         return out
 
-    def _build(self, cfg: GPTConfig, device: torch.device):
+    def _build(self, cfg: GPTConfig, device: torch.device, precision: str):
         torch.manual_seed(self.opts.train.seed)  # identical init everywhere; DDP broadcasts rank 0's anyway
         self.wd.set_phase("model build")
         with device:  # built where it trains: initialising a large model on the CPU would take seconds
             model = GPT(cfg)
+        if handdp.usable(self.opts, precision):
+            self.wd.set_phase(HAND_BROADCAST)
+            replicated = handdp.Replicated(model, self.world.world_size)
+            self.wd.set_phase("optimizer")
+            return model, replicated, handdp.AdamW(model.parameters(), cfg.lr, self.world.world_size), handdp.NAME
         device_ids = [device.index] if device.type == "cuda" else None
         self.wd.set_phase("model broadcast (DDP)")
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)

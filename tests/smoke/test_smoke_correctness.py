@@ -99,4 +99,6 @@ def test_a_rank_that_computes_wrong_and_one_whose_memory_flips_a_bit_are_named_i
     assert f["GD-SMOKE-022"]["severity"] == "fail" and f["GD-SMOKE-022"]["evidence"]["ranks"] == [2]
     assert [w["rank"] for w in rep["correctness"]["wrong"]] == [1]
     assert rep["run"]["quick"] is True and rep["run"]["model"]["steps"] == 10
+    # trained without DDP and torch.optim (sample_train/handdp.py), and still every rank holds the same parameters
+    assert rep["run"]["optimizer"].startswith("AdamW (hand-written") and rep["params_identical"] is True
     assert all(r["ffn_gemm_tflops"] and r["memory_copy_gbps"] for r in rep["ranks"])

@@ -1,0 +1,79 @@
+"""--quick's training without DDP or torch.optim (sample_train/handdp.py): torch.optim.AdamW's update to the
+last bit of tolerance, no torch._dynamo import, and used only where no figure depends on DDP."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpudoctor.sample_train import handdp  # noqa: E402
+from gpudoctor.sample_train.optim import BETAS, WEIGHT_DECAY  # noqa: E402
+from gpudoctor.sample_train.options import SmokeOptions  # noqa: E402
+
+
+def _model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+
+
+def test_the_hand_written_adamw_updates_as_torch_optim_adamw_does():
+    ours, theirs = _model(0), _model(0)
+    mine = handdp.AdamW(ours.parameters(), lr=0.01, world_size=1)
+    reference = torch.optim.AdamW(
+        theirs.parameters(), lr=0.01, betas=BETAS, weight_decay=WEIGHT_DECAY, eps=handdp.EPS, foreach=False
+    )
+    torch.manual_seed(1)
+    for step in range(1, 8):
+        x, y = torch.randn(8, 16), torch.randn(8, 4)
+        for model, opt in ((ours, mine), (theirs, reference)):
+            for group in opt.param_groups:  # the training loop's warm-up ramp
+                group["lr"] = 0.01 * min(1.0, step / 3)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert all(p.grad is None for p in ours.parameters())
+
+
+@pytest.mark.parametrize(
+    ("settings", "precision", "used"),
+    [
+        ({"quick": True}, "bf16", True),
+        ({"quick": True}, "fp32", True),
+        ({}, "bf16", False),
+        ({"quick": True, "compile": True}, "bf16", False),
+        ({"quick": True}, "fp16", False),
+        ({"quick": True, "min_scaling": 0.8}, "bf16", False),
+    ],
+)
+def test_it_trains_quick_runs_only_where_no_figure_needs_ddp(settings, precision, used):
+    assert handdp.usable(SmokeOptions.of(**settings), precision) is used
+
+
+def test_a_quick_training_step_does_not_import_torch_dynamo():
+    """What the rank runs (a one-rank gloo world: no all-reduce), in a fresh interpreter: torch._dynamo stays out,
+    which is the point (4.4 s on an H200 VM). DDP's constructor alone would import it."""
+    code = (
+        "import sys, torch, torch.distributed as dist\n"
+        "from gpudoctor.sample_train import handdp\n"
+        "from gpudoctor.sample_train.model import GPT\n"
+        "from gpudoctor.sample_train.sizes import SIZES\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "cfg = SIZES['tiny']\n"
+        "model = handdp.Replicated(GPT(cfg), 1)\n"
+        "opt = handdp.AdamW(model.parameters(), cfg.lr, 1)\n"
+        "x = torch.randint(0, cfg.vocab, (2, cfg.seq_len))\n"
+        "for _ in range(2):\n"
+        "    model(x, x).backward(); opt.step(); opt.zero_grad()\n"
+        "print('torch._dynamo' in sys.modules)\n"
+        "torch.nn.parallel.DistributedDataParallel(model.module)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["False", "True"], r.stdout
