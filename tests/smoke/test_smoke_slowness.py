@@ -1,6 +1,9 @@
 """Real slowness, named: smoke runs across "nodes" in network namespaces (tests/smoke/networld.py), one with a
-rate-limited link (tc tbf) and one whose rank runs under a CPU quota (a cgroup), and a healthy world of the same
-shape that must name nobody. torchrun agents, one per node, c10d rendezvous on node 1, gloo over the veths.
+rate-limited link (tc tbf) and one whose rank runs under a CPU quota (a cgroup), and a healthy world that must name
+nobody, gloo over the veths. The healthy world runs torchrun agents, one per node, c10d rendezvous on node 1 (its
+node table is torchrun's GROUP_RANK); the two slow ones start one rank per node from the environment, as a
+Kubernetes PyTorchJob does (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; the store hosted by rank 0), which spares
+each node a torchrun agent's torch import (3 CPU-s) and keeps the launcher out of what is timed.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 import time
 
 import jsonschema
@@ -27,24 +31,32 @@ pytestmark = [
 PORT = 29400
 
 
+def _launch(world: NetWorld, i: int, per_node: int, smoke_args: tuple[str, ...], torchrun: bool) -> subprocess.Popen:
+    """Node i's torchrun agent, or (torchrun=False, one rank per node) its rank started from the environment."""
+    if torchrun:
+        agent = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+        argv = cpu_smoke_agent(agent, world.n, per_node, f"{world.address(0)}:{PORT}", world.prefix, *smoke_args)
+        env = clean_env()
+    else:
+        assert per_node == 1
+        argv = [sys.executable, "-m", "gpudoctor", "smoke", "--device", "cpu", "--json", *smoke_args]
+        ranks = {"RANK": i, "WORLD_SIZE": world.n, "LOCAL_RANK": 0, "LOCAL_WORLD_SIZE": 1, "MASTER_PORT": PORT}
+        env = clean_env({**{k: str(v) for k, v in ranks.items()}, "MASTER_ADDR": world.address(0)})
+    return world.popen(i, argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def run_world(
-    world: NetWorld, *smoke_args: str, timeout: float = 200, throttle: int | None = None, per_node: int = 1
+    world: NetWorld,
+    *smoke_args: str,
+    timeout: float = 200,
+    throttle: int | None = None,
+    per_node: int = 1,
+    torchrun: bool = True,
 ) -> tuple[dict, int]:
-    """One torchrun agent per node; returns the report the coordinating rank printed and its agent's exit
-    status. throttle: the node whose quota starts once its rank is connected."""
-    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
-    env = clean_env()
-    agents = [
-        world.popen(
-            i,
-            cpu_smoke_agent(torchrun, world.n, per_node, f"{world.address(0)}:{PORT}", world.prefix, *smoke_args),
-            env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(world.n)
-    ]
+    """One torchrun agent per node, or one rank per node started from the environment; returns the report the
+    coordinating rank printed and its process's exit status. throttle: the node whose quota starts once its rank
+    is connected."""
+    agents = [_launch(world, i, per_node, smoke_args, torchrun) for i in range(world.n)]
     if throttle is not None:
         world.throttle_once_connected(throttle, "gpudoctor")
     outs = [a.communicate(timeout=timeout) for a in agents]
@@ -62,7 +74,7 @@ def test_a_slow_link_is_named_by_its_node_with_the_exclude_line():
     # node 3's link runs at 200 Mbit/s both ways (25 MB/s, a fortieth of a veth here); the others' are unlimited.
     # Three nodes suffice: node 3 is slow with both partners, nodes 1 and 2 are fast with each other.
     with NetWorld(3, slow_mbit={2: 200}) as world:
-        rep, _ = run_world(world, "--steps", "10")
+        rep, _ = run_world(world, "--steps", "10", torchrun=False)
         found = by_id(rep)
         assert found["GD-SMOKE-018"]["severity"] == "warn", found["GD-SMOKE-018"]["message"]
         assert found["GD-SMOKE-018"]["evidence"]["slow_nodes"] == [world.host(2)]
@@ -113,7 +125,7 @@ def test_a_rank_slowed_by_a_cpu_quota_is_named_with_its_host_and_the_reason():
     # healthy two set the median it falls short of
     with NetWorld(3, cpu_quota={1: 0.1}, late_quota=True) as world:
         with OthersCpu() as others:
-            rep, _ = run_world(world, "--steps", "10", throttle=1)
+            rep, _ = run_world(world, "--steps", "10", throttle=1, torchrun=False)
         found = by_id(rep)
         naming = [found[i] for i in ("GD-SMOKE-010", "GD-SMOKE-016") if found[i]["severity"] == "warn"]
         figures = [(r["rank"], r["compute_tokens_per_s"], r["matmul_tflops"], r["condition"]) for r in rep["ranks"]]
