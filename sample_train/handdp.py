@@ -1,5 +1,5 @@
 """--quick's few training steps without DDP or torch.optim, which import torch._dynamo on first use (optim.py):
-4.4 s of wall on an H200 VM and about 2 CPU-s on the 2-core CI kind, a third of a quick run's budget.
+4.4 s of wall on an H200 VM (more than half of the 8 s a quick run is meant to take) and about 2 CPU-s here.
 
 The same data-parallel step, done by the rank itself: rank 0's parameters broadcast once (what DDP's
 constructor does), then after each backward every gradient summed by one all-reduce of a flat buffer and
