@@ -20,6 +20,7 @@ from gpudoctor.sample_train.judge import fit, outliers, peaks, placement
 from gpudoctor.sample_train.judge.findings import failed, make, ranks_text
 from gpudoctor.sample_train.sizes import MIN_MEASURED_STEPS, QUICK_STEPS, QUICK_WARMUP, SIZES, GPTConfig, size_for_gpu
 
+HAND_BROADCAST = "model broadcast (rank 0's parameters, --quick)"  # sample_train/handdp.py: no DDP
 STAGES = (
     "start",
     "rendezvous",
@@ -34,7 +35,7 @@ STAGES = (
     "GPU pairs inside nodes",  # --deep
     "model build",
     "model broadcast (DDP)",
-    "model broadcast (rank 0's parameters, --quick)",  # sample_train/handdp.py: no DDP
+    HAND_BROADCAST,
     "optimizer",
     "straggler probe",
     "training",
@@ -43,7 +44,6 @@ STAGES = (
     "finished",
 )
 TRAINING = STAGES.index("training")
-HAND_BROADCAST = STAGES[STAGES.index("model broadcast (DDP)") + 1]
 STEP_PARTS = ("data", "forward", "backward + gradient all-reduce", "optimizer")
 # Errors a rank raises because another rank went away: secondary, not the cause.
 _KNOCK_ON = re.compile(

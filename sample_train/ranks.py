@@ -1,11 +1,12 @@
 """The local rank processes of a spawned smoke run: forked from this process when that is safe, else started anew.
 
-Forked: this process has imported torch (and torch._dynamo, which DDP and AdamW import) and has not initialised
-CUDA, so each rank starts with its imports done instead of importing them again (4.3 + 4.4 s of wall on an H200 VM;
-2.5 + 3 CPU-s a rank on the 2-core CI kind) — as PyTorch's own DataLoader forks its workers from a process that
-imported torch. The ranks are forked before the rendezvous store's server
-threads exist (a fork copies only the forking thread: a lock another thread held would stay locked in the child),
-and wait on a pipe for their world and environment, which are known only once the store has its port.
+Forked: this process has imported torch (and torch._dynamo, which DDP and AdamW import, unless a --quick run trains
+without them: handdp.py) and has not initialised CUDA, so each rank starts with its imports done instead of
+importing them again (4.3 + 4.4 s of wall on an H200 VM; 2.5 + 3 CPU-s a rank on the 2-core CI kind) — as
+PyTorch's own DataLoader forks its workers from a process that imported torch. The ranks are forked before the
+rendezvous store's server threads exist (a fork copies only the forking thread: a lock another thread held would
+stay locked in the child), and wait on a pipe for their world and environment, which are known only once the
+store has its port.
 
 Started anew (`python -P -m gpudoctor.sample_train.worker`): where a fork is not safe, i.e. CUDA was initialised
 here (torch's CUDA runtime cannot be used in a child forked after it) or the platform has no fork.
