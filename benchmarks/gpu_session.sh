@@ -4,13 +4,7 @@
 # matmul instrument against other ways of measuring it, NCCL's real log of a one-rank communicator, a run beside a
 # process holding most of the GPU's memory, and a short --soak. Everything lands in $OUT/results.tgz and the log.
 #   OUT=/tmp/out bash benchmarks/gpu_session.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/gd-out}; mkdir -p "$OUT/r"
-export PYTHONUNBUFFERED=1
-PY=${PY:-python3}
-LOG="$OUT/session.log"
-$PY -m pip install -q --no-deps --no-build-isolation --no-index --force-reinstall . >"$LOG" 2>&1 || { cat "$LOG"; exit 1; }
-GD="$(dirname "$(command -v $PY)")/gpudoctor"
+source benchmarks/gpu_session_setup.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
   nproc; } >>"$LOG" 2>&1

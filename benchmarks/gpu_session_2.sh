@@ -3,13 +3,7 @@
 # after their time cuts (torch._dynamo imported beside the first phases, no straggler probe on one rank, --quick
 # without torch.optim), and the matmul methods with 4096^3 measured again at the end.
 #   OUT=/tmp/out bash benchmarks/gpu_session_2.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/gd-out}; mkdir -p "$OUT/r"
-export PYTHONUNBUFFERED=1
-PY=${PY:-python3}
-LOG="$OUT/session.log"
-$PY -m pip install -q --no-deps --no-build-isolation --no-index --force-reinstall . >"$LOG" 2>&1 || { cat "$LOG"; exit 1; }
-GD="$(dirname "$(command -v $PY)")/gpudoctor"
+source benchmarks/gpu_session_setup.sh
 /usr/bin/time -f "gpudoctor --version: wall %e s" $GD --version 2>>"$LOG"
 run() {  # run NAME ARGS...
   local name=$1; shift
