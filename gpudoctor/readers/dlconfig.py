@@ -182,14 +182,30 @@ class LoaderSettings:
         return out
 
 
-def _walk(node, path=()):
+def _walk(root):
+    """Every key of the config, depth first in the file's order: (path, key, value, the mapping holding it). A
+    stack of iterators, not nested generators: through `yield from` each key passed up every level above it,
+    so a config nested n deep cost n^2 steps."""
+    stack = [((), _entries(root))]
+    while stack:
+        path, entries = stack[-1]
+        for key, value, parent in entries:
+            here = path + (str(key),)
+            if parent is not None:
+                yield here, key, value, parent
+            stack.append((here, _entries(value)))
+            break
+        else:
+            stack.pop()
+
+
+def _entries(node):
+    """(key, value, the mapping) for a mapping's items; (index, item, None) for a list's; nothing for a scalar."""
     if isinstance(node, dict):
-        for k, v in node.items():
-            yield path + (str(k),), k, v, node
-            yield from _walk(v, path + (str(k),))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _walk(v, path + (str(i),))
+        return ((k, v, node) for k, v in node.items())
+    if isinstance(node, list):
+        return ((i, v, None) for i, v in enumerate(node))
+    return iter(())
 
 
 def _lookup(config: dict, dotted: str):
