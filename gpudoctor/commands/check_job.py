@@ -92,7 +92,7 @@ class Gatherer:
     # --- this rank's view ------------------------------------------------------------------------------
 
     def probe(self) -> Member:
-        from gpudoctor.probe import collect
+        from gpudoctor.probe import collect, start_torch_probe
         from gpudoctor.runner import run_checks
 
         # the torch import must end well before rank 0 stops waiting
@@ -100,7 +100,10 @@ class Gatherer:
         job_free = [s for s in self.specs if s.category != "job"]
         if self.leader:
             needed = {n for s in job_free for n in s.needs} | {"host", "nvidia", "torch", "env", "slurm"}
-            facts = collect(needed, **self.probe_kwargs)
+            # this process imported torch for the store (run()): the probe forks it rather than import it again
+            kw = self.probe_kwargs
+            forked = start_torch_probe(kw.get("python"), kw["torch_timeout"], fork=True)
+            facts = collect(needed, torch_probe=forked, **kw)
             local = job_free
         else:
             facts = collect({"env", "nvidia"}, **self.probe_kwargs)

@@ -57,11 +57,12 @@ def _torch_not_asked() -> dict:
     return {"version": None, "not_asked": TORCH_NOT_ASKED}
 
 
-def start_torch_probe(python: str | None = None, torch_timeout: float = DEFAULT_TORCH_TIMEOUT):
-    """Start importing torch in a child now, so that the caller's own start-up overlaps it."""
+def start_torch_probe(python: str | None = None, torch_timeout: float = DEFAULT_TORCH_TIMEOUT, fork: bool = False):
+    """Start importing torch in a child now, so that the caller's own start-up overlaps it. fork: the caller has
+    imported the torch to judge itself, so the child is a fork of it (torch_probe.py)."""
     from gpudoctor.probe.torch_probe import TorchProbe
 
-    return TorchProbe(python, torch_timeout)
+    return TorchProbe(python, torch_timeout, fork)
 
 
 def collect(

@@ -75,8 +75,9 @@ def _error(e):
     return type(e).__name__ + ": " + str(e)  # no f-string: this runs under the target's Python 3, whatever its version
 
 
-def _import_torch(out):
-    """Imports torch; on failure fills status/error and returns None."""
+def _import_torch(out, forked=False):
+    """Imports torch; on failure fills status/error and returns None. forked: torch was imported before the fork,
+    so the import is not timed (it would say 0 s)."""
     _stage("import")
     t0 = time.monotonic()
     try:
@@ -86,7 +87,8 @@ def _import_torch(out):
         out["status"] = "missing" if missing else "import_error"
         out["error"] = _error(e)
         return None
-    out["import_seconds"] = round(time.monotonic() - t0, 3)
+    if not forked:
+        out["import_seconds"] = round(time.monotonic() - t0, 3)
     out["location"] = getattr(torch, "__file__", None)
     if not hasattr(torch, "__version__"):
         # e.g. an empty torch/ folder left behind by an interrupted uninstall: imports as a namespace package
@@ -217,11 +219,12 @@ def _precision_facts(torch, out):
         out["cudnn_allow_tf32"] = None
 
 
-def main():
+def main(forked=False):
+    """forked: run in a fork of a gpudoctor process that has imported torch (torch_probe.TorchProbe)."""
     # type comments, not annotations: this file runs under the target's Python, however old
     out = {"status": "ok", "python": sys.executable, "python_version": sys.version.split()[0]}  # type: dict
     t0 = time.monotonic()
-    torch = _import_torch(out)
+    torch = _import_torch(out, forked)
     if torch is not None:
         for step in (_build_facts, _cuda_facts, _cudnn_facts, _distributed_facts, _precision_facts):
             try:

@@ -4,6 +4,14 @@ A torch that hangs or crashes on import costs us only the child: it runs in its 
 session, and the parent kills that whole process group at the deadline (and after
 every run, so nothing it started outlives the probe), recording a `timeout` or
 `crashed` fact.
+
+Where the caller has imported the target's torch itself and says so (`check --job`'s leader, which needs
+torch.distributed's TCPStore: fork=True), the child is a fork of it instead of a new interpreter: the same torch,
+without a second import (3-4 s of CPU on the machines of docs/benchmarks.md). Only on the caller's word: a process
+that changed PYTHONPATH or LD_LIBRARY_PATH since its import would fork a torch a new interpreter would not load. It
+still runs in its own session, bounded the same way: the steps that can hang or crash (CUDA's initialisation,
+cuDNN's loading) run in the child only. A fork from a process that imported torch is what DataLoader's workers are,
+so torch supports it while CUDA is not initialised in the parent, which gpudoctor never does.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 from gpudoctor.probe.proc import run_bounded
 
@@ -39,22 +48,25 @@ STAGES = {
 class TorchProbe:
     """Started early, collected late, so the torch import overlaps the other probes."""
 
-    def __init__(self, python: str | None, timeout: float):
+    def __init__(self, python: str | None, timeout: float, fork: bool = False):
         self.python = python or sys.executable
         self.timeout = timeout
         self.started = time.monotonic()
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | _Forked | None = None
         self.start_error = None
         self._out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
         self._readers: list[threading.Thread] = []
         try:
-            self.proc = subprocess.Popen(
-                [self.python, CHILD],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own session and process group, killable as a whole
-            )
+            if fork and _torch_imported_here(self.python):
+                self.proc = _Forked.start()
+            else:
+                self.proc = subprocess.Popen(
+                    [self.python, CHILD],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,  # its own session and process group, killable as a whole
+                )
         except OSError as e:
             self.start_error = f"cannot run {self.python}: {e.strerror or e}"
             return
@@ -78,7 +90,7 @@ class TorchProbe:
             timed_out = True
         stdout, stderr = self._finish()
         if not timed_out:
-            return _parse(base, self.proc.returncode, stdout, stderr)
+            return _parse(base, self.proc.returncode if self.proc.returncode is not None else 255, stdout, stderr)
         stage = _last_stage(stderr)
         doing = STAGES.get(stage or "import", STAGES["import"])  # no stage reported yet: still importing
         return {
@@ -101,7 +113,11 @@ class TorchProbe:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            pass
+            if isinstance(self.proc, _Forked) and self.proc.returncode is None:
+                try:  # a fork killed before it made its own session: it has started nothing yet
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def _finish(self) -> tuple[str, str]:
         """Kill whatever is left of the child's process group, reap it, and collect its output."""
@@ -115,6 +131,104 @@ class TorchProbe:
             t.join(timeout=2)  # a grandchild that left our session may still hold a pipe: give up on it
         stdout, stderr = (b"".join(self._out[n]).decode("utf-8", "replace") for n in ("stdout", "stderr"))
         return stdout, stderr
+
+
+def _torch_imported_here(python: str) -> bool:
+    """Whether this process can fork the probe's torch: the same interpreter, torch loaded whole (a half-imported or
+    stand-in module is left to a fresh child to judge), and CUDA not initialised here (a fork could not use it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(os, "fork") or not hasattr(torch, "__version__"):
+        return False
+    try:
+        if torch.cuda.is_initialized():
+            return False
+    except Exception:
+        return False
+    # the path, not the file: a venv's bin/python links to its base interpreter but has its own site-packages
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
+
+
+class _Forked:
+    """The torch child as a fork of this process, with the part of subprocess.Popen that TorchProbe uses."""
+
+    def __init__(self, pid: int, stdout, stderr):
+        self.pid, self.stdout, self.stderr = pid, stdout, stderr
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls) -> _Forked:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered here may be written twice
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        with warnings.catch_warnings():  # Python 3.12 warns of fork() beside threads (torch's own, as for DataLoader)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _run_forked_child(out_r, out_w, err_r, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        return cls(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its status is lost
+                self.returncode = 255
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.005
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired("the forked torch probe", timeout or 0)
+            time.sleep(pause)
+            pause = min(0.05, pause * 2)
+        assert self.returncode is not None
+        return self.returncode
+
+
+def _run_forked_child(out_r: int, out_w: int, err_r: int, err_w: int) -> None:
+    """In the fork: its own session, stdout and stderr to the parent's pipes, torch_child's steps, then _exit (no
+    handler of the parent's runs here: not its atexit, not its signal handlers)."""
+    code = 1
+    try:
+        os.setsid()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        for fd in (null, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        from gpudoctor.probe import torch_child
+
+        torch_child.main(forked=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        code = 0
+    except BaseException:  # noqa: BLE001 - whatever happens here ends in _exit, as a fresh child's would
+        try:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(code)
 
 
 MAX_CHILD_OUTPUT = 32 * 2**20  # the facts are well under 1 MiB; a --python that floods its pipe must not fill memory

@@ -186,7 +186,7 @@ def _walk(root):
     """Every key of the config, depth first in the file's order: (path, key, value, the mapping holding it). A
     stack of iterators, not nested generators: through `yield from` each key passed up every level above it,
     so a config nested n deep cost n^2 steps."""
-    stack = [((), _entries(root))]
+    stack: list[tuple[tuple[str, ...], Any]] = [((), _entries(root))]
     while stack:
         path, entries = stack[-1]
         for key, value, parent in entries:

@@ -305,3 +305,61 @@ def test_cli_python_that_cannot_run_is_one_line_and_exit_2(tmp_path, kind):
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- a fork of a process that imported torch
+
+
+def _forked_probe(timeout: float) -> tuple[dict, int]:
+    """The probe as `check --job`'s leader starts it (fork=True, after its own torch import): result and child pid."""
+    from gpudoctor.probe.torch_probe import _Forked
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialised in this test process: the probe would not fork it")
+    p = TorchProbe(None, timeout, fork=True)
+    assert isinstance(p.proc, _Forked), "a caller that imported torch must get a fork, not a new interpreter"
+    return p.result(), p.proc.pid
+
+
+def test_a_forked_probe_reports_what_a_new_interpreter_does_without_importing_again(monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    forked, _ = _forked_probe(60)
+    fresh_probe = TorchProbe(None, 60)  # not asked to fork: a new interpreter, whatever this process imported
+    assert isinstance(fresh_probe.proc, subprocess.Popen)
+    fresh = fresh_probe.result()
+    assert forked["status"] == fresh["status"] == "ok", (forked, fresh)
+    timing = ("import_seconds", "elapsed_seconds")
+    assert "import_seconds" not in forked and fresh["import_seconds"] > 0  # a fork's import would read 0 s
+    assert {k: v for k, v in forked.items() if k not in timing} == {k: v for k, v in fresh.items() if k not in timing}
+
+
+def test_a_forked_probe_hung_in_cuda_init_is_killed_at_the_deadline(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: time.sleep(600))  # inherited by the fork
+    started = time.monotonic()
+    r, pid = _forked_probe(2)
+    assert time.monotonic() - started < 10
+    assert r["status"] == "timeout" and r["stage"] == "cuda_init", r
+    assert r["error"] == "initialising CUDA (torch.cuda.is_available()) did not finish within 2 s"
+    assert wait_dead([pid]) == []
+
+
+def test_a_forked_probe_that_crashes_is_named_with_the_signal_and_its_output_stays_off_ours(monkeypatch, capfd):
+    torch = pytest.importorskip("torch")
+
+    def crash():
+        print("noise from the fork", flush=True)
+        os.abort()
+
+    monkeypatch.setattr(torch.cuda, "is_available", crash)
+    r, _ = _forked_probe(30)
+    assert r["status"] == "crashed" and r["signal"] == "SIGABRT" and r["stage"] == "cuda_init", r
+    assert "noise from the fork" not in capfd.readouterr().out  # the fork's stdout is the probe's pipe
+
+
+def test_only_this_interpreter_is_forked(monkeypatch, bare_python):
+    pytest.importorskip("torch")
+    p = TorchProbe(bare_python, 30, fork=True)  # another interpreter: a new process, even when asked to fork
+    assert isinstance(p.proc, subprocess.Popen)
+    assert p.result()["status"] == "missing"
