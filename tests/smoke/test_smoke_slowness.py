@@ -150,9 +150,11 @@ def test_a_rank_slowed_by_a_cpu_quota_is_named_with_its_host_and_the_reason():
 def test_a_healthy_world_names_nobody_and_tables_its_nodes():
     # another shape: 3 nodes of 2 ranks, unpinned (every node sees both CPUs, as nodes sharing a host do). The
     # busbw floor no all-reduce here can reach is a stated failure of the run (GD-SMOKE-014), not a slowness
-    # finding: it names no rank or node, so the world still names nobody.
+    # finding: it names no rank or node, so the world still names nobody. --quick, the node qualification run
+    # (half-length timing windows: where noise would name a healthy node first), without torch._dynamo's import in
+    # each of the 6 ranks (14 CPU-s of this test's 60); the two slow worlds above run the default DDP training.
     with NetWorld(3, pin_cpus=False) as world:
-        rep, status = run_world(world, "--steps", "10", "--min-busbw", "1000000", per_node=2)
+        rep, status = run_world(world, "--quick", "--min-busbw", "1000000", per_node=2)
         found = by_id(rep)
         assert rep["exclude"] is None, [(f["id"], f["message"]) for f in rep["findings"] if f["severity"] == "warn"]
         assert found["GD-SMOKE-018"]["severity"] == "pass" and len(rep["links"]["pairs"]) == 3
