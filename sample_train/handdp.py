@@ -61,6 +61,7 @@ class AdamW:
         self.steps = 0
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self._reduced = False
 
     def _average_gradients(self, grads: list[torch.Tensor]) -> None:
         if self.world_size < 2:
@@ -72,9 +73,22 @@ class AdamW:
             grad.copy_(summed)
 
     @torch.no_grad()
+    def reduce_gradients(self) -> None:
+        """The gradient all-reduce on its own. The rank's loop calls it in its "backward + gradient all-reduce"
+        phase, where DDP's reduction runs (inside backward), so that a rank stuck in it is named there, not in the
+        optimizer; step() does it itself when it was not called."""
+        for p in self.params:
+            if p.grad is None:  # every rank all-reduces the same flat buffer, whatever its graph left unused
+                p.grad = torch.zeros_like(p)
+        self._average_gradients([p.grad for p in self.params])
+        self._reduced = True
+
+    @torch.no_grad()
     def step(self) -> None:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        self._average_gradients(grads)
+        if not self._reduced:
+            self.reduce_gradients()
+        self._reduced = False
+        grads = [p.grad for p in self.params]
         self.steps += 1
         lr, (beta1, beta2) = self.param_groups[0]["lr"], BETAS
         bias1, bias2 = 1 - beta1**self.steps, 1 - beta2**self.steps

@@ -527,6 +527,9 @@ class Rank:
                 scaler.update()
             else:
                 loss.backward()
+                reduce = getattr(optimizer, "reduce_gradients", None)
+                if reduce is not None:  # --quick's hand-written training (handdp.py): its all-reduce, in this phase
+                    reduce()
                 wd.set_phase("training", step, "optimizer")
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)

@@ -133,3 +133,33 @@ def test_two_ranks_train_to_the_same_parameters_as_ddp_with_torch_adamw(tmp_path
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert float(out.read_text()) < 1e-5
+
+
+def test_the_gradient_all_reduce_runs_in_the_backward_phase_so_a_rank_stuck_there_is_named_in_it():
+    """The rank's own training loop (worker.Rank._loop) with the hand-written optimizer: each step's all-reduce runs
+    while the rank says "backward + gradient all-reduce", where DDP's runs, never "optimizer" (a rank stuck in it
+    would be named as stuck in its optimizer)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from gpudoctor.sample_train.worker import Rank
+
+    class Phases:
+        current = None
+
+        def set_phase(self, stage, step=None, part=None):
+            self.current = (stage, step, part)
+
+    wd = Phases()
+    model = _model(0)
+    opt = handdp.AdamW(model.parameters(), lr=0.01, world_size=2)
+    seen = []
+    opt._average_gradients = lambda grads: seen.append(wd.current)  # the all-reduce itself needs a world
+    batches = iter([(torch.randn(4, 16), torch.randn(4, 4))] * 3)
+    cfg = SimpleNamespace(steps=3, lr=0.01, warmup=1)
+
+    def loss_of(x, y):
+        return torch.nn.functional.mse_loss(model(x), y)
+
+    Rank._loop(SimpleNamespace(wd=wd), cfg, loss_of, opt, batches, torch.device("cpu"), contextlib.nullcontext, None)
+    assert seen == [("training", step, "backward + gradient all-reduce") for step in (1, 2, 3)]
