@@ -1,6 +1,6 @@
 """gpudoctor.watch.Monitor in a real CPU DDP world: two gloo ranks (two Python processes, torch.distributed over
-TCP on this machine), a tiny DDP model, window_s 0.4 s. One pair of processes runs three worlds one after the
-other, each with its own Monitor (and gloo group) and a fixed step count on both ranks:
+TCP on this machine), a tiny DDP model, window_s 0.4 s. One pair of processes (a script and its fork) runs three
+worlds one after the other, each with its own Monitor (and gloo group) and a fixed step count on both ranks:
 
 - healthy: both ranks' steps sleep 8 ms (a stand-in for GPU work that leaves the CPU free): nobody is named;
 - slowed: rank 1 sleeps 25 ms more in each step, after the optimizer: GD-WATCH-009 names rank 1, "the rest of the
@@ -24,13 +24,19 @@ import pytest
 
 pytestmark = [pytest.mark.ddp, pytest.mark.xdist_group("cpu-ddp-worlds")]
 
+# The two ranks are this script and its fork, made after torch and torch._dynamo (which DDP's constructor imports)
+# are imported once: two processes, as a launcher's, without paying those imports twice (5-6 CPU-s here).
 RANK = r"""
-import json, sys, time
-import torch, torch.distributed as dist
+import json, os, sys, time
+import torch, torch.distributed as dist, torch._dynamo
 from torch.nn.parallel import DistributedDataParallel as DDP
 from gpudoctor.watch import Monitor
 
-rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+port, out = sys.argv[1], sys.argv[2]
+rank = 1 if os.fork() == 0 else 0
+os.environ["LOCAL_RANK"] = str(rank)
+if rank == 1:  # rank 0's stderr is the test's to read; rank 1's goes to a file
+    os.dup2(os.open(f"{out}/stderr1.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
 data = [torch.randn(8, 16) for _ in range(16)]
@@ -67,6 +73,11 @@ world("healthy", 150)
 world("slowed", 90, extra_sleep=0.025 if rank == 1 else 0.0)
 world("input", 90, collate=slow_collate if rank == 1 else None)
 dist.destroy_process_group()
+if rank == 1:
+    sys.stderr.flush()
+    os._exit(0)
+_, status = os.wait()
+sys.exit(f"rank 1 ended with {status:#x}" if status else 0)
 """
 
 
@@ -81,23 +92,24 @@ def worlds(tmp_path_factory) -> Path:
         port = s.getsockname()[1]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("LOCAL_RANK", None)
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), str(port), str(out)],
-            env={**env, "LOCAL_RANK": str(r)},
-            stdin=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
+    ranks = subprocess.Popen(
+        [sys.executable, str(script), str(port), str(out)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        said = [p.communicate(timeout=180)[1] for p in ranks]
+        said = ranks.communicate(timeout=180)[1]
     finally:
-        for p in ranks:
-            p.kill()
-    assert [p.returncode for p in ranks] == [0, 0], said
-    (out / "stderr0.txt").write_text(said[0])
+        try:
+            os.killpg(ranks.pid, 9)  # both ranks, whatever became of them
+        except ProcessLookupError:
+            pass
+    rank1 = out / "stderr1.txt"
+    assert ranks.returncode == 0, (said, rank1.read_text() if rank1.exists() else "")
+    (out / "stderr0.txt").write_text(said)
     return out
 
 
