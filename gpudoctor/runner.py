@@ -205,9 +205,12 @@ def run_checks(specs: Iterable[CheckSpec], facts: Facts, ctx: Context) -> list[F
     specs = [s for s in specs if s.judged_by_check]
     if ctx.running is None:
         ctx = replace(ctx, running=frozenset(s.id for s in specs))
+    from gpudoctor.job.env import built_once
+
     findings: list[Finding] = []
-    for spec in specs:
-        findings.extend(run_check(spec, facts, ctx))
+    with built_once():  # facts and ctx stay as they are for the whole run
+        for spec in specs:
+            findings.extend(run_check(spec, facts, ctx))
     return findings
 
 

@@ -18,7 +18,9 @@ and credential-named exports are unknown: dropped rather than guessed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 ENVIRONMENT = "environment"
 DIRECTIVES = "#SBATCH directives"
@@ -45,6 +47,29 @@ class JobEnv(dict[str, str]):
         self.pop(name, None)
         self._sources.pop(name, None)
 
+    def copy(self) -> JobEnv:
+        twin = JobEnv(self.here)
+        dict.clear(twin)
+        dict.update(twin, self)
+        twin._sources = dict(self._sources)
+        return twin
+
+
+# (id(facts), id(ctx)) -> their JobEnv, while a run of the checks is under way (built_once)
+_BUILT: ContextVar[dict[tuple[int, int], JobEnv] | None] = ContextVar("gpudoctor_job_env_built", default=None)
+
+
+@contextmanager
+def built_once() -> Iterator[None]:
+    """Within the block, job_env builds each (facts, ctx) pair's environment once and hands out copies: a run of the
+    checks asks for it about 35 times over the same, unchanging inputs (1.2 of 3.7 s of `check` on a 16,000-line
+    script, profiled). The caller keeps facts and ctx alive and unchanged for the block (runner.run_checks)."""
+    token = _BUILT.set({})
+    try:
+        yield
+    finally:
+        _BUILT.reset(token)
+
 
 def probe_env(facts) -> Mapping[str, str]:
     """The environment gpudoctor's probes ran under: judge what they saw (loaded libraries, visible GPUs,
@@ -54,6 +79,16 @@ def probe_env(facts) -> Mapping[str, str]:
 
 def job_env(facts, ctx) -> JobEnv:
     """The environment the job will run with (module docstring)."""
+    built = _BUILT.get()
+    if built is None:
+        return _build(facts, ctx)
+    key = (id(facts), id(ctx))
+    if key not in built:
+        built[key] = _build(facts, ctx)
+    return built[key].copy()
+
+
+def _build(facts, ctx) -> JobEnv:
     env = JobEnv(facts.env)
     sb = ctx.sbatch
     if not sb:
