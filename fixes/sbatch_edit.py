@@ -26,7 +26,7 @@ class EditError(ValueError):
 
 def _parse(text: str):
     try:
-        return reader.parse_sbatch(text)
+        return reader.reparse_sbatch(text)
     except reader.SbatchError as e:
         raise EditError(f"the script does not read: {e}") from None
 
@@ -305,10 +305,10 @@ def override_on_launch(text: str, key: str, config: dict | None = None) -> bool:
     """The launch line decides this config key by a known rule (Hydra `key=`/`+key=`/`++key=`, jsonargparse
     `--a.b`), as readers/overrides reads it for `check`: then the line, not the config file, is edited."""
     from gpudoctor.readers.overrides import launch_overrides
-    from gpudoctor.readers.sbatch import SbatchError, parse_sbatch
+    from gpudoctor.readers.sbatch import SbatchError, reparse_sbatch
 
     try:
-        overrides = launch_overrides(parse_sbatch(text))
+        overrides = launch_overrides(reparse_sbatch(text))
     except SbatchError:
         return False
     found = overrides.setting(key, config) if overrides else None

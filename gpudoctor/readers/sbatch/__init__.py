@@ -28,7 +28,7 @@ from gpudoctor.readers.sbatch.options import (
     parse_options,
     read_options,
 )
-from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES, load_sbatch, parse_sbatch
+from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES, load_sbatch, parse_sbatch, reparse_sbatch
 from gpudoctor.readers.sbatch.script import (
     Assignment,
     BashSyntax,
@@ -73,6 +73,7 @@ __all__ = [
     "load_sbatch",
     "parse_options",
     "parse_sbatch",
+    "reparse_sbatch",
     "read_options",
     "redact",
 ]
