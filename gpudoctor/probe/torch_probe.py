@@ -213,6 +213,10 @@ def _run_forked_child(out_r: int, out_w: int, err_r: int, err_w: int) -> None:
             os.close(fd)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
+        import faulthandler
+
+        if faulthandler.is_enabled():  # its report of a crash here goes to the probe's stderr, as a new child's would
+            faulthandler.enable(sys.stderr)
         from gpudoctor.probe import torch_child
 
         torch_child.main(forked=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.probe.torch_probe import TorchProbe
-from tests.cliutil import run_gpudoctor
+from tests.cliutil import clean_env, run_gpudoctor
 from tests.thismachine import torch_sees_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -345,17 +345,39 @@ def test_a_forked_probe_hung_in_cuda_init_is_killed_at_the_deadline(monkeypatch)
     assert wait_dead([pid]) == []
 
 
-def test_a_forked_probe_that_crashes_is_named_with_the_signal_and_its_output_stays_off_ours(monkeypatch, capfd):
-    torch = pytest.importorskip("torch")
+FORKED_CRASH = """
+import faulthandler, json, os, torch
+from gpudoctor.probe.torch_probe import TorchProbe, _Forked
 
-    def crash():
-        print("noise from the fork", flush=True)
-        os.abort()
+faulthandler.enable(os.fdopen(os.dup(2), "w"))  # as pytest does: its own copy of stderr, which a dup2 misses
 
-    monkeypatch.setattr(torch.cuda, "is_available", crash)
-    r, _ = _forked_probe(30)
-    assert r["status"] == "crashed" and r["signal"] == "SIGABRT" and r["stage"] == "cuda_init", r
-    assert "noise from the fork" not in capfd.readouterr().out  # the fork's stdout is the probe's pipe
+def crash():
+    print("noise from the fork", flush=True)
+    os.abort()
+
+torch.cuda.is_available = crash  # inherited by the fork
+p = TorchProbe(None, 30, fork=True)
+print(json.dumps({"forked": isinstance(p.proc, _Forked), **p.result()}))
+"""
+
+
+def test_a_forked_probe_that_crashes_is_named_with_the_signal_and_its_output_stays_off_ours():
+    """In a process with Python's faulthandler on (as pytest has it, on its own copy of stderr): the fork's crash
+    report goes to the probe's stderr, as a new interpreter's would, never to the parent's; its stdout likewise."""
+    pytest.importorskip("torch")
+    r = subprocess.run(
+        [sys.executable, "-c", FORKED_CRASH],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(r.stdout)  # one line: nothing of the fork's
+    assert result["forked"] and result["status"] == "crashed" and result["signal"] == "SIGABRT", result
+    assert result["stage"] == "cuda_init"
+    assert any("in _cuda_facts" in line for line in result["stderr_tail"]), result["stderr_tail"]  # its stack
+    assert "Fatal Python error" not in r.stderr, r.stderr[-2000:]
 
 
 def test_only_this_interpreter_is_forked(monkeypatch, bare_python):
