@@ -48,10 +48,9 @@ class JobEnv(dict[str, str]):
         self._sources.pop(name, None)
 
     def copy(self) -> JobEnv:
-        twin = JobEnv(self.here)
-        dict.clear(twin)
+        twin = JobEnv({})
         dict.update(twin, self)
-        twin._sources = dict(self._sources)
+        twin.here, twin._sources = self.here, dict(self._sources)
         return twin
 
 
