@@ -22,17 +22,19 @@ import sys
 import time
 import traceback
 
+from gpudoctor.probe.proc import ForkedChild
+
 LOG_TAIL_CHARS = 1500
 NO_FORK_ENV = "GPUDOCTOR_SMOKE_NO_FORK"  # set (to anything): every rank is started as a new interpreter
 KILL_GRACE_S = 3.0
 
 
-class ForkedRank:
+class ForkedRank(ForkedChild):
     """A forked rank, as much of subprocess.Popen as the launcher uses: pid, poll(), wait(), returncode."""
 
     def __init__(self, pid: int, pipe: int):
-        self.pid, self.pipe = pid, pipe
-        self.returncode: int | None = None
+        super().__init__(pid, f"rank pid {pid}")
+        self.pipe = pipe
 
     def send(self, payload: dict) -> None:
         """Its world and environment; a rank already gone (it never read them) is left to report its exit."""
@@ -50,24 +52,6 @@ class ForkedRank:
         if self.pipe >= 0:
             os.close(self.pipe)
             self.pipe = -1
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        until = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if until is not None and time.monotonic() >= until:
-                raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout or 0)
-            time.sleep(0.02)
-        return self.returncode  # type: ignore[return-value]
 
 
 def _forked_child(pipe: int) -> None:

@@ -163,3 +163,35 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class ForkedChild:
+    """A process this one forked (no exec), as much of subprocess.Popen as waiting for it needs: pid, returncode,
+    poll(), wait(timeout). Subclasses say what status a child reaped elsewhere gets (its own is lost)."""
+
+    REAPED_ELSEWHERE: int | None = None
+
+    def __init__(self, pid: int, name: str):
+        self.pid, self.name = pid, name
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = self.REAPED_ELSEWHERE
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.005
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.name, timeout or 0)
+            time.sleep(pause)
+            pause = min(0.02, pause * 2)
+        return code

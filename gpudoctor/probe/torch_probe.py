@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 
-from gpudoctor.probe.proc import run_bounded
+from gpudoctor.probe.proc import ForkedChild, run_bounded
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_child.py")
 RESULT_MARKER = "GPUDOCTOR-TORCH-FACTS "  # as in torch_child.py (which cannot import us)
@@ -84,13 +84,12 @@ class TorchProbe:
             return {**base, "status": "python_error", "error": self.start_error}
         remaining = max(0.1, self.timeout - (time.monotonic() - self.started))
         try:
-            self.proc.wait(timeout=remaining)
-            timed_out = False
+            returncode: int | None = self.proc.wait(timeout=remaining)
         except subprocess.TimeoutExpired:
-            timed_out = True
+            returncode = None  # timed out
         stdout, stderr = self._finish()
-        if not timed_out:
-            return _parse(base, self.proc.returncode if self.proc.returncode is not None else 255, stdout, stderr)
+        if returncode is not None:
+            return _parse(base, returncode, stdout, stderr)
         stage = _last_stage(stderr)
         doing = STAGES.get(stage or "import", STAGES["import"])  # no stage reported yet: still importing
         return {
@@ -148,12 +147,14 @@ def _torch_imported_here(python: str) -> bool:
     return os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
-class _Forked:
+class _Forked(ForkedChild):
     """The torch child as a fork of this process, with the part of subprocess.Popen that TorchProbe uses."""
 
+    REAPED_ELSEWHERE = 255  # its status is lost: not a timeout
+
     def __init__(self, pid: int, stdout, stderr):
-        self.pid, self.stdout, self.stderr = pid, stdout, stderr
-        self.returncode: int | None = None
+        super().__init__(pid, "the forked torch probe")
+        self.stdout, self.stderr = stdout, stderr
 
     @classmethod
     def start(cls) -> _Forked:
@@ -173,28 +174,6 @@ class _Forked:
         os.close(out_w)
         os.close(err_w)
         return cls(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: its status is lost
-                self.returncode = 255
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.005
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired("the forked torch probe", timeout or 0)
-            time.sleep(pause)
-            pause = min(0.05, pause * 2)
-        assert self.returncode is not None
-        return self.returncode
 
 
 def _run_forked_child(out_r: int, out_w: int, err_r: int, err_w: int) -> None:
