@@ -1,5 +1,10 @@
 """Shared pytest fixtures.
 
+The two tiers (README "Tests"): a plain run leaves out the tests marked `world`, the further real multi-process
+worlds (fault, drift and slowness scenarios; ~3 CPU-s of `import torch` per rank, agent or node on the CI kind);
+`-m world` runs just those, `--worlds` or any other `-m` expression everything it selects, and a test named by its
+node id always runs. CI runs both tiers.
+
 slurm_cluster: a real single-node SLURM (munged, slurmctld, slurmd) for the whole session,
 started on first use and torn down at the end. Tests that use it are skipped, with the
 reason, when this is not root or SLURM cannot be installed or started here.
@@ -17,6 +22,43 @@ import pytest
 from tests.slurmcluster import ClusterUnavailable, start_cluster
 
 SOURCES = ("gpudoctor", "checks", "fixes", "sample_train", "watch", "tests")
+
+
+WORLD = "world"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--worlds", action="store_true", help="also run the tests marked world (README: Tests)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave out the world tier unless asked: `-m EXPR` (the user's own selection), --worlds, or a node id."""
+    if config.option.markexpr or config.getoption("--worlds"):
+        return
+    named = {arg.split("[")[0] for arg in config.args if "::" in arg}
+    kept, left = [], []
+    for item in items:
+        chosen = item.get_closest_marker(WORLD) is None or any(
+            item.nodeid.startswith(n) for n in _node_ids(config, named)
+        )
+        (kept if chosen else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
+def _node_ids(config, named: set[str]) -> set[str]:
+    """The command line's node ids relative to the root dir, as item.nodeid spells them."""
+    root = Path(config.rootpath)
+    out = set()
+    for arg in named:
+        path, _, rest = arg.partition("::")
+        try:
+            rel = Path(path).resolve().relative_to(root).as_posix()
+        except ValueError:
+            rel = path
+        out.add(f"{rel}::{rest}")
+    return out
 
 
 def pytest_configure(config):

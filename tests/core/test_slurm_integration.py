@@ -93,6 +93,7 @@ def test_corrected_allocation_passes(slurm_cluster, tmp_path):
     assert rc == 0
 
 
+@pytest.mark.world
 def test_torchrun_inside_a_multi_task_step_is_a_double_launch(slurm_cluster, tmp_path):
     """`srun torchrun` with 2 tasks per node: 2 x 2 processes on 2 GPUs, seen from inside the ranks."""
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not installed")

@@ -324,6 +324,7 @@ def test_validate_before_submission_runs_nothing_and_says_where_to_run(seed_fixe
     assert v["ran"] is False and v["ok"] is None and "srun" in v["command"]
 
 
+@pytest.mark.world
 def test_validate_runs_a_real_smoke_with_the_fixed_environment(tmp_path):
     # This machine is the target (no script): the smoke run (gloo on CPU processes) carries the
     # planned environment changes; a bad allocator setting in the environment is fixed first.

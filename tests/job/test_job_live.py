@@ -47,6 +47,7 @@ def _package_dir(tmp_path: Path, name: str, version: str) -> Path:
     return root
 
 
+@pytest.mark.world
 def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     port = _free_port()
     drift = {
@@ -111,6 +112,7 @@ def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     assert elapsed < 90
 
 
+@pytest.mark.world
 def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
     """Two torchrun agents; every worker of group rank 1 is started with a MASTER_PORT nothing listens on
     (a firewall or a wrong port for that node), so none of its ranks report. Rank 0 names that node from
@@ -217,6 +219,7 @@ def _env_ranks(
     return procs
 
 
+@pytest.mark.world
 def test_a_rank_that_never_starts_is_named_within_the_timeout(tmp_path):
     started = time.monotonic()
     procs = _env_ranks(tmp_path, 3, [0, 1], _free_port(), timeout=6, extra=("--prometheus", "job.prom"))
@@ -234,6 +237,7 @@ def test_a_rank_that_never_starts_is_named_within_the_timeout(tmp_path):
     assert problems and all(p.startswith("GD-JOB-") for p in problems)
 
 
+@pytest.mark.world
 def test_a_refused_store_connection_is_named_bounded(tmp_path):
     port, wrong = _free_port(), _free_port()  # nothing listens on `wrong`: connections are refused
     started = time.monotonic()
@@ -260,6 +264,7 @@ def test_job_outside_a_launcher_is_a_usage_error(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--job" in r.stderr
 
 
+@pytest.mark.world
 def test_a_loopback_rendezvous_of_two_nodes_on_one_host_is_not_flagged(tmp_path):
     """Issue 18: torchrun's static rendezvous at 127.0.0.1 with NCCL_SOCKET_IFNAME=lo, two agents (two
     "nodes" by GROUP_WORLD_SIZE) on this one host. Each node alone would call the loopback a multi-node

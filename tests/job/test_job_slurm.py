@@ -11,6 +11,7 @@ pytestmark = pytest.mark.slurm
 pytest.importorskip("torch.distributed")
 
 
+@pytest.mark.world
 def test_srun_four_tasks_one_report_and_the_drifting_rank_named(slurm_cluster, tmp_path):
     with socket.socket() as s:  # test clusters restart job ids at 1: the derived port may be taken
         s.bind(("127.0.0.1", 0))
@@ -60,6 +61,7 @@ def test_srun_agreeing_tasks_all_exit_0(slurm_cluster, tmp_path):
     assert r.stdout.count("gpudoctor check --job") == 1 and "pass on 1 of 1 node(s)" in r.stdout
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("distribution", [None, "cyclic"])
 def test_srun_a_task_that_cannot_reach_the_store_is_placed_by_the_step_layout(slurm_cluster, tmp_path, distribution):
     """Task 2 of 3 gets a MASTER_PORT nothing listens on; rank 0 names its node from srun's own variables

@@ -55,6 +55,7 @@ def test_it_trains_quick_runs_only_where_no_figure_needs_ddp(settings, precision
     assert handdp.usable(SmokeOptions.of(**settings), precision) is used
 
 
+@pytest.mark.world
 def test_a_quick_training_step_does_not_import_torch_dynamo():
     """What the rank runs (a one-rank gloo world: no all-reduce), in a fresh interpreter: torch._dynamo stays out,
     which is the point (4.4 s on an H200 VM). DDP's constructor alone would import it."""
@@ -122,6 +123,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.world
 def test_two_ranks_train_to_the_same_parameters_as_ddp_with_torch_adamw(tmp_path):
     """Two gloo ranks, each its own initialisation and data, 10 steps: the hand-written way ends where DDP with
     torch.optim.AdamW ends (on this machine to the bit; the bound allows for another reduction order). Without the

@@ -68,6 +68,7 @@ def test_two_nodes_of_one_host_are_named_by_their_group_rank():
     assert table["slowest_node"]["node"] == "gpu-1#1" and table["slowest_node"]["below_median"] > 0
 
 
+@pytest.mark.world
 @pytest.mark.skipif(
     usable() is None, reason="netns worlds run here: test_smoke_slowness.py's healthy world proves the node table"
 )

@@ -54,6 +54,7 @@ def test_a_rank_gone_before_its_world_arrives_is_an_exit_not_a_launcher_crash():
     assert gone.wait(timeout=10) == 7 and gone.pipe == -1
 
 
+@pytest.mark.world
 def test_one_rank_started_as_a_new_interpreter_trains_and_reports():
     """GPUDOCTOR_SMOKE_NO_FORK: the way back to one interpreter a rank; one rank also runs no straggler probe."""
     r = run_gpudoctor(

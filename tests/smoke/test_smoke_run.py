@@ -232,6 +232,7 @@ def test_torchrun_world_is_joined_and_rank0_reports():
     assert not leftovers(marker)
 
 
+@pytest.mark.world
 def test_spawned_rank_that_never_starts_is_named_within_the_timeout():
     # 10 s: rank 0 must have joined by then (a CPU torch imports in 1-3 s on a busy 2-core machine; give a
     # CUDA build more where this runs on a GPU machine).
@@ -249,6 +250,7 @@ def test_spawned_rank_that_never_starts_is_named_within_the_timeout():
     assert not leftovers(marker)
 
 
+@pytest.mark.world
 def test_torchrun_rank_that_never_starts_is_named_by_rank0():
     r, elapsed, marker = torchrun("--timeout", "6", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=hang"})
     rep = report_of(r)
@@ -261,6 +263,7 @@ def test_torchrun_rank_that_never_starts_is_named_by_rank0():
     assert not leftovers(marker)
 
 
+@pytest.mark.world
 def test_torchrun_stopping_the_job_still_gets_a_report_naming_the_rank():
     # Rank 1 dies at once; torchrun then SIGTERMs rank 0, which reports before it goes.
     r, _, marker = torchrun("--timeout", "30", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=start,do=exit"})
@@ -281,6 +284,7 @@ def _skip_unless_training(f: dict, timeout: str) -> None:
         pytest.skip(f"could not measure: the ranks were still in {phase!r} at {timeout} (the machine is busy)")
 
 
+@pytest.mark.world
 def test_hang_in_a_step_names_the_rank_and_the_step():
     r, elapsed, marker = smoke(
         "--gpus", "2", "--timeout", "16", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=step:2,do=hang"}
@@ -297,6 +301,7 @@ def test_hang_in_a_step_names_the_rank_and_the_step():
     assert not leftovers(marker)
 
 
+@pytest.mark.world
 def test_a_single_rank_hung_in_its_own_work_is_not_blamed_on_a_collective():
     # As seen on a real H100 (NCCL, one rank): a hang in the forward pass is not a network problem.
     r, elapsed, marker = smoke(
@@ -312,6 +317,7 @@ def test_a_single_rank_hung_in_its_own_work_is_not_blamed_on_a_collective():
     assert not leftovers(marker)
 
 
+@pytest.mark.world
 def test_a_crashing_rank_is_named_with_its_phase_and_error():
     r, _, marker = smoke("--gpus", "2", env={"GPUDOCTOR_SMOKE_FAULT": "rank=1,at=first-allreduce,do=crash"})
     rep = report_of(r)
@@ -424,6 +430,7 @@ def test_busy_master_port_is_named_by_the_rank_that_hosts_the_store():
     assert r.returncode == 1 and "could not host the rendezvous store" in f["message"]
 
 
+@pytest.mark.world
 def test_a_rank_whose_rank0_never_starts_gives_up_within_the_timeout():
     # TCPStore's own connect retries for about twice its timeout; the run's bound is --timeout.
     with socket.socket() as s:
@@ -443,6 +450,7 @@ def test_a_rank_whose_rank0_never_starts_gives_up_within_the_timeout():
     assert not leftovers(marker)
 
 
+@pytest.mark.world
 def test_sigterm_to_the_spawner_stops_every_rank_at_once():
     marker = uuid.uuid4().hex
     env = clean_env({MARK: marker})

@@ -25,6 +25,7 @@ from tests.smoke.test_smoke_nodes import SCHEMA, cpu_smoke_agent
 
 pytestmark = [
     pytest.mark.ddp,
+    pytest.mark.world,
     pytest.mark.skipif(usable() is not None, reason=str(usable())),
     pytest.mark.xdist_group("multi-node-worlds"),  # one world at a time (pyproject.toml: --dist loadgroup)
 ]

@@ -85,6 +85,7 @@ def _throttle(pid: int, cpus: float) -> str:
     return path
 
 
+@pytest.mark.world
 @pytest.mark.ddp
 @pytest.mark.xdist_group("multi-node-worlds")  # timed against the other ranks: one such world at a time
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a cgroup CPU quota)")

@@ -41,6 +41,7 @@ def _py_spy() -> str | None:
     return shutil.which("py-spy") or shutil.which("py-spy", path=sysconfig.get_path("scripts"))
 
 
+@pytest.mark.world
 def test_the_rank_that_never_reaches_the_collective_is_named_with_its_stack(tmp_path, monkeypatch):
     spy = _py_spy()
     if spy is None:
