@@ -279,6 +279,8 @@ class Coordinator:
             before = {r: beat for r, (beat, _) in self._beats.items()}
             time.sleep(SETTLE_S)  # let the others' errors arrive: the first to fail is the cause
             self._read_states()
+            if not self._failures():  # a rank that exited 0 had written its result since the last read
+                return
             silent = [
                 r for r in before if r not in self.errors and r not in self.results and self._beats[r][0] == before[r]
             ]  # ranks still starting have no heartbeat yet
@@ -304,9 +306,13 @@ class Coordinator:
                     self.errors[rank] = error
 
     def _dead(self) -> dict[int, str]:
-        """Ranks gone without an error report: exited (spawn mode) or silent (no heartbeat)."""
+        """Ranks gone without an error report: exited (spawn mode) or silent (no heartbeat). A rank writes its
+        result, then exits 0: one seen gone is looked up in the store again, after its exit was seen, before it
+        counts as gone without a result (the results read before it exited are older than its exit)."""
         dead = {}
         for rank, code in self.exits().items():
+            if code == 0 and rank not in self.results and (result := read_json(self.store, self.keys.result(rank))):
+                self.results[rank] = result
             if rank not in self.errors and (code != 0 or rank not in self.results):
                 dead[rank] = _exit_text(code)
         now = time.monotonic()

@@ -369,6 +369,32 @@ def test_a_launcher_stop_is_reported_as_such_not_as_a_crash(monkeypatch):
     assert "the launcher stopped the run (SIGTERM" in stop.value.finding.message
 
 
+def test_a_rank_that_writes_its_result_and_exits_between_two_reads_is_not_called_gone(monkeypatch):
+    # Found in a full suite run: the coordinator read the results (rank 0's not yet there), rank 0 then wrote its
+    # result and exited 0, and the exit was judged against the older read: "exited before reporting a result".
+    monkeypatch.setattr(coordinator_module, "SETTLE_S", 0.0)
+    keys = Keys("ns")
+    result = {"rank": 0, "param_checksum": "c0ffee"}
+    store = DictStore({keys.join(0): {"host": "h"}, keys.state(0): {**phase("parameter checksum"), "beat": 3}})
+
+    def exits():  # the rank's last act: its result in the store, then exit 0
+        store.set(keys.result(0), json.dumps(result))
+        return {0: 0}
+
+    c = Coordinator(store, keys, 1, time.monotonic() + 60, SmokeOptions.of(device="cpu", timeout=60), exits=exits)
+    c.joins = {0: {"host": "h"}}
+    c._watch("result")  # no _Stop: the rank finished
+    assert c.results == {0: result}
+    # a rank that exits 0 without any result is still named
+    silent = Coordinator(
+        DictStore({keys.join(0): {"host": "h"}}), keys, 1, time.monotonic() + 60, SmokeOptions.of(device="cpu"),
+        exits=lambda: {0: 0},
+    )  # fmt: skip
+    with pytest.raises(coordinator_module._Stop) as stop:
+        silent._watch("result")
+    assert "exited before reporting a result" in stop.value.finding.message
+
+
 # -- judging a finished run -----------------------------------------------------------------
 def fake_result(rank, losses, checksum="c0ffee", step=0.1):
     return {
