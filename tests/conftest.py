@@ -45,6 +45,30 @@ def pytest_collection_modifyitems(config, items):
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
+        config.stash[_LEFT_OUT] = len(left)
+        if hasattr(config, "workeroutput"):  # an xdist worker: tell the controller, which collects nothing itself
+            config.workeroutput[_LEFT_OUT_KEY] = len(left)
+
+
+_LEFT_OUT = pytest.StashKey[int]()
+_LEFT_OUT_KEY = "gpudoctor_world_tests_left_out"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: a worker's count of the world tests it left out."""
+    left = getattr(node, "workeroutput", {}).get(_LEFT_OUT_KEY)
+    if left:
+        node.config.stash[_LEFT_OUT] = left
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Say what a plain run left out, and how to run it."""
+    left = config.stash.get(_LEFT_OUT, 0)
+    if left:
+        terminalreporter.write_line(
+            f"{left} test(s) of the world tier left out: `python -m pytest -n 3 -m world` runs them (README: Tests)"
+        )
 
 
 def _node_ids(config, named: set[str]) -> set[str]:

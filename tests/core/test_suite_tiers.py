@@ -13,7 +13,7 @@ WORLD_TEST = f"{FILE}::test_validate_runs_a_real_smoke_with_the_fixed_environmen
 PLAIN_TEST = f"{FILE}::test_dry_run_writes_nothing_and_shows_a_diff"
 
 
-def _collected(*args: str) -> set[str]:
+def _run(*args: str) -> str:
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
@@ -22,7 +22,11 @@ def _collected(*args: str) -> set[str]:
         timeout=120,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    return {line for line in r.stdout.splitlines() if "::" in line}
+    return r.stdout
+
+
+def _collected(*args: str) -> set[str]:
+    return {line for line in _run(*args).splitlines() if "::" in line}
 
 
 def test_a_plain_run_leaves_out_the_world_tier_and_m_world_runs_just_it():
@@ -30,6 +34,11 @@ def test_a_plain_run_leaves_out_the_world_tier_and_m_world_runs_just_it():
     assert WORLD_TEST in worlds and WORLD_TEST not in plain
     assert PLAIN_TEST in plain and PLAIN_TEST not in worlds
     assert plain | worlds == both and not plain & worlds
+
+
+def test_a_plain_run_says_what_it_left_out_and_how_to_run_it():
+    assert "1 test(s) of the world tier left out: `python -m pytest -n 3 -m world` runs them" in _run(FILE)
+    assert "world tier left out" not in _run(FILE, "-m", "world")
 
 
 def test_a_world_test_named_by_its_node_id_runs():
