@@ -38,7 +38,7 @@ verdict "smoke: 2 local ranks, 1 GPU" -- $GD smoke --gpus 2 --json --size small 
 verdict "smoke: torchrun 2 ranks on 1 GPU" -- $PY -m torch.distributed.run --standalone --nproc-per-node 2 -m gpudoctor smoke --json --size small --timeout 90
 verdict "smoke: rank 0 hangs at step 5 (NCCL, GPU)" "GPUDOCTOR_SMOKE_FAULT=rank=0,at=step:5,do=hang" -- $GD smoke --gpus 1 --json --size small --timeout 30
 } 2>&1 | tee -a "$LOG"
-timeout ${PYTEST_TIMEOUT:-360} $PY -m pytest -q -p no:cacheprovider tests -k "not slurm" -ra >"$OUT/pytest.log" 2>&1
+timeout ${PYTEST_TIMEOUT:-360} $PY -m pytest -q -p no:cacheprovider --worlds tests -k "not slurm" -ra >"$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -15 "$OUT/pytest.log"
 [ "${BENCH:-1}" = 0 ] && exit 0
 $PY benchmarks/bench_check.py --runs 11 >"$OUT/bench_check.md" 2>&1; echo "bench rc=$?"; cat "$OUT/bench_check.md"
