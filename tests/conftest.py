@@ -2,8 +2,8 @@
 
 The two tiers (README "Tests"): a plain run leaves out the tests marked `world`, the further real multi-process
 worlds (fault, drift and slowness scenarios; ~3 CPU-s of `import torch` per rank, agent or node on the CI kind);
-`-m world` runs just those, `--worlds` or any other `-m` expression everything it selects, and a test named by its
-node id always runs. CI runs both tiers.
+`-m world` runs just those, `--worlds` both tiers, any other `-m` expression all it selects, and a test named by
+its node id (or its class's) always runs. CI runs both tiers.
 
 slurm_cluster: a real single-node SLURM (munged, slurmctld, slurmd) for the whole session,
 started on first use and torn down at the end. Tests that use it are skipped, with the
@@ -35,12 +35,10 @@ def pytest_collection_modifyitems(config, items):
     """Leave out the world tier unless asked: `-m EXPR` (the user's own selection), --worlds, or a node id."""
     if config.option.markexpr or config.getoption("--worlds"):
         return
-    named = {arg.split("[")[0] for arg in config.args if "::" in arg}
+    named = _node_ids(config)
     kept, left = [], []
     for item in items:
-        chosen = item.get_closest_marker(WORLD) is None or any(
-            item.nodeid.startswith(n) for n in _node_ids(config, named)
-        )
+        chosen = item.get_closest_marker(WORLD) is None or any(_names(n, item.nodeid) for n in named)
         (kept if chosen else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
@@ -48,6 +46,11 @@ def pytest_collection_modifyitems(config, items):
         config.stash[_LEFT_OUT] = len(left)
         if hasattr(config, "workeroutput"):  # an xdist worker: tell the controller, which collects nothing itself
             config.workeroutput[_LEFT_OUT_KEY] = len(left)
+
+
+def _names(named: str, nodeid: str) -> bool:
+    """A node id from the command line names this test, or its parametrized cases, or a class holding it."""
+    return nodeid == named or nodeid.startswith((named + "[", named + "::"))
 
 
 _LEFT_OUT = pytest.StashKey[int]()
@@ -71,17 +74,19 @@ def pytest_terminal_summary(terminalreporter, config):
         )
 
 
-def _node_ids(config, named: set[str]) -> set[str]:
-    """The command line's node ids relative to the root dir, as item.nodeid spells them."""
+def _node_ids(config) -> set[str]:
+    """The command line's node ids (FILE::NAME...) relative to the root dir, as item.nodeid spells them."""
     root = Path(config.rootpath)
     out = set()
-    for arg in named:
-        path, _, rest = arg.partition("::")
+    for arg in config.args:
+        path, sep, rest = arg.partition("::")
+        if not sep:
+            continue
         try:
-            rel = Path(path).resolve().relative_to(root).as_posix()
+            path = Path(path).resolve().relative_to(root).as_posix()
         except ValueError:
-            rel = path
-        out.add(f"{rel}::{rest}")
+            pass
+        out.add(f"{path}::{rest}")
     return out
 
 
