@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FILE = "tests/fixes/test_fix_cli.py"  # one world test among plain ones; collected without torch
 WORLD_TEST = f"{FILE}::test_validate_runs_a_real_smoke_with_the_fixed_environment"
 PLAIN_TEST = f"{FILE}::test_dry_run_writes_nothing_and_shows_a_diff"
+pytestmark = pytest.mark.xdist_group("suite-tiers")  # one worker, so that _run's cache serves all three
 
 
+@functools.cache  # each command line once per worker: the tests read the same runs
 def _run(*args: str) -> str:
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
