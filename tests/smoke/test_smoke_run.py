@@ -275,13 +275,23 @@ def test_torchrun_stopping_the_job_still_gets_a_report_naming_the_rank():
     assert not leftovers(marker)
 
 
-def _skip_unless_training(f: dict, timeout: str) -> None:
-    """A hang injected in a training step can only be named once the ranks train: on a busy machine they may still
-    be starting (importing torch, building DDP and the optimizer) when the timeout ends, and the run rightly names
-    that phase instead. The test then could not measure what it is about."""
+def _hang_finding(rep: dict, timeout: str) -> dict:
+    """GD-SMOKE-005 of a run whose training step was made to hang. That hang can only be named once the ranks
+    train: on a busy machine they may still be joining, or starting (importing torch, building DDP and the
+    optimizer), when the timeout ends, and the run rightly names that instead (GD-SMOKE-001: never joined; or
+    GD-SMOKE-005 in that phase). The test then could not measure what it is about."""
+    found = findings(rep)
+    joined = found.get("GD-SMOKE-001", {})
+    if "GD-SMOKE-005" not in found and joined.get("severity") == "fail":
+        pytest.skip(
+            f"could not measure: the ranks had not joined at {timeout} (the machine is busy): {joined['message']}"
+        )
+    assert "GD-SMOKE-005" in found, rep["findings"]
+    f = found["GD-SMOKE-005"]
     phase = str(f["evidence"].get("phase", ""))
     if not phase.startswith("step "):
         pytest.skip(f"could not measure: the ranks were still in {phase!r} at {timeout} (the machine is busy)")
+    return f
 
 
 @pytest.mark.world
@@ -291,9 +301,8 @@ def test_hang_in_a_step_names_the_rank_and_the_step():
     )
     rep = report_of(r)
     validate(rep)
-    f = findings(rep)["GD-SMOKE-005"]
+    f = _hang_finding(rep, "--timeout 16 s")
     assert r.returncode == 1 and f["severity"] == "fail"
-    _skip_unless_training(f, "--timeout 16 s")
     assert f["evidence"]["stuck_ranks"] == [1] and f["evidence"]["phase"] == "step 2 (forward)"
     assert "(rank 0 in step 2 (forward))" in f["message"]  # DDP's bucket rebuild broadcasts in step 2's forward
     assert any("faults.py" in frame for frame in f["evidence"]["stacks"]["rank1"])
@@ -308,9 +317,8 @@ def test_a_single_rank_hung_in_its_own_work_is_not_blamed_on_a_collective():
         "--gpus", "1", "--timeout", "14", env={"GPUDOCTOR_SMOKE_FAULT": "rank=0,at=step:3,do=hang"}
     )
     rep = report_of(r)
-    f = findings(rep)["GD-SMOKE-005"]
+    f = _hang_finding(rep, "--timeout 14 s")
     assert r.returncode == 1 and f["severity"] == "fail"
-    _skip_unless_training(f, "--timeout 14 s")
     assert "rank 0 stuck in step 3 (forward)" in f["message"] and "outside any collective" in f["message"]
     assert "network" not in f["message"]
     assert elapsed < 14 + 15
