@@ -386,11 +386,15 @@ def make_plan(
     run: Callable[[Facts, Context], list[Finding]], facts: Facts, ctx: Context, allowed: frozenset[Safety]
 ) -> Plan:
     """Plan every fix that verifies. `run` runs the selected checks on (facts, context)."""
-    planner = _Planner(run, facts, ctx, allowed)
-    for _ in range(MAX_ROUNDS):
-        if not planner.round():
-            break
-    return planner.plan()
+    from gpudoctor.readers.sbatch import editing
+
+    # the script's edits are read as check reads the script: its path and the arguments sbatch would pass it
+    with editing(ctx.sbatch_path or "<script>", getattr(ctx.sbatch, "arguments", None)):
+        planner = _Planner(run, facts, ctx, allowed)
+        for _ in range(MAX_ROUNDS):
+            if not planner.round():
+                break
+        return planner.plan()
 
 
 @dataclass

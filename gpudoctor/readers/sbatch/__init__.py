@@ -28,7 +28,7 @@ from gpudoctor.readers.sbatch.options import (
     parse_options,
     read_options,
 )
-from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES, load_sbatch, parse_sbatch, reparse_sbatch
+from gpudoctor.readers.sbatch.reader import MAX_SCRIPT_BYTES, editing, load_sbatch, parse_sbatch, reparse_sbatch
 from gpudoctor.readers.sbatch.script import (
     Assignment,
     BashSyntax,
@@ -70,6 +70,7 @@ __all__ = [
     "expand_vars",
     "gpus_per_node_requested",
     "implied_slurm_env",
+    "editing",
     "load_sbatch",
     "parse_options",
     "parse_sbatch",

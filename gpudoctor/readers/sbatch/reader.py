@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -59,7 +61,10 @@ def _het_group(launch: Launch | None, components: int) -> int:
 _PARSE_CACHE = 4
 
 
-_last_read: tuple[str, tuple[str, ...] | None] = ("<script>", None)  # the path and arguments parse_sbatch last had
+# The file and arguments a script being edited is read as (editing()); outside it, the defaults of parse_sbatch.
+_EDITED_AS: ContextVar[tuple[str, tuple[str, ...] | None]] = ContextVar(
+    "gpudoctor_sbatch_edited_as", default=("<script>", None)
+)
 
 
 def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] | None = None) -> BatchScript:
@@ -67,16 +72,25 @@ def parse_sbatch(text: str, path: str = "<script>", arguments: tuple[str, ...] |
 
     arguments: what `sbatch FILE ARGS` passes the script ($1, $2, ...); None when not known, and then every
     reference to one stays as written (unknown), never read as empty."""
-    global _last_read
-    _last_read = (path, None if arguments is None else tuple(arguments))
-    return _parse_sbatch_cached(text, *_last_read)
+    return _parse_sbatch_cached(text, path, None if arguments is None else tuple(arguments))
+
+
+@contextmanager
+def editing(path: str, arguments: tuple[str, ...] | None) -> Iterator[None]:
+    """Within the block, reparse_sbatch reads text as the file at `path` given `arguments` is read (fix's plan)."""
+    token = _EDITED_AS.set((path, None if arguments is None else tuple(arguments)))
+    try:
+        yield
+    finally:
+        _EDITED_AS.reset(token)
 
 
 def reparse_sbatch(text: str) -> BatchScript:
-    """text (the script being edited, or an edit of it) read as the last parse_sbatch call's file and arguments
-    were: an edit anchors on spans, which neither changes, and its parses then hit the cache that the check before
-    it and the verification after it fill (fix read a 16,000-line script 5 times over, 3 of them needlessly)."""
-    return _parse_sbatch_cached(text, *_last_read)
+    """text (the script being edited, or an edit of it) read as the script being edited is (editing()): an edit
+    anchors on spans, which neither the path nor the arguments change, and its parses then hit the cache that the
+    check before it and the verification after it fill (fix read a 16,000-line script 5 times over, 3 of them
+    needlessly)."""
+    return _parse_sbatch_cached(text, *_EDITED_AS.get())
 
 
 @functools.lru_cache(maxsize=_PARSE_CACHE)
