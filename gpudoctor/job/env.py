@@ -54,15 +54,19 @@ class JobEnv(dict[str, str]):
         return twin
 
 
-# (id(facts), id(ctx)) -> their JobEnv, while a run of the checks is under way (built_once)
-_BUILT: ContextVar[dict[tuple[int, int], JobEnv] | None] = ContextVar("gpudoctor_job_env_built", default=None)
+# (id(facts), id(ctx)) -> (facts, ctx, their JobEnv), while a run of the checks is under way (built_once). The
+# entry holds facts and ctx themselves: while they live, no other object can take their ids (the runner makes a
+# short-lived ctx for a check that defers to others, and a later one could otherwise reuse its id).
+_BUILT: ContextVar[dict[tuple[int, int], tuple[object, object, JobEnv]] | None] = ContextVar(
+    "gpudoctor_job_env_built", default=None
+)
 
 
 @contextmanager
 def built_once() -> Iterator[None]:
     """Within the block, job_env builds each (facts, ctx) pair's environment once and hands out copies: a run of the
     checks asks for it about 35 times over the same, unchanging inputs (1.2 of 3.7 s of `check` on a 16,000-line
-    script, profiled). The caller keeps facts and ctx alive and unchanged for the block (runner.run_checks)."""
+    script, profiled). facts and ctx must not change within the block (runner.run_checks)."""
     token = _BUILT.set({})
     try:
         yield
@@ -83,8 +87,8 @@ def job_env(facts, ctx) -> JobEnv:
         return _build(facts, ctx)
     key = (id(facts), id(ctx))
     if key not in built:
-        built[key] = _build(facts, ctx)
-    return built[key].copy()
+        built[key] = (facts, ctx, _build(facts, ctx))
+    return built[key][2].copy()
 
 
 def _build(facts, ctx) -> JobEnv:
