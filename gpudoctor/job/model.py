@@ -39,6 +39,7 @@ Pure: reads the BatchScript, the program model and the environment given; no I/O
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ MAX_PROCESSES = 100_000  # a job larger than this is a typo: the model says so r
 # The variables srun sets per task (srun(1) OUTPUT ENVIRONMENT VARIABLES), which a task's shell expands itself.
 TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")
 _TASK_SHELL = "the task's shell (bash -c)"
+BATCH_HOST = "<node 0's hostname>"  # $(hostname) as the batch shell evaluated it, handed to a task's shell
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,8 @@ def resolve_host(host: str | Unknown, node: int, evaluated_on: int) -> tuple[int
     if not known(host):
         return host, False
     text = str(host).strip().strip("'\"")
+    if text == BATCH_HOST:
+        return 0, False
     if is_loopback(text) or text in ("0.0.0.0", "::"):
         return node, True
     if _THIS_HOST.match(text):
@@ -445,7 +449,16 @@ class _Builder:
         launch = self.launch
         env, sources = self._task_env(alloc, node, procid, local, ntasks, nodes)
         per_task = False
-        if alloc.srun and launch.task_command and re.search(r"\$|`", launch.task_command):
+        wrappers = tuple(launch.wrappers)
+        task_script = getattr(self.sb, "task_script", None)
+        if task_script is not None:  # `srun ./run.sh ARGS`: each task's shell runs the script with $1... from the line
+            inner, inner_env = _script_launch(task_script, launch, env, self.sb.variables, per_task=alloc.srun)
+            if inner is not None:
+                launch, per_task = inner, alloc.srun
+                wrappers = (*wrappers, os.path.basename(task_script[0]), *inner.wrappers)
+                for name, value in inner_env.items():
+                    env[name], sources[name] = value, f"{os.path.basename(task_script[0])} (each task)"
+        elif alloc.srun and launch.task_command and re.search(r"\$|`", launch.task_command):
             launch, inner_env = _per_task_launch(launch, env, self.sb.variables)
             per_task = True
             for name, value in inner_env.items():
@@ -462,7 +475,7 @@ class _Builder:
             procid=procid,
             localid=local,
             argv=tuple(launch.argv) or tuple(launch.expanded.split()),
-            wrappers=tuple(launch.wrappers),
+            wrappers=wrappers,
             launcher=self._launcher(launch, env, node, visible, evaluated_on=node if per_task else 0, task=procid),
             visible_gpus=visible,
             env=MappingProxyType(env),
@@ -899,9 +912,13 @@ def _per_task_launch(launch, env: Mapping[str, str], variables: Mapping[str, str
     from gpudoctor.readers.sbatch.launch import describe_command
     from gpudoctor.readers.sbatch.shell import Expander, split_commands
 
-    known_vars = {**{k: v for k, v in env.items() if "$" not in v}, **variables}
+    known_vars = _batch_values({**{k: v for k, v in env.items() if "$" not in v}, **variables})
     known_vars.update({k: env[k] for k in TASK_VARIABLES if k in env})
-    expanded = Expander().expand(launch.task_command, known_vars, frozenset())
+    command = launch.task_command
+    for part in launch.batch_evaluated:  # what the batch shell already evaluated is node 0's, not the task's
+        if _THIS_HOST.match(part.strip()):
+            command = command.replace(part, BATCH_HOST)
+    expanded = Expander().expand(command, known_vars, frozenset())
     inner_env: dict[str, str] = {}
     for words in split_commands(expanded):
         if words[:1] == ["export"] or (words and all(re.match(r"^[A-Za-z_]\w*=", w) for w in words)):
@@ -939,6 +956,49 @@ def _local_rank(env: Mapping[str, str], local: int) -> int | Unknown:
         return local
     value = _int(env["LOCAL_RANK"])
     return value if value is not None else Unknown(f"LOCAL_RANK={env['LOCAL_RANK']}")
+
+
+def _batch_values(values: Mapping[str, str]) -> dict[str, str]:
+    """Variables as the batch shell left them, for a task's shell to expand: a host the batch shell evaluated
+    ($(hostname) there) is node 0's, written as the marker BATCH_HOST, never evaluated again per task."""
+    return {k: BATCH_HOST if _THIS_HOST.match(v.strip()) else v for k, v in values.items()}
+
+
+def _script_launch(
+    task_script: tuple[str, str], launch, env: Mapping[str, str], variables: Mapping[str, str], per_task: bool
+):
+    """The training launch of a shell script a task runs, read as bash runs it in that task (readers/sbatch/body.py
+    with the task's variables and $1... from the launch line), and what the script exports; (None, {}) when the
+    script starts no training command."""
+    from gpudoctor.readers.sbatch import SbatchError
+    from gpudoctor.readers.sbatch.body import Body, positional_parameters
+    from gpudoctor.readers.sbatch.launch import side_step, trains
+    from gpudoctor.readers.sbatch.shell import Source, commands, tokenize
+
+    path, text = task_script
+    argv = list(launch.argv)
+    if os.path.basename(argv[0]) in ("bash", "sh") and len(argv) > 1:
+        argv = argv[1:]
+    args = tuple(argv[1:])
+    known_vars = _batch_values({**{k: v for k, v in env.items() if "$" not in v and "`" not in v}, **variables})
+    known_vars.update({k: env[k] for k in TASK_VARIABLES if k in env})
+    known_vars.update(positional_parameters(args))
+    body = Body(Source(text), path, known_vars, args)
+    try:
+        body.read(commands(tokenize(text)))
+    except (SbatchError, RecursionError):
+        return None, {}
+    descs = [d for _, d in body.launches]
+    training = [i for i, d in enumerate(descs) if trains(d)]
+    main = next((i for i in reversed(training) if not side_step(descs[i], descs[:i])), None)
+    if main is None:
+        return None, {}
+    exported = {
+        a.name: str(a.value)
+        for a in body.assignments
+        if a.exported and a.value is not None and not a.redacted and "$" not in str(a.value)
+    }
+    return body.launches[main][0], exported
 
 
 def _str(value: object) -> str | None:
