@@ -388,6 +388,7 @@ class _Builder:
     def model(self) -> JobModel:
         alloc = allocation_of(self.shape)
         tasks = self._tasks(alloc)
+        self._launcher_into_shape(tasks)
         processes: list[Process] = []
         if tasks:
             processes = self._processes(alloc, tasks)
@@ -402,6 +403,21 @@ class _Builder:
             program=self.program,
             _processes=tuple(processes),
         )
+
+    def _launcher_into_shape(self, tasks: list[Task]) -> None:
+        """A launcher the model found inside a script srun runs (`srun ./run.sh` -> accelerate) is the shape's
+        launcher too, so the checks that count processes per task see it (one place decides the launcher)."""
+        task_script = getattr(self.sb, "task_script", None)
+        if self.shape.launcher is not None or task_script is None or not tasks:
+            return
+        kinds = {t.launcher.kind for t in tasks}
+        counts = {t.launcher.nproc for t in tasks}
+        if len(kinds) != 1 or len(counts) != 1 or "unknown" in kinds:
+            return
+        count = next(iter(counts))
+        self.shape.launcher = next(iter(kinds))
+        self.shape.launcher_source = f"{os.path.basename(task_script[0])}, run by line {self.launch.line}"
+        self.shape.procs_per_task = count if isinstance(count, int) else None
 
     # ------------------------------------------------------------ tasks
 
