@@ -384,6 +384,8 @@ class _Builder:
         self.sources = {k: (env.source(k) if isinstance(env, JobEnv) else None) or "environment" for k in env}
         self.unknown: list[str] = []
         self.notes: list[str] = []
+        self._groups: dict[int, tuple[dict[int, int], int | Unknown, int]] = {}
+        self._expanded: dict[tuple, tuple[Any, dict[str, str]]] = {}
 
     def model(self) -> JobModel:
         alloc = allocation_of(self.shape)
@@ -468,14 +470,20 @@ class _Builder:
         wrappers = tuple(launch.wrappers)
         task_script = getattr(self.sb, "task_script", None)
         if task_script is not None:  # `srun ./run.sh ARGS`: each task's shell runs the script with $1... from the line
-            inner, inner_env = _script_launch(task_script, launch, env, self.sb.variables, per_task=alloc.srun)
+            key = ("script", *_task_key(task_script[1], env))
+            if key not in self._expanded:
+                self._expanded[key] = _script_launch(task_script, launch, env, self.sb.variables, per_task=alloc.srun)
+            inner, inner_env = self._expanded[key]
             if inner is not None:
                 launch, per_task = inner, alloc.srun
                 wrappers = (*wrappers, os.path.basename(task_script[0]), *inner.wrappers)
                 for name, value in inner_env.items():
                     env[name], sources[name] = value, f"{os.path.basename(task_script[0])} (each task)"
         elif alloc.srun and launch.task_command and re.search(r"\$|`", launch.task_command):
-            launch, inner_env = _per_task_launch(launch, env, self.sb.variables)
+            key = ("bash -c", *_task_key(launch.task_command, env))
+            if key not in self._expanded:  # tasks that see the same values expand the string alike
+                self._expanded[key] = self._expand_per_task(launch, env)
+            launch, inner_env = self._expanded[key]
             per_task = True
             for name, value in inner_env.items():
                 env[name], sources[name] = value, _TASK_SHELL
@@ -498,6 +506,19 @@ class _Builder:
             env_sources=MappingProxyType(sources),
             per_task=per_task,
         )
+
+    def _expand_per_task(self, launch, env: Mapping[str, str]):
+        """_per_task_launch for one task. Without arithmetic in the string, it is expanded once with a marker for
+        each task variable and the markers are replaced by the task's values (linear in tasks, not in expansions);
+        with arithmetic ($((SLURM_PROCID + 1))) it is expanded for the task itself."""
+        if re.search(r"\(\(|\$\[", launch.task_command):
+            return _per_task_launch(launch, env, self.sb.variables)
+        if "template" not in self._expanded:
+            marked = {**env, **{name: _MARK[name] for name in TASK_VARIABLES}}
+            self._expanded["template"] = _per_task_launch(launch, marked, self.sb.variables)  # type: ignore[index]
+        template, inner_env = self._expanded["template"]  # type: ignore[index]
+        values = {_MARK[name]: env.get(name, "") for name in TASK_VARIABLES}
+        return _fill(template, values), {k: _fill_text(v, values) for k, v in inner_env.items()}
 
     def _visible(self, alloc: Allocation, local: int, env: Mapping[str, str]) -> tuple[str, ...] | Unknown:
         """CUDA_VISIBLE_DEVICES of a task: SLURM's per step (srun with GPUs), else the script's export."""
@@ -720,27 +741,44 @@ class _Builder:
     def _launcher_world(self, task: Task, group: list[Task]) -> tuple[int | Unknown, int | Unknown]:
         """(world size, this agent's first rank) as the launcher gives them to its workers."""
         la = task.launcher
-        counts = [t.launcher.nproc for t in group]
         if la.standalone or not known(la.nnodes) or la.nnodes is None:
             total = la.nproc if la.standalone else Unknown("the launcher's node count is unknown")
             return (total, 0) if la.standalone else (total, Unknown("its node rank is unknown"))
         lo, hi = la.nnodes  # type: ignore[misc]
-        agents = group[:hi]  # agents past MAX are not admitted (torch.distributed.elastic rendezvous)
-        if task not in agents:
+        first, size, admitted = self._group(group, hi)
+        index = first.get(id(task))
+        if index is None:  # agents past MAX are not admitted (torch.distributed.elastic rendezvous)
             return Unknown(f"more than {hi} agent(s) meet at this rendezvous"), Unknown("not admitted")
-        if len(agents) < lo or not all(known(c) for c in counts):
-            return Unknown(f"{len(agents)} of the {lo} node(s) the launcher waits for"), Unknown("no world forms")
+        if admitted < lo or not known(size):
+            return Unknown(f"{admitted} of the {lo} node(s) the launcher waits for"), Unknown("no world forms")
         if la.expects_world is not None:
-            size: int | Unknown = la.expects_world
-        else:
-            size = sum(t.launcher.nproc for t in agents)  # type: ignore[misc]
+            size = la.expects_world
         if la.backend == "static" and known(la.node_rank):
             return size, la.node_rank * la.nproc  # type: ignore[operator]
         if la.backend == "static":
             return size, Unknown("its node rank is unknown")
         # c10d/etcd: the rendezvous numbers the agents; taken here in node order (any order is one world)
-        index = agents.index(task)
-        return size, sum(t.launcher.nproc for t in agents[:index])  # type: ignore[misc]
+        return size, index
+
+    def _group(self, group: list[Task], hi: int) -> tuple[dict[int, int], int | Unknown, int]:
+        """For the agents at one rendezvous: each admitted agent's first rank (by id), the world size they make,
+        and how many are admitted; computed once per group (a job of thousands of nodes stays linear)."""
+        cached = self._groups.get(id(group))
+        if cached is not None:
+            return cached
+        agents = group[:hi]
+        first: dict[int, int] = {}
+        total: int | Unknown = 0
+        for t in agents:
+            if isinstance(t.launcher.nproc, Unknown) or isinstance(total, Unknown):
+                total = Unknown("a launcher's process count is unknown")
+                first[id(t)] = 0
+                continue
+            first[id(t)] = total
+            total += t.launcher.nproc
+        out = (first, total, len(agents))
+        self._groups[id(group)] = out
+        return out
 
     def _program_rank(
         self, env: Mapping[str, str], argv: tuple[str, ...], rank, world, default: str
@@ -972,6 +1010,37 @@ def _local_rank(env: Mapping[str, str], local: int) -> int | Unknown:
         return local
     value = _int(env["LOCAL_RANK"])
     return value if value is not None else Unknown(f"LOCAL_RANK={env['LOCAL_RANK']}")
+
+
+# Markers standing for a task's own variables in a string expanded once for every task (_expand_per_task).
+_MARK = {name: f"\x00{name}\x00" for name in TASK_VARIABLES}
+_FILLED = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "master_port", "expanded", "program")
+
+
+def _fill_text(text, values: Mapping[str, str]):
+    if not isinstance(text, str) or "\x00" not in text:
+        return text
+    for mark, value in values.items():
+        text = text.replace(mark, value)
+    return text
+
+
+def _fill(launch, values: Mapping[str, str]):
+    """The launch with each marker replaced by the task's value, in every field a marker can reach."""
+    changes: dict[str, Any] = {f: _fill_text(getattr(launch, f), values) for f in _FILLED}
+    changes["argv"] = tuple(_fill_text(w, values) for w in launch.argv)
+    changes["script_args"] = tuple(_fill_text(w, values) for w in launch.script_args)
+    if launch.launcher_options is not None:
+        changes["launcher_options"] = MappingProxyType(
+            {k: _fill_text(v, values) for k, v in launch.launcher_options.items()}
+        )
+    return replace(launch, **changes)
+
+
+def _task_key(text: str, env: Mapping[str, str]) -> tuple:
+    """The task's own values a shell text can expand ($SLURM_PROCID, $SLURM_NODEID, $SLURM_LOCALID): tasks with
+    the same ones get the same expansion."""
+    return tuple(env.get(name) if name in text else None for name in TASK_VARIABLES)
 
 
 def _batch_values(values: Mapping[str, str]) -> dict[str, str]:
