@@ -54,7 +54,9 @@ MAX_PROCESSES = 100_000  # a job larger than this is a typo: the model says so r
 # The variables srun sets per task (srun(1) OUTPUT ENVIRONMENT VARIABLES), which a task's shell expands itself.
 TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")
 _TASK_SHELL = "the task's shell (bash -c)"
-BATCH_HOST = "<node 0's hostname>"  # $(hostname) as the batch shell evaluated it, handed to a task's shell
+BATCH_HOST = (
+    "node-0-hostname-from-the-batch-shell"  # $(hostname) as the batch shell evaluated it, handed to a task's shell
+)
 
 
 @dataclass(frozen=True)
@@ -972,6 +974,8 @@ def _per_task_launch(launch, env: Mapping[str, str], variables: Mapping[str, str
     for part in launch.batch_evaluated:  # what the batch shell already evaluated is node 0's, not the task's
         if _THIS_HOST.match(part.strip()):
             command = command.replace(part, BATCH_HOST)
+        elif part.startswith(("$(", "`")) and any(v in part for v in TASK_VARIABLES):
+            command = command.replace(part, "computed-by-the-batch-shell")
     expanded = Expander().expand(command, known_vars, frozenset())
     inner_env: dict[str, str] = {}
     for words in split_commands(expanded):
@@ -1046,7 +1050,14 @@ def _task_key(text: str, env: Mapping[str, str]) -> tuple:
 def _batch_values(values: Mapping[str, str]) -> dict[str, str]:
     """Variables as the batch shell left them, for a task's shell to expand: a host the batch shell evaluated
     ($(hostname) there) is node 0's, written as the marker BATCH_HOST, never evaluated again per task."""
-    return {k: BATCH_HOST if _THIS_HOST.match(v.strip()) else v for k, v in values.items()}
+    out = {}
+    for name, value in values.items():
+        if _THIS_HOST.match(value.strip()):
+            value = BATCH_HOST
+        elif ("$(" in value or "`" in value) and any(v in value for v in TASK_VARIABLES):
+            value = f"{name}-as-the-batch-shell-computed-it"  # one value for every task, not re-expanded
+        out[name] = value
+    return out
 
 
 def _script_launch(

@@ -549,6 +549,9 @@ def _torchrun(args: list[str]) -> dict:
     return res
 
 
+_ALL_ARGUMENTS = frozenset({"$@", "${@}", "$*", "${*}"})
+
+
 def describe_launch(tokens: list[str]) -> dict | None:
     """A body command that starts a program under srun or a known launcher; None otherwise.
 
@@ -560,6 +563,11 @@ def describe_launch(tokens: list[str]) -> dict | None:
     srun = None
     if os.path.basename(tokens[0]) == "srun":
         sopts, unknown, cmd = parse_options(tokens[1:], srun=True)
+        # `srun "$@" cmd ...` with the script's arguments unknown: they are srun's options (`sh job.sh --jobid N`),
+        # not its command
+        while cmd[:1] and cmd[0] in _ALL_ARGUMENTS and len(cmd) > 1:
+            unknown = [*unknown, cmd[0]]
+            cmd = cmd[1:]
         srun = {"options": sopts, "unknown": unknown}
         tokens = cmd
         if not tokens:
