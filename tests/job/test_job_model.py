@@ -104,6 +104,7 @@ def test_values_the_batch_shell_computed_stay_one_value_in_every_task():
     assert len(m.worlds()) == 1 and sorted(p.rank for p in m.processes()) == [0, 1, 2, 3]
     exported = model(
         "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\nexport MASTER_ADDR=$(hostname)\n"
-        "srun bash -c 'torchrun --nnodes=2 --node_rank=$SLURM_NODEID --nproc_per_node=4 --master_addr $MASTER_ADDR t.py'\n"
+        "srun bash -c 'torchrun --nnodes=2 --node_rank=$SLURM_NODEID --nproc_per_node=4 "
+        "--master_addr $MASTER_ADDR t.py'\n"
     )
     assert {p.rendezvous.reaches for p in exported.processes()} == {0}  # node 0's hostname, on every node
