@@ -202,6 +202,44 @@ class JobModel:
     def on_node(self, node: int) -> list[Process]:
         return [p for p in self._processes if p.node == node]
 
+    def to_dict(self) -> dict:
+        """Plain data (JSON-ready; an Unknown as {"unknown": why}): what a harness compares with a real run."""
+        return {
+            "allocation": _plain(self.allocation),
+            "understood": self.understood,
+            "unknown": list(self.unknown),
+            "notes": list(self.notes),
+            "processes": [
+                {
+                    "node": p.node,
+                    "hostname": p.hostname,
+                    "procid": p.procid,
+                    "local_rank": _plain(p.local_rank),
+                    "rank": _plain(p.rank),
+                    "world_size": _plain(p.world_size),
+                    "rank_source": p.rank_source,
+                    "argv": list(p.argv),
+                    "env": dict(p.env),
+                    "visible_gpus": _plain(p.visible_gpus),
+                    "rendezvous": _plain(p.rendezvous),
+                    "world": _plain(p.world),
+                    "launcher": p.launcher,
+                    "spawned": p.spawned,
+                }
+                for p in self._processes
+            ],
+        }
+
+
+def _plain(value: object):
+    if isinstance(value, Unknown):
+        return {"unknown": value.why}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    return value
+
 
 # ---------------------------------------------------------------- building
 

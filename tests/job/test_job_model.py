@@ -108,3 +108,12 @@ def test_values_the_batch_shell_computed_stay_one_value_in_every_task():
         "--master_addr $MASTER_ADDR t.py'\n"
     )
     assert {p.rendezvous.reaches for p in exported.processes()} == {0}  # node 0's hostname, on every node
+
+
+def test_to_dict_is_json_and_says_unknown_in_words():
+    import json
+
+    m = model("#SBATCH --ntasks=2\n#SBATCH --gres=gpu:2\nsrun python train.py\n")
+    data = json.loads(json.dumps(m.to_dict()))
+    assert [p["procid"] for p in data["processes"]] == [0, 1]
+    assert "unknown" in data["processes"][0]["rank"] and data["allocation"]["tasks_per_node"] == [2]
