@@ -109,6 +109,10 @@ def processes_form_one_world(facts, ctx):
     if problem is None:
         if not worlds:
             return skip("which world the processes join is not known", **_evidence(model))
+        if len(worlds) > 1:
+            return passed(
+                f"{len(worlds)} independent runs: their program arguments differ per task", **_evidence(model)
+            )
         size = sum(len(w) for w in worlds.values())
         return passed(f"the {size} processes meet at one rendezvous", **_evidence(model))
     other = _reported(ctx, _ENDPOINT_CHECKS)
@@ -129,8 +133,21 @@ _REMEDY = (
 )
 
 
+def _program_args(model: JobModel, p: Process) -> tuple[str, ...]:
+    """The words the program gets after its file (launcher options left out)."""
+    script = model.launch.script if model.launch is not None else None
+    return p.argv[p.argv.index(script) + 1 :] if script and script in p.argv else p.argv
+
+
+def independent_runs(model: JobModel, worlds: dict[str, list[Process]]) -> bool:
+    """Separate worlds whose programs get different arguments (`--seed $SLURM_PROCID` expanded per task): runs
+    started apart on purpose (a sweep), not one job split by mistake."""
+    args = {_program_args(model, w[0]) for w in worlds.values()}
+    return len(args) == len(worlds)
+
+
 def _split(model: JobModel, worlds: dict[str, list[Process]]) -> tuple[str, tuple[str, ...]] | None:
-    if len(worlds) < 2:
+    if len(worlds) < 2 or independent_runs(model, worlds):
         return None
     first = next(iter(worlds.values()))[0]
     endpoint = first.rendezvous

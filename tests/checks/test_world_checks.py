@@ -166,3 +166,10 @@ def test_040_parallel_sizes_must_divide_the_world():
         head + launch + "pretrain_gpt.py --tensor-model-parallel-size=8 --pipeline-model-parallel-size=2\n",
     )
     assert good.severity is Severity.PASS
+
+
+def test_035_independent_runs_per_task_are_not_one_split_world():
+    head = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks=4\n#SBATCH --gpus-per-task=1\n"
+    sweep = "srun bash -c 'torchrun --standalone --nproc_per_node=1 t.py --seed $SLURM_PROCID'\n"
+    f = verdict("GD-SLURM-035", head + sweep)
+    assert f.severity is Severity.PASS and "independent" in f.message
