@@ -14,9 +14,8 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
 
-from gpudoctor.job.model import JobModel, job_model, known
+from gpudoctor.job.model import JobModel, job_model
 from gpudoctor.model import fail, manual, passed, skip
 from gpudoctor.registry import check
 
@@ -140,11 +139,14 @@ def parallel_degrees_divide_the_world(facts, ctx):
     found = degrees(first.argv) if first is not None else {}
     if not found:
         return skip("no model-parallel size on the launch line")
-    sizes = Counter(p.world_size for p in model.processes() if known(p.world_size))
+    procs = list(model.processes())
     worlds = model.worlds()
-    if len(worlds) != 1 or len(sizes) != 1:
+    if len(worlds) == 1:
+        world = len(next(iter(worlds.values())))
+    elif not worlds and procs and not any(p.spawned for p in procs):
+        world = len(procs)  # a Megatron program is one rank per process: the step's processes are its world
+    else:
         return skip("the job's world size is not one known number", **found)
-    world = len(next(iter(worlds.values())))
     product = 1
     for value in found.values():
         product *= value

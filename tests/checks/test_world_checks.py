@@ -173,3 +173,15 @@ def test_035_independent_runs_per_task_are_not_one_split_world():
     sweep = "srun bash -c 'torchrun --standalone --nproc_per_node=1 t.py --seed $SLURM_PROCID'\n"
     f = verdict("GD-SLURM-035", head + sweep)
     assert f.severity is Severity.PASS and "independent" in f.message
+
+
+@pytest.mark.parametrize(("pipeline", "severity"), [(35, Severity.PASS), (36, Severity.FAIL)])
+def test_040_one_rank_per_srun_task_when_the_program_is_not_read(pipeline, severity):
+    # the shape of Megatron-LM's 530B example: 35 nodes x 8 tasks, the options in a variable, sh -c "${run_cmd}"
+    text = (
+        "#!/bin/bash\n#SBATCH --nodes=35 --ntasks-per-node=8 --exclusive\n"
+        f'options="--tensor-model-parallel-size 8 --pipeline-model-parallel-size {pipeline} --num-layers 105"\n'
+        'run_cmd="python -u pretrain_gpt.py ${options}"\n'
+        'srun -l --container-image "nvcr.io/nvidia/pytorch:20.12-py3" sh -c "${run_cmd}"\n'
+    )
+    assert verdict("GD-SLURM-040", text).severity is severity
