@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor import versions
 from gpudoctor.job.model import JobModel, job_model
-from gpudoctor.model import fail, manual, passed, skip
+from gpudoctor.model import fail, manual, passed, skip, warn
 from gpudoctor.registry import check
 
 
@@ -86,6 +87,20 @@ def program_accepts_its_arguments(facts, ctx):
         return passed(f"the {sum(w.startswith('--') for w in words)} option(s) given are ones its parser defines", **ev)
     word, why = bad[0]
     shown = word if len(word) <= 40 else word[:37] + "..."
+    if word.startswith("--local-rank=") and model.launch.launcher == "torch.distributed.launch":
+        torch = versions.parse(facts.torch_version())
+        if torch is not None and torch[:2] < (2, 0):
+            bad = bad[1:]  # before torch 2.0 it passes --local_rank, the spelling programs define
+            if not bad:
+                return passed("torch < 2.0: torch.distributed.launch passes --local_rank", **ev)
+            word, why = bad[0]
+        elif torch is None and len(bad) == 1:  # which spelling it passes depends on the job's torch
+            return warn(
+                f"line {model.launch.line}: {parser.where.split(':')[0]} defines no --local-rank, which "
+                "torch.distributed.launch passes since torch 2.0",
+                manual("Accept both spellings", 'parser.add_argument("--local-rank", "--local_rank", type=int)'),
+                **ev,
+            )
     return fail(
         f"line {model.launch.line}: {parser.where.split(':')[0]} does not define {shown} ({why}): argparse exits "
         "at start",

@@ -112,7 +112,7 @@ def test_038_a_launch_only_known_at_run_time_is_a_warning_and_a_known_one_passes
     assert understood.severity is Severity.PASS
 
 
-def _with_program(tmp_path, monkeypatch, program: str, body: str, check_id: str):
+def _with_program(tmp_path, monkeypatch, program: str, body: str, check_id: str, facts=None):
     from dataclasses import replace
 
     from gpudoctor.model import Context
@@ -122,7 +122,7 @@ def _with_program(tmp_path, monkeypatch, program: str, body: str, check_id: str)
     monkeypatch.chdir(tmp_path)
     sb = parse_sbatch(ONE_NODE + body, str(tmp_path / "job.slurm"))
     sb = replace(sb, program=launched_program(sb))
-    return run_checks([load_all()[check_id]], make_facts(), Context(sbatch=sb, sbatch_path=sb.path))[0]
+    return run_checks([load_all()[check_id]], facts or make_facts(), Context(sbatch=sb, sbatch_path=sb.path))[0]
 
 
 PARSER = (
@@ -185,3 +185,12 @@ def test_040_one_rank_per_srun_task_when_the_program_is_not_read(pipeline, sever
         'srun -l --container-image "nvcr.io/nvidia/pytorch:20.12-py3" sh -c "${run_cmd}"\n'
     )
     assert verdict("GD-SLURM-040", text).severity is severity
+
+
+@pytest.mark.parametrize(
+    ("torch", "severity"), [("2.4.0", Severity.FAIL), ("1.13.1", Severity.PASS), (None, Severity.WARN)]
+)
+def test_039_launch_local_rank_spelling_follows_the_jobs_torch(tmp_path, monkeypatch, torch, severity):
+    facts = make_facts(patch={"torch": {"version": torch} if torch else {}, "torch_meta": {}})
+    body = "python -m torch.distributed.launch --nproc_per_node=4 train.py --epochs 2\n"
+    assert _with_program(tmp_path, monkeypatch, PARSER, body, "GD-SLURM-039", facts).severity is severity
