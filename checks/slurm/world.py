@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpudoctor.job.model import JobModel, Process, Unknown, job_model, known
+from gpudoctor.job.model import JobModel, Process, Unknown, job_model, known, not_understood
 from gpudoctor.model import fail, manual, passed, skip, warn
 from gpudoctor.registry import check
 
@@ -402,15 +402,11 @@ def launch_line_understood(facts, ctx):
     if model is None or model.launch is None:
         return skip("no training launch line in the batch script")
     if model.understood:
-        return passed(f"{_line(model)} starts {model.tasks[0].launcher.kind}", **_evidence(model))
-    alloc = model.allocation
-    several = (known(alloc.ntasks) and alloc.ntasks > 1) or (known(alloc.nodes) and alloc.nodes > 1)  # type: ignore[operator]
-    gpus = known(alloc.gpus_per_node) and bool(alloc.gpus_per_node)
-    why = next((t.launcher.why_unknown for t in model.tasks if t.launcher.why_unknown), None) or (
-        model.unknown[0] if model.unknown else "its processes are not known"
+        kind = model.tasks[0].launcher.kind if model.tasks else model.launch.launcher
+        return passed(f"{_line(model)} starts {kind}", **_evidence(model))
+    why = next((t.launcher.why_unknown for t in model.tasks if t.launcher.why_unknown), None) or not_understood(
+        model.launch
     )
-    if not (several or gpus):
-        return skip(f"{why}; a one-task CPU job", **_evidence(model))
     return warn(
         f"{why}: its ranks and GPUs were not judged",
         manual("Name the launcher on the srun line, or tell gpudoctor (--launcher torchrun|srun|accelerate)"),

@@ -188,8 +188,10 @@ class JobModel:
 
     @property
     def understood(self) -> bool:
-        """The training launch is read to its processes (every task's launcher is known)."""
-        return bool(self.tasks) and all(t.launcher.kind != "unknown" for t in self.tasks)
+        """The training launch is read to a launcher or program (every task's, where the tasks are listed)."""
+        if self.tasks:
+            return all(t.launcher.kind != "unknown" for t in self.tasks)
+        return self.launch is not None and bool(self.launch.launcher)
 
     def worlds(self) -> dict[str, list[Process]]:
         """Processes by the world they join (known world keys only)."""
@@ -614,7 +616,7 @@ class _Builder:
                 why = program.describe() if program is not None else "the program was not read"
                 self.unknown.append(f"what the program does with its rank is unknown: {why}")
             return Launcher("python", 1, program=program)
-        why = _not_understood(launch)
+        why = not_understood(launch)
         self.unknown.append(why)
         return Launcher("unknown", Unknown(why), why_unknown=why)
 
@@ -991,7 +993,7 @@ def _count(value: object, gpus: int | None) -> int | None:
     return None
 
 
-def _not_understood(launch) -> str:
+def not_understood(launch) -> str:
     """Why a launch line's processes cannot be told."""
     first = (launch.argv or launch.expanded.split() or ["?"])[0]
     shown = first if len(first) <= 40 else first[:37] + "..."
