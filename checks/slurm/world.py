@@ -399,7 +399,18 @@ def _spawned_share(model: JobModel, procs: list[Process]):
 )
 def launch_line_understood(facts, ctx):
     model = _model(facts, ctx)
-    if model is None or model.launch is None:
+    if model is None:
+        return skip("no batch script given (--sbatch)")
+    unread = getattr(model.script, "unread_commands", ())
+    if model.launch is None and unread:
+        line, text = unread[-1]
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        return warn(
+            f"line {line} runs `{shown}`, which gpudoctor does not read: the job's processes were not judged",
+            manual("Check it inside the job, or name the launcher on the script's own line", "srun gpudoctor check"),
+            unread=[f"line {n}: {t[:200]}" for n, t in unread[-5:]],
+        )
+    if model.launch is None:
         return skip("no training launch line in the batch script")
     if model.understood:
         kind = model.tasks[0].launcher.kind if model.tasks else model.launch.launcher

@@ -194,3 +194,10 @@ def test_039_launch_local_rank_spelling_follows_the_jobs_torch(tmp_path, monkeyp
     facts = make_facts(patch={"torch": {"version": torch} if torch else {}, "torch_meta": {}})
     body = "python -m torch.distributed.launch --nproc_per_node=4 train.py --epochs 2\n"
     assert _with_program(tmp_path, monkeypatch, PARSER, body, "GD-SLURM-039", facts).severity is severity
+
+
+@pytest.mark.parametrize("line", ["./run_training.sh --lr 1e-3\n", "bash ~/jobs/pretrain.sh --save 700\n", "$CMD\n"])
+def test_038_a_script_the_batch_shell_runs_unread_is_a_warning(line):
+    head = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gpus-per-node=4\nmodule load cuda\necho start\n"
+    f = verdict("GD-SLURM-038", head + line)
+    assert f.severity is Severity.WARN and "does not read" in f.message

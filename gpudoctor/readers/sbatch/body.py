@@ -75,6 +75,7 @@ class Body:
         self.arrays: set[str] = set()
         self.branches = Branches()
         self.chdirs: list[tuple[int, str]] = []
+        self.unread: list[tuple[int, str]] = []  # commands that may start the training, not read (_unread_command)
         self.cwd: str | None = None  # after `cd DIR`: DIR as expanded (None: where the job started)
         # per variable: the $(...), `...` and $NAME its value holds as evaluated by the batch shell (not as text)
         self.evaluated: dict[str, frozenset[str]] = {}
@@ -208,6 +209,8 @@ class Body:
         except SbatchError as e:
             raise SbatchError(f"{self.path}:{line}: srun: {e}") from None
         if desc is None:
+            if _unread_command(tokens):  # `./run.sh`, `bash train.sh`, `$CMD`: what it starts is not read here
+                self.unread.append((line, redact(as_written)))
             return
         cwd = self.cwd
         if desc.get("task_command"):
@@ -270,6 +273,23 @@ class Body:
                 break
             out |= self.evaluated.get(name, frozenset())
         return frozenset(out)
+
+
+_SCRIPT_FILE = re.compile(r"(^\.{0,2}/|\.(sh|bash)$)")
+
+
+def _unread_command(tokens: list[str]) -> bool:
+    """A command run by the batch shell itself that may start the training but is no launch line gpudoctor reads:
+    a shell script (`./run.sh`, `bash train.sh ARGS`, `sh x.sh`) or a command only known at run time (`$CMD`)."""
+    from gpudoctor.readers.sbatch.launch import _strip_prefixes
+
+    words = _strip_prefixes(tokens)
+    if not words:
+        return False
+    first = words[0]
+    if first in ("bash", "sh", "zsh") and len(words) > 1 and not words[1].startswith("-"):
+        return True
+    return first.startswith("$") or bool(_SCRIPT_FILE.search(first))
 
 
 def _changed_directory(cwd: str | None, args: list[str]) -> str | None:

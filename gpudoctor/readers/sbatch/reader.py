@@ -132,6 +132,7 @@ def _parse_sbatch_cached(text: str, path: str, arguments: tuple[str, ...] | None
         lookalike_directives=tuple(find_lookalikes(src)),
         assignments=tuple(body.assignments),
         launches=tuple(launches),
+        unread_commands=tuple(body.unread),
         launch=launch,
         broken_continuations=tuple(broken),
         stray_arguments=tuple(stray_arguments(src, cmds, {b.next_line for b in broken})),

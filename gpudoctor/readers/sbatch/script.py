@@ -222,6 +222,9 @@ class BatchScript:
     # A shell script the training launch runs in each task (`srun ./train.sh ARGS`, `srun bash run.sh`): its path and
     # text, read by load_sbatch where it is there; each task's shell runs it with its own SLURM variables (job/model)
     task_script: tuple[str, str] | None = None
+    # (line, text) of commands the batch shell runs that may start the training and are not read here (`./run.sh`,
+    # `bash train.sh`, `$CMD` without srun): where no launch line is found, what the job starts is unknown
+    unread_commands: tuple[tuple[int, str], ...] = ()
 
     @property
     def options(self) -> dict[str, str | bool]:
