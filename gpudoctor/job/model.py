@@ -521,12 +521,12 @@ class _Builder:
                 wrappers = (*wrappers, os.path.basename(task_script[0]), *inner.wrappers)
                 for name, value in inner_env.items():
                     env[name], sources[name] = value, f"{os.path.basename(task_script[0])} (each task)"
-        elif alloc.srun and launch.task_command and re.search(r"\$|`", launch.task_command):
+        elif launch.task_command and re.search(r"\$|`", launch.task_command):  # the shell it starts expands it
             key = ("bash -c", *_task_key(launch.task_command, env))
             if key not in self._expanded:  # tasks that see the same values expand the string alike
                 self._expanded[key] = self._expand_per_task(launch, env)
             launch, inner_env = self._expanded[key]
-            per_task = True
+            per_task = alloc.srun
             for name, value in inner_env.items():
                 env[name], sources[name] = value, _TASK_SHELL
         visible = self._visible(alloc, local, env)
