@@ -147,3 +147,28 @@ def test_a_wrapper_script_srun_runs_is_read_per_task_with_its_arguments(slurm_cl
     assert sorted(s["argv"][0] for s in seen) == ["--rank=0", "--rank=1", "--rank=2"]
     assert "run.sh" in model.tasks[0].wrappers
     _compare(model, seen, ("SLURM_PROCID", "SLURM_LOCALID", "CUDA_VISIBLE_DEVICES"))
+
+
+@pytest.mark.world
+@pytest.mark.skipif(not shutil.which(TORCHRUN), reason="no torchrun next to this interpreter")
+def test_two_srun_tasks_of_torchrun_meet_at_one_c10d_rendezvous(slurm_cluster, tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model, seen = _run(
+        slurm_cluster,
+        tmp_path,
+        monkeypatch,
+        "#SBATCH --ntasks=2\n#SBATCH --cpus-per-task=1\n"
+        f"srun {TORCHRUN} --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{port} "
+        "--rdzv_id=$SLURM_JOB_ID record.py\n",
+    )
+    predicted = list(model.processes())
+    assert len(model.worlds()) == 1 and len(predicted) == len(seen) == 2
+    # the c10d rendezvous numbers the agents in the order they arrive: ranks as a set, the rest per task
+    assert {p.rank for p in predicted} == {s["dist_rank"] for s in seen} == {0, 1}
+    assert {p.world_size for p in predicted} == {s["dist_world"] for s in seen} == {2}
+    assert sorted(p.env["SLURM_PROCID"] for p in predicted) == sorted(s["env"]["SLURM_PROCID"] for s in seen)
+    assert {s["env"]["LOCAL_RANK"] for s in seen} == {str(p.local_rank) for p in predicted} == {"0"}
