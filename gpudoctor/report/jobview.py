@@ -11,6 +11,7 @@ from gpudoctor.job.model import JobModel, Process, Task, Unknown, known
 from gpudoctor.sanitize import clean
 
 MAX_LISTED = 16  # processes listed one by one; above this, one line per task
+FOLD_ABOVE = 4  # a job of more nodes shows nodes alike as one line
 
 
 def _ranks(values: list) -> str:
@@ -110,11 +111,13 @@ def render(model: JobModel) -> str:
             if listed:
                 lines.extend(f"  {_process_line(p)}" for p in procs)
         j = i + 1
-        sig = _signature(model, node) if node > 0 else None
+        sig = _signature(model, node) if node > 0 and len(nodes) > FOLD_ABOVE else None
         while sig is not None and j < len(nodes) and _signature(model, nodes[j]) == sig:
             j += 1
-        if j > i + 1:
+        if j > i + 2:
             lines.append(f"  nodes {nodes[i + 1]}..{nodes[j - 1]}: like node {node}")
+        elif j == i + 2:
+            lines.append(f"  node {nodes[i + 1]}: like node {node}")
         i = j
     worlds = model.worlds()
     if processes:

@@ -48,3 +48,10 @@ def test_the_cli_prints_the_model_before_the_report():
     assert "GD-SLURM-035" in r.stdout and r.returncode == 1
     usage = run_gpudoctor_here("check", "--show-job")
     assert usage.returncode == 2 and "--sbatch" in usage.stderr
+
+
+def test_a_small_multi_node_job_shows_every_node():
+    text = render(
+        build(parse_sbatch(HEAD + "#SBATCH --nodes=3\nsrun torchrun --standalone --nproc_per_node=8 t.py\n", "j"))
+    )
+    assert all(f"node {n}:" in text for n in (0, 1, 2)) and "like node" not in text
