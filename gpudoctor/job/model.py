@@ -467,7 +467,12 @@ class _Builder:
 
     def _tasks(self, alloc: Allocation) -> list[Task]:
         if self.launch is None:
-            self.unknown.append("the script starts no training command that gpudoctor can find")
+            unread = getattr(self.sb, "unread_commands", ())
+            self.unknown.append(
+                f"line {unread[-1][0]} runs `{unread[-1][1][:60]}`, which gpudoctor does not read"
+                if unread
+                else "the script starts no training command that gpudoctor can find"
+            )
             return []
         if not known(alloc.tasks_per_node):
             self.unknown.append(str(alloc.tasks_per_node.why))  # type: ignore[union-attr]
