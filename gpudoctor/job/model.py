@@ -366,6 +366,12 @@ def resolve_host(host: str | Unknown, node: int, evaluated_on: int) -> tuple[int
     return text, False
 
 
+def _program_url(program) -> re.Match | None:
+    """The tcp://HOST:PORT the program passes init_process_group literally (readers/program.py)."""
+    url = getattr(program, "init_method", None)
+    return _TCP_URL.search(url) if url else None
+
+
 _TCP_URL = re.compile(r"tcp://(\[[^\]]+\]|[^:/\s]+):(\d+)")
 
 
@@ -739,6 +745,11 @@ class _Builder:
             return []
         nproc: int = la.nproc  # type: ignore[assignment]
         key = _world_key(la.rendezvous, la)
+        url = _program_url(self.program)
+        program_endpoint = None
+        if url is not None:  # init_process_group(init_method="tcp://...") in each worker: the ranks meet there
+            reaches, loop = resolve_host(url.group(1), task.node, 0)
+            program_endpoint = Endpoint("init_method in the program", url.group(1), _int(url.group(2)), reaches, loop)
         group = agents.get(str(key), [task]) if known(key) else [task]
         world_size, base = self._launcher_world(task, group)
         out = []
@@ -778,8 +789,8 @@ class _Builder:
                     env=MappingProxyType(env),
                     env_sources=MappingProxyType(sources),
                     visible_gpus=task.visible_gpus,
-                    rendezvous=la.rendezvous,
-                    world=key,
+                    rendezvous=program_endpoint or la.rendezvous,
+                    world=_world_key(program_endpoint, la) if program_endpoint is not None else key,
                     launcher=la.kind,
                 )
             )
@@ -875,7 +886,7 @@ class _Builder:
             key = self._plain_world(env, task)
         r, w, how = self._program_rank(env, task.argv, rank, world, how)
         endpoint = None
-        url = next((m for word in task.argv if (m := _TCP_URL.search(word))), None)
+        url = next((m for word in task.argv if (m := _TCP_URL.search(word))), None) or _program_url(self.program)
         if url is not None:  # init_method=tcp://HOST:PORT given on its argv (--dist-url, --init-method)
             reaches, loop = resolve_host(url.group(1), task.node, 0)
             port = _int(url.group(2))

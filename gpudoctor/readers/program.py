@@ -162,7 +162,8 @@ class ProgramModel:
     env_reads: frozenset[str] = frozenset()  # variables it reads (os.environ[K], .get, os.getenv)
     device_args: tuple[str, ...] = ()  # GPU-naming options on its argv, as written
     env_order: tuple[str, ...] = ()  # the variables it reads, in the order they first appear in its source
-    passes_rank: bool = False  # init_process_group(rank=...): its rank is what it computes, not env://'s RANK
+    passes_rank: bool = False  # init_process_group(rank=...) or RANK set from SLURM's: not torchrun's RANK
+    init_method: str | None = None  # a literal init_process_group(init_method="tcp://HOST:PORT")
     argparse: Argparse | None = None  # the options its argparse parser accepts; None: it parses none we read
 
     def prefers(self, *names: str) -> str | None:
@@ -287,6 +288,7 @@ class _Reader(ast.NodeVisitor):
         self.lightning: dict[str, tuple] = {}
         self.lightning_cli = False
         self.passes_rank = False
+        self.init_method: str | None = None
         self.cli = _CliReading()
         self.functions: set[str] = set()
 
@@ -319,6 +321,10 @@ class _Reader(ast.NodeVisitor):
                     self.cli.parsers.add(target.id)
             elif isinstance(target, ast.Subscript) and self._environ(target.value):
                 key, value = _literal(target.slice), _literal(node.value)
+                if key in ("RANK", "WORLD_SIZE", "LOCAL_RANK") and any(
+                    isinstance(n, ast.Constant) and n.value in RANK_FROM_SLURM for n in ast.walk(node.value)
+                ):  # os.environ["RANK"] = os.environ["SLURM_PROCID"]: env:// then reads SLURM's value
+                    self.passes_rank = True
                 if isinstance(key, str) and isinstance(value, str) and not is_credential_name(key):
                     self.env_sets[key] = value
         self.generic_visit(node)
@@ -381,6 +387,10 @@ class _Reader(ast.NodeVisitor):
             # init_process_group(backend, init_method, timeout, world_size, rank, ...): a rank given here is the
             # program's own arithmetic; without one, env:// takes RANK (torch.distributed.rendezvous)
             self.passes_rank = self.passes_rank or "rank" in kwargs or len(node.args) > 4
+            method = kwargs.get("init_method") or (node.args[1] if len(node.args) > 1 else None)
+            url = _literal(method) if method is not None else None
+            if isinstance(url, str) and url.startswith("tcp://"):
+                self.init_method = self.init_method or url
         elif last == "DistributedDataParallel" and name.startswith("torch"):
             self.fact("ddp", node)
         elif last == "DataParallel" and name.startswith("torch"):
@@ -539,6 +549,7 @@ def read_program(
         device_args=device_args,
         env_order=env_order,
         passes_rank=any(r.passes_rank for r in readers),
+        init_method=next((r.init_method for r in readers if r.init_method), None),
         argparse=_argparse(readers, imports),
     )
     whats = {f.what for f in facts}

@@ -201,3 +201,16 @@ def test_038_a_script_the_batch_shell_runs_unread_is_a_warning(line):
     head = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gpus-per-node=4\nmodule load cuda\necho start\n"
     f = verdict("GD-SLURM-038", head + line)
     assert f.severity is Severity.WARN and "does not read" in f.message
+
+
+def test_036_a_program_that_sets_rank_from_slurm_procid_under_torchrun_fails(tmp_path, monkeypatch):
+    program = (
+        "import os\nimport torch.distributed as dist\nif 'SLURM_PROCID' in os.environ:\n"
+        "    os.environ['RANK'] = os.environ['SLURM_PROCID']\n"
+        "dist.init_process_group('gloo', init_method='tcp://localhost:23456')\n"
+    )
+    body = "torchrun --standalone --nproc_per_node=4 train.py\n"
+    f = _with_program(tmp_path, monkeypatch, program, body, "GD-SLURM-036")
+    assert f.severity is Severity.FAIL and "SLURM_PROCID before RANK" in f.message
+    one_node = _with_program(tmp_path, monkeypatch, program, body, "GD-SLURM-035")
+    assert one_node.severity is Severity.PASS  # tcp://localhost on one node: every rank is there
