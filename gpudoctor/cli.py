@@ -59,7 +59,8 @@ class _Commands(argparse._SubParsersAction):
         self._add_options: dict = {}  # name -> function(parser) that adds the command's options, run once
 
     def add_command(self, name: str, help: str, add_options) -> None:
-        self.add_parser(name, help=help)
+        # `gpudoctor NAME --help` opens with the line `gpudoctor --help` lists for it.
+        self.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
         self._add_options[name] = add_options
 
     def parser_of(self, name: str) -> argparse.ArgumentParser:
