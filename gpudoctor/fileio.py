@@ -152,6 +152,8 @@ def write_output(
     """
     label = _label(what, path)
     data = text.encode("utf-8") if isinstance(text, str) else text
+    if not path:
+        raise FileIOError(f"{label or repr(path)}: an empty path; name a file")
     link_target(path, label)
     try:
         target = os.path.realpath(path)
