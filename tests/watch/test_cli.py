@@ -145,3 +145,104 @@ def test_a_script_changed_since_submission_gets_lines_not_edits(tmp_path):
     assert cause.fix.safety.value == "manual"
     assert [a.target for a in cause.fix.actions][:2] == ["#SBATCH --ntasks-per-node=8", "remove #SBATCH --ntasks"]
     assert script.read_text() != SCRIPT  # nothing was written
+
+
+# ---------------------------------------------------------------- hostile input (issue 35 items 5, 6, 7, 9)
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--job", "0"], "expected a SLURM job id"),  # `scontrol show job 0` lists every job
+        (["--job", "46\n"], "expected a SLURM job id"),  # `$` would match before the newline
+        (["--job", "٤٦"], "expected a SLURM job id"),  # Arabic-Indic digits: int() reads them, SLURM does not
+        (["--job", "046"], "expected a SLURM job id"),
+        (["--job", "46_"], "expected a SLURM job id"),
+        (["--job", "12", "--for", "١"], "--for"),
+        (["--job", "12", "--for", "1_0"], "--for"),
+        (["--job", "12", "--for", " 30s"], "--for"),
+        (["--job", "12", "--rate", "١"], "--rate"),
+        (["--job", "12", "--rate", "inf"], "--rate"),
+        (["--job", "12", "--log", ""], "--log '': an empty path"),
+        (["--job", "12", "--prometheus", ""], "--prometheus '': an empty path"),
+        (["--job", "12", "--python", ""], "--python '': an empty path"),
+    ],
+)
+def test_hostile_ids_numbers_and_paths_are_one_line_and_exit_2(args, said):
+    r = run_gpudoctor_here("watch", *args)
+    assert r.returncode == 2, r.stderr
+    assert said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_an_unusable_log_path_is_refused_before_the_window(tmp_path):
+    env = _stand_ins(tmp_path)
+    for path, said in ((tmp_path, "is a directory"), (tmp_path / "no" / "x.jsonl", "no directory")):
+        r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--log", str(path), env=env)
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("job", ["123_4", "123+1"])
+def test_array_and_het_job_ids_are_accepted_and_matched(tmp_path, job):
+    env = _stand_ins(tmp_path)
+    array, het = (("ArrayJobId=123 ArrayTaskId=4", "") if "_" in job else ("", "HetJobId=123 HetJobOffset=1"))
+    other = RECORD.format(job=130, state="RUNNING").replace("JobName=train", "JobName=other ArrayJobId=123 ArrayTaskId=5")
+    mine = RECORD.format(job=42, state="RUNNING").replace("JobName=train", f"JobName=train {array}{het}")
+    (tmp_path / "record.txt").write_text(other + "\n" + mine)
+    r = run_gpudoctor_here("watch", "--job", job, "--for", "1s", "--json", env=env)
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout)["watch"]["job"] == "42"  # the task's own JobId, the one asked for
+
+
+def test_the_job_judged_is_the_one_asked_for(tmp_path):
+    env = _stand_ins(tmp_path)
+    # the controller lists another job first (as `scontrol show job` with no id, or 0, does)
+    first = RECORD.format(job=7, state="CANCELLED")
+    (tmp_path / "record.txt").write_text(first + "\n" + RECORD.format(job=42, state="RUNNING"))
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    assert r.returncode == 1 and json.loads(r.stdout)["watch"]["job"] == "42", r.stderr
+    # an answer about another job only: refused, never judged as this one
+    (tmp_path / "record.txt").write_text(first)
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", env=env)
+    assert r.returncode == 2 and "its answer names another job (JobId=7)" in r.stderr, r.stderr
+
+
+def test_a_job_that_ends_during_the_watch_is_said_to_have_ended(tmp_path):
+    env = _stand_ins(tmp_path, answer=False)
+    ended = RECORD.format(job=42, state="COMPLETED").replace("ExitCode=0:0", "ExitCode=0:0\n   EndTime=2026-11-29T01:02:03")
+    (tmp_path / "ended.txt").write_text(ended)
+    # the first `show job` finds it running, every later one ended (the controller's answer after the window)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f"#!/bin/sh\n[ \"$1\" = show ] || exit 1\n"
+        f"if [ -e {tmp_path}/asked ]; then exec cat {tmp_path}/ended.txt; fi\n"
+        f"touch {tmp_path}/asked\nexec cat {tmp_path}/record.txt\n"
+    )
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    found = {f["id"]: f for f in json.loads(r.stdout)["findings"]}
+    ended_f = found["GD-WATCH-006"]
+    assert "job 42 ended during the watch (COMPLETED at 2026-11-29T01:02:03)" in ended_f["message"], ended_f
+    assert ended_f["severity"] == "info" and ended_f["evidence"]["ended"]["state"] == "COMPLETED"
+    assert "could not observe" not in ended_f["message"] and r.returncode == 0
+    # a job that failed meanwhile: a warn, with its state
+    (tmp_path / "ended.txt").write_text(ended.replace("COMPLETED", "FAILED"))
+    (tmp_path / "asked").unlink()
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    ended_f = {f["id"]: f for f in json.loads(r.stdout)["findings"]}["GD-WATCH-006"]
+    assert ended_f["severity"] == "warn" and "(FAILED at 2026-11-29T01:02:03)" in ended_f["message"]
+
+
+def test_next_steps_name_the_jobs_batch_script_shell_quoted(tmp_path):
+    from gpudoctor.report.text import next_steps
+    from gpudoctor.watch.cli import fix_command, script_causes
+
+    work = tmp_path / "my jobs; $(x)"
+    work.mkdir()
+    script = work / "job.sbatch"
+    script.write_text(SCRIPT)
+    (work / "train.py").write_text(DDP_PROGRAM)
+    causes = script_causes("42", str(script), SCRIPT, str(work))
+    command = fix_command(str(script))
+    assert command == f"gpudoctor fix --apply --sbatch '{script}'"
+    first = next_steps(causes, command)[0]
+    assert first.startswith(f"gpudoctor fix --apply --sbatch '{script}' --unsafe-fixes"), first
+    assert fix_command(None) is None
