@@ -167,8 +167,8 @@ _CRED_KEY = re.compile(
 # writes it: `W(api_key='...')`, `{'token': "..."}` (the value patterns above end at a blank, not at a bracket).
 _CRED_STRING = re.compile(r"""(['"]?)([A-Za-z_][\w.-]*)\1[ \t]*[=:][ \t]*('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""")
 # An HTTP Authorization header's credentials (RFC 7235: `Authorization: <scheme> <credentials>`; Bearer is
-# RFC 6750), curl/wget's user:password (`-u alice:pw`, `-ualice:pw`, `--user=alice:pw`, `--proxy-user`, `-U`), and netrc's
-# `password WORD` (netrc(5)).
+# RFC 6750), curl/wget's user:password (`-u alice:pw`, `-ualice:pw`, `--user=alice:pw`, `--proxy-user`, `-U`),
+# and netrc's `password WORD` (netrc(5)).
 _AUTH_SCHEME = re.compile(r"(?i)(?<![\w-])(Bearer|Basic|Digest|Token)([ \t]+)([A-Za-z0-9._~+/=:-]{6,})")
 # curl's -u/-U take the value attached too (`-ubob:pw`, as getopt reads a short option).
 _USER_OPTION = re.compile(

@@ -41,7 +41,7 @@ import time
 
 from gpudoctor.probe.proc import run_bounded
 from gpudoctor.readers.ints import int_option, number_option
-from gpudoctor.redact import redact_words
+from gpudoctor.redact import redact_text, redact_words
 from gpudoctor.watch.samples import (
     ENV_KEYS,
     NO_PROGRESS_SHARE,
@@ -367,7 +367,7 @@ def stacks(processes: list[JobProcess], window_s: float) -> list[JobProcess]:
                 said = f"py-spy did not answer within {STACK_TIMEOUT_S:g} s"
             except OSError as e:
                 said = f"cannot run py-spy: {e.strerror or e}"
-            p = JobProcess(**{**p.__dict__, "stack": said[:MAX_STACK_BYTES]})
+            p = JobProcess(**{**p.__dict__, "stack": redact_text(said[:MAX_STACK_BYTES])})
         out.append(p)
     return out
 

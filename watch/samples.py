@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoctor.readers.ints import whole_number
-from gpudoctor.redact import redact_words
+from gpudoctor.redact import redact_text, redact_words
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 NO_PROGRESS_SHARE = 0.02  # of one core over a window: a process that made no progress (judge and node probe)
@@ -147,7 +147,8 @@ class JobProcess:
             env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
             cpu_seconds=_float(d.get("cpu_seconds")),
             cpu_seconds_start=_float(d.get("cpu_seconds_start")),
-            stack=d.get("stack") if isinstance(d.get("stack"), str) else None,
+            # py-spy's dump starts with the process's command line (`Process 12: python train.py --token ...`)
+            stack=redact_text(d["stack"]) if isinstance(d.get("stack"), str) else None,
             heartbeat=_heartbeat(d.get("heartbeat")),
         )
 

@@ -185,8 +185,10 @@ def test_an_unusable_log_path_is_refused_before_the_window(tmp_path):
 @pytest.mark.parametrize("job", ["123_4", "123+1"])
 def test_array_and_het_job_ids_are_accepted_and_matched(tmp_path, job):
     env = _stand_ins(tmp_path)
-    array, het = (("ArrayJobId=123 ArrayTaskId=4", "") if "_" in job else ("", "HetJobId=123 HetJobOffset=1"))
-    other = RECORD.format(job=130, state="RUNNING").replace("JobName=train", "JobName=other ArrayJobId=123 ArrayTaskId=5")
+    array, het = ("ArrayJobId=123 ArrayTaskId=4", "") if "_" in job else ("", "HetJobId=123 HetJobOffset=1")
+    other = RECORD.format(job=130, state="RUNNING").replace(
+        "JobName=train", "JobName=other ArrayJobId=123 ArrayTaskId=5"
+    )
     mine = RECORD.format(job=42, state="RUNNING").replace("JobName=train", f"JobName=train {array}{het}")
     (tmp_path / "record.txt").write_text(other + "\n" + mine)
     r = run_gpudoctor_here("watch", "--job", job, "--for", "1s", "--json", env=env)
@@ -209,11 +211,13 @@ def test_the_job_judged_is_the_one_asked_for(tmp_path):
 
 def test_a_job_that_ends_during_the_watch_is_said_to_have_ended(tmp_path):
     env = _stand_ins(tmp_path, answer=False)
-    ended = RECORD.format(job=42, state="COMPLETED").replace("ExitCode=0:0", "ExitCode=0:0\n   EndTime=2026-11-29T01:02:03")
+    ended = RECORD.format(job=42, state="COMPLETED").replace(
+        "ExitCode=0:0", "ExitCode=0:0\n   EndTime=2026-11-29T01:02:03"
+    )
     (tmp_path / "ended.txt").write_text(ended)
     # the first `show job` finds it running, every later one ended (the controller's answer after the window)
     (tmp_path / "bin" / "scontrol").write_text(
-        f"#!/bin/sh\n[ \"$1\" = show ] || exit 1\n"
+        f'#!/bin/sh\n[ "$1" = show ] || exit 1\n'
         f"if [ -e {tmp_path}/asked ]; then exec cat {tmp_path}/ended.txt; fi\n"
         f"touch {tmp_path}/asked\nexec cat {tmp_path}/record.txt\n"
     )

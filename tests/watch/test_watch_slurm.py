@@ -151,3 +151,45 @@ def test_a_job_with_one_task_per_gpu_names_none(slurm_cluster, tmp_path):
         assert code == 0, report
     finally:
         _cancel(slurm_cluster, job)
+
+
+def test_another_users_process_that_claims_the_job_is_not_the_jobs(slurm_cluster, tmp_path, monkeypatch):
+    """A process of another local user that sets SLURM_JOB_ID=<job> (and a GPU) in its own environment is not
+    one of the job's processes: membership is SLURM's (listpids, the job's cgroup), owned by the job's user
+    (scontrol's UserId=), issue 35 item 4. Counted, it would claim GPU 1 and hide it from the idle list."""
+    from tests.cliutil import clean_env
+    from tests.watch.test_node import _any_users_python, _stranger
+
+    uid, gid = _stranger()
+    body = "#SBATCH --gres=gpu:8\n#SBATCH --ntasks=1\nCUDA_VISIBLE_DEVICES=0 {python} {train}\n"
+    job = _submit(slurm_cluster, tmp_path, "claimed", body)
+    stranger = None
+    try:
+        _wait_for(job, "train.py", 1)
+        env = clean_env({"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "CUDA_VISIBLE_DEVICES": "1", "LOCAL_RANK": "0"})
+        stranger = subprocess.Popen(
+            [_any_users_python(), "-c", "import time; time.sleep(120)", "train.py", "--stranger-claims"],
+            env=env,
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+        )
+        _wait_for(job, "--stranger-claims", 1)
+        # membership is SLURM's word here (proctrack/linuxproc answers listpids), not the environment's
+        from gpudoctor.watch import node
+
+        monkeypatch.setenv("SLURM_CONF", slurm_cluster.env()["SLURM_CONF"])
+        listed = node.listpids(job)
+        assert listed and stranger.pid not in listed, listed
+        code, report, err = _watch(slurm_cluster, job)
+        idle = _by_id(report)["GD-WATCH-001"]
+        assert idle["evidence"]["unused"] == [1, 2, 3, 4, 5, 6, 7], idle
+        assert "1 training process(es) where 8 were meant" in idle["message"], idle
+        assert "--stranger-claims" not in json.dumps(report)
+    finally:
+        if stranger is not None:
+            stranger.kill()
+            stranger.wait()
+        _cancel(slurm_cluster, job)
