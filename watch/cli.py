@@ -118,8 +118,7 @@ def run(args) -> int:
     from gpudoctor.watch.judge import judge
 
     findings = judge(nodes, script_causes(job, detail.command, script_text, detail.work_dir))
-    if any(not n.observed for n in nodes):
-        findings = ended_during_watch(findings, job, still(job))
+    findings = ended_during_watch(findings, job, still(job))
     if args.log is not None:
         from gpudoctor.fileio import write_output
         from gpudoctor.watch.samples import log_lines
@@ -181,24 +180,31 @@ def resolve(job: str, usage_error: type[Exception]):
     return detail
 
 
+GONE = "GONE"  # still()'s state for a job the controller no longer lists
+
+
 def still(job: str):
-    """The job's record now (after the window), or None when the controller no longer knows it (a finished job
-    is kept MinJobAge seconds, 300 by default) or cannot be asked."""
+    """The job's record now (after the window); a record in state GONE when the controller no longer lists it
+    (a finished job is kept MinJobAge seconds, 300 by default); None when it cannot be asked."""
     from gpudoctor.probe.proc import run_bounded
-    from gpudoctor.readers.slurmfmt import SlurmFormatError, job_detail
+    from gpudoctor.readers.slurmfmt import JobDetail, SlurmFormatError, job_detail
 
     try:
         r = run_bounded(["scontrol", "show", "job", "-d", job], SCONTROL_TIMEOUT_S)
+        if r.returncode != 0 and "invalid job id" in (r.stderr + r.stdout).lower():
+            # it was RUNNING when the watch began: gone from the list means it ended and MinJobAge passed
+            return JobDetail(job, GONE, (), {}, False, None, None)
         return job_detail(r.stdout, job) if r.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, SlurmFormatError):
         return None
 
 
 def ended_during_watch(findings: list[Finding], job: str, now) -> list[Finding]:
-    """A node that did not answer because the job ended meanwhile: said so, with its state and end time, instead
-    of "could not observe" (issue 35 item 7). COMPLETED is a note; any other end (FAILED, CANCELLED, TIMEOUT,
-    NODE_FAIL, OUT_OF_MEMORY, ...) a warn: the job stopped, whatever the watch would have seen. A job still
-    RUNNING, or one the controller cannot tell of, keeps the findings as they are."""
+    """A job that ended during the window (the controller's record after it): a node that did not answer for that
+    reason is said to have ended, with its state and end time, instead of "could not observe" (issue 35 item 7);
+    where every node answered, the end is said once (GD-WATCH-006 in place of its pass): what was seen is what
+    the job did before it ended. COMPLETED is a note; any other end (FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
+    OUT_OF_MEMORY, ...) a warn. A job still RUNNING, or one the controller cannot tell of, keeps the findings."""
     if now is None or now.state == "RUNNING":
         return findings
     from gpudoctor.sanitize import clean
@@ -206,21 +212,23 @@ def ended_during_watch(findings: list[Finding], job: str, now) -> list[Finding]:
 
     state = clean(now.state or "ended")[:40]
     when = f" at {clean(now.end_time)[:40]}" if now.end_time else ""
-    severity = Severity.INFO if state == "COMPLETED" else Severity.WARN
-    out = []
+    severity = Severity.INFO if state in ("COMPLETED", GONE) else Severity.WARN
+    if state == GONE:
+        state, when = "no longer in the controller's list", ""
+    ended = {"state": state, "end_time": now.end_time}
+    out, said = [], False
     for f in findings:
         if f.id == "GD-WATCH-006" and f.severity is Severity.FAIL:
             node = f.evidence.get("node")
-            f = make(
-                "GD-WATCH-006",
-                severity,
-                f"{node}: job {job} ended during the watch ({state}{when}); nothing more to observe",
-                None,
-                node=node,
-                error=f.evidence.get("error"),
-                ended={"state": state, "end_time": now.end_time},
-            )
+            message = f"{node}: job {job} ended during the watch ({state}{when}); nothing more to observe"
+            f = make("GD-WATCH-006", severity, message, None, node=node, error=f.evidence.get("error"), ended=ended)
+            said = True
+        elif f.id == "GD-WATCH-006" and f.severity is Severity.PASS:
+            continue
         out.append(f)
+    if not said:
+        message = f"job {job} ended during the watch ({state}{when}): what was seen is what it did before it ended"
+        out.append(make("GD-WATCH-006", severity, message, None, ended=ended))
     return out
 
 

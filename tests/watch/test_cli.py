@@ -250,3 +250,31 @@ def test_next_steps_name_the_jobs_batch_script_shell_quoted(tmp_path):
     first = next_steps(causes, command)[0]
     assert first.startswith(f"gpudoctor fix --apply --sbatch '{script}' --unsafe-fixes"), first
     assert fix_command(None) is None
+
+
+def test_a_job_that_ends_after_every_node_answered_is_said_once(tmp_path):
+    env = _stand_ins(tmp_path)
+    ended = RECORD.format(job=42, state="CANCELLED").replace("Command=(null)", "EndTime=2026-11-29T01:02:03\n")
+    (tmp_path / "ended.txt").write_text(ended)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = show ] || exit 1\n'
+        f"if [ -e {tmp_path}/asked ]; then exec cat {tmp_path}/ended.txt; fi\n"
+        f"touch {tmp_path}/asked\nexec cat {tmp_path}/record.txt\n"
+    )
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    said = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-WATCH-006"]
+    assert len(said) == 1 and said[0]["severity"] == "warn", said
+    assert "job 42 ended during the watch (CANCELLED at 2026-11-29T01:02:03)" in said[0]["message"]
+
+
+def test_a_job_gone_from_the_controller_after_the_window_is_said_to_have_ended(tmp_path):
+    env = _stand_ins(tmp_path, answer=False)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = show ] || exit 1\n'
+        f'if [ -e {tmp_path}/asked ]; then echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; fi\n'
+        f"touch {tmp_path}/asked\nexec cat {tmp_path}/record.txt\n"
+    )
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    said = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-WATCH-006"]
+    assert len(said) == 1 and said[0]["severity"] == "info", said
+    assert "job 42 ended during the watch (no longer in the controller's list)" in said[0]["message"]

@@ -7,7 +7,9 @@ CUDA_VISIBLE_DEVICES, read by the probe that `watch` starts inside the job with 
   --gres=gpu:1 -- not eight srun copies of it);
 - a correct job (8 tasks, one GPU each): none named;
 - a probe that cannot run on the node: the node is "not observed" (a fail), never healthy;
-- the GPUs an `srun --overlap` step is given inside the job: all of the job's without --gres, none with --gres=none.
+- the GPUs an `srun --overlap` step is given inside the job: all of the job's without --gres, none with --gres=none;
+- a process of another local user (made with useradd) that sets SLURM_JOB_ID=<job> is not the job's;
+- a job that ends inside the window is said to have ended (COMPLETED, with its end time).
 Skipped, with the reason, where the cluster cannot start (not root, no SLURM).
 """
 
@@ -192,4 +194,42 @@ def test_another_users_process_that_claims_the_job_is_not_the_jobs(slurm_cluster
         if stranger is not None:
             stranger.kill()
             stranger.wait()
+        _cancel(slurm_cluster, job)
+
+
+def test_a_job_that_ends_during_the_watch_is_said_to_have_ended(slurm_cluster, tmp_path):
+    """The job ends inside the window (it waits for a file this test writes once the watch's probe runs on the
+    node): the node cannot answer, and the report says the job ended, with its state and end time (issue 35
+    item 7), not only "could not observe"."""
+    stop = tmp_path / "stop"
+    body = f"#SBATCH --ntasks=1\nwhile [ ! -e {stop} ]; do sleep 0.2; done\n"
+    job = _submit(slurm_cluster, tmp_path, "short", body)
+    watch = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it runs (the watch refuses a pending job)
+            r = subprocess.run(
+                ["squeue", "-h", "-j", job, "-o", "%T"], env=slurm_cluster.env(), capture_output=True, text=True
+            )
+            if r.stdout.strip() == "RUNNING":
+                break
+            assert time.monotonic() < deadline, r.stdout + r.stderr
+            time.sleep(0.2)
+        watch = subprocess.Popen(
+            [*GD, "watch", "--job", job, "--for", "60s", "--json"],
+            env=slurm_cluster.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _wait_for(job, "gpudoctor.watch.node", 1, timeout=120)  # the probe runs inside the job: now end it
+        stop.write_text("")
+        out, err = watch.communicate(timeout=180)
+        said = [f for f in json.loads(out)["findings"] if f["id"] == "GD-WATCH-006"]
+        assert said and all("ended during the watch (COMPLETED at " in f["message"] for f in said), said
+        assert said[0]["severity"] == "info" and watch.returncode == 0, (said, err)
+    finally:
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+            watch.communicate()
         _cancel(slurm_cluster, job)
