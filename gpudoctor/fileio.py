@@ -145,6 +145,25 @@ def backup_name(target: str) -> str:
     return name
 
 
+def _same_backup(target: str, original: bytes) -> str | None:
+    """The latest backup of target when it holds exactly original (a writer killed after its backup and before
+    its rename left it: the change it backs up was never made), so one change keeps one backup; else None."""
+    latest, n = None, 0
+    name = target + BACKUP_SUFFIX
+    while os.path.lexists(name):
+        latest = name
+        n += 1
+        name = f"{target}{BACKUP_SUFFIX}.{n}"
+    if latest is None or not os.path.isfile(latest) or os.path.islink(latest):
+        return None
+    try:
+        if os.path.getsize(latest) != len(original):
+            return None
+        return latest if _read_all(latest) == original else None
+    except OSError:
+        return None
+
+
 def write_output(
     path: str, text: str | bytes, what: str = "", backup: bool = False, expect: bytes | None = None
 ) -> str | None:
@@ -161,7 +180,8 @@ def write_output(
     expect: the bytes the caller read and planned from; the file must still hold exactly them (sha256),
     else nothing is written ("changed since gpudoctor read it").
     backup=True keeps an existing regular target as TARGET.gpudoctor.bak (numbered, never overwritten;
-    the original's mode and owner) and returns that path.
+    the original's mode and owner) and returns that path; where the latest backup already holds exactly these
+    bytes (a writer killed between its backup and its rename), that one is the backup.
     Raises FileIOError (one line) on any failure; nothing is left half-written.
     """
     label = _label(what, path)
@@ -204,12 +224,14 @@ def _write(
         raise FileIOError(f"{label}: is {_kind(st.st_mode)}; refused (give a file path)")
     backup_path = None
     if st is not None and backup:
-        backup_path = backup_name(target)
         try:
             original = expect if expect is not None else _read_all(target)
         except OSError as e:
             raise FileIOError(f"{label}: cannot read it to keep a backup ({_reason(e)})") from None
-        _write_replacing(backup_path, original, f"{label} (its backup {backup_path})", st)
+        backup_path = _same_backup(target, original)
+        if backup_path is None:
+            backup_path = backup_name(target)
+            _write_replacing(backup_path, original, f"{label} (its backup {backup_path})", st)
     if st is not None and st.st_nlink > 1:
         _write_in_place(target, data, label)
         return backup_path

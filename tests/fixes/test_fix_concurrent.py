@@ -4,7 +4,9 @@
 - concurrent `fix --apply` pairs of one script: the change is made once, with one backup, and the script is
   always whole (the original or the fixed text);
 - a writer killed between its temporary file and its rename leaves `.gpudoctor-HOST.PID.*.tmp`; the next
-  write in that directory removes it (its pid is gone), and leaves a live writer's alone.
+  write in that directory removes it (its pid is gone), and leaves a live writer's alone;
+- a writer killed between its backup and its rename leaves a backup of a change never made: the next run's
+  (same) change keeps it as its backup, so one change has one backup.
 """
 
 from __future__ import annotations
@@ -149,3 +151,25 @@ def test_sigkills_during_apply_leave_the_script_whole_and_the_next_run_sweeps(tm
     _, err = r.communicate(timeout=120)
     assert r.returncode in (0, 1), err
     assert script.read_bytes() == fixed and _temporaries(work) == []
+    # every change backed up the same original: one backup, whichever runs got how far
+    assert _backups(work) == ["job.slurm.gpudoctor.bak"], _backups(work)
+
+
+def test_a_backup_left_by_a_writer_killed_before_its_rename_is_the_backup(tmp_path):
+    """What a writer SIGKILLed between its backup and its rename leaves: the script as it was and its backup. The
+    next run's change is that same change: it keeps that backup instead of a second one."""
+    fixed = _fixed_text(tmp_path)
+    script = tmp_path / "job.slurm"
+    shutil.copyfile(SEED_BROKEN, script)
+    shutil.copyfile(SEED_BROKEN, tmp_path / "job.slurm.gpudoctor.bak")
+    r = _fix(script)
+    _, err = r.communicate(timeout=120)
+    assert r.returncode in (0, 1), err
+    assert script.read_bytes() == fixed and _backups(tmp_path) == ["job.slurm.gpudoctor.bak"]
+    # a backup of other bytes is never taken for this one: a new one beside it
+    script.write_bytes(SEED_BROKEN.read_bytes() + b"# edited\n")
+    r = _fix(script)
+    _, err = r.communicate(timeout=120)
+    assert r.returncode in (0, 1), err
+    assert _backups(tmp_path) == ["job.slurm.gpudoctor.bak", "job.slurm.gpudoctor.bak.1"]
+    assert (tmp_path / "job.slurm.gpudoctor.bak.1").read_bytes().endswith(b"# edited\n")
