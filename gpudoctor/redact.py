@@ -289,29 +289,39 @@ def redact_words(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
             shown = word if _REFERENCE.fullmatch(word) else REDACTED
             hide_next = False
         else:
-            shown, hide_next = _word_alone(word)
-            if prev is not None and shown == redact(word):
+            shown, hide_next, plain = _word_alone(word)
+            if plain and prev is not None and _may_span(prev, word):
                 shown = _word_after(prev, word, shown)
         out.append(shown)
         prev = word
     return tuple(out)
 
 
-def _word_alone(word: str) -> tuple[str, bool]:
-    """(word as shown, whether the next word is a credential option's value)."""
+# The words a rule of `redact` reads across a blank begin its match: an option (`-u`, `--user`, `--token`), an
+# HTTP auth scheme (`Bearer`), netrc's `password`, or a `name:`/`name =` whose separator ends the word before
+# or begins the next one. Only such a pair can show the line rule something neither word shows alone.
+_SPANNING_WORDS = frozenset({"bearer", "basic", "digest", "token", "password", "passwd"})
+
+
+def _may_span(prev: str, word: str) -> bool:
+    return prev[:1] == "-" or prev[-1:] in (":", "=", "]") or word[:1] in (":", "=") or prev.lower() in _SPANNING_WORDS
+
+
+def _word_alone(word: str) -> tuple[str, bool, bool]:
+    """(word as shown, whether the next word is a credential option's value, whether `redact` alone judged it)."""
     option = _OPTION_WORD.match(word)
     assign = _ASSIGN_WORD.match(word)
     if _REFERENCE.fullmatch(word.split("=", 1)[-1]):
-        return word, False
+        return word, False, False
     if option and _credential_option(option.group(1)):
-        return (f"{option.group(1)}={REDACTED}", False) if option.group(2) else (word, True)
+        return (f"{option.group(1)}={REDACTED}", False, False) if option.group(2) else (word, True, False)
     if assign and is_credential_name(assign.group(1)):
-        return f"{assign.group(1)}{assign.group(2)}={REDACTED}", False
-    return redact(word), False
+        return f"{assign.group(1)}{assign.group(2)}={REDACTED}", False, False
+    return redact(word), False, True
 
 
 def _word_after(prev: str, word: str, shown: str) -> str:
-    """word as the line `prev word` shows it, where that blanks more than word alone does."""
+    """word as the line `prev word` shows it, where that blanks more than word alone does (shown)."""
     if not prev or any(c.isspace() for c in prev) or not word:
         return shown
     head = redact(prev) + " "
