@@ -93,16 +93,25 @@ def _stat(pid: int) -> tuple[int | None, float | None]:
         return None, None
 
 
-def _user(pid: int) -> str | None:
+def _uid(pid: int) -> int | None:
+    """The process's real uid (/proc/PID/status `Uid:`, its first field): whose process it is, whatever
+    /proc/PID's own owner says (root for a process that made itself not dumpable)."""
     raw = _read(f"/proc/{pid}/status", 8192)
     for line in (raw or b"").decode("utf-8", "replace").splitlines():
         fields = line.split()
-        if fields[:1] == ["Uid:"] and len(fields) > 1 and fields[1].isdigit():
-            try:
-                return pwd.getpwuid(int(fields[1])).pw_name
-            except KeyError:
-                return fields[1]
+        if fields[:1] == ["Uid:"] and len(fields) > 1 and fields[1].isdigit() and fields[1].isascii():
+            return int(fields[1])
     return None
+
+
+def _user(pid: int) -> str | None:
+    uid = _uid(pid)
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -158,13 +167,6 @@ def cgroup_job(pid: int) -> str | None:
     return None
 
 
-def _owner(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
 def job_processes(job: str, uid: int | None = None) -> list[JobProcess]:
     """The job's processes on this node (the module docstring's rule): members by SLURM's word, owned by uid
     (the job's user; this probe's own uid when None)."""
@@ -178,7 +180,7 @@ def job_processes(job: str, uid: int | None = None) -> list[JobProcess]:
     slurm_says = bool(listed) or bool(in_cgroup)
     found: dict[int, JobProcess] = {}
     for pid in pids:
-        if _owner(pid) != owner:
+        if _uid(pid) != owner:
             continue  # another user's process is never the job's, whatever its environment says
         env = _environ(pid)
         if slurm_says:
