@@ -146,8 +146,9 @@ def listpids(job: str) -> dict[int, str]:
 
 
 def _same_job(listed: str, job: str) -> bool:
-    """listpids' JOBID column (`46`, a het job's component `45+1`) names the job asked for (its own id)."""
-    return listed == job or listed.split("+")[0] == job.split("_")[0]
+    """listpids' JOBID column names the job asked for: its id (`46`), or, for a het job's component, the het
+    job and offset (`45+1`, which `scontrol listpids 46` prints for component 46: only that job is listed)."""
+    return listed == job or listed.split("+")[0] == job.split("_")[0] or "+" in listed
 
 
 # slurm's cgroup paths (task/cgroup, proctrack/cgroup): v1 `/slurm/uid_U/job_J/step_S/task_T`, v2
