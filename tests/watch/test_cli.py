@@ -278,3 +278,35 @@ def test_a_job_gone_from_the_controller_after_the_window_is_said_to_have_ended(t
     said = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-WATCH-006"]
     assert len(said) == 1 and said[0]["severity"] == "info", said
     assert "job 42 ended during the watch (no longer in the controller's list)" in said[0]["message"]
+
+
+def test_the_text_reports_next_step_fixes_the_jobs_script_not_this_machine(tmp_path):
+    """A job whose script (Command=) still holds the submitted text: the next step is `gpudoctor fix --apply
+    --sbatch <that script>`, quoted for the shell (issue 35 item 9)."""
+    from gpudoctor.watch.samples import JobProcess
+
+    env = _stand_ins(tmp_path)
+    work = tmp_path / "my jobs"
+    work.mkdir()
+    script = work / "job.sbatch"
+    script.write_text(SCRIPT)
+    (work / "train.py").write_text(DDP_PROGRAM)
+    (tmp_path / "script.txt").write_text(SCRIPT)
+    record = (
+        RECORD.format(job=42, state="RUNNING")
+        .replace("BatchFlag=0", "BatchFlag=1")
+        .replace("GRES=gpu:h200:1(IDX:0)", "GRES=gpu:h200:8(IDX:0-7)")
+        .replace("Command=(null)", f"Command={script}\n   WorkDir={work}")
+    )
+    (tmp_path / "record.txt").write_text(record)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = show ] && exec cat {tmp_path}/record.txt\n'
+        f'[ "$1" = write ] && exec cat {tmp_path}/script.txt\nexit 1\n'
+    )
+    rank = JobProcess(pid=4242, ppid=1, cmdline=("python3", "train.py"), env={"CUDA_VISIBLE_DEVICES": "0"})
+    obs = NodeObservation("fake01", tuple(range(8)), (rank,), window_s=1.0)
+    (tmp_path / "node.json").write_text(json.dumps(obs.to_dict()) + "\n")
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"gpudoctor fix --apply --sbatch '{script}'" in r.stdout, r.stdout
+    assert "gpudoctor fix --apply   #" not in r.stdout and "gpudoctor fix --apply --unsafe-fixes" not in r.stdout
