@@ -100,11 +100,12 @@ def run(args) -> int:
     from gpudoctor.inputs import UsageError
 
     job = args.job if args.job is not None else os.environ.get("SLURM_JOB_ID")
-    if not job:
+    if job is None:
         raise UsageError("watch: --job JOBID is required outside a SLURM job")
     if not _JOB_ID.fullmatch(job):
+        source = "--job" if args.job is not None else "SLURM_JOB_ID"
         raise UsageError(
-            f"--job {_shown(job)}: expected a SLURM job id (a positive number, an array task 123_4, a het job 123+1)"
+            f"{source} {_shown(job)}: expected a SLURM job id (a positive number, an array task 123_4, a het job 123+1)"
         )
     python = args.python or sys.executable
     if args.python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
