@@ -310,3 +310,23 @@ def test_the_text_reports_next_step_fixes_the_jobs_script_not_this_machine(tmp_p
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"gpudoctor fix --apply --sbatch '{script}'" in r.stdout, r.stdout
     assert "gpudoctor fix --apply   #" not in r.stdout and "gpudoctor fix --apply --unsafe-fixes" not in r.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_argv_secrets_of_the_jobs_processes_reach_no_report(tmp_path, as_json):
+    """GD-WATCH-001's message and evidence.cause quote the ranks' command lines: an option and its value in two
+    words (curl/wget's `-u bob:PW`, `--proxy-user u:PW`) is blanked as in one (issue 35 item 1), even from a
+    probe that printed them raw."""
+    env = _stand_ins(tmp_path)
+    (tmp_path / "record.txt").write_text(
+        RECORD.format(job=42, state="RUNNING").replace("GRES=gpu:h200:1(IDX:0)", "GRES=gpu:h200:2(IDX:0-1)")
+    )
+    argv = ["python3", "train.py", "-u", "bob:MARKERu", "--user", "c:MARKERc", "--proxy-user", "p:MARKERp"]
+    argv += ["-ud:MARKERd", "--password", "MARKERpw", "--token", "MARKERtok"]
+    raw = {"pid": 4242, "ppid": 1, "cmdline": argv, "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+    node = {"node": "fake01", "allocated": [0, 1], "processes": [raw], "window_s": 1.0}
+    (tmp_path / "node.json").write_text(json.dumps(node) + "\n")
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", *(["--json"] if as_json else []), env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "GD-WATCH-001" in r.stdout and "train.py -u bob:<redacted>" in r.stdout  # quoted, and blanked
+    assert "MARKER" not in r.stdout + r.stderr, [x for x in r.stdout.splitlines() if "MARKER" in x]
