@@ -6,7 +6,8 @@ context and starts nothing on a GPU: NVML (nvidia-ml-py) reads the driver's coun
 
 - The job's processes: those SLURM says are the job's -- `scontrol listpids J` (slurmstepd's own list, from
   its proctrack plugin) and the processes in the job's cgroup (/proc/PID/cgroup: slurm's cgroup paths hold
-  `job_J`, `/slurm/uid_U/job_J/step_S` with cgroup v1, `/.../slurmstepd.scope/job_J/step_S` with v2) -- owned
+  `job_J`, `/slurm/uid_U/job_J/step_S` with cgroup v1, `/.../slurmstepd.scope/job_J/step_S` with v2) and
+  their descendants (a torchrun worker in a session of its own escapes proctrack/pgid's list) -- owned
   by the job's user (--uid: the UserId of `scontrol show job`; the probe's own uid when not given). A process
   that only sets SLURM_JOB_ID=J in its environment is no member: anyone can set a variable, and another user's
   process listed as the job's could claim an idle GPU (issue 35 item 4). Only where SLURM says nothing at all
@@ -169,23 +170,27 @@ def cgroup_job(pid: int) -> str | None:
 
 
 def job_processes(job: str, uid: int | None = None) -> list[JobProcess]:
-    """The job's processes on this node (the module docstring's rule): members by SLURM's word, owned by uid
-    (the job's user; this probe's own uid when None)."""
+    """The job's processes on this node (the module docstring's rule): members by SLURM's word -- listed, in
+    the job's cgroup, or descended from such a process (a torchrun worker started in a session of its own
+    escapes proctrack/pgid's list, not its parent) -- owned by uid (the job's user; this probe's own uid when
+    None)."""
     own_step = os.environ.get("SLURM_STEP_ID") if os.environ.get("SLURM_JOB_ID") == job else None
     owner = os.getuid() if uid is None else uid
     mine = _ancestors(os.getpid())
     listed = listpids(job)
     job_id = job.split("_")[0]
     pids = [int(n) for n in os.listdir("/proc") if n.isdigit() and n.isascii() and int(n) not in mine]
-    in_cgroup = {pid for pid in pids if cgroup_job(pid) == job_id}
-    slurm_says = bool(listed) or bool(in_cgroup)
+    owned = [pid for pid in pids if _uid(pid) == owner]  # another user's process is never the job's
+    members = set(listed) | {pid for pid in owned if cgroup_job(pid) == job_id}
+    slurm_says = bool(members)
+    stats = {pid: _stat(pid) for pid in owned}
+    if slurm_says:
+        members |= {pid for pid in owned if _descends(pid, members, stats)}
     found: dict[int, JobProcess] = {}
-    for pid in pids:
-        if _uid(pid) != owner:
-            continue  # another user's process is never the job's, whatever its environment says
+    for pid in owned:
         env = _environ(pid)
         if slurm_says:
-            if pid not in listed and pid not in in_cgroup:
+            if pid not in members:
                 continue
             env = env or {}
             step = listed.get(pid) or env.get("SLURM_STEP_ID")
@@ -195,7 +200,7 @@ def job_processes(job: str, uid: int | None = None) -> list[JobProcess]:
             continue
         elif own_step is not None and env.get("SLURM_STEP_ID") == own_step:
             continue
-        ppid, cpu = _stat(pid)
+        ppid, cpu = stats[pid]
         if cpu is None:  # exited meanwhile
             continue
         found[pid] = JobProcess(
@@ -207,6 +212,18 @@ def job_processes(job: str, uid: int | None = None) -> list[JobProcess]:
             cpu_seconds_start=cpu,
         )
     return [found[p] for p in sorted(found)]
+
+
+def _descends(pid: int, members: set[int], stats: dict[int, tuple[int | None, float | None]]) -> bool:
+    """Whether a parent of pid, up the chain of the job user's processes, is one of members."""
+    seen = {pid}
+    parent = stats[pid][0]
+    while parent is not None and parent > 1 and parent not in seen and parent in stats:
+        if parent in members:
+            return True
+        seen.add(parent)
+        parent = stats[parent][0]
+    return False
 
 
 def _with_end_cpu(processes: list[JobProcess]) -> list[JobProcess]:

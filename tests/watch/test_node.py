@@ -272,3 +272,33 @@ def test_an_option_and_its_value_in_two_argv_words_are_redacted(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_slurms_list_and_its_descendants_decide_not_the_variable(monkeypatch):
+    """Where SLURM lists the job's processes (here: listpids answering with a real process of this test), those
+    and their descendants are the job's -- a child in a session of its own too, which proctrack/pgid would not
+    list (torchrun starts its workers so) -- and a process that only sets SLURM_JOB_ID is not."""
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+        "print(p.pid, flush=True)\ntime.sleep(60)\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    parent = subprocess.Popen([sys.executable, "-c", code], env=clean, stdout=subprocess.PIPE, text=True)
+    claims = _started([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ, SLURM_JOB_ID=JOB))
+    child = None
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        monkeypatch.setattr(node, "listpids", lambda job: {parent.pid: "0"})
+        found = {p.pid for p in node.job_processes(JOB)}
+        assert {parent.pid, child} <= found and claims.pid not in found, found
+    finally:
+        for p in (parent, claims):
+            p.kill()
+            p.wait()
+        if child is not None:
+            try:
+                os.kill(child, 9)
+            except ProcessLookupError:
+                pass
