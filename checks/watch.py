@@ -132,7 +132,8 @@ WATCH_VERDICTS = (
         title="Every node of the running job was observed",
         what="The probe gpudoctor runs on each node of the job (srun --overlap inside the job) must answer "
         "within the window plus a margin; a node that does not, or a signal that cannot be read there (NVML), "
-        "is named as not observed.",
+        "is named as not observed. A job that ended during the window (its state in `scontrol show job` after "
+        "it) is said to have ended, with its state and end time: a note when COMPLETED, a warn otherwise.",
         why="A node that cannot be observed is not a healthy node: it may be the one that hangs. Reporting it as "
         "such keeps the verdict honest.",
         fix="Run the probe by hand on that node (`srun --jobid JOB --overlap -w NODE python -m "

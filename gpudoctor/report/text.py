@@ -37,11 +37,12 @@ MARKS = {
 }
 ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 PROBLEMS = (Severity.FAIL, Severity.ERROR, Severity.WARN)
+# {fix}: the view's `gpudoctor fix` line with this run's inputs (watch: the job's batch script), so the legend
+# names the command that writes these fixes, never a bare one that would fix this machine instead.
 SAFETY_MEANING = {
-    Safety.SAFE: "safe: reversible, changes only the job's environment or a file gpudoctor backs up; "
-    "`gpudoctor fix --apply` writes it",
+    Safety.SAFE: "safe: reversible, changes only the job's environment or a file gpudoctor backs up; `{fix}` writes it",
     Safety.UNSAFE: "unsafe: changes what the job does (GPUs, tasks, batch size, workers); "
-    "written only with `gpudoctor fix --apply --unsafe-fixes`",
+    "written only with `{fix} --unsafe-fixes`",
     Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
 }
 DEFAULT_EVIDENCE_LINES = 2
@@ -207,9 +208,10 @@ def _counts(items: list[Finding], detail: str) -> str:
 
 
 class _Renderer:
-    def __init__(self, out: _Out, detail: str):
+    def __init__(self, out: _Out, detail: str, fix_command: str | None = None):
         self.out = out
         self.detail = detail  # "default" | "all" | "problems"
+        self.fix_command = fix_command or "gpudoctor fix --apply"
         self.explained: set[Safety] = set()
         self.seen: set[tuple[str, str]] = set()  # evidence already shown (the same #SBATCH lines under every finding)
 
@@ -230,7 +232,7 @@ class _Renderer:
         commands stand for the fix's title, the first on the `fix (...)` line; -v shows the title."""
         label = fix.safety.value
         if fix.safety not in self.explained:
-            label = SAFETY_MEANING[fix.safety]
+            label = SAFETY_MEANING[fix.safety].format(fix=self.fix_command)
             self.explained.add(fix.safety)
         lines = action_lines(fix)
         if compact and lines:
@@ -357,7 +359,7 @@ def _check_text(result: Result) -> str:
     if view.notes and detail == "default":
         detail = "notes"
     out = _Out(result.color)
-    r = _Renderer(out, detail)
+    r = _Renderer(out, detail, view.fix_command)
     target = result.target if result.target is not None else view.target
     verdict, machine = result.verdict, result.outside
     if view.header:
