@@ -149,7 +149,7 @@ WATCH_VERDICTS = (
         "until backward() returns -- DDP's gradient all-reduce --, the rest), and every window each part's mean per "
         "step is exchanged on a separate gloo group. A rank whose own work (the step less its wait in the "
         "all-reduce) is at least 25 % and 1 ms above the median of the other ranks', while it waits less than they "
-        "do, in 3 consecutive windows or more is named, with its host, GPU (local rank), the part that explains the "
+        "do, in 4 consecutive windows or more is named, with its host, GPU (local rank), the part that explains the "
         "gap and the ranks waiting for it; every rank's medians are in the evidence, named or not. In synchronous "
         "DDP every rank's step takes the same wall time: the culprit is the rank that waits least in the "
         "all-reduce. One slow window (a stall) is not a straggler.",

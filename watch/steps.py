@@ -15,7 +15,8 @@ The rules, robust by construction (totals within a window, runs of windows and m
 - the straggler (GD-WATCH-009): a rank whose own work is above the median of the other ranks' own work by
   STRAGGLER_SHARE of theirs, STRAGGLER_STEP_SHARE of its step (what the job loses to it) and STRAGGLER_MIN_S, and
   (with DDP) that waits less than they do in the all-reduce, in
-  CONSECUTIVE windows or more in a row; one slow window (a stall: a checkpoint, a page-cache miss) is not named.
+  STRAGGLER_WINDOWS windows or more in a row; a stall (a checkpoint, a page-cache miss) or a loaded machine's
+  contention, which moves from rank to rank, is not named.
   The part named is the own part most above the other ranks' median over those windows; the ranks waiting for it
   are those whose all-reduce wait is at least half the gap above its own. Every rank's medians over the windows
   judged are in the evidence (rank_medians), named or not.
@@ -39,7 +40,8 @@ from dataclasses import dataclass, fields
 from gpudoctor.model import Finding, Severity, manual
 from gpudoctor.watch.verdict import join_fixes, make
 
-CONSECUTIVE = 3  # windows in a row for any verdict
+CONSECUTIVE = 3  # windows in a row for a verdict ...
+STRAGGLER_WINDOWS = 4  # ... and for a straggler: a loaded machine slows one rank, then another, for a few seconds
 STRAGGLER_SHARE = 0.25  # own work above the other ranks' median by this share ...
 STRAGGLER_STEP_SHARE = 0.05  # ... by this share of the step at least (what the job loses to it) ...
 STRAGGLER_MIN_S = 0.0002  # ... and by this much (a timer's and Python's own jitter)
@@ -119,14 +121,14 @@ def median_known(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _runs(flags: list[bool]) -> list[tuple[int, int]]:
-    """The [start, end) index ranges of CONSECUTIVE or more True flags in a row."""
+def _runs(flags: list[bool], needed: int = CONSECUTIVE) -> list[tuple[int, int]]:
+    """The [start, end) index ranges of `needed` or more True flags in a row."""
     out, start = [], None
     for i, flag in enumerate([*flags, False]):
         if flag and start is None:
             start = i
         elif not flag and start is not None:
-            if i - start >= CONSECUTIVE:
+            if i - start >= needed:
                 out.append((start, i))
             start = None
     return out
@@ -174,7 +176,7 @@ def stragglers(windows: Sequence[Window]) -> list[Finding]:
     ranks = sorted({r.rank for w in windows for r in w.ranks})
     out = []
     for rank in ranks:
-        runs = _runs([_slow_in(w, rank) for w in windows])
+        runs = _runs([_slow_in(w, rank) for w in windows], STRAGGLER_WINDOWS)
         if not runs:
             continue
         run = runs[-1]
@@ -439,7 +441,7 @@ def judge_windows(
     findings += stopped_ranks(stopped)
     found = {f.id for f in findings}
     ranks = max((len(w.ranks) for w in windows), default=0)
-    needed = {"GD-WATCH-009": CONSECUTIVE, "GD-WATCH-010": CONSECUTIVE, "GD-WATCH-011": 1 + BASELINE + CONSECUTIVE}
+    needed = {"GD-WATCH-009": STRAGGLER_WINDOWS, "GD-WATCH-010": CONSECUTIVE, "GD-WATCH-011": 1 + BASELINE + CONSECUTIVE}
     for fid, n in needed.items():
         if fid in found:
             continue
