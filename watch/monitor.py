@@ -25,9 +25,11 @@ The exchange: every window (window_s; the first after FIRST_WINDOW_STEPS steps) 
 fixed-size float64 row (PACKED) on the monitor's own gloo group, asynchronously, and only tests whether it completed
 at its later steps: no rank ever waits in it. The window's end is a step count every rank computes alike from the
 previous exchange's rows (identical everywhere), so the collectives pair up; while one is in flight no other is
-posted. One that has not completed OVERDUE_S after it was posted, or that failed (a rank left the group), stands
+posted. One that has not completed OVERDUE_MIN_S (or OVERDUE_WINDOWS windows) and 3 steps after it was posted, or
+that failed (a rank left the group), stands
 the exchange down: the ranks that closed their Monitor (a key in the job's store, set at close) or that did not
-reach the window's end are GD-WATCH-012, and the Monitor goes on timing its own rank only. close() (also at exit)
+reach the window's end are GD-WATCH-012, the group's gloo backend is aborted (a collective left in flight would
+hold the job's destroy_process_group() and exit for gloo's timeout), and the Monitor goes on counting steps only. close() (also at exit)
 posts a last row marked closed and waits for it CLOSE_WAIT_S at most: a rank that stopped early says so there.
 Rank 0 judges (steps.judge_windows), prints each new finding once, and writes report= atomically after every window
 and at close. Every rank writes a heartbeat (heartbeat_path) at every window's end. No numpy, no pickled object:
@@ -344,7 +346,8 @@ class Monitor:
                 self._finish_exchange()
             elif state == "failed":
                 self._stand_down(ex, failed=True)
-            elif time.perf_counter() - ex.posted > self._overdue_s():
+            elif time.perf_counter() - ex.posted > self._overdue_s() and self._count - ex.count >= MIN_WINDOW_STEPS:
+                # and steps since: in DDP a rank cannot step ahead of one that has not posted (a long checkpoint)
                 self._stand_down(ex, failed=False)
         if self._next_window_at is not None and self._count >= self._next_window_at:
             self._end_window()
@@ -378,7 +381,9 @@ class Monitor:
         row = [getattr(mine, k, None) for k in PACKED]
         row[PACKED.index("count")] = self._count
         row[PACKED.index("closed")] = 1.0 if closing else 0.0
-        self._inflight.append(_Exchange(self._torch, self._group, self._world, row, self._window_end, closing))
+        ex = _Exchange(self._torch, self._group, self._world, row, self._window_end, closing)
+        ex.count = self._count
+        self._inflight.append(ex)
 
     def _window_steps(self, step_s: float) -> int:
         if step_s <= 0:
@@ -423,6 +428,7 @@ class Monitor:
         self._alone = True
         self._next_window_at = self._count + FIRST_WINDOW_STEPS
         self._learn_identities()
+        _abort(self._torch, self._group)
         closed = self._closed_ranks()
         for rank, count in sorted(closed.items()):
             if count < self._count:
@@ -646,6 +652,7 @@ class _Exchange:
         self.mine = torch.tensor([math.nan if v is None else float(v) for v in row], dtype=torch.float64)
         self.out = [torch.full_like(self.mine, math.nan) for _ in range(world)]
         self.end = end
+        self.count = end  # this rank's step count when it posted
         self.closing = closing
         self.posted = time.perf_counter()
         self.work = dist.all_gather(self.out, self.mine, group=group, async_op=True)
@@ -738,6 +745,10 @@ def _unpack(row: dict, identities: list[dict]) -> RankWindow:
 
 
 _SERIAL = [0]
+# Every monitor group made in this process, kept: freeing a gloo group (the job's destroy_process_group() drops
+# torch's own reference) joins its worker threads, and one may be in an exchange left in flight, until gloo's
+# timeout. Kept here, the group is never freed before the process ends, and the job's destroy and exit go on.
+_GROUPS: list = []
 
 
 def _next_serial() -> int:
@@ -753,12 +764,22 @@ def _make_group(torch, serial: int) -> tuple[object, object]:
     import torch.distributed as dist
 
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
+    _GROUPS.append(group)  # never freed while the process lives (see _GROUPS)
     store = None
     with contextlib.suppress(Exception):
         from torch.distributed.distributed_c10d import _get_default_store
 
         store = dist.PrefixStore(f"{STORE_PREFIX}/{serial}/", _get_default_store())
     return group, store
+
+
+def _abort(torch, group) -> None:
+    """Aborts the monitor's gloo group where an exchange may be left in flight: its collective would otherwise
+    keep one of gloo's threads until the group's timeout, and freeing the group (the job's destroy_process_group())
+    joins that thread: the job's exit would wait up to GROUP_TIMEOUT_S. Peers still in an exchange on it fail at
+    once (they stand down too)."""
+    with contextlib.suppress(Exception):
+        group._get_backend(torch.device("cpu")).abort()
 
 
 def _queue_callback(torch, fn) -> None:

@@ -401,7 +401,7 @@ def stopped_ranks(stopped: Sequence[Stopped]) -> list[Finding]:
     for s in stopped:
         who = "a rank" if s.rank < 0 else f"rank {s.rank}" + (f" (host {s.host})" if s.host != "?" else "")
         msg = {
-            "closed": f"{who} stopped stepping at step {s.count} while rank {s.seen_by} went on to step {s.others_at}",
+            "closed": f"{who} stopped stepping at step {s.count} while another rank went on to step {s.others_at}",
             "left": f"{who} left the monitor's group (the exchange of the window ending at step {s.others_at} failed)",
             "silent": f"{who} did not reach step {s.others_at} in time: it stopped stepping or is stuck",
             "behind": f"{who} had not reached step {s.others_at} when rank {s.seen_by} closed: their step counts differ",

@@ -8,6 +8,9 @@ worlds one after the other, each with its own Monitor (and gloo group):
 - input-bound: rank 1's collate_fn sleeps 20 ms (num_workers=0): GD-WATCH-010 names rank 1 (and only it);
 - uneven (issue 35): no DDP, rank 1 does 30 steps and rank 0 60: rank 0 is never held by the exchange (the old
   monitor waited there for the group's 600 s timeout), and GD-WATCH-012 names rank 1 as stopped at step 30;
+- stuck (issue 35): no DDP, rank 1 stops stepping at step 20 without closing, alive until rank 0 is done; the
+  bounds are shortened for the test (overdue after 0.3 s, close() waits 1 s): rank 0's exchange is overdue,
+  GD-WATCH-012 names rank 1 as not reaching the window's end, rank 0 trains on to step 60;
 - left (issue 34): no DDP, rank 1 destroys its process groups at its step 15 (the monitor's own group lives on in
   the monitor) and its process ends at step 40: rank 0's exchange fails, GD-WATCH-012 says rank 1 left, rank 0's
   monitor stands down and its steps go on.
@@ -43,6 +46,7 @@ except ImportError:
 import torch, torch.distributed as dist, torch._dynamo
 from torch.nn.parallel import DistributedDataParallel as DDP
 from gpudoctor.watch import Monitor
+import gpudoctor.watch.monitor as monitor_module
 
 port, out = sys.argv[1], sys.argv[2]
 rank = 1 if os.fork() == 0 else 0
@@ -57,7 +61,7 @@ def slow_collate(batch):
     time.sleep(0.020)
     return torch.stack(batch)
 
-def world(name, steps, extra_sleep=0.0, collate=None, ddp=True, window_s=0.4, leave_at=None):
+def world(name, steps, extra_sleep=0.0, collate=None, ddp=True, window_s=0.4, leave_at=None, stuck_at=None):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     model = DDP(model) if ddp else model
@@ -81,6 +85,13 @@ def world(name, steps, extra_sleep=0.0, collate=None, ddp=True, window_s=0.4, le
                 open(f"{out}/left-rank1-steps.txt", "w").write(str(done))
                 sys.stderr.flush()
                 os._exit(0)  # ... and its process ends
+            if stuck_at is not None and done == stuck_at:  # alive, not stepping, not closing: until rank 0 is done
+                for _ in range(600):
+                    if os.path.exists(f"{out}/{name}-done"):
+                        break
+                    time.sleep(0.1)
+                done = steps  # and it steps no more
+                break
             if done == steps:
                 break
     findings = monitor.close()
@@ -89,11 +100,14 @@ def world(name, steps, extra_sleep=0.0, collate=None, ddp=True, window_s=0.4, le
             json.dump([x.to_dict() for x in findings], f)
         with open(f"{out}/{name}-wall.txt", "w") as f:
             f.write(str(time.perf_counter() - start))
+        open(f"{out}/{name}-done", "w").close()
 
 world("healthy", 150)
 world("slowed", 90, extra_sleep=0.025 if rank == 1 else 0.0)
 world("input", 90, collate=slow_collate if rank == 1 else None)
 world("uneven", 60 if rank == 0 else 30, extra_sleep=0.005, ddp=False, window_s=0.1)
+monitor_module.OVERDUE_MIN_S, monitor_module.CLOSE_WAIT_S = 0.3, 1.0  # the stuck world's bounds, shortened
+world("stuck", 60, extra_sleep=0.02, ddp=False, window_s=0.1, stuck_at=20 if rank == 1 else None)
 world("left", 60, extra_sleep=0.005, ddp=False, window_s=0.1, leave_at=15 if rank == 1 else None)
 if rank == 1:
     sys.stderr.flush()
@@ -175,6 +189,14 @@ def test_a_rank_with_fewer_steps_holds_nobody_and_is_named_as_stopped(worlds):
     assert f["message"].startswith("rank 1 (host ") and "stopped stepping at step 30" in f["message"]
     report = json.loads((worlds / "uneven.json").read_text())
     assert report["watch"]["steps"] == 60 and report["watch"]["closed"] is True
+
+
+def test_a_rank_that_stopped_without_closing_is_named_once_its_exchange_is_overdue(worlds):
+    f = _findings(worlds, "stuck")["GD-WATCH-012"]
+    assert f["severity"] == "warn" and f["evidence"]["rank"] == 1 and f["evidence"]["how"] == "silent", f["message"]
+    assert "rank 1 (host " in f["message"] and "did not reach step" in f["message"]
+    report = json.loads((worlds / "stuck.json").read_text())
+    assert report["watch"]["steps"] == 60 and report["watch"]["exchange"] == "alone"
 
 
 def test_a_rank_that_left_the_group_stands_the_monitor_down_and_the_steps_go_on(worlds):
