@@ -200,8 +200,8 @@ WATCH_VERDICTS = (
         what="Inside the job (gpudoctor.watch.Monitor and its callbacks): the window exchange is an asynchronous "
         "all_gather no rank waits in. A rank whose Monitor closed (at which step: a key in the job's store) while "
         "another went on, a rank that left the monitor's gloo group, or an exchange not completed 30 s (or 3 "
-        "windows) and 3 steps after it was posted names the rank that stopped stepping, where it can be told; the monitor "
-        "then stands down and goes on timing each rank alone.",
+        "windows) and 3 steps after it was posted names the rank that stopped stepping, where it can be told; the "
+        "monitor then stands down (each rank goes on counting its steps for its heartbeat only).",
         why="Ranks with uneven step counts (uneven data shards, evaluation loops on some ranks only) hang a DDP "
         "job at its next collective, or train on fewer batches than meant; a rank that stopped is what a hang "
         "or a silent imbalance looks like.",

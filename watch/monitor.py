@@ -26,11 +26,12 @@ fixed-size float64 row (PACKED) on the monitor's own gloo group, asynchronously,
 at its later steps: no rank ever waits in it. The window's end is a step count every rank computes alike from the
 previous exchange's rows (identical everywhere), so the collectives pair up; while one is in flight no other is
 posted. One that has not completed OVERDUE_MIN_S (or OVERDUE_WINDOWS windows) and 3 steps after it was posted, or
-that failed (a rank left the group), stands
-the exchange down: the ranks that closed their Monitor (a key in the job's store, set at close) or that did not
-reach the window's end are GD-WATCH-012, the group's gloo backend is aborted (a collective left in flight would
-hold the job's destroy_process_group() and exit for gloo's timeout), and the Monitor goes on counting steps only. close() (also at exit)
-posts a last row marked closed and waits for it CLOSE_WAIT_S at most: a rank that stopped early says so there.
+that failed (a rank left the group), stands the exchange down: the ranks that closed their Monitor (a key in the
+job's store, set at close) or that did not reach the window's end are GD-WATCH-012, the group's gloo backend is
+aborted (its peers fail at once instead of waiting for gloo's timeout), and the Monitor goes on counting steps
+only. close() (also at exit) posts a last row marked closed and waits for it CLOSE_WAIT_S at most: a rank that
+stopped early says so there. The groups are kept for the process's life (_GROUPS): freeing one joins gloo's
+threads, one of which may be in a collective left in flight, and the job's destroy_process_group() would wait.
 Rank 0 judges (steps.judge_windows), prints each new finding once, and writes report= atomically after every window
 and at close. Every rank writes a heartbeat (heartbeat_path) at every window's end. No numpy, no pickled object:
 torch's object collectives need numpy, which a training environment may not have.
@@ -184,8 +185,8 @@ class Monitor:
         self._identity = _identity(model, self._rank)
         self._identities: list[dict] = [self._identity]
         self._clock = _Clock(torch, _device_of(model))
-        self._group = None
-        self._store = None
+        self._group: Any = None
+        self._store: Any = None
         self._hello: _Hello | None = None
         self._serial = _next_serial()  # the same on every rank: each makes its Monitors in the same order
         self._guarded(lambda: self._setup(model))

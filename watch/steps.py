@@ -404,7 +404,7 @@ def stopped_ranks(stopped: Sequence[Stopped]) -> list[Finding]:
             "closed": f"{who} stopped stepping at step {s.count} while another rank went on to step {s.others_at}",
             "left": f"{who} left the monitor's group (the exchange of the window ending at step {s.others_at} failed)",
             "silent": f"{who} did not reach step {s.others_at} in time: it stopped stepping or is stuck",
-            "behind": f"{who} had not reached step {s.others_at} when rank {s.seen_by} closed: their step counts differ",
+            "behind": f"{who} had not reached step {s.others_at} when rank {s.seen_by} closed",
         }[s.how]
         out.append(
             make(
@@ -441,7 +441,11 @@ def judge_windows(
     findings += stopped_ranks(stopped)
     found = {f.id for f in findings}
     ranks = max((len(w.ranks) for w in windows), default=0)
-    needed = {"GD-WATCH-009": STRAGGLER_WINDOWS, "GD-WATCH-010": CONSECUTIVE, "GD-WATCH-011": 1 + BASELINE + CONSECUTIVE}
+    needed = {
+        "GD-WATCH-009": STRAGGLER_WINDOWS,
+        "GD-WATCH-010": CONSECUTIVE,
+        "GD-WATCH-011": 1 + BASELINE + CONSECUTIVE,
+    }
     for fid, n in needed.items():
         if fid in found:
             continue

@@ -115,7 +115,10 @@ def test_a_rank_that_stopped_stepping_is_named_with_where_it_stopped():
     assert found[0].message.startswith("rank 1 (host node0) stopped stepping at step 30 while another rank went on to")
     assert found[0].evidence["how"] == "closed" and found[0].evidence["step"] == 30
     unknown = Stopped(rank=-1, count=None, how="silent", others_at=40)
-    assert "a rank did not reach step 40 in time" in _by_id(judge_windows([], stopped=[unknown]), "GD-WATCH-012")[0].message
+    assert (
+        "a rank did not reach step 40 in time"
+        in _by_id(judge_windows([], stopped=[unknown]), "GD-WATCH-012")[0].message
+    )
 
 
 def test_a_rank_waiting_for_data_is_input_bound_with_the_fix_check_derives():
