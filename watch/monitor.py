@@ -358,9 +358,10 @@ class Monitor:
 
     def _end_window(self) -> None:
         if self._alone:  # stood down: the heartbeat only (one rank's windows are not the job's)
+            mine = self._medians()
             self._steps = []
-            self._write_heartbeat()
-            self._next_window_at = self._count + FIRST_WINDOW_STEPS
+            self._write_heartbeat(mine)
+            self._next_window_at = self._count + self._window_steps(mine.step_s)
             return
         if self._group is None:
             mine = self._medians()
