@@ -56,7 +56,12 @@ PARTS = {
     "comm_s": "the gradient all-reduce",
     "other_s": "the rest of the step (optimizer, logging: outside forward, backward and the all-reduce)",
 }
-SHORT = {"data_s": "waiting for data", "compute_s": "forward+backward", "comm_s": "all-reduce", "other_s": "the rest"}
+SHORT = {
+    "data_s": "waiting for data",
+    "compute_s": "forward+backward",
+    "comm_s": "the all-reduce",
+    "other_s": "the rest of the step",
+}
 OWN_PARTS = ("data_s", "compute_s", "other_s")  # what a rank spends by itself (not waiting for the others)
 
 
@@ -195,10 +200,7 @@ def stragglers(windows: Sequence[Window]) -> list[Finding]:
             m["rank"] for m in others if m["comm_s"] is not None and (m["comm_s"] - (me["comm_s"] or 0.0)) >= gap / 2
         ]
         last = next(r for r in seen[-1].ranks if r.rank == rank)
-        msg = (
-            f"{last.describe()} is the slow rank in {len(seen)} windows in a row: {SHORT[part]} "
-            f"{_ms(me[part])} a step against {_ms(theirs)}"
-        )
+        msg = f"rank {rank} on {last.host} is slow in {SHORT[part]}: {_ms(me[part])} a step against {_ms(theirs)}"
         if waiting:
             wait = median_known([m["comm_s"] for m in others if m["rank"] in waiting])
             msg += f"; {_ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} {_ms(wait)} for it"
@@ -218,6 +220,7 @@ def stragglers(windows: Sequence[Window]) -> list[Finding]:
                 medians=list(medians.values()),
                 per_rank=[r.to_dict() for r in seen[-1].ranks],
                 detail=(
+                    f"{last.describe()}, {len(seen)} windows in a row: "
                     f"own work {_ms(me['own_s'])} a step against the other ranks' {_ms(me['own_s'] - gap)} "
                     f"(medians over windows {seen[0].index}-{seen[-1].index}, up to {seen[-1].end_s:.0f} s in); "
                     f"{PARTS[part]} explains the gap"
@@ -266,12 +269,13 @@ def input_bound(
         me = mine[run[1] - 1]
         assert me is not None
         share = me.data_s / me.step_s
-        msg = (
-            f"{me.describe()} waits for data {share:.0%} of its step ({_ms(me.data_s)} of {_ms(me.step_s)}, "
-            f"medians) in {_windows_text(windows, run)}: the GPU idles while the loader prepares the next batch"
+        msg = f"rank {rank} on {me.host} waits for data {share:.0%} of its step in {run[1] - run[0]} windows in a row"
+        detail = (
+            f"{me.describe()}: {_ms(me.data_s)} of {_ms(me.step_s)} a step (means) in {_windows_text(windows, run)}; "
+            "the GPU idles while the loader prepares the next batch"
         )
         if loader:
-            msg += "; its DataLoader: " + ", ".join(f"{k}={loader.get(k)}" for k in LOADER_KEYS if k in loader)
+            detail += "; its DataLoader: " + ", ".join(f"{k}={loader.get(k)}" for k in LOADER_KEYS if k in loader)
         out.append(
             make(
                 "GD-WATCH-010",
@@ -286,6 +290,7 @@ def input_bound(
                 per_rank=[r.to_dict() for r in windows[run[1] - 1].ranks],
                 loader=loader,
                 check_advice={f.id: f.message for f in loader_advice},
+                detail=detail,
             )
         )
     return out
@@ -337,12 +342,11 @@ def slower_than_itself(windows: Sequence[Window]) -> list[Finding]:
     run = (runs[-1][0] + 1 + BASELINE, runs[-1][1] + 1 + BASELINE)
     now = statistics.median(r[0] for r in rates[run[0] : run[1]] if r is not None)
     grew = _grown_part(windows[1 : 1 + BASELINE], windows[run[0] : run[1]])
-    msg = (
-        f"the job runs at {now:.4g} {unit} in {_windows_text(windows, run)}, {1 - now / base:.0%} below its own "
-        f"{base:.4g} {unit} of its first windows"
-    )
+    msg = f"the job runs at {now:.4g} {unit}, {1 - now / base:.0%} below the {base:.4g} of its first windows"
+    detail = f"in {_windows_text(windows, run)}"
     if grew is not None:
-        msg += f"; {PARTS[grew[0]]} grew most (from {_ms(grew[1])} to {_ms(grew[2])} a step, median over ranks)"
+        msg += f"; {SHORT[grew[0]]} grew most"
+        detail += f"; {PARTS[grew[0]]} grew from {_ms(grew[1])} to {_ms(grew[2])} a step (median over ranks)"
     return [
         make(
             "GD-WATCH-011",
@@ -355,6 +359,7 @@ def slower_than_itself(windows: Sequence[Window]) -> list[Finding]:
             part=None if grew is None else grew[0],
             windows=[windows[i].index for i in range(*run)],
             per_rank=[r.to_dict() for r in windows[run[1] - 1].ranks],
+            detail=detail,
         )
     ]
 
@@ -399,10 +404,10 @@ class Stopped:
 def stopped_ranks(stopped: Sequence[Stopped]) -> list[Finding]:
     out = []
     for s in stopped:
-        who = "a rank" if s.rank < 0 else f"rank {s.rank}" + (f" (host {s.host})" if s.host != "?" else "")
+        who = "a rank" if s.rank < 0 else f"rank {s.rank}" + (f" on {s.host}" if s.host != "?" else "")
         msg = {
             "closed": f"{who} stopped stepping at step {s.count} while another rank went on to step {s.others_at}",
-            "left": f"{who} left the monitor's group (the exchange of the window ending at step {s.others_at} failed)",
+            "left": f"{who} left the monitor's group: the exchange at step {s.others_at} failed",
             "silent": f"{who} did not reach step {s.others_at} in time: it stopped stepping or is stuck",
             "behind": f"{who} had not reached step {s.others_at} when rank {s.seen_by} closed",
         }[s.how]
@@ -410,7 +415,7 @@ def stopped_ranks(stopped: Sequence[Stopped]) -> list[Finding]:
             make(
                 "GD-WATCH-012",
                 Severity.WARN,
-                msg + "; the monitor stood down",
+                msg,
                 manual(
                     "Give every rank the same number of steps (an even sampler: DistributedSampler(drop_last=True)),"
                     " or wrap uneven loops in torch.distributed.algorithms.Join"
@@ -421,6 +426,7 @@ def stopped_ranks(stopped: Sequence[Stopped]) -> list[Finding]:
                 how=s.how,
                 step=s.count,
                 others_at=s.others_at,
+                detail="the monitor's exchange stood down: each rank goes on counting its steps for its heartbeat",
             )
         )
     return out

@@ -186,7 +186,7 @@ def test_a_rank_with_fewer_steps_holds_nobody_and_is_named_as_stopped(worlds):
     f = _findings(worlds, "uneven")["GD-WATCH-012"]
     assert f["severity"] == "warn", f["message"]
     assert f["evidence"]["rank"] == 1 and f["evidence"]["how"] == "closed" and f["evidence"]["step"] == 30
-    assert f["message"].startswith("rank 1 (host ") and "stopped stepping at step 30" in f["message"]
+    assert f["message"].startswith("rank 1 on ") and "stopped stepping at step 30" in f["message"]
     report = json.loads((worlds / "uneven.json").read_text())
     assert report["watch"]["steps"] == 60 and report["watch"]["closed"] is True
 
@@ -194,7 +194,7 @@ def test_a_rank_with_fewer_steps_holds_nobody_and_is_named_as_stopped(worlds):
 def test_a_rank_that_stopped_without_closing_is_named_once_its_exchange_is_overdue(worlds):
     f = _findings(worlds, "stuck")["GD-WATCH-012"]
     assert f["severity"] == "warn" and f["evidence"]["rank"] == 1 and f["evidence"]["how"] == "silent", f["message"]
-    assert "rank 1 (host " in f["message"] and "did not reach step" in f["message"]
+    assert f["message"].startswith("rank 1 on ") and "did not reach step" in f["message"]
     report = json.loads((worlds / "stuck.json").read_text())
     assert report["watch"]["steps"] == 60 and report["watch"]["exchange"] == "alone"
 

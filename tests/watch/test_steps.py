@@ -55,7 +55,8 @@ def test_a_rank_slower_in_four_windows_in_a_row_is_named_with_its_host_gpu_and_p
     assert f.evidence["rank"] == 3 and f.evidence["host"] == "node1" and f.evidence["local_rank"] == 1
     assert f.evidence["part"] == "compute_s" and f.evidence["windows"] == [1, 2, 3, 4]
     assert f.evidence["waiting"] == [0, 1, 2]  # the ranks waiting for it in the all-reduce
-    assert "rank 3 (host node1, local rank 1, cuda:1)" in f.message and "forward+backward 85.0 ms" in f.message
+    assert f.message.startswith("rank 3 on node1 is slow in forward+backward: 85.0 ms a step against 60.0 ms")
+    assert "rank 3 (host node1, local rank 1, cuda:1), 4 windows in a row" in f.evidence["detail"]
     assert "ranks 0, 1, 2 wait 30.0 ms for it" in f.message
     assert len(f.evidence["per_rank"]) == 4 and f.fix is not None
     medians = {m["rank"]: m for m in f.evidence["medians"]}  # what the verdict rests on, for every rank
@@ -112,7 +113,7 @@ def test_a_rank_that_stopped_stepping_is_named_with_where_it_stopped():
     stopped = [Stopped(rank=1, count=30, how="closed", others_at=60, seen_by=0, host="node0", local_rank=1)]
     found = _by_id(judge_windows(_series(*[_healthy(2)] * 3), stopped=stopped), "GD-WATCH-012")
     assert [f.severity for f in found] == [Severity.WARN]
-    assert found[0].message.startswith("rank 1 (host node0) stopped stepping at step 30 while another rank went on to")
+    assert found[0].message.startswith("rank 1 on node0 stopped stepping at step 30 while another rank went on to")
     assert found[0].evidence["how"] == "closed" and found[0].evidence["step"] == 30
     unknown = Stopped(rank=-1, count=None, how="silent", others_at=40)
     assert (
@@ -141,7 +142,8 @@ def test_a_rank_waiting_for_data_is_input_bound_with_the_fix_check_derives():
     found = _by_id(judge_windows(_series(*[starved] * 4), advice, loader), "GD-WATCH-010")
     assert [f.severity for f in found] == [Severity.WARN]
     assert found[0].evidence["rank"] == 1 and found[0].evidence["data_share"] == 0.45
-    assert "num_workers=0" in found[0].message and "num_workers=3" in found[0].fix.title
+    assert "num_workers=0" in found[0].evidence["detail"] and "num_workers=3" in found[0].fix.title
+    assert found[0].message == "rank 1 on node0 waits for data 45% of its step in 4 windows in a row"
     assert found[0].evidence["check_advice"] == {"GD-DL-002": advice[0].message}
 
 
