@@ -1,0 +1,90 @@
+"""Signatures of the rendezvous: the ranks finding each other through MASTER_ADDR:MASTER_PORT (diagnose)."""
+
+from gpudoctor.checks.diagnose._signature import JUDGED_BY, Signature, verdicts
+from gpudoctor.registry import declare
+
+_RUN = "https://pytorch.org/docs/stable/elastic/run.html"
+_DIST = "https://pytorch.org/docs/stable/distributed.html#tcp-initialization"
+
+SIGNATURES = (
+    Signature(
+        id="GD-DIAG-007",
+        name="log-rendezvous-port-in-use",
+        category="distributed",
+        title="The rendezvous port is free on the master node",
+        keys=("EADDRINUSE", "Address already in use", "address already in use"),
+        cause="the rendezvous port was already in use on the master node (another job or launcher holds it)",
+        why="The TCPStore server binds MASTER_PORT on the master; a second torchrun on the same node with the same "
+        "--master_port (two jobs sharing a node, a leftover process, a fixed port in the script) fails to bind "
+        "with EADDRINUSE.",
+        fix="Give each job its own port, e.g. MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000)) or torchrun "
+        "--rdzv-endpoint=$MASTER_ADDR:0 --rdzv-backend=c10d (a free port), and end leftover launchers.",
+        source=_RUN,
+        check=("GD-SLURM-026", "GD-DIST-002"),
+    ),
+    Signature(
+        id="GD-DIAG-008",
+        name="log-rendezvous-timeout",
+        category="distributed",
+        title="Every node joins the rendezvous before its timeout",
+        keys=("RendezvousTimeoutError", "RendezvousClosedError"),
+        cause="the rendezvous timed out: not every node's launcher joined (nnodes, or a node never started)",
+        why="torchrun waits for --nnodes launchers at the rendezvous endpoint; one that never starts (no srun over "
+        "the nodes, a different --rdzv-id, an endpoint that resolves differently per node) or a --nnodes larger "
+        "than the nodes launched leaves the others waiting until the rendezvous times out.",
+        fix="Start one launcher per node (srun --ntasks-per-node=1 torchrun ...), the same --rdzv-id and "
+        "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT on every node, and --nnodes=$SLURM_NNODES.",
+        source=_RUN,
+        check=("GD-SLURM-034", "GD-SLURM-012", "GD-DIST-003"),
+    ),
+    Signature(
+        id="GD-DIAG-009",
+        name="log-store-clients-missing",
+        category="distributed",
+        title="As many ranks join the store as the world size says",
+        keys=("waiting for clients",),
+        pattern=r"waiting for clients(?:\.\s*(?P<joined>\d+)/(?P<expected>\d+) clients joined)?",
+        cause="not every rank reached the rendezvous store: the world size and the ranks started disagree",
+        why="The TCPStore on rank 0 waits for WORLD_SIZE clients; fewer arriving means fewer processes were started "
+        "than the world size says (--nnodes or --nproc_per_node larger than what runs, a node without its "
+        "launcher) or some could not reach MASTER_ADDR.",
+        fix="Make WORLD_SIZE the number of processes really started: --nnodes=$SLURM_NNODES, --nproc_per_node = "
+        "GPUs per node, one launcher per node; MASTER_ADDR the first node of the allocation.",
+        source=_DIST,
+        check=("GD-DIST-001", "GD-JOB-001", "GD-SLURM-012"),
+    ),
+    Signature(
+        id="GD-DIAG-010",
+        name="log-master-unreachable",
+        category="distributed",
+        title="Every rank reaches MASTER_ADDR:MASTER_PORT",
+        keys=("has timed out after", "Connection refused", "failed to connect"),
+        pattern=r"client socket has timed out after|client socket has failed to connect|connect to .* failed"
+        r"|Connection refused",
+        role="hint",
+        cause="a rank could not connect to the rendezvous endpoint MASTER_ADDR:MASTER_PORT",
+        why="The clients connect to MASTER_ADDR:MASTER_PORT: a name that does not resolve on the node, an address "
+        "of the login node or of localhost, a port the master never opened (its launcher failed first) or a "
+        "firewall ends in refused connections and a timeout.",
+        fix="Set MASTER_ADDR to the job's first node (scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) "
+        "and the same MASTER_PORT on every node; if the master failed first, its error is the cause.",
+        source=_DIST,
+        check=("GD-DIST-003", "GD-DIST-006", "GD-JOB-008"),
+    ),
+    Signature(
+        id="GD-DIAG-011",
+        name="log-master-name-unresolved",
+        category="distributed",
+        title="MASTER_ADDR resolves on every node",
+        keys=("Name or service not known", "nodename nor servname", "Temporary failure in name resolution"),
+        cause="MASTER_ADDR is a name the nodes cannot resolve",
+        why="The rendezvous address is looked up on each node; a name of another network, a typo, or a variable "
+        "expanded on the wrong host resolves nowhere.",
+        fix="Use the first node's name from the allocation (scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)"
+        " or its IP address.",
+        source=_DIST,
+        check=("GD-DIST-003",),
+    ),
+)
+
+declare(verdicts(SIGNATURES), source="diagnose", judged_by=JUDGED_BY)

@@ -1,0 +1,331 @@
+"""`gpudoctor diagnose` over real logs kept in tests/fixtures/logs/ (README there: how each was produced, or the
+issue thread it comes from and the cause that thread established). Fast: no process but the CLI itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.diagnose.judge import judge
+from gpudoctor.diagnose.logread import read_logs
+from gpudoctor.diagnose.signatures import BY_ID, TABLE
+from tests.cliutil import clean_env, run_gpudoctor_here
+
+run_gpudoctor = run_gpudoctor_here  # what the command prints and exits with; the process itself is not in question
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+# log -> (the first finding's id, the rank it names or None); the threads' causes are in the README
+ISSUE_CASES = {
+    "invalid_device_ordinal_vim.log": ("GD-DIAG-002", None),
+    "invalid_device_ordinal_launch.log": ("GD-DIAG-002", None),
+    "duplicate_gpu_megatron.log": ("GD-DIAG-003", None),
+    "duplicate_gpu_horovod.log": ("GD-DIAG-003", 2),
+    "nccl_no_socket_interface.log": ("GD-DIAG-012", None),
+    "watchdog_rank_behind.log": ("GD-DIAG-055", 7),
+    "shm_bus_error_gdrnet.log": ("GD-DIAG-026", None),
+    "no_kernel_image.log": ("GD-DIAG-022", None),
+    "driver_too_old.log": ("GD-DIAG-021", None),
+    "address_in_use_torchrun.log": ("GD-DIAG-007", None),
+    "undefined_symbol_nccl.log": ("GD-DIAG-020", None),
+    "nccl_shm_segment.log": ("GD-DIAG-016", None),
+    "cudnn_not_initialized.log": ("GD-DIAG-023", None),
+    "slurm_oom_kill.log": ("GD-DIAG-027", None),
+    "slurm_oom_kill_batch.log": ("GD-DIAG-027", None),
+    "ddp_unused_parameters.log": ("GD-DIAG-032", None),
+    "ib_completion_error.log": ("GD-DIAG-014", None),
+    "gpu_oom_lightning.log": ("GD-DIAG-029", None),
+    "xid79_fallen_off_bus.log": ("GD-DIAG-045", None),
+    "store_clients_timeout.log": ("GD-DIAG-009", None),
+}
+# produced here (README): log -> (id, rank)
+REAL_CASES = {
+    "gloo_collective_mismatch_detail.log": ("GD-DIAG-034", 0),
+    "gloo_ddp_unused_parameters.log": ("GD-DIAG-032", 1),
+    "torchrun_address_in_use.log": ("GD-DIAG-007", None),
+}
+
+
+def diagnose(*args: str):
+    r = run_gpudoctor("diagnose", "--json", *args)
+    return r, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else None)
+
+
+def _judged(path: Path):
+    with open(path, "rb") as f:
+        scan = read_logs([(path.name, f)], [k.encode() for s in TABLE for k in s.keys])
+    return judge(scan, TABLE)
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_CASES))
+def test_a_log_from_an_issue_thread_names_the_cause_the_thread_established(name):
+    expected, rank = ISSUE_CASES[name]
+    first = _judged(LOGS / "issues" / name)[0]
+    assert (first.id, first.severity.value) == (expected, "fail"), first
+    assert first.evidence.get("rank") == rank
+    assert first.fix is not None and first.fix.title  # the fix, not only the line echoed
+
+
+@pytest.mark.parametrize("name", sorted(REAL_CASES))
+def test_a_log_produced_here_names_its_cause(name):
+    expected, rank = REAL_CASES[name]
+    first = _judged(LOGS / "real" / name)[0]
+    assert (first.id, first.evidence.get("rank")) == (expected, rank), first
+
+
+def test_the_rank_that_raised_first_is_named_before_the_ranks_that_only_followed():
+    """Three gloo ranks under torchrun: rank 1 raises, ranks 0 and 2 lose it in the next all-reduce."""
+    findings = _judged(LOGS / "real" / "gloo_rank_raises_first.log")
+    first = findings[0]
+    assert (first.id, first.severity.value, first.evidence["rank"]) == ("GD-DIAG-001", "warn", 1)
+    assert "ValueError: bad batch shape on rank 1" in first.message
+    followed = {f.id: f for f in findings[1:]}
+    assert {"GD-DIAG-049", "GD-DIAG-051", "GD-DIAG-053"} <= set(followed)  # lost peers, torchrun, SIGTERM
+    assert all(f.severity.value == "info" and f.message.startswith("followed") for f in followed.values())
+    lost = followed["GD-DIAG-049"].evidence["seen"]
+    assert "ranks 0, 2" in lost and int(lost.rsplit(":", 1)[1]) > int(first.evidence["line"].rsplit(":", 1)[1])
+    assert "rank 1 on localhost" in first.evidence["torchrun_root_cause"] or "rank 1" in first.evidence.get(
+        "torchrun_root_cause", "rank 1"
+    )
+
+
+def test_a_hang_where_every_rank_only_timed_out_says_so_and_how_to_find_the_mismatch():
+    first = _judged(LOGS / "real" / "gloo_collective_mismatch_hang.log")[0]
+    assert (first.id, first.severity.value) == ("GD-DIAG-001", "warn")
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in first.fix.title
+
+
+def test_a_watchdog_timeout_on_every_rank_at_one_sequence_number_is_no_clean_bill():
+    findings = _judged(LOGS / "issues" / "watchdog_llamafactory.log")
+    assert findings[0].id == "GD-DIAG-001" and findings[0].severity.value == "warn"
+    assert "line 1" in findings[0].message
+    assert any(f.id == "GD-DIAG-048" and f.message.startswith("followed") for f in findings)
+
+
+def test_a_hardware_fault_is_the_cause_wherever_it_is_in_the_logs(tmp_path):
+    job = tmp_path / "job.log"
+    job.write_text("[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    kern = tmp_path / "dmesg.log"
+    kern.write_text("[ 99.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    r, report = diagnose(str(job), str(kern))
+    assert r.returncode == 1, r.stderr
+    first = report["findings"][0]
+    assert first["id"] == "GD-DIAG-045" and first["evidence"]["read"].startswith("pci=PCI:0000:3b:00, xid=79")
+    assert any(f["id"] == "GD-DIAG-038" and f["message"].startswith("also") for f in report["findings"])
+
+
+def test_a_log_without_a_known_signature_is_never_healthy(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1 loss 2.3\nepoch 2 loss 2.1\nKeyError: 'labels'\nepoch 3\n")
+    r, report = diagnose(str(log))
+    assert r.returncode == 0, r.stderr
+    (first,) = [f for f in report["findings"] if f["severity"] != "info"]
+    assert first["severity"] == "warn" and first["message"].startswith("no known cause; the first error is at line 3")
+    assert first["location"] == {"file": str(log), "line": 3}
+
+
+def test_a_log_with_no_error_line_at_all_is_still_a_warn(tmp_path):
+    log = tmp_path / "quiet.log"
+    log.write_text("epoch 1\nepoch 2\n")
+    r, report = diagnose(str(log))
+    assert r.returncode == 0 and report["findings"][0]["severity"] == "warn"
+    assert "does not say why" in report["findings"][0]["message"]
+
+
+def test_standard_input_is_read_with_a_dash():
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "diagnose", "--json", "-"],
+        input="2: RuntimeError: CUDA error: invalid device ordinal\n",
+        capture_output=True,
+        text=True,
+        env=clean_env(None),
+        timeout=120,
+    )
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert report["findings"][0]["id"] == "GD-DIAG-002" and report["findings"][0]["evidence"]["rank"] == 2
+    assert report["findings"][0]["evidence"]["line"] == "<stdin>:1"
+
+
+def test_the_text_report_fits_and_names_the_fix():
+    r = run_gpudoctor("diagnose", str(LOGS / "issues" / "duplicate_gpu_horovod.log"))
+    assert r.returncode == 1
+    assert "GD-DIAG-003" in r.stdout and "set_device" in r.stdout and "the first cause is named above" in r.stdout
+    assert len(r.stdout.splitlines()) < 40
+
+
+def test_secrets_and_control_bytes_in_the_log_are_never_echoed(tmp_path):
+    log = tmp_path / "hostile.log"
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUv12"
+    aws = "AKIA" + "ABCDEFGHIJKLMNOP"
+    log.write_bytes(
+        (
+            f"[rank0]: RuntimeError: CUDA error: invalid device ordinal token={token} \x1b]0;pwned\x07 "
+            f"https://alice:s3cret@mirror.example/x {aws}\n"
+            f"ValueError: bad \x1b[31mred\x1b[0m HF_TOKEN={token}\n"
+        ).encode()
+        + b"\xff\xfe raw bytes Error: \x00\x07\n"
+    )
+    for args in (["--json"], []):
+        r = run_gpudoctor("diagnose", *args, "-v", str(log))
+        out = r.stdout + r.stderr
+        assert r.returncode == 1
+        for secret in (token, aws, "s3cret", "\x1b", "\x07", "pwned\x07"):
+            assert secret not in out
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        ([], "give the job's log"),
+        (["/nonexistent/train.log"], "no such file"),
+        (["-", "-"], "once"),
+        (["--job", "12;rm"], "expected a SLURM job id"),
+    ],
+)
+def test_unusable_input_is_one_line_and_exit_2(args, said, tmp_path):
+    r = run_gpudoctor("diagnose", *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert said in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_directory_is_refused(tmp_path):
+    r = run_gpudoctor("diagnose", str(tmp_path))
+    assert r.returncode == 2 and "directory" in r.stderr
+
+
+def test_every_signature_is_explained_by_the_registry():
+    assert len(TABLE) >= 50 and len(BY_ID) == len(TABLE)
+    r = run_gpudoctor("explain", "GD-DIAG-002")
+    assert r.returncode == 0 and "invalid device ordinal" in r.stdout and "GD-SLURM-027" in r.stdout
+    r = run_gpudoctor("explain", "GD-DIAG-001")
+    assert r.returncode == 0 and "first error" in r.stdout
+
+
+# Cause rows whose real log is still to be found (the public threads found so far hold none): listed, not hidden.
+WITHOUT_A_LOG = {
+    "GD-DIAG-004", "GD-DIAG-005", "GD-DIAG-006", "GD-DIAG-008", "GD-DIAG-011", "GD-DIAG-015", "GD-DIAG-017",
+    "GD-DIAG-025", "GD-DIAG-028", "GD-DIAG-030", "GD-DIAG-033", "GD-DIAG-035", "GD-DIAG-036", "GD-DIAG-037",
+    "GD-DIAG-038", "GD-DIAG-039", "GD-DIAG-040", "GD-DIAG-041", "GD-DIAG-042", "GD-DIAG-043", "GD-DIAG-044",
+    "GD-DIAG-046", "GD-DIAG-047",
+}  # fmt: skip
+
+
+def test_every_cause_row_has_a_log_beside_it():
+    """Adding a signature is adding a row with a real log: every cause row is the first finding of a log here."""
+    named = set()
+    for path in sorted(LOGS.rglob("*.log")):
+        named.update(f.id for f in _judged(path))
+    missing = {s.id for s in TABLE if s.role == "cause" and s.id not in named}
+    assert missing <= WITHOUT_A_LOG, sorted(missing - WITHOUT_A_LOG)
+
+
+# One line as its writer prints it, for every row of the table: the row's keys and pattern read it, and no row
+# earlier in the table takes it first.
+SAMPLES = {
+    "GD-DIAG-002": "RuntimeError: CUDA error: invalid device ordinal",
+    "GD-DIAG-003": "init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 1000",
+    "GD-DIAG-004": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+    "of 79.11 GiB of which 1.06 GiB is free. Process 1812 has 39.00 GiB memory in use. Process 1813 has 39.02 GiB "
+    "memory in use. Of the allocated memory 37.10 GiB is allocated by PyTorch",
+    "GD-DIAG-005": "RuntimeError: No CUDA GPUs are available",
+    "GD-DIAG-006": "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+    "GD-DIAG-007": "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+    "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+    "GD-DIAG-008": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+    "GD-DIAG-009": "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "
+    "1/2 clients joined.",
+    "GD-DIAG-010": "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node01]:29500 (errno: 111 - "
+    "Connection refused).",
+    "GD-DIAG-011": "RuntimeError: The IPv4 network addresses of (node-x, 29500) cannot be retrieved (gai error: -2 - "
+    "Name or service not known).",
+    "GD-DIAG-012": "node1:123:123 [0] NCCL WARN Bootstrap : no socket interface found",
+    "GD-DIAG-013": "node1:123:456 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed by remote peer "
+    "10.10.1.3<36138>",
+    "GD-DIAG-014": "node1:984:1201 [4] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<55921> with error 12, "
+    "opcode 0, len 0, vendor err 129",
+    "GD-DIAG-015": "node1:984:1201 [4] NCCL WARN NET/IB : ibv_modify_qp failed with 22 Invalid argument",
+    "GD-DIAG-016": "node1:9621:9688 [3] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory "
+    "segment "
+    "/dev/shm/nccl-KWfVyt (size 5967872)",
+    "GD-DIAG-017": "node1:21:99 [0] NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",
+    "GD-DIAG-018": "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL version "
+    "2.18.1",
+    "GD-DIAG-019": "node1:1:2 [0] NCCL WARN Cuda failure 'peer access is not supported between these two devices'",
+    "GD-DIAG-020": "ImportError: /x/torch/lib/libtorch_cuda.so: undefined symbol: ncclCommRegister",
+    "GD-DIAG-021": "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).",
+    "GD-DIAG-022": "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    "GD-DIAG-023": "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED",
+    "GD-DIAG-025": "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.",
+    "GD-DIAG-026": "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+    "memory (shm).",
+    "GD-DIAG-027": "slurmstepd: error: Detected 1 oom_kill event in StepId=440575.0. Some of the step tasks have "
+    "been OOM Killed.",
+    "GD-DIAG-028": "OSError: [Errno 24] Too many open files",
+    "GD-DIAG-029": "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 11.17 GiB total capacity)",
+    "GD-DIAG-030": "OSError: [Errno 28] No space left on device",
+    "GD-DIAG-031": "  exitcode  : -9 (pid: 3174)",
+    "GD-DIAG-032": "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new "
+    "one.",
+    "GD-DIAG-033": "RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the "
+    "following reasons",
+    "GD-DIAG-034": "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+    "CollectiveFingerPrint(SequenceNumber=1, OpType=ALLREDUCE)",
+    "GD-DIAG-035": "lightning_fabric.utilities.exceptions.MisconfigurationException: You requested gpu: [0, 1]",
+    "GD-DIAG-036": "ValueError: num_processes (8) must be a multiple of num_machines (3)",
+    "GD-DIAG-037": "RuntimeError: CUDA error: device-side assert triggered",
+    "GD-DIAG-038": "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "GD-DIAG-039": "slurmstepd: error: *** JOB 4242 ON node07 CANCELLED AT 2024-05-01T10:00:00 DUE TO TIME LIMIT ***",
+    "GD-DIAG-040": "srun: error: Unable to create step for job 4242: More processors requested than permitted",
+    "GD-DIAG-041": "sbatch: error: Invalid generic resource (gres) specification",
+    "GD-DIAG-042": "slurmstepd: error: *** JOB 4242 ON node07 CANCELLED AT 2024-05-01T10:00:00 DUE TO NODE FAILURE ***",
+    "GD-DIAG-043": "slurmstepd: error: *** JOB 4242 ON node07 CANCELLED AT 2024-05-01T10:00:00 ***",
+    "GD-DIAG-044": "slurmstepd: error: execve(): torchrun: No such file or directory",
+    "GD-DIAG-045": "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+    "GD-DIAG-046": "NVRM: Xid (PCI:0000:3b:00): 13, pid=1234, Graphics Exception: ESR 0x405848=0x3e",
+    "GD-DIAG-047": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "GD-DIAG-048": "[rank3]:[E1206 18:44:12 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=7753, OpType=ALLREDUCE, NumelIn=5, NumelOut=5, Timeout(ms)=600000) ran for 600089 ms",
+    "GD-DIAG-049": "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:30631.",
+    "GD-DIAG-050": "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv "
+    "operation",
+    "GD-DIAG-051": "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "GD-DIAG-052": "srun: error: node07: task 3: Exited with exit code 1",
+    "GD-DIAG-053": "W1129 00:10:54 api.py:1028] Sending process 7472 closing signal SIGTERM",
+    "GD-DIAG-054": "RuntimeError: DataLoader worker (pid(s) 3216) exited unexpectedly",
+}
+
+
+def test_every_row_has_a_sample_line():
+    rows = {s.id for s in TABLE} - {"GD-DIAG-024"}  # judged from the versions of all ranks (below)
+    assert rows == set(SAMPLES)
+
+
+@pytest.mark.parametrize("sig_id", sorted(SAMPLES))
+def test_each_row_reads_its_own_line(sig_id, tmp_path):
+    log = tmp_path / "one.log"
+    log.write_text("epoch 1\n" + SAMPLES[sig_id] + "\n")
+    findings = _judged(log)
+    assert findings[0].id == sig_id or any(f.id == sig_id for f in findings), [(f.id, f.message) for f in findings]
+    role = BY_ID[sig_id].role
+    first = findings[0]
+    if role == "consequence":  # never the cause: the first error, named as unknown, with this row as what followed
+        assert first.id == "GD-DIAG-001" and any(f.id == sig_id and f.severity.value == "info" for f in findings)
+    else:
+        assert first.id == sig_id and first.severity.value == "fail" and len(first.message) <= 130
+
+
+def test_ranks_on_different_nccl_versions_are_named(tmp_path):
+    log = tmp_path / "versions.log"
+    log.write_text(
+        "[rank0]:node1:11:11 [0] NCCL INFO NCCL version 2.18.1+cuda12.1\n"
+        "[rank1]:node2:12:12 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+        "[rank1]:node2:12:40 [0] NCCL WARN socketStartConnect: Connect to 10.0.0.1<43563> failed : Connection refused\n"
+    )
+    first = _judged(log)[0]
+    assert first.id == "GD-DIAG-024" and "2.18.1 on rank 0 on node1" in first.message
+    assert "2.21.5 on rank 1 on node2" in first.message
