@@ -63,7 +63,7 @@ def run(args) -> int:
     findings = judge(scan, TABLE, preflight)
     if job_note:
         findings.append(_job_finding(args.job, job_note))
-    return _emit(findings, scan, args)
+    return _emit(findings, scan, args, _fix_command(args))
 
 
 def _shown(text: str) -> str:
@@ -209,7 +209,17 @@ def _job_finding(job: str, record: dict):
     )
 
 
-def _emit(findings, scan, args) -> int:
+def _fix_command(args) -> str | None:
+    """`gpudoctor fix --apply --sbatch F --config C` for the files the user named (a --job's script is a copy)."""
+    if not (args.sbatch or args.config):
+        return None
+    from gpudoctor.model import Context
+    from gpudoctor.report.preflight import fix_command
+
+    return fix_command(Context(sbatch_path=args.sbatch, config_path=args.config))
+
+
+def _emit(findings, scan, args, fix_command: str | None = None) -> int:
     import time
 
     from gpudoctor.model import exit_code
@@ -225,6 +235,7 @@ def _emit(findings, scan, args) -> int:
         notes=True,
         fails_mean="the first cause is named above",
         warns_mean="no known cause: read the log from the line named",
+        fix_command=fix_command,
     )
     result = Result(
         findings,

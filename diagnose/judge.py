@@ -119,7 +119,7 @@ def _first_error(scan: Scan, found: list[Event], followers_too: bool = False) ->
 
 
 def _message(sig: Signature, fields: Mapping[str, str]) -> str:
-    safe = {k: bounded(clean(redact(v)), 60) for k, v in fields.items()}
+    safe = {k: cut(clean(redact(v)), 60) for k, v in fields.items()}
     try:
         return sig.cause.format_map(_Blank(safe))
     except (ValueError, IndexError):

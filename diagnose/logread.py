@@ -66,7 +66,7 @@ _PREFIX = re.compile(
     r"|\[\d+,(?P<mpi>\d{1,6})\]<std(?:out|err)>:|\[\d{1,9}\] "
     r"|(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[\d.,]*(?:Z|[+-]\d\d:?\d\d)?:?\s+))"
 )
-_NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)")
+_NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:INFO|WARN)")
 _TEXT_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d{1,6})\]")
 _SRUN_HOST = re.compile(r"^srun: error: (?P<host>[\w.-]+): task")
 

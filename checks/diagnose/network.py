@@ -76,7 +76,6 @@ SIGNATURES = (
         keys=(
             "Error while creating shared memory segment",
             "failed to extend /dev/shm/nccl",
-            "unable to allocate shared memory",
         ),
         cause="NCCL could not create a shared memory segment: /dev/shm too small (a container's 64 MB default)",
         why="Ranks on one node exchange data through /dev/shm; a container started without --ipc=host or "

@@ -15,10 +15,12 @@ SIGNATURES = (
             "Unexpected bus error encountered in worker",
             "killed by signal: Bus error",
             "insufficient shared memory",
+            "unable to allocate shared memory(shm)",
         ),
-        cause="a DataLoader worker died of a bus error: /dev/shm is too small for the batches workers hand over",
+        cause="a DataLoader worker ran out of shared memory: /dev/shm is too small for the batches it hands over",
         why="DataLoader workers pass batches through shared memory (/dev/shm); when it fills (a container's 64 MB, "
-        "a small tmpfs, many workers with big batches) the worker touching a new page gets SIGBUS.",
+        "a small tmpfs, many workers with big batches) the worker touching a new page gets SIGBUS, or (torch >= "
+        "2.1, which preallocates the segment) fails with 'unable to allocate shared memory(shm)'.",
         fix="Give /dev/shm room (docker --ipc=host or --shm-size=16g; a larger tmpfs), or fewer num_workers / "
         "smaller prefetch_factor.",
         source=_DATA,

@@ -14,7 +14,7 @@ SIGNATURES = (
         title="The job ends within its time limit",
         keys=("DUE TO TIME LIMIT",),
         pattern=r"\*\*\* (?:JOB|STEP) (?P<job>[\d.]+) ON (?P<node>\S+) CANCELLED AT \S+ DUE TO TIME LIMIT",
-        cause="SLURM ended the job at its time limit",
+        cause="SLURM ended the job at its time limit (job {job} on {node})",
         why="slurmstepd cancels every step when the job reaches --time; the ranks are killed wherever they are "
         "(their SIGTERM/SIGKILL messages follow).",
         fix="Ask for more time (#SBATCH --time=...), checkpoint and resubmit (--signal=USR1@120 to save before "
@@ -44,12 +44,13 @@ SIGNATURES = (
         name="log-slurm-gres",
         category="slurm",
         title="The job's GPU request is one the cluster can satisfy",
-        keys=("Invalid generic resource", "gres", "Requested node configuration is not available"),
-        pattern=r"(?:Invalid generic resource|Requested node configuration is not available|[Gg]res\b.*(?:invalid|"
-        r"not available|error))",
-        cause="SLURM could not satisfy the GPU request (gres name or count the nodes do not have)",
+        keys=("Invalid generic resource", "gres", "GRES", "Requested node configuration is not available"),
+        pattern=r"Invalid generic resource|Requested node configuration is not available|requested GRES but job"
+        r"|[Gg]res\b.*(?:invalid|not available|error)",
+        cause="SLURM could not satisfy the GPU request (a GRES the job or its nodes do not have)",
         why="--gres=gpu:TYPE:N must name a GRES type and count the partition's nodes have (scontrol show node "
-        "shows Gres=); a type typo or more GPUs per node than any node has is refused.",
+        "shows Gres=); a type typo or more GPUs per node than any node has is refused, and a step (srun) may ask "
+        "only for GRES its job holds.",
         fix="Use a GRES the nodes have (`sinfo -o '%P %G'`), or --gpus-per-node=N without a type.",
         source="https://slurm.schedmd.com/gres.html",
         check=("GD-SLURM-020", "GD-SLURM-029"),

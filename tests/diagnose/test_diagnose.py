@@ -47,6 +47,11 @@ REAL_CASES = {
     "gloo_collective_mismatch_detail.log": ("GD-DIAG-034", 0),
     "gloo_ddp_unused_parameters.log": ("GD-DIAG-032", 1),
     "torchrun_address_in_use.log": ("GD-DIAG-007", None),
+    "dataloader_tiny_shm.log": ("GD-DIAG-026", None),
+    "slurm_time_limit.log": ("GD-DIAG-039", None),
+    "slurm_step_creation.log": ("GD-DIAG-040", None),
+    "slurm_step_gres.log": ("GD-DIAG-041", None),
+    "slurm_srun_gres_unavailable.log": ("GD-DIAG-041", None),
 }
 
 
@@ -91,6 +96,13 @@ def test_the_rank_that_raised_first_is_named_before_the_ranks_that_only_followed
     assert "rank 1 on localhost" in first.evidence["torchrun_root_cause"] or "rank 1" in first.evidence.get(
         "torchrun_root_cause", "rank 1"
     )
+
+
+def test_a_task_that_exits_1_under_srun_is_named_with_its_label():
+    findings = _judged(LOGS / "real" / "slurm_srun_task_exit.log")
+    assert (findings[0].id, findings[0].evidence["rank"]) == ("GD-DIAG-001", 1)
+    assert "ValueError: bad shard 7 on rank 1" in findings[0].message
+    assert [f.id for f in findings[1:]] == ["GD-DIAG-052"] and findings[1].message.startswith("followed")
 
 
 def test_a_hang_where_every_rank_only_timed_out_says_so_and_how_to_find_the_mismatch():
@@ -210,7 +222,7 @@ def test_every_signature_is_explained_by_the_registry():
 WITHOUT_A_LOG = {
     "GD-DIAG-004", "GD-DIAG-005", "GD-DIAG-006", "GD-DIAG-008", "GD-DIAG-011", "GD-DIAG-015", "GD-DIAG-017",
     "GD-DIAG-025", "GD-DIAG-028", "GD-DIAG-030", "GD-DIAG-033", "GD-DIAG-035", "GD-DIAG-036", "GD-DIAG-037",
-    "GD-DIAG-038", "GD-DIAG-039", "GD-DIAG-040", "GD-DIAG-041", "GD-DIAG-042", "GD-DIAG-043", "GD-DIAG-044",
+    "GD-DIAG-038", "GD-DIAG-042", "GD-DIAG-043", "GD-DIAG-044",
     "GD-DIAG-046", "GD-DIAG-047",
 }  # fmt: skip
 
@@ -329,3 +341,65 @@ def test_ranks_on_different_nccl_versions_are_named(tmp_path):
     first = _judged(log)[0]
     assert first.id == "GD-DIAG-024" and "2.18.1 on rank 0 on node1" in first.message
     assert "2.21.5 on rank 1 on node2" in first.message
+
+
+def _peak_rss_kib(*args: str) -> tuple[int, subprocess.CompletedProcess]:
+    """Run `gpudoctor diagnose ARGS` in a child and return its peak resident set size (KiB): the child's
+    own, read with getrusage(RUSAGE_CHILDREN) in a fresh Python that runs only it."""
+    probe = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'gpudoctor', 'diagnose', '--json', *sys.argv[1:]],"
+        " capture_output=True, text=True)\n"
+        "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + '\\n' + r.stdout)\n"
+        "sys.exit(r.returncode)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, env=clean_env(None), timeout=600
+    )
+    peak, _, out = r.stdout.partition("\n")
+    return int(peak), subprocess.CompletedProcess(r.args, r.returncode, out, r.stderr)
+
+
+def _big_log(path: Path, mib: int) -> None:
+    """mib MiB of a healthy job's chatter (ranks' steps, NCCL INFO lines), then one rank's cause at the end."""
+    block = "".join(
+        f"[rank{n % 8}]: step {n} loss 2.{n % 9999:04d} lr 3e-4\n"
+        f"node{n % 4}:1234:5678 [{n % 8}] NCCL INFO Channel 00/32 : 0 1 2 3 4 5 6 7 via P2P/IPC\n"
+        for n in range(6000)
+    ).encode()
+    with open(path, "wb") as f:
+        for _ in range(mib * 2**20 // len(block) + 1):
+            f.write(block)
+        f.write(b"[rank5]: RuntimeError: CUDA error: invalid device ordinal\n")
+
+
+def _bounded_memory(tmp_path: Path, mib: int) -> None:
+    small = tmp_path / "small.log"
+    small.write_text("[rank5]: RuntimeError: CUDA error: invalid device ordinal\n")
+    base, r = _peak_rss_kib(str(small))
+    assert r.returncode == 1, r.stderr
+    big = tmp_path / "big.log"
+    _big_log(big, mib)
+    peak, r = _peak_rss_kib(str(big))
+    assert r.returncode == 1, r.stderr
+    first = json.loads(r.stdout)["findings"][0]
+    assert first["id"] == "GD-DIAG-002" and first["evidence"]["rank"] == 5
+    # the reader holds a 4 MiB chunk (and its copy with the carried tail) and bounded records, never the log
+    assert peak - base < 24 * 1024, (base, peak, big.stat().st_size)
+
+
+def test_a_large_log_is_read_in_bounded_memory(tmp_path):
+    _bounded_memory(tmp_path, 48)
+
+
+@pytest.mark.world
+def test_a_200_mib_log_is_read_in_bounded_memory(tmp_path):
+    _bounded_memory(tmp_path, 200)
+
+
+def test_a_line_without_an_end_is_searched_in_pieces(tmp_path):
+    log = tmp_path / "endless.log"
+    with open(log, "wb") as f:
+        f.write(b"x" * (3 * 2**20) + b" RuntimeError: CUDA error: invalid device ordinal " + b"y" * (6 * 2**20))
+    first = _judged(log)[0]
+    assert first.id == "GD-DIAG-002" and first.evidence["line"] == "endless.log:1"
