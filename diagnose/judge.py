@@ -20,6 +20,7 @@ userinfo, terminal escapes never reach the output).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -37,6 +38,11 @@ _TITLES = {
     UNKNOWN: ("log-cause-unknown", "distributed", "The failed job's log names a known cause"),
     BEHIND: ("log-rank-behind", "nccl", "No rank is behind the others in the collectives"),
 }
+
+
+# A traceback's source lines (`raise RuntimeError("... NCCL built in")`, rich's boxed frames) quote the message
+# the exception line says itself, a line later: the exception line is the event.
+_SOURCE_LINE = re.compile(r"\s*(?:raise\s|File \"|│|\u2502)")
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ def events(scan: Scan, table: Iterable[Signature]) -> list[Event]:
             continue  # judged from all ranks' versions together (below)
         for key in sig.keys:
             for line in scan.found(key):
-                if line.order in taken:
+                if line.order in taken or _SOURCE_LINE.match(line.text):
                     continue
                 m = sig.regex.search(line.text) if sig.regex else None
                 if sig.regex and not m:

@@ -13,7 +13,13 @@ SIGNATURES = (
         name="log-nccl-watchdog-timeout",
         category="nccl",
         title="No collective times out in NCCL's watchdog",
-        keys=("Watchdog caught collective operation timeout", "Timeout at NCCL work"),
+        keys=(
+            "Watchdog caught collective operation timeout",
+            "Timeout at NCCL work",
+            "Some NCCL operations have failed or timed out",
+            "NCCL communicator was aborted",
+            "watchdog thread terminated with exception",
+        ),
         role="consequence",
         cause="NCCL's watchdog timed out a collective: a rank was behind or gone",
         why="A collective waits until every rank joins it; the watchdog ends it after the timeout. The ranks that "

@@ -99,6 +99,63 @@ SIGNATURES = (
         source="https://pytorch.org/docs/stable/notes/multiprocessing.html#cuda-in-multiprocessing",
         check=("GD-CUDA-003", "GD-DRV-001"),
     ),
+    Signature(
+        id="GD-DIAG-056",
+        name="log-cublas-not-initialized",
+        category="cuda",
+        title="cuBLAS initialises",
+        keys=("CUBLAS_STATUS_NOT_INITIALIZED",),
+        cause="cuBLAS could not initialise (GPU memory already exhausted, or the wrong device or CUDA libraries)",
+        why="cublasCreate fails with NOT_INITIALIZED when the GPU has no memory left for cuBLAS's workspace (often "
+        "several ranks on one GPU, or a batch that nearly fills it), or when the cuBLAS loaded does not match "
+        "torch's CUDA.",
+        fix="One rank per GPU and a smaller batch first; otherwise drop any other CUDA libraries from "
+        "LD_LIBRARY_PATH so torch loads its own.",
+        source="https://github.com/EleutherAI/lm-evaluation-harness/issues/1689",
+        check=("GD-SLURM-002", "GD-CUDA-006"),
+    ),
+    Signature(
+        id="GD-DIAG-057",
+        name="log-torch-without-nccl",
+        category="nccl",
+        title="The job's torch has NCCL",
+        keys=("Distributed package doesn't have NCCL built in", "NCCL is not available", "ProcessGroupNCCL is not"),
+        cause="the job's torch has no NCCL (a CPU-only, macOS or Windows build) but the job asked for backend nccl",
+        why="init_process_group('nccl') needs a CUDA build of torch on Linux; a CPU-only wheel (pip's default on "
+        "some indexes), a macOS or Windows build has no NCCL.",
+        fix="Install a CUDA build of torch (pip install torch --index-url https://download.pytorch.org/whl/cu124) "
+        "or use backend gloo where there are no GPUs.",
+        source="https://pytorch.org/docs/stable/distributed.html#backends",
+        check=("GD-NCCL-001", "GD-CUDA-002"),
+    ),
+    Signature(
+        id="GD-DIAG-058",
+        name="log-torch-cpu-build",
+        category="cuda",
+        title="The job's torch is a CUDA build",
+        keys=("Torch not compiled with CUDA enabled",),
+        cause="the job's torch is a CPU-only build (Torch not compiled with CUDA enabled)",
+        why="A CPU-only torch wheel (the default on PyPI for some platforms, or a dependency that pulled it in) "
+        "cannot use the GPUs the job was given.",
+        fix="Install the CUDA build of torch in the job's environment (pip install torch --index-url "
+        "https://download.pytorch.org/whl/cu124) and check `python -c 'import torch; print(torch.version.cuda)'`.",
+        source="https://pytorch.org/get-started/locally/",
+        check=("GD-CUDA-002",),
+    ),
+    Signature(
+        id="GD-DIAG-059",
+        name="log-torch-not-installed",
+        category="cuda",
+        title="The job's Python has torch",
+        keys=("No module named 'torch'", 'No module named "torch"'),
+        cause="the job's Python has no torch: the environment is not activated on the node",
+        why="The program runs under the Python the batch script (or srun) finds on the node; a venv, conda "
+        "environment or module loaded only in the login shell is not there.",
+        fix="Activate the environment in the batch script before srun/torchrun (source venv/bin/activate, conda "
+        "activate, module load), or call its Python by absolute path.",
+        source="https://slurm.schedmd.com/sbatch.html",
+        check=("GD-CUDA-001",),
+    ),
 )
 
 declare(verdicts(SIGNATURES), source="diagnose", judged_by=JUDGED_BY)

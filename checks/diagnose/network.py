@@ -59,7 +59,7 @@ SIGNATURES = (
         category="nccl",
         title="NCCL's InfiniBand/RoCE device and GID index are right",
         keys=("ibv_modify_qp failed", "NET/IB : No device found", "NCCL_IB_HCA", "GID"),
-        pattern=r"ibv_modify_qp failed|No device found|NCCL WARN.*(?:GID|NCCL_IB_HCA)",
+        pattern=r"ibv_modify_qp failed|NCCL WARN.*(?:No device found|GID|NCCL_IB_HCA)",  # INFO's "No device": no IB
         cause="NCCL could not use the InfiniBand/RoCE device (wrong NCCL_IB_HCA or NCCL_IB_GID_INDEX)",
         why="ibv_modify_qp fails when the queue pair is given a GID index the port does not have (RoCE needs the "
         "RoCEv2 GID, usually 3), and NET/IB finds no device when NCCL_IB_HCA names HCAs the node lacks.",

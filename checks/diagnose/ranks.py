@@ -61,7 +61,12 @@ SIGNATURES = (
         name="log-no-cuda-gpus",
         category="devices",
         title="Every rank sees at least one GPU",
-        keys=("No CUDA GPUs are available", "no CUDA-capable device is detected", "Found no NVIDIA driver"),
+        keys=(
+            "No CUDA GPUs are available",
+            "no CUDA-capable device is detected",
+            "Found no NVIDIA driver",
+            "ProcessGroupNCCL is only supported with GPUs, no GPUs found",
+        ),
         cause="a rank saw no GPU at all (no GPUs requested, or CUDA_VISIBLE_DEVICES empty)",
         why="CUDA found no device: the job asked SLURM for no GPU (no --gres=gpu / --gpus), CUDA_VISIBLE_DEVICES "
         "was set empty or to indices that do not exist, or the node has no working driver.",

@@ -58,9 +58,9 @@ SIGNATURES = (
         name="log-master-unreachable",
         category="distributed",
         title="Every rank reaches MASTER_ADDR:MASTER_PORT",
-        keys=("has timed out after", "Connection refused", "failed to connect"),
+        keys=("has timed out after", "Connection refused", "failed to connect", "retrieving ncclUniqueId"),
         pattern=r"client socket has timed out after|client socket has failed to connect|connect to .* failed"
-        r"|Connection refused",
+        r"|Connection refused|retrieving ncclUniqueId",
         role="hint",
         cause="a rank could not connect to the rendezvous endpoint MASTER_ADDR:MASTER_PORT",
         why="The clients connect to MASTER_ADDR:MASTER_PORT: a name that does not resolve on the node, an address "
@@ -84,6 +84,21 @@ SIGNATURES = (
         " or its IP address.",
         source=_DIST,
         check=("GD-DIST-003",),
+    ),
+    Signature(
+        id="GD-DIAG-060",
+        name="log-rendezvous-variables-missing",
+        category="distributed",
+        title="Every rank gets the rendezvous variables",
+        keys=("expected, but not set",),
+        pattern=r"environment variable (?P<name>\w+) expected, but not set",
+        cause="a rank started without {name}: the program was not started by a launcher that sets it",
+        why="init_process_group's env:// rendezvous reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE; torchrun "
+        "sets them, plain srun or python does not (srun sets SLURM_PROCID, which the program must map itself).",
+        fix="Start the program with torchrun (srun torchrun ...), or export MASTER_ADDR/MASTER_PORT in the batch "
+        "script and RANK/WORLD_SIZE from SLURM_PROCID/SLURM_NTASKS in each task.",
+        source="https://pytorch.org/docs/stable/distributed.html#environment-variable-initialization",
+        check=("GD-SLURM-030", "GD-DIST-001", "GD-SLURM-021"),
     ),
 )
 

@@ -16,6 +16,10 @@ SIGNATURES = (
             "killed by signal: Bus error",
             "insufficient shared memory",
             "unable to allocate shared memory(shm)",
+            "exitcode  : -7",
+            "Signals.SIGBUS",
+            "Signal 7 (SIGBUS)",
+            "Bus error (core dumped)",
         ),
         cause="a DataLoader worker ran out of shared memory: /dev/shm is too small for the batches it hands over",
         why="DataLoader workers pass batches through shared memory (/dev/shm); when it fills (a container's 64 MB, "

@@ -41,6 +41,8 @@ ISSUE_CASES = {
     "gpu_oom_lightning.log": ("GD-DIAG-029", None),
     "xid79_fallen_off_bus.log": ("GD-DIAG-045", None),
     "store_clients_timeout.log": ("GD-DIAG-009", None),
+    "cublas_not_initialized.log": ("GD-DIAG-056", None),
+    "nccl_not_built_in_windows.log": ("GD-DIAG-057", None),
 }
 # produced here (README): log -> (id, rank)
 REAL_CASES = {
@@ -52,6 +54,10 @@ REAL_CASES = {
     "slurm_step_creation.log": ("GD-DIAG-040", None),
     "slurm_step_gres.log": ("GD-DIAG-041", None),
     "slurm_srun_gres_unavailable.log": ("GD-DIAG-041", None),
+    "rendezvous_env_missing.log": ("GD-DIAG-060", None),
+    "torch_without_nccl.log": ("GD-DIAG-057", None),
+    "torch_cpu_build.log": ("GD-DIAG-058", None),
+    "torch_not_installed.log": ("GD-DIAG-059", None),
 }
 
 
@@ -309,6 +315,12 @@ SAMPLES = {
     "GD-DIAG-052": "srun: error: node07: task 3: Exited with exit code 1",
     "GD-DIAG-053": "W1129 00:10:54 api.py:1028] Sending process 7472 closing signal SIGTERM",
     "GD-DIAG-054": "RuntimeError: DataLoader worker (pid(s) 3216) exited unexpectedly",
+    "GD-DIAG-056": "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+    "GD-DIAG-057": "RuntimeError: Distributed package doesn't have NCCL built in",
+    "GD-DIAG-058": "AssertionError: Torch not compiled with CUDA enabled",
+    "GD-DIAG-059": "ModuleNotFoundError: No module named 'torch'",
+    "GD-DIAG-060": "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
+    "MASTER_ADDR expected, but not set",
 }
 
 
