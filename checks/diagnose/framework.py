@@ -53,9 +53,9 @@ SIGNATURES = (
         name="log-lightning-misconfiguration",
         category="slurm",
         title="Lightning's devices and nodes match the job's tasks and GPUs",
-        keys=("MisconfigurationException", "ntasks-per-node", "You requested gpu", "But your machine only has"),
-        pattern=r"MisconfigurationException|You requested gpu|But your machine only has"
-        r"|(?:devices|num_nodes)=.*ntasks-per-node|ntasks-per-node.*(?:devices|num_nodes)",
+        keys=("MisconfigurationException", "ntasks-per-node"),
+        pattern=r"MisconfigurationException(?!.*You requested)|(?:devices|num_nodes)=.*ntasks-per-node"
+        r"|ntasks-per-node.*(?:devices|num_nodes)",
         cause="Lightning refused its configuration: devices or num_nodes disagree with the job's tasks or GPUs",
         why="Under SLURM, Lightning takes its processes from SLURM's tasks: Trainer(devices=N) needs "
         "--ntasks-per-node=N and num_nodes the job's node count; asking for more GPUs than the node shows is "
@@ -108,6 +108,23 @@ SIGNATURES = (
         fix="Rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; if it follows one GPU across runs, test that "
         "GPU (gpudoctor smoke, dcgmi diag).",
         source="https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
+    ),
+    Signature(
+        id="GD-DIAG-062",
+        name="log-lightning-gpus-not-visible",
+        category="devices",
+        title="The GPUs the trainer asks for are visible to its process",
+        keys=("You requested gpu", "You requested GPUs", "But your machine only has"),
+        pattern=r"You requested (?:gpu|GPUs)s?:?\s*(?P<asked>\[[^\]]*\])?|But your machine only has",
+        cause="the trainer asked for GPUs its process cannot see (requested {asked})",
+        why="Lightning checks Trainer(gpus=/devices=) against torch.cuda.device_count(): an index past the visible "
+        "GPUs (devices=[1] where CUDA_VISIBLE_DEVICES leaves one GPU, index 0), or no GPU visible at all (no GPU "
+        "requested from SLURM, a CPU-only torch) is refused.",
+        fix="Ask for device indices among the visible ones (devices=N, not [N]), request the GPUs from SLURM "
+        "(--gpus-per-node), and leave CUDA_VISIBLE_DEVICES to SLURM.",
+        source="https://github.com/AntixK/PyTorch-VAE/issues/81",
+        check=("GD-DEV-001", "GD-SLURM-010", "GD-SLURM-005"),
+        versions="pytorch-lightning / lightning",
     ),
 )
 

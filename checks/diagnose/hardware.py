@@ -46,7 +46,7 @@ SIGNATURES = (
         name="log-uncorrectable-ecc",
         category="hardware",
         title="No GPU of the job hits an uncorrectable ECC error",
-        keys=("uncorrectable ECC error", "ECC error encountered"),
+        keys=("uncorrectable ECC error", "ECC error encountered", "ECC_UNCORRECTABLE", "ECCUncorrectable"),
         cause="a GPU hit an uncorrectable ECC error (its memory failed)",
         why="An uncorrectable ECC error means a GPU's memory returned wrong data; the driver ends the contexts "
         "on that GPU, and the GPU needs a reset and, when it recurs, replacing.",

@@ -58,11 +58,9 @@ SIGNATURES = (
         name="log-master-unreachable",
         category="distributed",
         title="Every rank reaches MASTER_ADDR:MASTER_PORT",
-        keys=("has timed out after", "Connection refused", "failed to connect", "retrieving ncclUniqueId"),
-        pattern=r"client socket has timed out after|client socket has failed to connect|connect to .* failed"
-        r"|Connection refused|retrieving ncclUniqueId",
-        role="hint",
-        cause="a rank could not connect to the rendezvous endpoint MASTER_ADDR:MASTER_PORT",
+        keys=("has timed out after", "RendezvousConnectionError", "connection to the C10d store has failed"),
+        pattern=r"client socket has timed out after|RendezvousConnectionError|connection to the C10d store has failed",
+        cause="a rank could not connect to the rendezvous endpoint in time (MASTER_ADDR/--rdzv-endpoint unreachable)",
         why="The clients connect to MASTER_ADDR:MASTER_PORT: a name that does not resolve on the node, an address "
         "of the login node or of localhost, a port the master never opened (its launcher failed first) or a "
         "firewall ends in refused connections and a timeout.",
@@ -99,6 +97,23 @@ SIGNATURES = (
         "script and RANK/WORLD_SIZE from SLURM_PROCID/SLURM_NTASKS in each task.",
         source="https://pytorch.org/docs/stable/distributed.html#environment-variable-initialization",
         check=("GD-SLURM-030", "GD-DIST-001", "GD-SLURM-021"),
+    ),
+    Signature(
+        id="GD-DIAG-061",
+        name="log-master-connection-refused",
+        category="distributed",
+        title="The rendezvous endpoint accepts the ranks' connections",
+        keys=("Connection refused", "failed to connect", "retrieving ncclUniqueId"),
+        pattern=r"client socket has failed to connect|connect to .* failed|Connection refused|retrieving ncclUniqueId",
+        role="hint",
+        cause="a rank's connection to the rendezvous endpoint was refused (nothing listening there, or it died)",
+        why="torch retries a refused connection until its timeout (the warnings are normal while the master starts); "
+        "refusals to the end mean nothing listens at MASTER_ADDR:MASTER_PORT on that address: the master's "
+        "launcher failed first, listens on another port, or the address is another host's.",
+        fix="If the master failed first, its error is the cause; else set MASTER_ADDR to the job's first node and "
+        "one MASTER_PORT for every node.",
+        source=_DIST,
+        check=("GD-DIST-003", "GD-JOB-008"),
     ),
 )
 

@@ -43,6 +43,11 @@ ISSUE_CASES = {
     "store_clients_timeout.log": ("GD-DIAG-009", None),
     "cublas_not_initialized.log": ("GD-DIAG-056", None),
     "nccl_not_built_in_windows.log": ("GD-DIAG-057", None),
+    "ecc_uncorrectable.log": ("GD-DIAG-047", None),
+    "too_many_open_files_ancdata.log": ("GD-DIAG-028", None),
+    "lightning_gpus_not_visible.log": ("GD-DIAG-062", None),
+    "rendezvous_connection_timeout.log": ("GD-DIAG-010", None),
+    "rendezvous_timeout_multinode.log": ("GD-DIAG-008", None),
 }
 # produced here (README): log -> (id, rank)
 REAL_CASES = {
@@ -226,10 +231,9 @@ def test_every_signature_is_explained_by_the_registry():
 
 # Cause rows whose real log is still to be found (the public threads found so far hold none): listed, not hidden.
 WITHOUT_A_LOG = {
-    "GD-DIAG-004", "GD-DIAG-005", "GD-DIAG-006", "GD-DIAG-008", "GD-DIAG-011", "GD-DIAG-015", "GD-DIAG-017",
-    "GD-DIAG-025", "GD-DIAG-028", "GD-DIAG-030", "GD-DIAG-033", "GD-DIAG-035", "GD-DIAG-036", "GD-DIAG-037",
-    "GD-DIAG-038", "GD-DIAG-042", "GD-DIAG-043", "GD-DIAG-044",
-    "GD-DIAG-046", "GD-DIAG-047",
+    "GD-DIAG-004", "GD-DIAG-005", "GD-DIAG-006", "GD-DIAG-011", "GD-DIAG-015", "GD-DIAG-017", "GD-DIAG-025",
+    "GD-DIAG-030", "GD-DIAG-033", "GD-DIAG-035", "GD-DIAG-036", "GD-DIAG-037", "GD-DIAG-038", "GD-DIAG-042",
+    "GD-DIAG-043", "GD-DIAG-044", "GD-DIAG-046",
 }  # fmt: skip
 
 
@@ -257,8 +261,8 @@ SAMPLES = {
     "GD-DIAG-008": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
     "GD-DIAG-009": "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "
     "1/2 clients joined.",
-    "GD-DIAG-010": "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node01]:29500 (errno: 111 - "
-    "Connection refused).",
+    "GD-DIAG-010": "[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to "
+    "192.0.0.1:1234",
     "GD-DIAG-011": "RuntimeError: The IPv4 network addresses of (node-x, 29500) cannot be retrieved (gai error: -2 - "
     "Name or service not known).",
     "GD-DIAG-012": "node1:123:123 [0] NCCL WARN Bootstrap : no socket interface found",
@@ -293,7 +297,8 @@ SAMPLES = {
     "following reasons",
     "GD-DIAG-034": "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
     "CollectiveFingerPrint(SequenceNumber=1, OpType=ALLREDUCE)",
-    "GD-DIAG-035": "lightning_fabric.utilities.exceptions.MisconfigurationException: You requested gpu: [0, 1]",
+    "GD-DIAG-035": "lightning_fabric.utilities.exceptions.MisconfigurationException: `Trainer(devices=4)` but SLURM "
+    "has --ntasks-per-node=1",
     "GD-DIAG-036": "ValueError: num_processes (8) must be a multiple of num_machines (3)",
     "GD-DIAG-037": "RuntimeError: CUDA error: device-side assert triggered",
     "GD-DIAG-038": "RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -319,6 +324,9 @@ SAMPLES = {
     "GD-DIAG-057": "RuntimeError: Distributed package doesn't have NCCL built in",
     "GD-DIAG-058": "AssertionError: Torch not compiled with CUDA enabled",
     "GD-DIAG-059": "ModuleNotFoundError: No module named 'torch'",
+    "GD-DIAG-061": "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node01]:29500 (errno: 111 - "
+    "Connection refused).",
+    "GD-DIAG-062": "pytorch_lightning.utilities.exceptions.MisconfigurationException: You requested GPUs: [1]",
     "GD-DIAG-060": "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
     "MASTER_ADDR expected, but not set",
 }
