@@ -81,13 +81,14 @@ SIGNATURES = (
         name="log-no-space-left",
         category="host",
         title="The job's file systems have room for what it writes",
-        keys=("No space left on device",),
+        keys=("No space left on device", "PytorchStreamWriter failed writing", "unexpected pos"),
+        pattern=r"No space left on device|PytorchStreamWriter failed writing|inline_container.cc.*unexpected pos",
         cause="a file system was full (checkpoints, /tmp, a cache, or /dev/shm)",
         why="Writing a checkpoint, a compile cache or a dataset cache to a full file system fails with ENOSPC; "
-        "/dev/shm full shows the same error.",
+        "torch.save's zip writer says it as 'PytorchStreamWriter failed writing file' or 'unexpected pos N vs M'.",
         fix="Write checkpoints and caches (TRITON_CACHE_DIR, HF_HOME, TMPDIR) to a file system with room; clean "
         "old checkpoints.",
-        source="https://man7.org/linux/man-pages/man3/errno.3.html",
+        source="https://github.com/pytorch/pytorch/issues/76108",
     ),
     Signature(
         id="GD-DIAG-031",
