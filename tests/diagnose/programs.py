@@ -52,6 +52,28 @@ def unused_parameters() -> None:
         opt.step()
 
 
+def ready_twice() -> None:
+    """One Linear wrapped twice in reentrant checkpoints under DDP(find_unused_parameters=True)."""
+    import torch
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+
+    _init()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = checkpoint(self.a, x, use_reentrant=True)
+            return checkpoint(self.a, x, use_reentrant=True) + self.b(x)
+
+    model = nn.parallel.DistributedDataParallel(Net(), find_unused_parameters=True)
+    model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+
+
 def collective_mismatch() -> None:
     """Rank 0 all-reduces where rank 1 broadcasts (TORCH_DISTRIBUTED_DEBUG=DETAIL checks the fingerprints)."""
     import torch
@@ -88,7 +110,8 @@ def loader_bus_error() -> None:
 
 
 SCENARIOS = {
-    f.__name__: f for f in (raises_first, unused_parameters, collective_mismatch, sleep_then_ok, loader_bus_error)
+    f.__name__: f
+    for f in (raises_first, unused_parameters, ready_twice, collective_mismatch, sleep_then_ok, loader_bus_error)
 }
 
 if __name__ == "__main__":
