@@ -74,10 +74,9 @@ def _shown(text: str) -> str:
 
 def _read(logs: list[str], usage_error: type[Exception]):
     from gpudoctor.diagnose.logread import read_logs
-    from gpudoctor.diagnose.signatures import TABLE
+    from gpudoctor.diagnose.signatures import keys
     from gpudoctor.fileio import FileIOError, open_input_stream
 
-    keys = [k.encode() for sig in TABLE for k in sig.keys]
     streams = []
     try:
         for path in logs:
@@ -91,7 +90,7 @@ def _read(logs: list[str], usage_error: type[Exception]):
                 stream.close()
         raise usage_error(str(e)) from None
     try:
-        return read_logs(streams, keys)
+        return read_logs(streams, keys())
     except OSError as e:
         raise usage_error(f"cannot read the log: {e.strerror or e}") from None
     finally:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -138,7 +138,10 @@ def prefix(text: str) -> tuple[str, int | None, str | None]:
 
 
 class _Reader:
-    def __init__(self, keys: Iterable[bytes]):
+    def __init__(self, keys: Iterable[bytes] | Mapping[bytes, Sequence[re.Pattern | None]]):
+        self.filters: dict[bytes, tuple[re.Pattern, ...]] = {}
+        if isinstance(keys, Mapping):
+            self.filters = {k: tuple(p for p in ps if p is not None) for k, ps in keys.items() if None not in ps}
         self.keys = tuple(dict.fromkeys([*keys, *ERROR_KEYS, SEQ_KEY, WORK_KEY, VERSION_KEY, ROOT_KEY]))
         self.scan = Scan()
         self.hits: dict[bytes, list[Line]] = {k: [] for k in self.keys}
@@ -231,7 +234,8 @@ class _Reader:
                 if m:
                     self.scan.root_cause.setdefault(m.group("key"), m.group("value"))
         hits = self.hits[key]
-        if len(hits) < MAX_HITS:
+        patterns = self.filters.get(key)
+        if len(hits) < MAX_HITS and (not patterns or any(p.search(line.text) for p in patterns)):
             hits.append(line)
 
     def _work(self, rank: int, seq: int, op: str | None, line: Line) -> None:
@@ -251,8 +255,13 @@ class _Reader:
         return s
 
 
-def read_logs(sources: Iterable[tuple[str, BinaryIO]], keys: Iterable[bytes]) -> Scan:
-    """Scan each (name, binary stream) in turn for the keys; what was kept, in bounded memory."""
+def read_logs(
+    sources: Iterable[tuple[str, BinaryIO]], keys: Iterable[bytes] | Mapping[bytes, Sequence[re.Pattern | None]]
+) -> Scan:
+    """Scan each (name, binary stream) in turn for the keys; what was kept, in bounded memory. With a mapping,
+    a line holding a key is kept only when one of the key's patterns matches it (None: any line): the bound on
+    kept lines then counts lines that matter, so a hundred harmless lines with `gres` in them do not push out
+    the one SLURM error after them."""
     reader = _Reader(keys)
     for index, (name, stream) in enumerate(sources):
         reader.read(name, index, stream)

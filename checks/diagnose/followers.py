@@ -80,7 +80,7 @@ SIGNATURES = (
         name="log-srun-task-exited",
         category="slurm",
         title="No srun task exits non-zero",
-        keys=("Exited with exit code", "Killed", "Terminated", "task(s) exited", "tasks exited"),
+        keys=("srun: error:",),
         pattern=r"srun: error: (?P<node>[^:]+): tasks? (?P<task>[\d,-]+): (?:Exited with exit code (?P<code>\d+)"
         r"|Killed|Terminated)",
         role="consequence",

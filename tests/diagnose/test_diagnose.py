@@ -12,7 +12,7 @@ import pytest
 
 from gpudoctor.diagnose.judge import judge
 from gpudoctor.diagnose.logread import read_logs
-from gpudoctor.diagnose.signatures import BY_ID, TABLE
+from gpudoctor.diagnose.signatures import BY_ID, TABLE, keys
 from tests.cliutil import clean_env, run_gpudoctor_here
 
 run_gpudoctor = run_gpudoctor_here  # what the command prints and exits with; the process itself is not in question
@@ -78,7 +78,7 @@ def diagnose(*args: str):
 
 def _judged(path: Path):
     with open(path, "rb") as f:
-        scan = read_logs([(path.name, f)], [k.encode() for s in TABLE for k in s.keys])
+        scan = read_logs([(path.name, f)], keys())
     return judge(scan, TABLE)
 
 
@@ -427,3 +427,56 @@ def test_a_line_without_an_end_is_searched_in_pieces(tmp_path):
         f.write(b"x" * (3 * 2**20) + b" RuntimeError: CUDA error: invalid device ordinal " + b"y" * (6 * 2**20))
     first = _judged(log)[0]
     assert first.id == "GD-DIAG-002" and first.evidence["line"] == "endless.log:1"
+
+
+def test_the_cause_is_joined_to_the_batch_script_line_to_change():
+    """'invalid device ordinal' + torchrun --nproc_per_node=4 where each task sees 2 GPUs: GD-SLURM-027 names the
+    launch line and its fix, as `check --sbatch` does."""
+    script = LOGS / "jobs" / "nproc4_on_2_gpus.slurm"
+    r, report = diagnose(str(LOGS / "issues" / "invalid_device_ordinal_vim.log"), "--sbatch", str(script))
+    assert r.returncode == 1, r.stderr
+    first = report["findings"][0]
+    assert first["id"] == "GD-DIAG-002" and (first["location"]["file"], first["location"]["line"]) == (str(script), 9)
+    assert first["evidence"]["before_submission"].startswith("GD-SLURM-027: line 9: torchrun starts 4 worker(s)")
+    assert first["fix"]["title"].startswith("Start one worker per GPU: --nproc-per-node=2")
+    text = run_gpudoctor("diagnose", str(LOGS / "issues" / "invalid_device_ordinal_vim.log"), "--sbatch", str(script))
+    assert f"gpudoctor fix --apply --sbatch {script}" in text.stdout
+
+
+def test_without_the_script_the_fix_is_the_rows_own():
+    r, report = diagnose(str(LOGS / "issues" / "invalid_device_ordinal_vim.log"))
+    first = report["findings"][0]
+    assert "before_submission" not in first["evidence"] and first["fix"]["safety"] == "manual"
+    assert first["evidence"]["caught_before_submission_by"] == "GD-SLURM-027, GD-DEV-002, GD-SLURM-010"
+
+
+def test_the_json_report_keeps_the_report_schema(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((LOGS.parents[2] / "docs" / "report.schema.json").read_text())
+    for log in (LOGS / "real" / "gloo_rank_raises_first.log", LOGS / "issues" / "watchdog_rank_behind.log"):
+        r, report = diagnose(str(log))
+        jsonschema.validate(report, schema)
+        assert report["diagnose"]["lines"] > 0
+
+
+def test_a_hostile_file_name_is_not_echoed_raw(tmp_path):
+    log = tmp_path / "x\x1b]0;title\x07.log"
+    log.write_text("RuntimeError: CUDA error: invalid device ordinal\n")
+    for args in (["--json"], []):
+        r = run_gpudoctor("diagnose", *args, "-v", str(log))
+        assert r.returncode == 1 and "\x1b" not in r.stdout + r.stderr and "\x07" not in r.stdout + r.stderr
+
+
+def test_binary_garbage_is_read_without_a_crash(tmp_path):
+    log = tmp_path / "model.bin"
+    log.write_bytes(bytes(range(256)) * 4096)
+    r, report = diagnose(str(log))
+    assert r.returncode == 0 and report["findings"][0]["severity"] == "warn"
+
+
+def test_harmless_lines_with_a_key_do_not_push_out_the_error_after_them(tmp_path):
+    log = tmp_path / "echo.log"
+    harmless = "".join(f"requested gres gpu:{n % 8} for step {n}\n" for n in range(500))
+    log.write_text(harmless + "sbatch: error: Invalid generic resource (gres) specification\n")
+    first = _judged(log)[0]
+    assert first.id == "GD-DIAG-041" and first.evidence["line"] == "echo.log:501"
