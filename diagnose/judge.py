@@ -77,7 +77,10 @@ def events(scan: Scan, table: Iterable[Signature]) -> list[Event]:
                     continue
                 fields = {k: v for k, v in (m.groupdict() if m else {}).items() if v is not None}
                 taken[line.order] = Event(sig, line, fields)
-    found = sorted(taken.values(), key=lambda e: e.line.order)
+    present = {e.sig.id for e in taken.values()}
+    found = sorted(
+        (e for e in taken.values() if not e.sig.needs or present & set(e.sig.needs)), key=lambda e: e.line.order
+    )
     versions = _versions(scan, table)
     return sorted([*found, *versions], key=lambda e: e.line.order)
 

@@ -39,6 +39,7 @@ class Signature:
     check: tuple[str, ...] = ()  # the gpudoctor checks that judge this before submission (check --sbatch)
     versions: str = "all"  # the torch / NCCL / SLURM versions that print it
     commands: tuple[str, ...] = ()  # commands the fix shows (manual)
+    needs: tuple[str, ...] = ()  # rows of which one must also be in the log for this one to count (context)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -69,7 +70,8 @@ def _what(s: Signature) -> str:
         "hint": "A hint: named only when the log holds no cause.",
     }[s.role]
     printed = f" ({s.versions})" if s.versions != "all" else ""
-    return f"`gpudoctor diagnose` reads a failed job's log for a line with {keys}{shape}{printed}. {role}"
+    needs = f" Counted only where the log also shows {' or '.join(s.needs)}." if s.needs else ""
+    return f"`gpudoctor diagnose` reads a failed job's log for a line with {keys}{shape}{printed}. {role}{needs}"
 
 
 def _fix(s: Signature) -> str:

@@ -53,9 +53,9 @@ SIGNATURES = (
         name="log-lightning-misconfiguration",
         category="slurm",
         title="Lightning's devices and nodes match the job's tasks and GPUs",
-        keys=("MisconfigurationException", "ntasks-per-node"),
+        keys=("MisconfigurationException", "ntasks-per-node", "in your SLURM bash script"),
         pattern=r"MisconfigurationException(?!.*You requested)|(?:devices|num_nodes)=.*ntasks-per-node"
-        r"|ntasks-per-node.*(?:devices|num_nodes)",
+        r"|ntasks-per-node.*(?:devices|num_nodes)|You set .--ntasks=\d+. in your SLURM bash script",
         cause="Lightning refused its configuration: devices or num_nodes disagree with the job's tasks or GPUs",
         why="Under SLURM, Lightning takes its processes from SLURM's tasks: Trainer(devices=N) needs "
         "--ntasks-per-node=N and num_nodes the job's node count; asking for more GPUs than the node shows is "

@@ -31,6 +31,7 @@ SIGNATURES = (
             "driver on your system is too old",
             "driver version is insufficient",
             "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+            "forward compatibility was attempted on non supported HW",
         ),
         cause="the node's NVIDIA driver is older than the CUDA version torch was built with",
         why="A CUDA runtime needs a driver at least as new as its release (minor-version compatibility aside); "

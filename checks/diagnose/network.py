@@ -26,8 +26,14 @@ SIGNATURES = (
         name="log-nccl-socket-error",
         category="nccl",
         title="NCCL's socket connections between ranks hold",
-        keys=("socketStartConnect", "socket progress error", "Connection closed by remote peer", "socketPollConnect"),
-        pattern=r"NCCL WARN",
+        keys=(
+            "socketStartConnect",
+            "socket progress error",
+            "Connection closed by remote peer",
+            "socketPollConnect",
+            "No route to host",
+        ),
+        pattern=r"NCCL WARN|socketStartConnect|socketPollConnect|socketProgress|No route to host",
         role="hint",
         cause="NCCL's socket connection between ranks failed (interface, firewall, or a peer that died first)",
         why="NCCL connects the ranks over the interface NCCL_SOCKET_IFNAME selects; an interface that cannot reach "
@@ -43,8 +49,8 @@ SIGNATURES = (
         name="log-nccl-ib-completion-error",
         category="nccl",
         title="InfiniBand transfers between ranks complete",
-        keys=("Got completion", "with error 12", "ibv_poll_cq"),
-        pattern=r"NET/IB.*[Cc]ompletion.*(?:error|status=)\s*\d+|ibv_poll_cq",
+        keys=("Got completion", "with error 12", "ibv_poll_cq", "Got async event"),
+        pattern=r"NET/IB.*[Cc]ompletion.*(?:error|status=)\s*\d+|ibv_poll_cq|NET/IB.*Got async event",
         cause="an InfiniBand transfer failed (retry exceeded: a link, port or fabric problem between nodes)",
         why="NET/IB completion errors (12: transport retry counter exceeded) mean the remote HCA did not answer: a "
         "link down or flapping, a port in another subnet, or a node gone.",
@@ -128,6 +134,40 @@ SIGNATURES = (
         "NCCL_P2P_DISABLE=1.",
         source=_TROUBLE,
         check=("GD-NCCL-011", "GD-HW-009"),
+    ),
+    Signature(
+        id="GD-DIAG-063",
+        name="log-nccl-virtual-interface",
+        category="nccl",
+        title="NCCL does not bootstrap over a container's or a VM's virtual interface",
+        keys=("Bootstrap : Using", "NET/Socket : Using"),
+        pattern=r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?(?P<ifname>(?:docker|veth|virbr|br-|cni|flannel|vxlan"
+        r"|tun|tailscale|vmnet)[\w.-]*)",
+        role="hint",
+        cause="NCCL connected the ranks over {ifname}, a virtual interface other nodes may not reach",
+        why="Without NCCL_SOCKET_IFNAME, NCCL picks the first interface that is up; a docker bridge, a veth or a "
+        "VPN interface has an address only its own host (or container) reaches, so ranks on other nodes never "
+        "connect and the job hangs or fails in NCCL's sockets.",
+        fix="Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface the nodes reach each other on, or "
+        "exclude the virtual ones: NCCL_SOCKET_IFNAME=^docker,veth,lo.",
+        source="https://github.com/NVIDIA/nccl/issues/913",
+        check=("GD-NCCL-010", "GD-NCCL-002"),
+        needs=("GD-DIAG-013", "GD-DIAG-018", "GD-DIAG-048", "GD-DIAG-049", "GD-DIAG-050", "GD-DIAG-061"),
+    ),
+    Signature(
+        id="GD-DIAG-064",
+        name="log-fabric-manager-not-running",
+        category="hardware",
+        title="The NVSwitch fabric manager runs on the job's nodes",
+        keys=("system not yet initialized", "Error 802"),
+        cause="CUDA says the system is not yet initialized: the NVSwitch fabric manager is not running",
+        why="On NVSwitch systems (HGX/DGX A100, H100, H200) CUDA cannot use the GPUs until nvidia-fabricmanager "
+        "has set up the fabric; a node booted without it, or with a fabric manager of another version than the "
+        "driver, fails every CUDA call with error 802.",
+        fix="Start nvidia-fabricmanager (its version equal to the driver's) on the node, or drain the node and report "
+        "it; resubmit excluding it.",
+        source="https://github.com/pytorch/pytorch/issues/35710",
+        check=("GD-HW-006", "GD-HW-010"),
     ),
 )
 

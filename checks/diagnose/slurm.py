@@ -27,9 +27,10 @@ SIGNATURES = (
         name="log-slurm-step-creation",
         category="slurm",
         title="srun can create the job's steps",
-        keys=("Unable to create step", "Unable to create job step"),
-        pattern=r"Unable to create (?:job )?step[^:]*: (?P<reason>.+)",
-        cause="srun could not create the step: it asked for more than the job holds ({reason})",
+        keys=("Unable to create step", "Unable to create job step", "Requested nodes are busy"),
+        pattern=r"Unable to create (?:job )?step[^:]*: (?P<reason>.+)|step creation temporarily disabled.*"
+        r"\((?P<busy>Requested nodes are busy)\)",
+        cause="srun could not create the step: it asked for more than the job holds or another step holds it",
         why="A step may use only what the job was allocated; an srun asking for more tasks, CPUs, GPUs or memory "
         "than the job holds, or a second step while the first holds every resource (no --overlap), cannot be "
         "created.",

@@ -48,6 +48,7 @@ ISSUE_CASES = {
     "lightning_gpus_not_visible.log": ("GD-DIAG-062", None),
     "rendezvous_connection_timeout.log": ("GD-DIAG-010", None),
     "rendezvous_timeout_multinode.log": ("GD-DIAG-008", None),
+    "fabric_manager_802.log": ("GD-DIAG-064", None),
 }
 # produced here (README): log -> (id, rank)
 REAL_CASES = {
@@ -331,13 +332,16 @@ SAMPLES = {
     "GD-DIAG-061": "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node01]:29500 (errno: 111 - "
     "Connection refused).",
     "GD-DIAG-062": "pytorch_lightning.utilities.exceptions.MisconfigurationException: You requested GPUs: [1]",
+    "GD-DIAG-064": "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+    "calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized",
     "GD-DIAG-060": "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
     "MASTER_ADDR expected, but not set",
 }
 
 
 def test_every_row_has_a_sample_line():
-    rows = {s.id for s in TABLE} - {"GD-DIAG-024"}  # judged from the versions of all ranks (below)
+    # GD-DIAG-024: judged from the versions of all ranks; rows with `needs`: only beside another (both below)
+    rows = {s.id for s in TABLE if not s.needs} - {"GD-DIAG-024"}
     assert rows == set(SAMPLES)
 
 
@@ -353,6 +357,16 @@ def test_each_row_reads_its_own_line(sig_id, tmp_path):
         assert first.id == "GD-DIAG-001" and any(f.id == sig_id and f.severity.value == "info" for f in findings)
     else:
         assert first.id == sig_id and first.severity.value == "fail" and len(first.message) <= 130
+
+
+def test_a_virtual_interface_is_named_only_where_the_network_failed(tmp_path):
+    init = "node1:1:1 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.1<0>\n"
+    log = tmp_path / "docker.log"
+    log.write_text(init + "node1:1:9 [0] NCCL WARN socketStartConnect: Connect to 172.17.0.1<4312> failed : timeout\n")
+    first = _judged(log)[0]
+    assert first.id == "GD-DIAG-063" and "docker0" in first.message
+    log.write_text(init + "ValueError: bad config key 'lr'\n")  # no network failure: the interface is no cause
+    assert _judged(log)[0].id == "GD-DIAG-001"
 
 
 def test_ranks_on_different_nccl_versions_are_named(tmp_path):
