@@ -32,8 +32,11 @@ SIGNATURES = (
             "Connection closed by remote peer",
             "socketPollConnect",
             "No route to host",
+            "Network is unreachable",
+            "Connect to",
         ),
-        pattern=r"NCCL WARN|socketStartConnect|socketPollConnect|socketProgress|No route to host",
+        pattern=r"NCCL WARN.*(?:[Ss]ocket|Connect to .* failed|[Cc]onnection closed|No route|unreachable)"
+        r"|socketStartConnect|socketPollConnect|socketProgress",
         role="hint",
         cause="NCCL's socket connection between ranks failed (interface, firewall, or a peer that died first)",
         why="NCCL connects the ranks over the interface NCCL_SOCKET_IFNAME selects; an interface that cannot reach "

@@ -115,6 +115,22 @@ SIGNATURES = (
         source=_DIST,
         check=("GD-DIST-003", "GD-JOB-008"),
     ),
+    Signature(
+        id="GD-DIAG-065",
+        name="log-rank-claimed-twice",
+        category="distributed",
+        title="Every rank number is claimed by one process",
+        keys=("has already checked in",),
+        pattern=r"rank (?P<rank>\d+) of (?P<world>\d+) ranks has already checked in",
+        cause="two processes claimed the same rank: each node computed the same ranks (node rank not set per node)",
+        why="NCCL's bootstrap root receives each rank once; a second process with the same rank means two "
+        "launchers believe they are the same node (--node_rank / NODE_RANK not set from SLURM_NODEID, a launch "
+        "line run once per task where it should run once per node).",
+        fix="Give each node its own rank: torchrun --node_rank=$SLURM_NODEID (or the c10d rendezvous, which assigns "
+        "them), one launcher per node (srun --ntasks-per-node=1 torchrun ...).",
+        source="https://github.com/Lightning-AI/pytorch-lightning/issues/14986",
+        check=("GD-DIST-001", "GD-SLURM-009", "GD-SLURM-034"),
+    ),
 )
 
 declare(verdicts(SIGNATURES), source="diagnose", judged_by=JUDGED_BY)

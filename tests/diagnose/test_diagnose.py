@@ -49,6 +49,8 @@ ISSUE_CASES = {
     "rendezvous_connection_timeout.log": ("GD-DIAG-010", None),
     "rendezvous_timeout_multinode.log": ("GD-DIAG-008", None),
     "fabric_manager_802.log": ("GD-DIAG-064", None),
+    "nccl_network_unreachable.log": ("GD-DIAG-013", None),
+    "rank_checked_in_twice.log": ("GD-DIAG-065", None),
 }
 # produced here (README): log -> (id, rank)
 REAL_CASES = {
@@ -334,6 +336,8 @@ SAMPLES = {
     "GD-DIAG-062": "pytorch_lightning.utilities.exceptions.MisconfigurationException: You requested GPUs: [1]",
     "GD-DIAG-064": "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
     "calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized",
+    "GD-DIAG-065": "hpc-25-14:18569:18835 [0] bootstrap.cc:131 NCCL WARN Bootstrap Root : rank 1 of 8 ranks has "
+    "already checked in",
     "GD-DIAG-060": "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
     "MASTER_ADDR expected, but not set",
 }
