@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 
+JOB_TITLE = "SLURM's record of the job"
 HELP = "read a failed job's log (or --job JOBID) and name the first cause, the rank that failed and the fix"
 SCONTROL_TIMEOUT_S = 10.0
 # a job id as SLURM writes it: 123, an array task 123_4, a het job component 123+1
@@ -60,7 +61,7 @@ def run(args) -> int:
     from gpudoctor.diagnose.signatures import TABLE
 
     preflight = _preflight(args, script_text, TABLE, UsageError)
-    findings = judge(scan, TABLE, preflight)
+    findings = judge(scan, TABLE, preflight, job_note)
     if job_note:
         findings.append(_job_finding(args.job, job_note))
     return _emit(findings, scan, args, _fix_command(args))
@@ -197,15 +198,7 @@ def _job_finding(job: str, record: dict):
     nodes = clean(record.get("NodeList", "?"))[:120]
     evidence = {k: clean(v)[:300] for k, v in record.items() if k in ("JobState", "ExitCode", "Reason", "NodeList")}
     message = f"job {job}: {state}, exit code {code}, on {nodes}"
-    return Finding(
-        "GD-DIAG-001",
-        "log-cause-unknown",
-        "distributed",
-        Severity.INFO,
-        "The failed job's log names a known cause",
-        message,
-        evidence,
-    )
+    return Finding("GD-DIAG-066", "log-slurm-job-record", "slurm", Severity.INFO, JOB_TITLE, message, evidence)
 
 
 def _fix_command(args) -> str | None:

@@ -152,15 +152,34 @@ def _ranks(events: list[Event]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
-def judge(scan: Scan, table: Iterable[Signature], preflight: Mapping[str, Finding] | None = None) -> list[Finding]:
+def judge(
+    scan: Scan,
+    table: Iterable[Signature],
+    preflight: Mapping[str, Finding] | None = None,
+    job: Mapping[str, str] | None = None,
+) -> list[Finding]:
     """The findings for the logs: the first cause (fail) or GD-DIAG-001 (warn), then what followed (info).
     preflight: findings of the checks a row names (check --sbatch's, on the job's script/config/snapshot),
-    by id; a warn or fail among them gives the cause its line to change and its fix."""
+    by id; a warn or fail among them gives the cause its line to change and its fix.
+    job: SLURM's record of the job (scontrol/sacct: JobId, JobState, ExitCode, NodeList); a state that is itself
+    a cause (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED) is the cause where the log names none surer."""
     table = tuple(table)
     found = events(scan, table)
     cause = first_cause(found, scan)
     out: list[Finding] = []
     behind = _behind(scan)
+    by_id = {s.id: s for s in table}
+    state = (job or {}).get("JobState", "").split(" ")[0].upper()
+    from_slurm = by_id.get(STATE_CAUSES.get(state, ""))
+    if from_slurm is not None and (cause is None or cause.sig.role == "hint"):
+        out.append(_state_finding(from_slurm, job or {}))
+        if cause is not None:
+            found = [e for e in found if e is not cause]
+            cause = None
+        out.extend(_notes(found, None, followed_only=True))
+        if behind is not None:
+            out.append(_as_note(behind))
+        return out
     if cause is not None:
         out.append(_cause_finding(cause, found, scan, preflight or {}))
         if behind is not None:
@@ -218,6 +237,26 @@ def _cause_finding(cause: Event, found: list[Event], scan: Scan, preflight: Mapp
 
 
 _JOINED = (Severity.WARN, Severity.FAIL)
+# SLURM's job states that are causes in themselves (sacct(1), JOB STATE CODES), by the row that says them
+STATE_CAUSES = {
+    "TIMEOUT": "GD-DIAG-039",
+    "DEADLINE": "GD-DIAG-039",
+    "OUT_OF_MEMORY": "GD-DIAG-027",
+    "NODE_FAIL": "GD-DIAG-042",
+    "PREEMPTED": "GD-DIAG-043",
+}
+
+
+def _state_finding(sig: Signature, job: Mapping[str, str]) -> Finding:
+    fields = {"job": job.get("JobId", "?"), "node": job.get("NodeList", "?")}
+    state = clean(job.get("JobState", ""))[:40]
+    evidence = {"slurm": f"JobState={state}, ExitCode={clean(job.get('ExitCode', '?'))[:20]}", "source": sig.source}
+    if sig.check:
+        evidence["caught_before_submission_by"] = ", ".join(sig.check)
+    message = cut(f"{_message(sig, fields)} (SLURM: {state})", 120)
+    return Finding(sig.id, sig.name, sig.category, Severity.FAIL, sig.title, message, evidence, _fix(sig), None)
+
+
 _WAITING = ("log-collective-timeout", "log-nccl-watchdog-timeout")
 
 
@@ -314,8 +353,9 @@ def _as_note(f: Finding) -> Finding:
     return replace(f, severity=Severity.INFO, fix=None)
 
 
-def _notes(found: list[Event], cause: Event | None) -> list[Finding]:
-    """One note per row besides the cause's: what followed it, and other causes after it."""
+def _notes(found: list[Event], cause: Event | None, followed_only: bool = False) -> list[Finding]:
+    """One note per row besides the cause's: what followed it, and other causes after it (with followed_only,
+    a cause known from elsewhere: every row's lines followed it)."""
     notes: list[Finding] = []
     by_sig: dict[str, list[Event]] = {}
     for e in found:
@@ -325,7 +365,7 @@ def _notes(found: list[Event], cause: Event | None) -> list[Finding]:
     for rows in by_sig.values():
         sig, first = rows[0].sig, rows[0].line
         ranks = _ranks(rows)
-        role = {"consequence": "followed", "cause": "also", "hint": "also"}[sig.role]
+        role = "followed" if followed_only else {"consequence": "followed", "cause": "also", "hint": "also"}[sig.role]
         if cause is not None and sig.role == "consequence" and first.order < cause.line.order:
             role = "also"  # printed before the cause (interleaved ranks): still a consequence of a failure
         where = f"{len(rows)} line(s){' on ' + ranks if ranks else ''}, first at {first.where}"

@@ -498,3 +498,32 @@ def test_harmless_lines_with_a_key_do_not_push_out_the_error_after_them(tmp_path
     log.write_text(harmless + "sbatch: error: Invalid generic resource (gres) specification\n")
     first = _judged(log)[0]
     assert first.id == "GD-DIAG-041" and first.evidence["line"] == "echo.log:501"
+
+
+def test_slurms_state_is_the_cause_where_the_log_has_only_a_hint(tmp_path):
+    """A rank killed by the cgroup's OOM killer printed only 'Killed'; SLURM's record says OUT_OF_MEMORY."""
+    log = tmp_path / "slurm-77.out"
+    log.write_text("epoch 3 step 120\n  exitcode  : -9 (pid: 3174)\nsrun: error: gpu07: task 0: Killed\n")
+    with open(log, "rb") as f:
+        scan = read_logs([(log.name, f)], keys())
+    job = {"JobId": "77", "JobState": "OUT_OF_MEMORY", "ExitCode": "0:125", "NodeList": "gpu07"}
+    findings = judge(scan, TABLE, None, job)
+    assert (findings[0].id, findings[0].severity.value) == ("GD-DIAG-027", "fail")
+    assert findings[0].message.endswith("(SLURM: OUT_OF_MEMORY)") and findings[0].location is None
+    assert all(f.message.startswith("followed") for f in findings[1:])
+    # without SLURM's word, the SIGKILL is the hint it is
+    assert judge(scan, TABLE)[0].id == "GD-DIAG-031"
+
+
+def test_a_cause_in_the_log_stays_the_cause_whatever_slurms_state(tmp_path):
+    with open(LOGS / "issues" / "duplicate_gpu_horovod.log", "rb") as f:
+        scan = read_logs([("x.log", f)], keys())
+    job = {"JobId": "78", "JobState": "FAILED", "ExitCode": "1:0", "NodeList": "gpu07"}
+    assert judge(scan, TABLE, None, job)[0].id == "GD-DIAG-003"
+    job["JobState"] = "TIMEOUT"  # a hang that ran into the limit after its cause: the log's cause first
+    assert judge(scan, TABLE, None, job)[0].id == "GD-DIAG-003"
+
+
+def test_the_job_record_note_has_its_own_verdict():
+    r = run_gpudoctor("explain", "GD-DIAG-066")
+    assert r.returncode == 0 and "OUT_OF_MEMORY" in r.stdout

@@ -141,7 +141,9 @@ def test_a_task_that_exits_1_under_srun_read_back_by_job_id(slurm_cluster, tmp_p
     assert findings[0]["evidence"]["rank"] == 1 and "ValueError: bad shard 7" in findings[0]["message"]
     assert findings[0]["evidence"]["line"] == f"{out}:1"
     assert any(f["id"] == "GD-DIAG-052" for f in findings)  # srun's task line: what followed
-    assert any(f["message"].startswith(f"job {job}: FAILED, exit code 1:0") for f in findings)
+    assert any(
+        f["id"] == "GD-DIAG-066" and f["message"].startswith(f"job {job}: FAILED, exit code 1:0") for f in findings
+    )
 
 
 @pytest.mark.slurm
