@@ -155,8 +155,8 @@ declare(
             name="log-slurm-job-record",
             category="slurm",
             title="SLURM's record of the job",
-            what="With `--job JOBID`: the job's state, exit code and nodes from `scontrol show job` (or `sacct` once the "
-            "controller has forgotten it), shown as a note; a state that is a cause in itself (TIMEOUT, "
+            what="With `--job JOBID`: the job's state, exit code and nodes from `scontrol show job` (or `sacct` once "
+            "the controller has forgotten it), shown as a note; a state that is a cause in itself (TIMEOUT, "
             "OUT_OF_MEMORY, NODE_FAIL, PREEMPTED) is named as the cause where the log names none surer.",
             why="A process killed by the OOM killer or at the time limit often prints nothing of it; SLURM's record "
             "says what ended the job.",
