@@ -31,6 +31,7 @@ from gpudoctor.redact import redact
 from gpudoctor.sanitize import bounded, clean
 
 QUOTE_LIMIT = 300
+MESSAGE_LIMIT = 120  # a finding's message is one line
 UNKNOWN = "GD-DIAG-001"
 BEHIND = "GD-DIAG-055"
 VERSIONS = "GD-DIAG-024"
@@ -199,7 +200,8 @@ def _cause_finding(cause: Event, found: list[Event], scan: Scan, preflight: Mapp
     sig, line = cause.sig, cause.line
     same = [e for e in found if e.sig is sig]
     who = _who(line) if (line.rank is not None or line.host) else ""
-    message = _message(sig, cause.fields) + (f" ({who})" if who else "")
+    suffix = f" ({cut(who, 40)})" if who else ""
+    message = cut(_message(sig, cause.fields), MESSAGE_LIMIT - len(suffix)) + suffix
     evidence: dict = {"line": line.where, "log": quote(line)}
     if cause.fields:
         evidence["read"] = ", ".join(f"{k}={cut(clean(redact(v)), 80)}" for k, v in sorted(cause.fields.items()))
@@ -369,7 +371,7 @@ def _notes(found: list[Event], cause: Event | None, followed_only: bool = False)
         if cause is not None and sig.role == "consequence" and first.order < cause.line.order:
             role = "also"  # printed before the cause (interleaved ranks): still a consequence of a failure
         where = f"{len(rows)} line(s){' on ' + ranks if ranks else ''}, first at {first.where}"
-        message = bounded(f"{role}: {_message(sig, rows[0].fields)}", 160)
+        message = cut(f"{role}: {_message(sig, rows[0].fields)}", MESSAGE_LIMIT)
         evidence = {"seen": where, "log": quote(first), "role": sig.role}
         notes.append(Finding(sig.id, sig.name, sig.category, Severity.INFO, sig.title, message, evidence, None, None))
     return notes

@@ -360,7 +360,7 @@ def test_each_row_reads_its_own_line(sig_id, tmp_path):
     if role == "consequence":  # never the cause: the first error, named as unknown, with this row as what followed
         assert first.id == "GD-DIAG-001" and any(f.id == sig_id and f.severity.value == "info" for f in findings)
     else:
-        assert first.id == sig_id and first.severity.value == "fail" and len(first.message) <= 130
+        assert first.id == sig_id and first.severity.value == "fail" and len(first.message) <= 120
 
 
 def test_a_virtual_interface_is_named_only_where_the_network_failed(tmp_path):
@@ -527,3 +527,9 @@ def test_a_cause_in_the_log_stays_the_cause_whatever_slurms_state(tmp_path):
 def test_the_job_record_note_has_its_own_verdict():
     r = run_gpudoctor("explain", "GD-DIAG-066")
     assert r.returncode == 0 and "OUT_OF_MEMORY" in r.stdout
+
+
+def test_every_message_is_one_line_of_at_most_120_characters():
+    for path in sorted(LOGS.rglob("*.log")):
+        for f in _judged(path):
+            assert "\n" not in f.message and len(f.message) <= 120, (path.name, f.id, f.message)
