@@ -46,8 +46,9 @@ SIGNATURES = (
         title="A GPU out-of-memory error does not show several ranks on one GPU",
         keys=("out of memory",),
         pattern=r"out of memory.*?(?:GPU (?P<gpu>\d+)).*?Process \d+ has [^.]*\.[^P]*Process \d+ has",
-        cause="GPU memory ran out with several processes on GPU {gpu}: ranks share one GPU",
-        why="The out-of-memory message lists every process holding memory on the GPU; two or more of the job's "
+        cause="GPU memory ran out with several processes on GPU {gpu}: ranks share it (or another job's process does)",
+        why="The out-of-memory message lists every process holding memory on the GPU (torch >= 2.0); two or more of "
+        "the job's "
         "processes on one GPU means the ranks were not spread over the GPUs (no set_device(LOCAL_RANK), or all "
         "ranks given device 0), so each has a fraction of the memory it was sized for.",
         fix="Give each rank its own GPU: torch.cuda.set_device(local_rank) before any CUDA work, model.to(local_rank), "
