@@ -32,6 +32,7 @@ SIGNATURES = (
             "driver version is insufficient",
             "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
             "forward compatibility was attempted on non supported HW",
+            "PTX was compiled with an unsupported toolchain",
         ),
         cause="the node's NVIDIA driver is older than the CUDA version torch was built with",
         why="A CUDA runtime needs a driver at least as new as its release (minor-version compatibility aside); "
@@ -46,7 +47,11 @@ SIGNATURES = (
         name="log-no-kernel-image",
         category="cuda",
         title="torch has kernels for the GPU's architecture",
-        keys=("no kernel image is available", "is not compatible with the current PyTorch installation"),
+        keys=(
+            "no kernel image is available",
+            "is not compatible with the current PyTorch installation",
+            "invalid device function",
+        ),
         cause="torch has no kernels for this GPU's architecture (a build without its sm_ version)",
         why="A torch wheel carries kernels for a list of compute capabilities; a GPU outside it (a new Blackwell "
         "sm_120 on a wheel built for up to sm_90, an old sm_37 dropped from recent wheels) cannot run them.",
@@ -156,6 +161,38 @@ SIGNATURES = (
         "activate, module load), or call its Python by absolute path.",
         source="https://slurm.schedmd.com/sbatch.html",
         check=("GD-CUDA-001",),
+    ),
+    Signature(
+        id="GD-DIAG-067",
+        name="log-cuda-library-missing",
+        category="cuda",
+        title="Every CUDA library the job loads is found on the node",
+        keys=("cannot open shared object file",),
+        pattern=r"(?P<lib>lib(?:cud|nccl|cublas|cufft|curand|cusparse|cusolver|nvrtc|nvJitLink|nvidia|nvToolsExt)"
+        r"[\w.+-]*): cannot open shared object file",
+        cause="a CUDA library is not found on the node ({lib}): the environment's CUDA libraries are not loaded",
+        why="torch and its extensions load libcudart, libcudnn, libnccl and the others from the wheel's nvidia "
+        "packages, LD_LIBRARY_PATH or a module; on a node where the module is not loaded, or an extension built for "
+        "another CUDA, the library is missing.",
+        fix="Load the same CUDA module / environment in the batch script as where the code was built, or install "
+        "the torch wheel with its nvidia-* packages; rebuild extensions for this CUDA.",
+        source="https://pytorch.org/get-started/locally/",
+        check=("GD-CUDA-006", "GD-CUDA-001"),
+    ),
+    Signature(
+        id="GD-DIAG-068",
+        name="log-gloo-connect-failed",
+        category="distributed",
+        title="gloo connects every pair of ranks",
+        keys=("connectFullMesh failed", "Gloo connectFullMesh"),
+        cause="gloo could not connect the ranks: the interface or hostname it used is not reachable from the others",
+        why="gloo connects every pair of ranks on the address of the interface GLOO_SOCKET_IFNAME names, or of the "
+        "host name; a host name that resolves to 127.0.1.1 (/etc/hosts) or a virtual interface is unreachable from "
+        "other nodes.",
+        fix="Set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the interface the nodes reach each other on; make "
+        "the host name resolve to that interface's address.",
+        source="https://pytorch.org/docs/stable/distributed.html#choosing-the-network-interface-to-use",
+        check=("GD-NCCL-002", "GD-DIST-006"),
     ),
 )
 

@@ -42,8 +42,9 @@ SIGNATURES = (
         name="log-store-clients-missing",
         category="distributed",
         title="As many ranks join the store as the world size says",
-        keys=("waiting for clients",),
-        pattern=r"waiting for clients(?:\.\s*(?P<joined>\d+)/(?P<expected>\d+) clients joined)?",
+        keys=("waiting for clients", "store based barrier"),
+        pattern=r"waiting for clients(?:\.\s*(?P<joined>\d+)/(?P<expected>\d+) clients joined)?"
+        r"|store based barrier.*world_size=(?P<world>\d+), worker_count=(?P<workers>\d+)",
         cause="not every rank reached the rendezvous store: the world size and the ranks started disagree",
         why="The TCPStore on rank 0 waits for WORLD_SIZE clients; fewer arriving means fewer processes were started "
         "than the world size says (--nnodes or --nproc_per_node larger than what runs, a node without its "

@@ -65,8 +65,14 @@ SIGNATURES = (
         name="log-cuda-out-of-memory",
         category="allocator",
         title="The model and batch fit in GPU memory",
-        keys=("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA error: out of memory"),
-        pattern=r"(?:CUDA out of memory|OutOfMemoryError|ALLOC_FAILED|CUDA error: out of memory)"
+        keys=(
+            "CUDA out of memory",
+            "OutOfMemoryError",
+            "CUBLAS_STATUS_ALLOC_FAILED",
+            "CUDA error: out of memory",
+            "CUDA driver error: out of memory",
+        ),
+        pattern=r"(?:CUDA out of memory|OutOfMemoryError|ALLOC_FAILED|CUDA (?:driver )?error: out of memory)"
         r"(?:.*?GPU (?P<gpu>\d+))?",
         cause="GPU memory ran out (the batch, the model or activations do not fit on the GPU)",
         why="The caching allocator could not get the memory asked for: the batch or model is too large for the "
@@ -95,7 +101,15 @@ SIGNATURES = (
         name="log-killed-by-sigkill",
         category="host",
         title="No rank is killed by SIGKILL",
-        keys=("exitcode  : -9", "Signals.SIGKILL", "killed by signal: Killed", "Signal 9 (SIGKILL)"),
+        keys=(
+            "exitcode  : -9",
+            "Signals.SIGKILL",
+            "killed by signal: Killed",
+            "Signal 9 (SIGKILL)",
+            "return code = -9",
+            "Killed",
+        ),
+        pattern=r"exitcode  : -9|SIGKILL|killed by signal: Killed|return code = -9|^\s*Killed\s*$|\d+ Killed\s",
         role="hint",
         cause="a process was killed by SIGKILL (most often the kernel's OOM killer: host memory)",
         why="SIGKILL cannot be caught: the kernel's OOM killer, SLURM ending a step, or an administrator sent it. "

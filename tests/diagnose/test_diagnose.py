@@ -51,6 +51,8 @@ ISSUE_CASES = {
     "fabric_manager_802.log": ("GD-DIAG-064", None),
     "nccl_network_unreachable.log": ("GD-DIAG-013", None),
     "rank_checked_in_twice.log": ("GD-DIAG-065", None),
+    "libcudnn_missing.log": ("GD-DIAG-067", None),
+    "gloo_connect_full_mesh.log": ("GD-DIAG-068", None),
 }
 # produced here (README): log -> (id, rank)
 REAL_CASES = {
@@ -338,6 +340,9 @@ SAMPLES = {
     "calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized",
     "GD-DIAG-065": "hpc-25-14:18569:18835 [0] bootstrap.cc:131 NCCL WARN Bootstrap Root : rank 1 of 8 ranks has "
     "already checked in",
+    "GD-DIAG-067": "ImportError: libcudnn.so.8: cannot open shared object file: No such file or directory",
+    "GD-DIAG-068": "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
+    "no error",
     "GD-DIAG-060": "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
     "MASTER_ADDR expected, but not set",
 }
@@ -533,3 +538,27 @@ def test_every_message_is_one_line_of_at_most_120_characters():
     for path in sorted(LOGS.rglob("*.log")):
         for f in _judged(path):
             assert "\n" not in f.message and len(f.message) <= 120, (path.name, f.id, f.message)
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("Killed", "GD-DIAG-031"),  # bash's job status for a process the OOM killer ended
+        ("/var/spool/slurmd/job123/slurm_script: line 9:  8156 Killed   python train.py", "GD-DIAG-031"),
+        ("[launch.py:315:sigkill_handler] ['python', 'train.py'] exits with return code = -9", "GD-DIAG-031"),
+        (
+            "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+            "store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)",
+            "GD-DIAG-009",
+        ),
+        ("RuntimeError: CUDA error: invalid device function", "GD-DIAG-022"),
+        ("RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.", "GD-DIAG-021"),
+        ("RuntimeError: CUDA driver error: out of memory", "GD-DIAG-029"),
+        ("RuntimeError: CUDA error: an illegal instruction was encountered", "GD-DIAG-038"),
+        ("I was Killed by the boss in the game", "GD-DIAG-001"),  # 'Killed' inside a sentence is no SIGKILL
+    ],
+)
+def test_variants_of_the_messages_read(line, expected, tmp_path):
+    log = tmp_path / "v.log"
+    log.write_text(line + "\nTraceback (most recent call last):\nValueError: later\n")
+    assert _judged(log)[0].id == expected
