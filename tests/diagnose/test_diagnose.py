@@ -341,8 +341,8 @@ SAMPLES = {
     "GD-DIAG-065": "hpc-25-14:18569:18835 [0] bootstrap.cc:131 NCCL WARN Bootstrap Root : rank 1 of 8 ranks has "
     "already checked in",
     "GD-DIAG-067": "ImportError: libcudnn.so.8: cannot open shared object file: No such file or directory",
-    "GD-DIAG-068": "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
-    "no error",
+    "GD-DIAG-068": "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+    "pair.cc:144] no error",
     "GD-DIAG-060": "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
     "MASTER_ADDR expected, but not set",
 }
