@@ -277,7 +277,7 @@ def _torchrun_root(scan: Scan) -> str:
 def _unknown(scan: Scan, found: list[Event]) -> Finding:
     name, category, title = _TITLES[UNKNOWN]
     first = _first_error(scan, found, followers_too=True)
-    evidence: dict = {"lines_read": scan.lines, "logs": ", ".join(clean(s) for s in scan.sources)}
+    evidence: dict = {}
     hints = [e for e in found if e.sig.role == "hint"]
     if first is not None:
         exc = exception(first)
@@ -292,6 +292,7 @@ def _unknown(scan: Scan, found: list[Event]) -> Finding:
     else:
         message = f"no known cause and no error line in {scan.lines} line(s): the log does not say why the job ended"
         location = None
+    evidence.update(lines_read=scan.lines, logs=bounded(", ".join(clean(s) for s in scan.sources), 300))
     if hints:
         evidence["hint"] = f"{hints[0].sig.name} at {hints[0].line.where}: {quote(hints[0].line)}"
     root = _torchrun_root(scan)
@@ -371,7 +372,8 @@ def _notes(found: list[Event], cause: Event | None, followed_only: bool = False)
         if cause is not None and sig.role == "consequence" and first.order < cause.line.order:
             role = "also"  # printed before the cause (interleaved ranks): still a consequence of a failure
         where = f"{len(rows)} line(s){' on ' + ranks if ranks else ''}, first at {first.where}"
-        message = cut(f"{role}: {_message(sig, rows[0].fields)}", MESSAGE_LIMIT)
+        suffix = f" ({cut(ranks, 40)})" if ranks else ""
+        message = cut(f"{role}: {_message(sig, rows[0].fields)}", MESSAGE_LIMIT - len(suffix)) + suffix
         evidence = {"seen": where, "log": quote(first), "role": sig.role}
         notes.append(Finding(sig.id, sig.name, sig.category, Severity.INFO, sig.title, message, evidence, None, None))
     return notes
