@@ -96,7 +96,7 @@ def _versions(scan: Scan, table: Iterable[Signature]) -> list[Event]:
 
 
 def _who(line: Line) -> str:
-    parts = [f"rank {line.rank}" if line.rank is not None else "", clean(line.host) if line.host else ""]
+    parts = [line.who, clean(line.host) if line.host else ""]
     return " on ".join(p for p in parts if p) or line.where
 
 
@@ -146,11 +146,13 @@ def _fix(sig: Signature) -> Fix:
 
 
 def _ranks(events: list[Event]) -> str:
-    ranks = sorted({e.line.rank for e in events if e.line.rank is not None})
-    if not ranks:
+    numbered = [e.line for e in events if e.line.rank is not None]
+    if not numbered:
         return ""
+    kind = numbered[0].rank_kind  # the lines of one log name their processes one way
+    ranks = sorted({line.rank for line in numbered if line.rank_kind == kind and line.rank is not None})
     shown = ", ".join(str(r) for r in ranks[:8]) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
-    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
+    return f"{kind}{'s' if len(ranks) > 1 else ''} {shown}"
 
 
 def judge(
@@ -206,7 +208,7 @@ def _cause_finding(cause: Event, found: list[Event], scan: Scan, preflight: Mapp
     if cause.fields:
         evidence["read"] = ", ".join(f"{k}={cut(clean(redact(v)), 80)}" for k, v in sorted(cause.fields.items()))
     if line.rank is not None:
-        evidence["rank"] = line.rank
+        evidence[_KEYS[line.rank_kind]] = line.rank
     if line.host:
         evidence["host"] = clean(line.host)
     if len(same) > 1:
@@ -218,7 +220,7 @@ def _cause_finding(cause: Event, found: list[Event], scan: Scan, preflight: Mapp
         names = sorted({e.sig.name for e in followed})
         evidence["followed"] = f"{len(followed)} line(s) after it: {', '.join(names)}"
     root = _torchrun_root(scan)
-    if root and line.rank is not None and scan.root_cause.get("rank", "").split(" ")[0] != str(line.rank):
+    if root and line.rank_kind == "rank" and scan.root_cause.get("rank", "").split(" ")[0] != str(line.rank):
         evidence["torchrun_root_cause"] = f"{root} (only the first to exit)"
     evidence["source"] = sig.source
     if sig.check:
@@ -239,6 +241,7 @@ def _cause_finding(cause: Event, found: list[Event], scan: Scan, preflight: Mapp
 
 
 _JOINED = (Severity.WARN, Severity.FAIL)
+_KEYS = {"rank": "rank", "local rank": "local_rank", "task": "task"}  # the evidence key of a line's number
 # SLURM's job states that are causes in themselves (sacct(1), JOB STATE CODES), by the row that says them
 STATE_CAUSES = {
     "TIMEOUT": "GD-DIAG-039",
@@ -287,7 +290,7 @@ def _unknown(scan: Scan, found: list[Event]) -> Finding:
         message += f": {cut(clean(redact(said)), max(20, 118 - len(message)))}"
         evidence.update(line=first.where, log=quote(first))
         if first.rank is not None:
-            evidence["rank"] = first.rank
+            evidence[_KEYS[first.rank_kind]] = first.rank
         location: Location | None = Location(first.source, first.number)
     else:
         message = f"no known cause and no error line in {scan.lines} line(s): the log does not say why the job ended"

@@ -66,6 +66,7 @@ _PREFIX = re.compile(
     r"|\[\d+,(?P<mpi>\d{1,6})\]<std(?:out|err)>:|\[\d{1,9}\] "
     r"|(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[\d.,]*(?:Z|[+-]\d\d:?\d\d)?:?\s+))"
 )
+RANK, LOCAL_RANK, TASK = "rank", "local rank", "task"  # what a line's number is (prefix)
 _NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:INFO|WARN)")
 _TEXT_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d{1,6})\]")
 _SRUN_HOST = re.compile(r"^srun: error: (?P<host>[\w.-]+): task")
@@ -81,6 +82,12 @@ class Line:
     rank: int | None = None
     host: str | None = None
     order: int = 0  # across sources: (source index, line number) as one integer
+    rank_kind: str = "rank"  # RANK, LOCAL_RANK or TASK: what `rank` is (prefix)
+
+    @property
+    def who(self) -> str:
+        """'rank 3', 'local rank 3' or 'task 3'; '' where no number is known."""
+        return f"{self.rank_kind} {self.rank}" if self.rank is not None else ""
 
     @property
     def where(self) -> str:
@@ -111,30 +118,33 @@ class Scan:
     versions: dict[str, Line] = field(default_factory=dict)  # NCCL version -> first line that printed it
     root_cause: dict[str, str] = field(default_factory=dict)  # torchrun's summary: rank, host, exitcode, time
     root_line: Line | None = None
-    ranks: set[int] = field(default_factory=set)  # ranks seen in prefixes (bounded by MAX_RANKS)
+    ranks: set[int] = field(default_factory=set)  # global ranks seen in kept lines (bounded by MAX_RANKS)
 
     def found(self, key: str) -> list[Line]:
         return self.hits.get(key.encode(), [])
 
 
-def prefix(text: str) -> tuple[str, int | None, str | None]:
-    """(text without the writers' prefixes, the rank they name, the host) of one decoded line."""
-    rank = label = None
+def prefix(text: str) -> tuple[str, int | None, str, str | None]:
+    """(text without the writers' prefixes, the rank they name, what that number is, the host) of one decoded
+    line. The number is the global rank where any prefix or the text names it (`[rank3]:`, mpirun's `[1,3]`,
+    `[Rank 3]`), else torchrun's `[default3]:` (its default template is `[${role_name}${local_rank}]:`: the
+    local rank), else srun's label (the task, SLURM_PROCID: the rank only where each task is one rank)."""
+    found: dict[str, int] = {}
     for _ in range(4):
         m = _PREFIX.match(text)
         if not m or m.end() == 0:
             break
-        named = m.group("rank") or m.group("role") or m.group("mpi")
-        if named is not None:
-            rank = int(named)
-        elif m.group("label") is not None:
-            label = int(m.group("label"))
+        for group, kind in (("rank", RANK), ("mpi", RANK), ("role", LOCAL_RANK), ("label", TASK)):
+            if m.group(group) is not None:
+                found.setdefault(kind, int(m.group(group)))
         text = text[m.end() :]
-    if rank is None:
+    if RANK not in found:
         inner = _TEXT_RANK.search(text)
-        rank = int(inner.group("rank")) if inner else label
+        if inner:
+            found[RANK] = int(inner.group("rank"))
     host = _NCCL_HOST.match(text) or _SRUN_HOST.match(text)
-    return text, rank, host.group("host") if host else None
+    kind = next((k for k in (RANK, LOCAL_RANK, TASK) if k in found), RANK)
+    return text, found.get(kind), kind, host.group("host") if host else None
 
 
 class _Reader:
@@ -203,10 +213,10 @@ class _Reader:
 
     def _line(self, raw: bytes, number: int) -> Line:
         text = raw[: LINE_LIMIT * 4].decode("utf-8", "surrogateescape").rstrip("\r")[:LINE_LIMIT]
-        text, rank, host = prefix(text)
-        if rank is not None and len(self.scan.ranks) < MAX_RANKS:
+        text, rank, kind, host = prefix(text)
+        if rank is not None and kind == RANK and len(self.scan.ranks) < MAX_RANKS:
             self.scan.ranks.add(rank)
-        return Line(self.name, number, text, rank, host, (self.index << 40) + number)
+        return Line(self.name, number, text, rank, host, (self.index << 40) + number, kind)
 
     def _keep(self, key: bytes, part: bytes, start: int, end: int, number: int, newlines: list[int], n: int) -> None:
         line = self._line(part[start:end], number)
@@ -216,11 +226,11 @@ class _Reader:
             return
         if key == SEQ_KEY:
             m = _SEQ.search(line.text)
-            if m and line.rank is not None:
+            if m and line.rank is not None and line.rank_kind == RANK:
                 self._work(line.rank, int(m.group("seq")), m.group("op"), line)
         elif key == WORK_KEY:
             m = _WORK.search(line.text)
-            if m and line.rank is not None:
+            if m and line.rank is not None and line.rank_kind == RANK:
                 self._work(line.rank, int(m.group("done")) + 1, None, line)  # the collective it waits in
         elif key == VERSION_KEY:
             m = _VERSION.search(line.text)

@@ -121,7 +121,7 @@ def test_the_rank_that_raised_first_is_named_before_the_ranks_that_only_followed
 
 def test_a_task_that_exits_1_under_srun_is_named_with_its_label():
     findings = _judged(LOGS / "real" / "slurm_srun_task_exit.log")
-    assert (findings[0].id, findings[0].evidence["rank"]) == ("GD-DIAG-001", 1)
+    assert (findings[0].id, findings[0].evidence["task"]) == ("GD-DIAG-001", 1)
     assert "ValueError: bad shard 7 on rank 1" in findings[0].message
     assert [f.id for f in findings[1:]] == ["GD-DIAG-052"] and findings[1].message.startswith("followed")
 
@@ -180,7 +180,7 @@ def test_standard_input_is_read_with_a_dash():
     )
     assert r.returncode == 1, r.stderr
     report = json.loads(r.stdout)
-    assert report["findings"][0]["id"] == "GD-DIAG-002" and report["findings"][0]["evidence"]["rank"] == 2
+    assert report["findings"][0]["id"] == "GD-DIAG-002" and report["findings"][0]["evidence"]["task"] == 2
     assert report["findings"][0]["evidence"]["line"] == "<stdin>:1"
 
 
@@ -562,3 +562,22 @@ def test_variants_of_the_messages_read(line, expected, tmp_path):
     log = tmp_path / "v.log"
     log.write_text(line + "\nTraceback (most recent call last):\nValueError: later\n")
     assert _judged(log)[0].id == expected
+
+
+@pytest.mark.parametrize(
+    "line, who, key",
+    [
+        ("[rank3]: RuntimeError: CUDA error: invalid device ordinal", "rank 3", "rank"),
+        ("[default3]:RuntimeError: CUDA error: invalid device ordinal", "local rank 3", "local_rank"),
+        ("1: [default3]:RuntimeError: CUDA error: invalid device ordinal", "local rank 3", "local_rank"),
+        ("1: [default3]:[rank11]: RuntimeError: CUDA error: invalid device ordinal", "rank 11", "rank"),
+        ("2: RuntimeError: CUDA error: invalid device ordinal", "task 2", "task"),
+        ("[1,5]<stderr>:RuntimeError: CUDA error: invalid device ordinal", "rank 5", "rank"),
+    ],
+)
+def test_the_prefix_says_what_its_number_is(line, who, key, tmp_path):
+    """torchrun's default `[default3]:` is the local rank (`[${role_name}${local_rank}]:`), srun's label the task."""
+    log = tmp_path / "p.log"
+    log.write_text(line + "\n")
+    first = _judged(log)[0]
+    assert first.message.endswith(f"({who})") and first.evidence[key] == int(who.split()[-1])

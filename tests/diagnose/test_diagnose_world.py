@@ -138,7 +138,7 @@ def test_a_task_that_exits_1_under_srun_read_back_by_job_id(slurm_cluster, tmp_p
     r = run_gpudoctor("diagnose", "--json", "--job", job, cluster=str(slurm_cluster.conf))
     assert r.returncode == 0, r.stderr
     findings = json.loads(r.stdout)["findings"]
-    assert findings[0]["evidence"]["rank"] == 1 and "ValueError: bad shard 7" in findings[0]["message"]
+    assert findings[0]["evidence"]["task"] == 1 and "ValueError: bad shard 7" in findings[0]["message"]
     assert findings[0]["evidence"]["line"] == f"{out}:1"
     assert any(f["id"] == "GD-DIAG-052" for f in findings)  # srun's task line: what followed
     assert any(
