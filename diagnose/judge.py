@@ -2,7 +2,8 @@
 
 1. Every kept line a signature's keys and pattern match is an event; a line is one event, of the first row in
    the table's order that matches it (the more specific rows come first: GD-DIAG-004, several processes on one
-   GPU, before GD-DIAG-029, any out-of-memory).
+   GPU, before GD-DIAG-029, any out-of-memory). A row with `needs` counts only where one of the rows it needs is
+   in the log too (NCCL on a docker interface is a cause only where the network failed).
 2. The first cause is the first `cause` event in the log's order (line order within a log, the logs in the
    order given), except that a hardware fault (a row of category "hardware": an Xid, an uncorrectable ECC
    error, a node failure) is the cause wherever it is: the kernel writes its log apart from the job's, and the
@@ -13,6 +14,8 @@
 4. NCCL's watchdog lines give each rank's collective sequence number: the rank with the lowest is behind, and
    the others waited for it (GD-DIAG-055).
 5. No cause: GD-DIAG-001 (warn) names the first error line, never a clean bill.
+6. SLURM's record (`--job`): a state that is a cause in itself (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED)
+   is the cause where the log names none, or only a hint.
 
 A line is quoted only through redact.redact and sanitize.clean (a token in a traceback's locals, a URL's
 userinfo, terminal escapes never reach the output).
