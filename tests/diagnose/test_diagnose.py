@@ -581,3 +581,22 @@ def test_the_prefix_says_what_its_number_is(line, who, key, tmp_path):
     log.write_text(line + "\n")
     first = _judged(log)[0]
     assert first.message.endswith(f"({who})") and first.evidence[key] == int(who.split()[-1])
+
+
+@pytest.mark.parametrize("chunk", [7, 50, 4096])
+def test_chunk_boundaries_change_nothing(chunk, monkeypatch):
+    """The reader's chunks end where they end: every kept line, its number and its rank are the same whatever
+    the chunk size (lines split across chunks are carried whole into the next)."""
+    from gpudoctor.diagnose import logread
+
+    path = LOGS / "real" / "gloo_rank_raises_first.log"
+
+    def kept() -> list[tuple[str, int, int | None]]:
+        with open(path, "rb") as f:
+            scan = read_logs([(path.name, f)], keys())
+        return sorted((k.decode(), line.number, line.rank) for k, lines in scan.hits.items() for line in lines)
+
+    whole = kept()
+    monkeypatch.setattr(logread, "CHUNK", chunk)
+    monkeypatch.setattr(logread, "MAX_CARRY", max(chunk * 4, 64))
+    assert kept() == whole and whole
