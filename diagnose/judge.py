@@ -232,6 +232,7 @@ def _cause_finding(cause: Event, found: list[Event], scan: Scan, preflight: Mapp
         evidence["versions"] = sig.versions
     fix, location = _fix(sig), Location(line.source, line.number)
     joined = [preflight[c] for c in sig.check if c in preflight and preflight[c].severity in _JOINED]
+    joined.sort(key=lambda f: -f.severity.rank)  # a fail before a warn; else the row's order (most specific first)
     if joined:
         pre = joined[0]
         evidence["before_submission"] = bounded(clean(f"{pre.id}: {pre.message}"), QUOTE_LIMIT)

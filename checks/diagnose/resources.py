@@ -28,7 +28,7 @@ SIGNATURES = (
         fix="Give /dev/shm room (docker --ipc=host or --shm-size=16g; a larger tmpfs), or fewer num_workers / "
         "smaller prefetch_factor.",
         source=_DATA,
-        check=("GD-HOST-002", "GD-DL-005"),
+        check=("GD-DL-005", "GD-HOST-002"),
     ),
     Signature(
         id="GD-DIAG-027",

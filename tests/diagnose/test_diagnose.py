@@ -600,3 +600,18 @@ def test_chunk_boundaries_change_nothing(chunk, monkeypatch):
     monkeypatch.setattr(logread, "CHUNK", chunk)
     monkeypatch.setattr(logread, "MAX_CARRY", max(chunk * 4, 64))
     assert kept() == whole and whole
+
+
+def test_a_snapshot_and_config_join_the_shm_failure_to_the_loader_settings():
+    """A recorded container's 64 MiB /dev/shm and a config with 16 workers x prefetch 4: GD-DL-005 says why."""
+    r, report = diagnose(
+        str(LOGS / "issues" / "shm_bus_error_gdrnet.log"),
+        "--snapshot",
+        str(LOGS.parent / "facts" / "synthetic-docker-rtx4090-defaults.json"),
+        "--config",
+        str(LOGS.parent / "configs" / "seed-navsim-h200-dataloader.yaml"),
+    )
+    first = report["findings"][0]
+    assert r.returncode == 1 and first["id"] == "GD-DIAG-026"
+    assert first["evidence"]["before_submission"].startswith("GD-DL-005: /dev/shm has only 64 MiB free")
+    assert "--shm-size" in json.dumps(first["fix"])
