@@ -17,6 +17,7 @@ SIGNATURES = (
             "insufficient shared memory",
             "unable to allocate shared memory(shm)",
             "exitcode  : -7",
+            "exitcode: -7",
             "Signals.SIGBUS",
             "Signal 7 (SIGBUS)",
             "Bus error (core dumped)",
@@ -103,13 +104,14 @@ SIGNATURES = (
         title="No rank is killed by SIGKILL",
         keys=(
             "exitcode  : -9",
+            "exitcode: -9",
             "Signals.SIGKILL",
             "killed by signal: Killed",
             "Signal 9 (SIGKILL)",
             "return code = -9",
             "Killed",
         ),
-        pattern=r"exitcode  : -9|SIGKILL|killed by signal: Killed|return code = -9|^\s*Killed\s*$|\d+ Killed\s",
+        pattern=r"exitcode\s*: -9\b|SIGKILL|killed by signal: Killed|return code = -9|^\s*Killed\s*$|\d+ Killed\s",
         role="hint",
         cause="a process was killed by SIGKILL (most often the kernel's OOM killer: host memory)",
         why="SIGKILL cannot be caught: the kernel's OOM killer, SLURM ending a step, or an administrator sent it. "

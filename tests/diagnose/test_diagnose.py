@@ -547,6 +547,11 @@ def test_every_message_is_one_line_of_at_most_120_characters():
         ("/var/spool/slurmd/job123/slurm_script: line 9:  8156 Killed   python train.py", "GD-DIAG-031"),
         ("[launch.py:315:sigkill_handler] ['python', 'train.py'] exits with return code = -9", "GD-DIAG-031"),
         (
+            "E1129 00:10:54.519000 7315 api.py:1002] failed (exitcode: -9) local_rank: 0 (pid: 7473) of binary: python",
+            "GD-DIAG-031",
+        ),
+        ("E1129 00:10:54.519000 7315 api.py:1002] failed (exitcode: -7) local_rank: 0 (pid: 7473)", "GD-DIAG-026"),
+        (
             "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
             "store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)",
             "GD-DIAG-009",
