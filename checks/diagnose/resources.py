@@ -72,8 +72,10 @@ SIGNATURES = (
             "CUBLAS_STATUS_ALLOC_FAILED",
             "CUDA error: out of memory",
             "CUDA driver error: out of memory",
+            "Cuda failure 'out of memory'",
         ),
-        pattern=r"(?:CUDA out of memory|OutOfMemoryError|ALLOC_FAILED|CUDA (?:driver )?error: out of memory)"
+        pattern=r"(?:CUDA out of memory|OutOfMemoryError|ALLOC_FAILED|CUDA (?:driver )?error: out of memory"
+        r"|Cuda failure 'out of memory')"
         r"(?:.*?GPU (?P<gpu>\d+))?",
         cause="GPU memory ran out (the batch, the model or activations do not fit on the GPU)",
         why="The caching allocator could not get the memory asked for: the batch or model is too large for the "

@@ -559,6 +559,7 @@ def test_every_message_is_one_line_of_at_most_120_characters():
         ("RuntimeError: CUDA error: invalid device function", "GD-DIAG-022"),
         ("RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.", "GD-DIAG-021"),
         ("RuntimeError: CUDA driver error: out of memory", "GD-DIAG-029"),
+        ("node1:1:2 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'", "GD-DIAG-029"),
         ("RuntimeError: CUDA error: an illegal instruction was encountered", "GD-DIAG-038"),
         ("I was Killed by the boss in the game", "GD-DIAG-001"),  # 'Killed' inside a sentence is no SIGKILL
     ],
