@@ -27,7 +27,12 @@ _JOB_ID = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9}|\+[0-9]{1,3})?$")
 
 
 def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser) -> None:
-    p.add_argument("logs", nargs="*", metavar="LOG", help="the job's log files (- reads standard input)")
+    p.add_argument(
+        "logs",
+        nargs="*",
+        metavar="LOG",
+        help="the job's log files or directories (torchrun --log-dir; - reads standard input)",
+    )
     p.add_argument("--job", metavar="JOBID", help="a SLURM job: its output files, state and batch script")
     p.add_argument("--sbatch", metavar="FILE", help="the job's batch script: a cause is joined to its line")
     p.add_argument("--config", metavar="FILE", help="the job's training config (YAML/JSON)")
@@ -78,26 +83,53 @@ def _read(logs: list[str], usage_error: type[Exception]):
     from gpudoctor.diagnose.signatures import keys
     from gpudoctor.fileio import FileIOError, open_input_stream
 
-    streams = []
-    try:
-        for path in logs:
+    paths = expand(logs, usage_error)
+
+    def streams():  # each file open only while it is read: a log directory may hold thousands
+        for path in paths:
             if path == "-":
-                streams.append(("<stdin>", sys.stdin.buffer))
-            else:
-                streams.append((path, open_input_stream(path, "log")))
-    except FileIOError as e:
-        for name, stream in streams:
-            if name != "<stdin>":
+                yield "<stdin>", sys.stdin.buffer
+                continue
+            stream = open_input_stream(path, "log")
+            try:
+                yield path, stream
+            finally:
                 stream.close()
-        raise usage_error(str(e)) from None
+
     try:
-        return read_logs(streams, keys())
+        return read_logs(streams(), keys())
+    except FileIOError as e:
+        raise usage_error(str(e)) from None
     except OSError as e:
         raise usage_error(f"cannot read the log: {e.strerror or e}") from None
-    finally:
-        for name, stream in streams:
-            if name != "<stdin>":
-                stream.close()
+
+
+MAX_FILES = 10000  # files read from the directories given (torchrun --log-dir: a few per rank)
+
+
+def expand(logs: list[str], usage_error: type[Exception]) -> list[str]:
+    """The files to read: each LOG as given, a directory as the regular files under it in name order (torchrun's
+    --log-dir: attempt_N/LOCAL_RANK/stderr.log ...; symbolic links not followed), at most MAX_FILES."""
+    import os
+
+    out: list[str] = []
+    for path in logs:
+        if path == "-" or not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = []
+        for root, dirs, files in os.walk(path):  # followlinks=False: a link to elsewhere is not read
+            dirs.sort()
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                if os.path.isfile(full) and not os.path.islink(full):
+                    found.append(full)
+            if len(out) + len(found) > MAX_FILES:
+                raise usage_error(f"log {_shown(path)}: more than {MAX_FILES} files; name the logs to read")
+        if not found:
+            raise usage_error(f"log {_shown(path)}: a directory without files")
+        out.extend(found)
+    return out
 
 
 def _preflight(args, script_text: str | None, table, usage_error: type[Exception]) -> dict:

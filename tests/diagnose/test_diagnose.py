@@ -226,9 +226,24 @@ def test_unusable_input_is_one_line_and_exit_2(args, said, tmp_path):
     assert said in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_a_directory_is_refused(tmp_path):
+def test_an_empty_directory_is_refused(tmp_path):
     r = run_gpudoctor("diagnose", str(tmp_path))
-    assert r.returncode == 2 and "directory" in r.stderr
+    assert r.returncode == 2 and "a directory without files" in r.stderr
+
+
+def test_a_log_directory_is_read_file_by_file(tmp_path):
+    """torchrun --log-dir: attempt_0/<local rank>/stderr.log; a link out of the directory is not followed."""
+    for local, text in ((0, "ok\n"), (1, "RuntimeError: CUDA error: invalid device ordinal\n")):
+        d = tmp_path / "run" / "attempt_0" / str(local)
+        d.mkdir(parents=True)
+        (d / "stderr.log").write_text(text)
+    secret = tmp_path / "elsewhere.txt"
+    secret.write_text("Xid 79 GPU has fallen off the bus\n")
+    (tmp_path / "run" / "link.log").symlink_to(secret)
+    r, report = diagnose(str(tmp_path / "run"))
+    assert r.returncode == 1 and report["findings"][0]["id"] == "GD-DIAG-002"
+    assert report["findings"][0]["evidence"]["line"].endswith("attempt_0/1/stderr.log:1")
+    assert report["diagnose"]["logs"] == [str(tmp_path / "run" / "attempt_0" / n / "stderr.log") for n in "01"]
 
 
 def test_every_signature_is_explained_by_the_registry():
