@@ -68,7 +68,7 @@ SIGNATURES = (
             "Found no NVIDIA driver",
             "ProcessGroupNCCL is only supported with GPUs, no GPUs found",
         ),
-        cause="a rank saw no GPU at all (no GPUs requested, or CUDA_VISIBLE_DEVICES empty)",
+        cause="a rank saw no GPU at all (none requested, or CUDA_VISIBLE_DEVICES empty or naming GPUs not there)",
         why="CUDA found no device: the job asked SLURM for no GPU (no --gres=gpu / --gpus), CUDA_VISIBLE_DEVICES "
         "was set empty or to indices that do not exist, or the node has no working driver.",
         fix="Request GPUs (#SBATCH --gpus-per-node=N or --gres=gpu:N) and leave CUDA_VISIBLE_DEVICES to SLURM.",
