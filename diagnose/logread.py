@@ -162,6 +162,7 @@ class _Reader:
         self.scan.sources.append(name)
         self.index = index
         self.name = name
+        self.last = dict.fromkeys(self.keys, -1)  # line numbers start again in each source
         first = 1  # line number of the first line of the buffer
         carry = b""
         while True:

@@ -641,3 +641,11 @@ def test_a_snapshot_and_config_join_the_shm_failure_to_the_loader_settings():
     assert r.returncode == 1 and first["id"] == "GD-DIAG-026"
     assert first["evidence"]["before_submission"].startswith("GD-DL-005: /dev/shm has only 64 MiB free")
     assert "--shm-size" in json.dumps(first["fix"])
+
+
+def test_the_same_line_number_in_two_logs_is_two_lines(tmp_path):
+    a, b = tmp_path / "rank0.log", tmp_path / "rank1.log"
+    a.write_text("[rank0]: RuntimeError: CUDA error: invalid device ordinal\n")
+    b.write_text("[rank1]: RuntimeError: CUDA error: invalid device ordinal\n")
+    r, report = diagnose(str(a), str(b))
+    assert report["findings"][0]["evidence"]["seen"].startswith("2 lines (ranks 0, 1)")
