@@ -12,7 +12,7 @@ SIGNATURES = (
         category="hardware",
         title="No GPU of the job reports a hardware Xid",
         keys=("Xid", "fallen off the bus"),
-        pattern=r"Xid (?:\((?P<pci>[^)]*)\))?:?\s*(?P<xid>48|61|62|63|64|74|79|92|94|95|119|120|140)\b"
+        pattern=r"Xid (?:\((?P<pci>[^)]*)\))?:?\s*(?P<xid>48|61|63|64|74|79|92|94|95|119|120|140)\b"
         r"|fallen off the bus",
         cause="a GPU failed in hardware (an Xid: uncorrectable ECC, fallen off the bus, NVLink or GSP firmware)",
         why="Xid 48/94/95 are uncorrectable ECC errors, 63/64 row remapping, 74 NVLink, 79 a GPU fallen off the "
@@ -30,10 +30,11 @@ SIGNATURES = (
         category="cuda",
         title="No GPU of the job reports a program Xid",
         keys=("Xid",),
-        pattern=r"Xid (?:\((?P<pci>[^)]*)\))?:?\s*(?P<xid>13|31|43|45|69)\b",
+        pattern=r"Xid (?:\((?P<pci>[^)]*)\))?:?\s*(?P<xid>13|31|43|45|62|69)\b",
         cause="a GPU reported Xid {xid}: a program's kernel faulted (usually the program, not the GPU)",
         why="Xid 13 (graphics engine exception), 31 (MMU fault: an illegal address) and 43 (the context ended) "
-        "come from what a process ran; 45 is a process ended by the driver. They follow a kernel bug or an "
+        "come from what a process ran; 45 is a process ended by the driver; 62 (a micro-controller halt) follows "
+        "driver faults as often as hardware ones. They follow a kernel bug or an "
         "out-of-range index more often than a hardware fault.",
         fix="Rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; if the Xid follows one GPU across programs, "
         "treat it as hardware.",

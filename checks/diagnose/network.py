@@ -54,11 +54,12 @@ SIGNATURES = (
         title="InfiniBand transfers between ranks complete",
         keys=("Got completion", "with error 12", "ibv_poll_cq", "Got async event"),
         pattern=r"NET/IB.*[Cc]ompletion.*(?:error|status=)\s*\d+|ibv_poll_cq|NET/IB.*Got async event",
-        cause="an InfiniBand transfer failed (retry exceeded: a link, port or fabric problem between nodes)",
+        cause="an InfiniBand/RoCE transfer timed out (error 12): the NICs cannot reach each other (GID index, link, fabric)",
         why="NET/IB completion errors (12: transport retry counter exceeded) mean the remote HCA did not answer: a "
         "link down or flapping, a port in another subnet, or a node gone.",
-        fix="Check the ports (ibstat, ibv_devinfo) on the nodes named, drain a node whose link errors; "
-        "NCCL_IB_TIMEOUT=22 for long fabrics.",
+        fix="On RoCE, error 12 at the first transfer means the NICs cannot talk RoCE: set NCCL_IB_GID_INDEX to the "
+        "RoCEv2 GID (show_gids); else check the ports (ibstat) on the nodes named and drain a node whose link "
+        "errors; NCCL_IB_TIMEOUT=22 for long fabrics.",
         source=_ENV,
         check=("GD-NCCL-009",),
     ),
@@ -69,11 +70,11 @@ SIGNATURES = (
         title="NCCL's InfiniBand/RoCE device and GID index are right",
         keys=("ibv_modify_qp failed", "NET/IB : No device found", "NCCL_IB_HCA", "GID"),
         pattern=r"ibv_modify_qp failed|NCCL WARN.*(?:No device found|GID|NCCL_IB_HCA)",  # INFO's "No device": no IB
-        cause="NCCL could not use the InfiniBand/RoCE device (wrong NCCL_IB_HCA or NCCL_IB_GID_INDEX)",
+        cause="NCCL could not open its InfiniBand/RoCE connection (HCA, GID index, or NICs across rails)",
         why="ibv_modify_qp fails when the queue pair is given a GID index the port does not have (RoCE needs the "
         "RoCEv2 GID, usually 3), and NET/IB finds no device when NCCL_IB_HCA names HCAs the node lacks.",
         fix="Set NCCL_IB_HCA to the HCAs the node has (ibv_devices) and, on RoCE, NCCL_IB_GID_INDEX to the "
-        "RoCEv2 GID (show_gids).",
+        "RoCEv2 GID (show_gids); on a rail-optimized fabric (only NICs of the same rail connect) NCCL_CROSS_NIC=0.",
         source=_ENV,
         check=("GD-NCCL-006",),
     ),

@@ -57,6 +57,10 @@ ISSUE_CASES = {
     "gpus_busy_slurm.log": ("GD-DIAG-006", None),
     "device_side_assert_labels.log": ("GD-DIAG-037", None),
     "lightning_gpus_per_task.log": ("GD-DIAG-062", None),
+    "xid13_kernel_bug.log": ("GD-DIAG-046", None),
+    "xid31_then_62_driver.log": ("GD-DIAG-046", None),
+    "ibv_modify_qp_timeout.log": ("GD-DIAG-015", None),
+    "ib_error12_gid_index.log": ("GD-DIAG-014", None),
 }
 # produced here (README): log -> (id, rank)
 REAL_CASES = {
@@ -261,8 +265,7 @@ def test_every_signature_is_explained_by_the_registry():
 
 # Cause rows whose real log is still to be found (the public threads found so far hold none): listed, not hidden.
 WITHOUT_A_LOG = {
-    "GD-DIAG-004", "GD-DIAG-015", "GD-DIAG-017", "GD-DIAG-025", "GD-DIAG-036", "GD-DIAG-038", "GD-DIAG-042",
-    "GD-DIAG-046",
+    "GD-DIAG-004", "GD-DIAG-017", "GD-DIAG-025", "GD-DIAG-036", "GD-DIAG-038", "GD-DIAG-042",
 }  # fmt: skip
 
 
