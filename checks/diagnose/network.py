@@ -54,7 +54,7 @@ SIGNATURES = (
         title="InfiniBand transfers between ranks complete",
         keys=("Got completion", "with error 12", "ibv_poll_cq", "Got async event"),
         pattern=r"NET/IB.*[Cc]ompletion.*(?:error|status=)\s*\d+|ibv_poll_cq|NET/IB.*Got async event",
-        cause="an InfiniBand/RoCE transfer timed out (error 12): the NICs cannot reach each other (GID index, link, fabric)",
+        cause="an InfiniBand/RoCE transfer timed out: the NICs cannot reach each other (GID index, link, fabric)",
         why="NET/IB completion errors (12: transport retry counter exceeded) mean the remote HCA did not answer: a "
         "link down or flapping, a port in another subnet, or a node gone.",
         fix="On RoCE, error 12 at the first transfer means the NICs cannot talk RoCE: set NCCL_IB_GID_INDEX to the "
