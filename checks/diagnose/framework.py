@@ -101,7 +101,14 @@ SIGNATURES = (
         name="log-illegal-memory-access",
         category="cuda",
         title="No kernel accesses memory outside its buffers",
-        keys=("illegal memory access", "misaligned address", "unspecified launch failure", "illegal instruction"),
+        keys=(
+            "illegal memory access",
+            "misaligned address",
+            "unspecified launch failure",
+            "illegal instruction",
+            "ILLEGAL_ADDRESS",
+            "cudaErrorIllegalAddress",
+        ),
         cause="a CUDA kernel faulted (illegal memory access): a bug in a kernel or extension, or a failing GPU",
         why="An illegal address in a kernel is a bug in custom CUDA code, a library version mismatch, or rarely a "
         "failing GPU (a kernel Xid 13/31 alongside); the error is asynchronous.",

@@ -584,6 +584,7 @@ def test_every_message_is_one_line_of_at_most_120_characters():
         ("RuntimeError: CUDA driver error: out of memory", "GD-DIAG-029"),
         ("node1:1:2 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'", "GD-DIAG-029"),
         ("RuntimeError: CUDA error: an illegal instruction was encountered", "GD-DIAG-038"),
+        ('candle: DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered")', "GD-DIAG-038"),
         ("I was Killed by the boss in the game", "GD-DIAG-001"),  # 'Killed' inside a sentence is no SIGKILL
     ],
 )
