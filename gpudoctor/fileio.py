@@ -84,20 +84,8 @@ def read_input_bytes(path: str, what: str = "", max_bytes: int = DEFAULT_MAX_BYT
     descriptor (no race with a swapped path). Raises FileIOError with one line.
     """
     label = _label(what, path)
+    fd, st = _open_regular(path, label)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise FileIOError(f"{label}: no such file") from None
-    except IsADirectoryError:
-        raise FileIOError(f"{label}: is a directory, not a file") from None
-    except OSError as e:
-        raise FileIOError(f"{label}: cannot read ({_reason(e)})") from None
-    except ValueError:  # an embedded NUL in the path
-        raise FileIOError(f"{label}: not a valid path") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileIOError(f"{label}: is {_kind(st.st_mode)}, not a regular file; refused")
         if st.st_size > max_bytes:
             raise FileIOError(f"{label}: {st.st_size:,} bytes, over the {_size(max_bytes)} limit; refused")
         chunks: list[bytes] = []
@@ -117,6 +105,44 @@ def read_input_bytes(path: str, what: str = "", max_bytes: int = DEFAULT_MAX_BYT
         raise FileIOError(f"{label}: cannot read ({_reason(e)})") from None
     finally:
         os.close(fd)
+
+
+def open_input_stream(path: str, what: str = ""):
+    """The regular file at path opened for reading in binary, for a reader that streams it in bounded memory
+    (a multi-GB log: `gpudoctor diagnose`); the same rules as read_input_bytes (no FIFO, device or directory,
+    the type checked on the open descriptor), no size limit: the caller bounds what it keeps. The caller
+    closes it. Raises FileIOError with one line."""
+    fd, _ = _open_regular(path, _label(what, path))
+    try:
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_regular(path: str, label: str) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of the regular file at path and its stat, opened non-blocking so that a FIFO cannot
+    block the open, its type checked on the descriptor (no race with a swapped path); FileIOError otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileIOError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise FileIOError(f"{label}: is a directory, not a file") from None
+    except OSError as e:
+        raise FileIOError(f"{label}: cannot read ({_reason(e)})") from None
+    except ValueError:  # an embedded NUL in the path
+        raise FileIOError(f"{label}: not a valid path") from None
+    try:
+        st = os.fstat(fd)
+    except OSError as e:
+        os.close(fd)
+        raise FileIOError(f"{label}: cannot read ({_reason(e)})") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FileIOError(f"{label}: is {_kind(st.st_mode)}, not a regular file; refused")
+    return fd, st
 
 
 def read_input(path: str, what: str = "", max_bytes: int = DEFAULT_MAX_BYTES, errors: str = "strict") -> str:

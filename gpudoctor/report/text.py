@@ -310,7 +310,11 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
 
 
 def _verdict(
-    findings: list[Finding], target, subject: str | None = None, fails_mean: str = View.fails_mean
+    findings: list[Finding],
+    target,
+    subject: str | None = None,
+    fails_mean: str = View.fails_mean,
+    warns_mean: str = View.warns_mean,
 ) -> tuple[str, str]:
     c = Counter(f.severity for f in findings)
     what = subject or ("the job" if getattr(target, "kind", None) == "job" else "this machine")
@@ -322,7 +326,7 @@ def _verdict(
         shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
         return f"✗ {what}: {', '.join(parts)} — could not run: {shown}" + (" (exit 1)" if target else ""), "bold red"
     if c[Severity.WARN]:
-        return f"! {what}: {', '.join(parts)} — it runs, with the problems above", "bold yellow"
+        return f"! {what}: {', '.join(parts)} — {warns_mean}", "bold yellow"
     if not findings:
         return "no checks ran", "dim"
     return f"✓ {what}: no problems found ({c[Severity.PASS]} passed)", "bold green"
@@ -385,7 +389,7 @@ def _check_text(result: Result) -> str:
             out.text(2, f"{i}. {step}")
     if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
         out.line()
-    text, style = _verdict(verdict, target, view.subject, view.fails_mean)
+    text, style = _verdict(verdict, target, view.subject, view.fails_mean, view.warns_mean)
     out.text(0, text, style)
     body = out.buf.getvalue()
     if view.label:
