@@ -37,11 +37,12 @@ MARKS = {
 }
 ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 PROBLEMS = (Severity.FAIL, Severity.ERROR, Severity.WARN)
+# {fix}: the view's `gpudoctor fix` line with this run's inputs (watch: the job's batch script), so the legend
+# names the command that writes these fixes, never a bare one that would fix this machine instead.
 SAFETY_MEANING = {
-    Safety.SAFE: "safe: reversible, changes only the job's environment or a file gpudoctor backs up; "
-    "`gpudoctor fix --apply` writes it",
+    Safety.SAFE: "safe: reversible, changes only the job's environment or a file gpudoctor backs up; `{fix}` writes it",
     Safety.UNSAFE: "unsafe: changes what the job does (GPUs, tasks, batch size, workers); "
-    "written only with `gpudoctor fix --apply --unsafe-fixes`",
+    "written only with `{fix} --unsafe-fixes`",
     Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
 }
 DEFAULT_EVIDENCE_LINES = 2
@@ -207,9 +208,10 @@ def _counts(items: list[Finding], detail: str) -> str:
 
 
 class _Renderer:
-    def __init__(self, out: _Out, detail: str):
+    def __init__(self, out: _Out, detail: str, fix_command: str | None = None):
         self.out = out
         self.detail = detail  # "default" | "all" | "problems"
+        self.fix_command = fix_command or "gpudoctor fix --apply"
         self.explained: set[Safety] = set()
         self.seen: set[tuple[str, str]] = set()  # evidence already shown (the same #SBATCH lines under every finding)
 
@@ -230,7 +232,7 @@ class _Renderer:
         commands stand for the fix's title, the first on the `fix (...)` line; -v shows the title."""
         label = fix.safety.value
         if fix.safety not in self.explained:
-            label = SAFETY_MEANING[fix.safety]
+            label = SAFETY_MEANING[fix.safety].format(fix=self.fix_command)
             self.explained.add(fix.safety)
         lines = action_lines(fix)
         if compact and lines:
@@ -308,7 +310,11 @@ def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -
 
 
 def _verdict(
-    findings: list[Finding], target, subject: str | None = None, fails_mean: str = View.fails_mean
+    findings: list[Finding],
+    target,
+    subject: str | None = None,
+    fails_mean: str = View.fails_mean,
+    warns_mean: str = View.warns_mean,
 ) -> tuple[str, str]:
     c = Counter(f.severity for f in findings)
     what = subject or ("the job" if getattr(target, "kind", None) == "job" else "this machine")
@@ -320,7 +326,7 @@ def _verdict(
         shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
         return f"✗ {what}: {', '.join(parts)} — could not run: {shown}" + (" (exit 1)" if target else ""), "bold red"
     if c[Severity.WARN]:
-        return f"! {what}: {', '.join(parts)} — it runs, with the problems above", "bold yellow"
+        return f"! {what}: {', '.join(parts)} — {warns_mean}", "bold yellow"
     if not findings:
         return "no checks ran", "dim"
     return f"✓ {what}: no problems found ({c[Severity.PASS]} passed)", "bold green"
@@ -357,7 +363,7 @@ def _check_text(result: Result) -> str:
     if view.notes and detail == "default":
         detail = "notes"
     out = _Out(result.color)
-    r = _Renderer(out, detail)
+    r = _Renderer(out, detail, view.fix_command)
     target = result.target if result.target is not None else view.target
     verdict, machine = result.verdict, result.outside
     if view.header:
@@ -383,7 +389,7 @@ def _check_text(result: Result) -> str:
             out.text(2, f"{i}. {step}")
     if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
         out.line()
-    text, style = _verdict(verdict, target, view.subject, view.fails_mean)
+    text, style = _verdict(verdict, target, view.subject, view.fails_mean, view.warns_mean)
     out.text(0, text, style)
     body = out.buf.getvalue()
     if view.label:
