@@ -1,0 +1,248 @@
+"""Batch scripts as they really run: on the test SLURM's nodes (tests/slurmcluster.MultiNodeCluster), with the real
+torchrun (gloo) and a stand-in program (tests/job/recorder.py) that records every process it became.
+
+Each script of SCRIPTS is run once per session (the worlds are heavy: a torch import per process) and its records
+are compared, process by process, with what the script means, written by hand here: which node, the rank as the
+program reads it, the world size it reads, the GPUs it sees, the rendezvous endpoint (as its node resolves it) and
+argv. tests/job/test_job_model_reality.py compares the same records with the job model's prediction.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.job.reality import JobRun, ProcessRecord, run_job
+from tests.slurmcluster import ClusterUnavailable, MultiNodeCluster, missing_binaries
+
+pytestmark = pytest.mark.slurm
+
+HEAD = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+TORCHRUN_2 = "srun torchrun {nnodes}--nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d {endpoint} "
+# join_timeout: a rendezvous that cannot form fails in 20 s, not torchrun's default 600 s
+TORCHRUN_TAIL = "--rdzv_conf=join_timeout=20 recorder.py --epochs 1\n"
+
+
+def _header(nodes: int, **directives: str | int) -> str:
+    lines = [f"#SBATCH --nodes={nodes}", *(f"#SBATCH --{k.replace('_', '-')}={v}" for k, v in directives.items())]
+    return "#!/bin/bash\n" + "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Script:
+    text: str
+    join: bool = False  # the recorders join a gloo world (a torch import each)
+
+
+SCRIPTS: dict[str, Script] = {
+    # single node, no launcher: srun starts the tasks, the program reads SLURM's variables
+    "srun_python": Script(_header(1, ntasks=2, gres="gpu:2") + "srun python recorder.py --epochs 1\n"),
+    "plain_python": Script(_header(1, ntasks=2, gres="gpu:2") + "python recorder.py --epochs 1\n"),
+    # the batch shell expands $SLURM_PROCID once (0), unless each task's own shell does (bash -c '...')
+    "srun_rank_argument": Script(_header(1, ntasks=2) + "srun python recorder.py --rank=$SLURM_PROCID\n"),
+    "srun_bash_c_rank": Script(_header(1, ntasks=2) + "srun bash -c 'python recorder.py --rank=$SLURM_PROCID'\n"),
+    # an export narrows what every worker sees: 4 workers, 1 GPU
+    "cvd_export_torchrun": Script(
+        _header(1, ntasks=1, gres="gpu:4")
+        + "export CUDA_VISIBLE_DEVICES=0\ntorchrun --standalone --nproc_per_node=4 recorder.py\n"
+    ),
+    # two nodes, one torchrun per node (srun), c10d on the first node's host name: one world of 4
+    "torchrun_2nodes": Script(
+        _header(2, ntasks_per_node=1, gres="gpu:2")
+        + HEAD
+        + TORCHRUN_2.format(nnodes="--nnodes=2 ", endpoint="--rdzv_endpoint=$head:29500")
+        + TORCHRUN_TAIL,
+        join=True,
+    ),
+    # the same with a loopback endpoint: each node's torchrun hosts its own store and waits for a second node
+    "torchrun_2nodes_localhost": Script(
+        _header(2, ntasks_per_node=1, gres="gpu:2")
+        + TORCHRUN_2.format(nnodes="--nnodes=2 ", endpoint="--rdzv_endpoint localhost:29500")
+        + TORCHRUN_TAIL,
+        join=True,
+    ),
+    # the same without --nnodes (so 1): node 1's torchrun completes a rendezvous of one node alone
+    "torchrun_2nodes_no_nnodes": Script(
+        _header(2, ntasks_per_node=1, gres="gpu:2")
+        + HEAD
+        + TORCHRUN_2.format(nnodes="", endpoint="--rdzv_endpoint=$head:29500")
+        + TORCHRUN_TAIL,
+        join=True,
+    ),
+}
+
+_runs: dict[tuple[int, str], JobRun] = {}
+
+
+def ran(cluster, name: str) -> JobRun:
+    """SCRIPTS[name] run once on cluster (shared by this file's tests and the model comparison's)."""
+    key = (id(cluster), name)
+    if key not in _runs:
+        script = SCRIPTS[name]
+        _runs[key] = run_job(cluster, script.text, join=script.join, join_timeout=30, timeout=150)
+    return _runs[key]
+
+
+@dataclass(frozen=True, order=True)
+class Proc:
+    """One process, in the terms the model predicts: node index, rank and world size as the program reads them,
+    CUDA_VISIBLE_DEVICES (None: unset), the rendezvous endpoint as (node index its host is, port), argv."""
+
+    node: int | None
+    rank: str | None
+    world_size: str | None
+    visible_gpus: str | None
+    endpoint: tuple[int | None, int] | None
+    argv: tuple[str, ...]
+
+
+def endpoint_node(host: str, node: int | None, names: list[str]) -> int | None:
+    """The node a rendezvous host names from node `node`: a loopback name is the node itself."""
+    if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
+        return node
+    return names.index(host) if host in names else None
+
+
+def observed(rec: ProcessRecord, names: list[str]) -> Proc:
+    endpoint = None
+    if rec.launcher_endpoint:
+        host, _, port = rec.launcher_endpoint.rpartition(":")
+        endpoint = (endpoint_node(host, rec.node, names), int(port))
+    return Proc(rec.node, rec.rank, rec.world_size, rec.visible_gpus, endpoint, rec.argv)
+
+
+def observed_all(run: JobRun, names: list[str]) -> list[Proc]:
+    return sorted(observed(rec, names) for rec in run.records)
+
+
+# What each script means, by hand: the processes it starts.
+EPOCH = ("recorder.py", "--epochs", "1")
+EXPECTED: dict[str, list[Proc]] = {
+    "srun_python": [Proc(0, str(r), "2", "0,1", None, EPOCH) for r in range(2)],
+    "plain_python": [Proc(0, "0", "2", "0,1", None, EPOCH)],  # one process that reads a world of 2
+    "srun_rank_argument": [Proc(0, "0", "2", None, None, ("recorder.py", "--rank=0"))] * 2,
+    "srun_bash_c_rank": [Proc(0, str(r), "2", None, None, ("recorder.py", f"--rank={r}")) for r in range(2)],
+    "cvd_export_torchrun": [Proc(0, str(r), "4", "0", None, ("recorder.py",)) for r in range(4)],
+    "torchrun_2nodes": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
+    "torchrun_2nodes_localhost": [],  # no worker starts: both rendezvous time out
+}
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_processes_are_the_ones_the_script_means(slurm_nodes, name):
+    run = ran(slurm_nodes, name)
+    assert observed_all(run, slurm_nodes.node_names) == sorted(EXPECTED[name]), run.output[-2000:]
+
+
+@pytest.mark.world
+def test_two_nodes_form_one_world_of_four_with_unique_ranks(slurm_nodes):
+    run = ran(slurm_nodes, "torchrun_2nodes")
+    assert run.returncode == 0, run.output[-2000:]
+    worlds = run.worlds()
+    assert list(worlds) != [None] and None not in worlds, [r.world for r in run.records]
+    (members,) = worlds.values()
+    assert sorted(r.world.rank for r in members if r.world) == [0, 1, 2, 3]
+    assert {r.world.size for r in members if r.world} == {4}
+    assert {r.node for r in members} == {0, 1}
+    assert sorted((r.node, r.get("GROUP_RANK"), r.get("LOCAL_RANK")) for r in members) == [
+        (0, "0", "0"),
+        (0, "0", "1"),
+        (1, "1", "0"),
+        (1, "1", "1"),
+    ]
+
+
+@pytest.mark.world
+def test_a_localhost_rendezvous_on_two_nodes_really_never_forms(slurm_nodes):
+    run = ran(slurm_nodes, "torchrun_2nodes_localhost")
+    assert run.returncode != 0
+    assert run.records == [], "no worker may start: each node waits for a second node at its own loopback"
+    assert run.output.count("RendezvousTimeoutError") >= 2, run.output[-2000:]  # both nodes' torchrun
+
+
+@pytest.mark.world
+def test_two_nodes_without_nnodes_never_form_one_world(slurm_nodes):
+    run = ran(slurm_nodes, "torchrun_2nodes_no_nnodes")
+    formed = {k: v for k, v in run.worlds().items() if k is not None}
+    assert formed, ("node 1's torchrun forms a world of its own", run.output[-2000:])
+    for members in formed.values():
+        assert len({r.node for r in members}) == 1, "no world spans the two nodes"
+        assert {r.world.size for r in members if r.world} == {2}, "each world is one node's (nnodes=1)"
+        assert {r.get("WORLD_SIZE") for r in members} == {"2"}
+    assert run.returncode != 0, "node 2's torchrun loses the store node 1's held, or forms a world of 2 alone"
+
+
+def test_each_node_is_its_own_host_with_its_own_gpus(slurm_nodes, tmp_path):
+    """The cluster itself: srun places two tasks per node; each sees its node's name, node id and GPUs."""
+    r = slurm_nodes.srun(
+        [
+            "--nodes=2",
+            "--ntasks-per-node=2",
+            "--gres=gpu:2",
+            "bash",
+            "-c",
+            'echo "$(hostname) $SLURM_NODEID $SLURM_PROCID $CUDA_VISIBLE_DEVICES $(hostname -i 2>/dev/null)"',
+        ],
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    rows = sorted(line.split() for line in r.stdout.splitlines())
+    names = slurm_nodes.node_names
+    assert [row[:4] for row in rows] == [
+        [names[0], "0", "0", "0,1"],
+        [names[0], "0", "1", "0,1"],
+        [names[1], "1", "2", "0,1"],
+        [names[1], "1", "3", "0,1"],
+    ]
+    assert {row[4] for row in rows if len(row) > 4} <= {slurm_nodes.address(0), slurm_nodes.address(1)}
+
+
+def _sleepers(marker: str) -> list[int]:
+    """Pids whose command line is `sleep <marker>` (srun starts it by its full path)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1] if proc.name.isdigit() else []
+            if len(argv) == 2 and os.path.basename(argv[0]) == b"sleep" and argv[1] == marker.encode():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_two_clusters_at_once_get_their_own_subnets_and_leave_nothing(tmp_path):
+    """Instances running together (xdist workers, other sessions) never share a subnet or a name; stop()
+    removes the namespaces, the bridge and every process left in them, a job's still-running tasks included."""
+    if missing_binaries():
+        pytest.skip(f"SLURM is not installed ({', '.join(missing_binaries())})")
+    a, b = MultiNodeCluster(tmp_path / "a", nodes=2), MultiNodeCluster(tmp_path / "b", nodes=3)
+    marker = f"{300 + os.getpid() % 1000}"  # this test's sleeps, not another's
+    try:
+        a.start()
+        b.start()
+    except ClusterUnavailable as e:
+        a.stop()
+        pytest.skip(f"no multi-node SLURM cluster here: {e}")
+    try:
+        assert a.subnet != b.subnet and not set(a.node_names) & set(b.node_names)
+        r = b.srun(["--nodes=3", "hostname"], timeout=60)
+        assert sorted(r.stdout.split()) == b.node_names, r.stderr
+        script = tmp_path / "sleep.sbatch"
+        script.write_text(f"#!/bin/bash\n#SBATCH --nodes=3\nsrun sleep {marker}\n")
+        sub = subprocess.run(["sbatch", str(script)], env=b.env(), capture_output=True, timeout=30, cwd=tmp_path)
+        assert sub.returncode == 0, sub.stderr
+        deadline = time.monotonic() + 60
+        while len(_sleepers(marker)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_sleepers(marker)) == 3, "one task per node"
+    finally:
+        a.stop()
+        b.stop()
+    assert a.leftovers() == [] and b.leftovers() == []
+    assert _sleepers(marker) == []
