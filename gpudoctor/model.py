@@ -316,6 +316,9 @@ class Context:
     # The launch line's overrides of the config (readers/overrides.LaunchOverrides): `config` above is already the
     # config they make; kept to say where a value comes from and which settings a program flag makes unknown.
     overrides: Any = None
+    # The model of the job as it will run (gpudoctor.job.model.JobModel), built once per run of the checks by the
+    # runner for `sbatch` above (job.model.job_model hands it out, or builds one when it belongs to another script).
+    job: Any = None
 
     @property
     def gpus_expected(self) -> bool:

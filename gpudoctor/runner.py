@@ -205,6 +205,11 @@ def run_checks(specs: Iterable[CheckSpec], facts: Facts, ctx: Context) -> list[F
     specs = [s for s in specs if s.judged_by_check]
     if ctx.running is None:
         ctx = replace(ctx, running=frozenset(s.id for s in specs))
+    if ctx.sbatch is not None and (ctx.job is None or ctx.job.script is not ctx.sbatch):
+        from gpudoctor.job.env import job_env
+        from gpudoctor.job.model import build
+
+        ctx = replace(ctx, job=build(ctx.sbatch, job_env(facts, ctx), ctx))  # the job as it will run, built once
     from gpudoctor.job.env import built_once
 
     findings: list[Finding] = []

@@ -296,7 +296,8 @@ def in_slurm_job(env: dict) -> bool:
 def job_shape(facts, ctx) -> JobShape | None:
     """The batch script's shape when --sbatch is given, else the live job's; None outside SLURM."""
     if ctx.sbatch is not None:
-        return from_sbatch(ctx.sbatch, ctx)
+        built = getattr(ctx, "job", None)  # the runner's model of this script holds its shape (job/model.py)
+        return built.shape if built is not None and built.script is ctx.sbatch else from_sbatch(ctx.sbatch, ctx)
     env = facts.env
     if in_slurm_job(env):
         return from_env(env, ctx, facts)

@@ -99,6 +99,12 @@ class ProgramModel:
     env_sets: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # os.environ[K] = "v"
     env_reads: frozenset[str] = frozenset()  # variables it reads (os.environ[K], .get, os.getenv)
     device_args: tuple[str, ...] = ()  # GPU-naming options on its argv, as written
+    env_order: tuple[str, ...] = ()  # the variables it reads, in the order they first appear in its source
+
+    def prefers(self, *names: str) -> str | None:
+        """Of these variables, the one the program reads first (`os.environ.get("SLURM_PROCID",
+        os.environ.get("RANK"))` prefers SLURM_PROCID); None when it reads none of them."""
+        return next((n for n in self.env_order if n in names), None)
 
     @property
     def known(self) -> bool:
@@ -210,6 +216,7 @@ class _Reader(ast.NodeVisitor):
         self.imports: set[str] = set()
         self.local_imports: list[tuple[str, int]] = []  # (module as written, level)
         self.env_reads: set[str] = set()
+        self.env_first: dict[str, tuple[int, int]] = {}  # name -> (line, column) where it is first read
         self.env_sets: dict[str, str] = {}
         self.assigned: dict[str, ast.AST] = {}  # simple `name = expr` at any level (last wins)
         self.spawn_counts: list[ast.AST | None] = []
@@ -247,11 +254,23 @@ class _Reader(ast.NodeVisitor):
                     self.env_sets[key] = value
         self.generic_visit(node)
 
+    def read_env(self, key: str, node: ast.AST) -> None:
+        self.env_reads.add(key)
+        where = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        self.env_first[key] = min(self.env_first.get(key, where), where)
+
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if self._environ(node.value):
             key = _literal(node.slice)
             if isinstance(key, str):
-                self.env_reads.add(key)
+                self.read_env(key, node)
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        """`"SLURM_PROCID" in os.environ`: the program asks for the variable (and reads it where it is there)."""
+        key = _literal(node.left)
+        if isinstance(key, str) and any(self._environ(c) for c in node.comparators):
+            self.read_env(key, node)
         self.generic_visit(node)
 
     def _environ(self, node: ast.AST) -> bool:
@@ -273,7 +292,7 @@ class _Reader(ast.NodeVisitor):
         if name in ("os.environ.get", "os.getenv", "os.environ.setdefault") and node.args:
             key = _literal(node.args[0])
             if isinstance(key, str):
-                self.env_reads.add(key)
+                self.read_env(key, node)
                 if name.endswith("setdefault") and len(node.args) > 1:
                     value = _literal(node.args[1])
                     if isinstance(value, str) and not is_credential_name(key):
@@ -402,6 +421,8 @@ def read_program(
     facts = tuple(f for r in readers for f in r.facts)
     imports = frozenset(i for r in readers for i in r.imports)
     env_reads = set().union(*(r.env_reads for r in readers))
+    # the main file's reads first, in source order, then each local module's
+    env_order = tuple(dict.fromkeys(k for r in readers for k in sorted(r.env_first, key=r.env_first.__getitem__)))
     env_sets = {k: v for r in reversed(readers) for k, v in r.env_sets.items()}
     lightning: dict = {}
     for r in readers:
@@ -419,6 +440,7 @@ def read_program(
         env_sets=MappingProxyType(env_sets),
         env_reads=frozenset(env_reads),
         device_args=device_args,
+        env_order=env_order,
     )
     whats = {f.what for f in facts}
     if "spawn" in whats:

@@ -103,7 +103,10 @@ class Body:
                 for tok in tokens[1:]:
                     self._assign(tok, cmd, line, as_written, exported=True)
                 continue
-            if tokens[0] in ("shift", "set") and self.arguments is not None and self._positional(tokens):
+            # `set -- ARGS` gives the shell known arguments whether or not the script's own are known
+            # (`set -- accelerate launch ... train.py; exec "$@"`); `shift` only moves known ones
+            known_args = self.arguments is not None or tokens[:2] == ["set", "--"]
+            if tokens[0] in ("shift", "set") and known_args and self._positional(tokens):
                 continue
             if tokens[0] == "unset":
                 for tok in tokens[1:]:
@@ -342,4 +345,7 @@ def _to_launch(desc: dict, line: int, text: str, expanded: str, span, cwd: str |
         cwd=cwd,
         task_command=desc.get("task_command"),
         batch_evaluated=desc.get("batch_evaluated") or frozenset(),
+        argv=redact_words(desc.get("argv") or ()),
+        wrappers=tuple(desc.get("wrappers") or ()),
+        console_script=bool(desc.get("console_script")),
     )

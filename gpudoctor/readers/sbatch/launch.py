@@ -30,8 +30,6 @@ _PREFIX_COMMANDS = {
     "nice",
     "stdbuf",
     "env",
-    "numactl",
-    "taskset",
     "unbuffer",
 }
 NOT_TRAINING = {
@@ -244,8 +242,11 @@ def _inner_launch(text: str, depth: int) -> list[str] | None:
 
 def describe_command(tokens: list[str], depth: int = 0) -> dict:
     """What a command (after srun, if any) launches: launcher and its process counts."""
+    wrappers: list[str] = []
     while True:
-        tokens = _strip_prefixes(tokens)
+        stripped = _strip_prefixes(tokens)
+        wrappers.extend(os.path.basename(t) for t in tokens[: len(tokens) - len(stripped)] if not _ASSIGN.match(t))
+        tokens = stripped
         if not tokens:
             return {"program": None}
         prog = os.path.basename(tokens[0])
@@ -255,14 +256,20 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
             break
         if not rest:
             return {"program": prog, "launcher": None}
+        wrappers.append(prog)
         tokens = rest
-    out: dict = {"program": prog, "launcher": None}
+    out: dict = {"program": prog, "launcher": None, "argv": tuple(tokens), "wrappers": tuple(wrappers)}
     if prog in _SHELLS:
         inner = _shell_command_string(args)
         picked = _inner_launch(inner, depth + 1) if inner and depth < MAX_SHELL_DEPTH else None
         if picked:  # srun bash -c "RANK=\$SLURM_PROCID python train.py": judge what the shell runs
             inner_desc = describe_command(picked, depth + 1)
-            return {**inner_desc, "via_shell": f"{prog} -c", "task_command": inner_desc.get("task_command") or inner}
+            return {
+                **inner_desc,
+                "via_shell": f"{prog} -c",
+                "task_command": inner_desc.get("task_command") or inner,
+                "wrappers": (*out["wrappers"], f"{prog} -c", *inner_desc.get("wrappers", ())),
+            }
         return out
     if prog == "torchrun":
         return {**out, "launcher": "torchrun", **_torchrun(args)}
@@ -313,29 +320,108 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         }
     if prog == "gpudoctor":
         return {**out, "gpudoctor": True}
+    light = _lightning_args(args)
+    if light.get("devices") is not None or light.get("num_nodes") is not None:
+        # a console script given Lightning's Trainer settings as overrides (Hydra `trainer.devices=8`, LightningCLI
+        # `--trainer.devices 8`): whatever its name, it runs Lightning's Trainer
+        return {**out, "launcher": "lightning", "lightning": light, "console_script": True, "script_args": args}
     return out
 
 
-def _unwrap(prog: str, args: list[str]) -> list[str] | None:
-    """The command a container/environment wrapper runs ([] when none is named); None when prog is no wrapper."""
-    if prog == "shifter":  # NERSC's container wrapper: shifter --image=X [--env=A=B] command
-        rest = list(args)
-        while rest and rest[0].startswith("-"):
-            rest = rest[1:] if "=" in rest[0] else rest[2:]
-        return rest
-    if prog in ("uv", "poetry", "pipenv", "pixi") and args[:1] == ["run"]:
-        return args[1:]
-    if prog == "conda" and args[:1] == ["run"]:
-        rest = args[1:]
-        while rest and rest[0].startswith("-"):
-            rest = rest[2:] if rest[0] in ("-n", "--name", "-p", "--prefix") else rest[1:]
-        return rest
-    if prog in ("apptainer", "singularity") and args[:1] in (["exec"], ["run"]):
-        rest = args[1:]
-        while rest and rest[0].startswith("-"):
-            rest = rest[2:] if rest[0] in ("-B", "--bind", "--env", "--home", "-H", "--pwd") else rest[1:]
-        return rest[1:]  # rest[0] is the image
-    return None
+@dataclass(frozen=True)
+class Wrapper:
+    """How a command that runs another command reads its line (its documented synopsis): the subcommand it needs
+    (`run`, `exec`), its options that take a separate value, and how many operands (an image, a duration, a CPU
+    mask) come before the command it runs. An option written `--x=v` is one word; any other option is a flag."""
+
+    subcommands: tuple[str, ...] = ()  # one of these first ("exec", "run"); () when none
+    values: frozenset[str] = frozenset()  # options whose value is the next word
+    operands: int = 0  # words before the command (singularity's image, timeout's duration, taskset's mask)
+    all_options_take_values: bool = False  # nsys profile: every option is `-o FILE` / `--trace X`
+    source: str = ""
+
+
+def _opts(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# The wrappers real batch scripts put around the launcher, by their own synopsis (the man page or --help named).
+WRAPPERS: dict[str, Wrapper] = {
+    "shifter": Wrapper(values=_opts("--image --volume -V --env -e --module -m --workdir"), source="shifter(1)"),
+    "uv": Wrapper(
+        ("run",),
+        _opts("--with --with-requirements --python -p --project --directory --package --extra --group --env-file"),
+        source="uv run --help",
+    ),
+    "poetry": Wrapper(("run",), source="poetry run"),
+    "pipenv": Wrapper(("run",), source="pipenv run"),
+    "pixi": Wrapper(("run",), _opts("--environment -e --manifest-path"), source="pixi run"),
+    "conda": Wrapper(("run",), _opts("-n --name -p --prefix --cwd"), source="conda run --help"),
+    "mamba": Wrapper(("run",), _opts("-n --name -p --prefix --cwd"), source="mamba run"),
+    "micromamba": Wrapper(("run",), _opts("-n --name -p --prefix --cwd"), source="micromamba run"),
+    "singularity": Wrapper(
+        ("exec", "run"),
+        _opts("-B --bind --env -H --home --pwd -W --workdir --env-file -o --overlay --mount --security --network"),
+        1,
+        source="singularity exec [options] <container> <command>",
+    ),
+    "apptainer": Wrapper(
+        ("exec", "run"),
+        _opts("-B --bind --env -H --home --pwd -W --workdir --env-file -o --overlay --mount --security --network"),
+        1,
+        source="apptainer exec [options] <container> <command>",
+    ),
+    "docker": Wrapper(
+        ("run",),
+        _opts(
+            "-v --volume -e --env --env-file --name -w --workdir --gpus --network --net --ipc -u --user --entrypoint "
+            "--mount --device --runtime --cpus -m --memory --shm-size --ulimit --cap-add --hostname -h -p --publish "
+            "--label -l --security-opt --pid --platform --cpuset-cpus --add-host"
+        ),
+        1,
+        source="docker run [OPTIONS] IMAGE [COMMAND] [ARG...]",
+    ),
+    "podman": Wrapper(
+        ("run",),
+        _opts(
+            "-v --volume -e --env --env-file --name -w --workdir --gpus --network --net --ipc -u --user --entrypoint "
+            "--mount --device --runtime --cpus -m --memory --shm-size --ulimit --cap-add --hostname -h -p --publish "
+            "--label -l --security-opt --pid --platform --cpuset-cpus --add-host"
+        ),
+        1,
+        source="podman run [options] image [command [arg ...]]",
+    ),
+    "enroot": Wrapper(
+        ("start",), _opts("-c --conf -e --env -m --mount"), 1, source="enroot start [options] NAME [COMMAND]"
+    ),
+    "nsys": Wrapper(("profile",), all_options_take_values=True, source="nsys profile [options] <application>"),
+    "timeout": Wrapper(values=_opts("-s --signal -k --kill-after"), operands=1, source="timeout(1)"),
+    "taskset": Wrapper(values=_opts("-a"), operands=1, source="taskset(1): taskset [options] mask command"),
+    "numactl": Wrapper(
+        values=_opts("-C --physcpubind -N --cpunodebind -m --membind -i --interleave -p --preferred"),
+        source="numactl(8)",
+    ),
+}
+
+
+def unwrap(prog: str, args: list[str]) -> list[str] | None:
+    """The command a wrapper runs (WRAPPERS; [] when none is named); None when prog is no wrapper."""
+    wrapper = WRAPPERS.get(prog)
+    if wrapper is None or (wrapper.subcommands and args[:1] not in [[c] for c in wrapper.subcommands]):
+        return None
+    rest = args[1:] if wrapper.subcommands else list(args)
+    i = 0
+    while i < len(rest) and rest[i].startswith("-") and rest[i] != "-":
+        word = rest[i]
+        if word == "--":
+            i += 1
+            break
+        takes = "=" not in word and (wrapper.all_options_take_values or word in wrapper.values)
+        i += 2 if takes else 1
+    return rest[i + wrapper.operands :]
+
+
+_unwrap = unwrap
 
 
 @dataclass(frozen=True)

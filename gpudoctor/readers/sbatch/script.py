@@ -139,6 +139,11 @@ class Launch:
     batch_evaluated: frozenset[str] = frozenset()
     env: tuple[Assignment, ...] = ()  # the command's own environment: prefix assignments, env(1) NAME=v / -u NAME
     env_cleared: bool = False  # `env -i`: the command starts from an empty environment
+    # The command after srun and every wrapper (launch.WRAPPERS, env, exec, ...) as the batch shell expanded it,
+    # and the wrappers peeled off it, outermost first ("singularity", "bash -c", ...)
+    argv: tuple[str, ...] = ()
+    wrappers: tuple[str, ...] = ()
+    console_script: bool = False  # a command that is not python, known only by the Trainer overrides it is given
 
     def python_command(self) -> str | None:
         """The plain python command this line runs (`python3 main.py --lr 1e-3`), for a fix text that names the
