@@ -12,113 +12,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.job.reality import JobRun, ProcessRecord, run_job
+from tests.job.jobscripts import Proc, observed_all, ran
 from tests.slurmcluster import ClusterUnavailable, MultiNodeCluster, missing_binaries
 
 pytestmark = pytest.mark.slurm
-
-HEAD = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
-TORCHRUN_2 = "srun torchrun {nnodes}--nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d {endpoint} "
-# join_timeout: a rendezvous that cannot form fails in 20 s, not torchrun's default 600 s
-TORCHRUN_TAIL = "--rdzv_conf=join_timeout=20 recorder.py --epochs 1\n"
-
-
-def _header(nodes: int, **directives: str | int) -> str:
-    lines = [f"#SBATCH --nodes={nodes}", *(f"#SBATCH --{k.replace('_', '-')}={v}" for k, v in directives.items())]
-    return "#!/bin/bash\n" + "\n".join(lines) + "\n"
-
-
-@dataclass(frozen=True)
-class Script:
-    text: str
-    join: bool = False  # the recorders join a gloo world (a torch import each)
-
-
-SCRIPTS: dict[str, Script] = {
-    # single node, no launcher: srun starts the tasks, the program reads SLURM's variables
-    "srun_python": Script(_header(1, ntasks=2, gres="gpu:2") + "srun python recorder.py --epochs 1\n"),
-    "plain_python": Script(_header(1, ntasks=2, gres="gpu:2") + "python recorder.py --epochs 1\n"),
-    # the batch shell expands $SLURM_PROCID once (0), unless each task's own shell does (bash -c '...')
-    "srun_rank_argument": Script(_header(1, ntasks=2) + "srun python recorder.py --rank=$SLURM_PROCID\n"),
-    "srun_bash_c_rank": Script(_header(1, ntasks=2) + "srun bash -c 'python recorder.py --rank=$SLURM_PROCID'\n"),
-    # an export narrows what every worker sees: 4 workers, 1 GPU
-    "cvd_export_torchrun": Script(
-        _header(1, ntasks=1, gres="gpu:4")
-        + "export CUDA_VISIBLE_DEVICES=0\ntorchrun --standalone --nproc_per_node=4 recorder.py\n"
-    ),
-    # two nodes, one torchrun per node (srun), c10d on the first node's host name: one world of 4
-    "torchrun_2nodes": Script(
-        _header(2, ntasks_per_node=1, gres="gpu:2")
-        + HEAD
-        + TORCHRUN_2.format(nnodes="--nnodes=2 ", endpoint="--rdzv_endpoint=$head:29500")
-        + TORCHRUN_TAIL,
-        join=True,
-    ),
-    # the same with a loopback endpoint: each node's torchrun hosts its own store and waits for a second node
-    "torchrun_2nodes_localhost": Script(
-        _header(2, ntasks_per_node=1, gres="gpu:2")
-        + TORCHRUN_2.format(nnodes="--nnodes=2 ", endpoint="--rdzv_endpoint localhost:29500")
-        + TORCHRUN_TAIL,
-        join=True,
-    ),
-    # the same without --nnodes (so 1): node 1's torchrun completes a rendezvous of one node alone
-    "torchrun_2nodes_no_nnodes": Script(
-        _header(2, ntasks_per_node=1, gres="gpu:2")
-        + HEAD
-        + TORCHRUN_2.format(nnodes="", endpoint="--rdzv_endpoint=$head:29500")
-        + TORCHRUN_TAIL,
-        join=True,
-    ),
-}
-
-_runs: dict[tuple[int, str], JobRun] = {}
-
-
-def ran(cluster, name: str) -> JobRun:
-    """SCRIPTS[name] run once on cluster (shared by this file's tests and the model comparison's)."""
-    key = (id(cluster), name)
-    if key not in _runs:
-        script = SCRIPTS[name]
-        _runs[key] = run_job(cluster, script.text, join=script.join, join_timeout=30, timeout=150)
-    return _runs[key]
-
-
-@dataclass(frozen=True, order=True)
-class Proc:
-    """One process, in the terms the model predicts: node index, rank and world size as the program reads them,
-    CUDA_VISIBLE_DEVICES (None: unset), the rendezvous endpoint as (node index its host is, port), argv."""
-
-    node: int | None
-    rank: str | None
-    world_size: str | None
-    visible_gpus: str | None
-    endpoint: tuple[int | None, int] | None
-    argv: tuple[str, ...]
-
-
-def endpoint_node(host: str, node: int | None, names: list[str]) -> int | None:
-    """The node a rendezvous host names from node `node`: a loopback name is the node itself."""
-    if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
-        return node
-    return names.index(host) if host in names else None
-
-
-def observed(rec: ProcessRecord, names: list[str]) -> Proc:
-    endpoint = None
-    if rec.launcher_endpoint:
-        host, _, port = rec.launcher_endpoint.rpartition(":")
-        endpoint = (endpoint_node(host, rec.node, names), int(port))
-    return Proc(rec.node, rec.rank, rec.world_size, rec.visible_gpus, endpoint, rec.argv)
-
-
-def observed_all(run: JobRun, names: list[str]) -> list[Proc]:
-    return sorted(observed(rec, names) for rec in run.records)
-
 
 # What each script means, by hand: the processes it starts.
 EPOCH = ("recorder.py", "--epochs", "1")
@@ -127,7 +28,7 @@ EXPECTED: dict[str, list[Proc]] = {
     "plain_python": [Proc(0, "0", "2", "0,1", None, EPOCH)],  # one process that reads a world of 2
     "srun_rank_argument": [Proc(0, "0", "2", None, None, ("recorder.py", "--rank=0"))] * 2,
     "srun_bash_c_rank": [Proc(0, str(r), "2", None, None, ("recorder.py", f"--rank={r}")) for r in range(2)],
-    "cvd_export_torchrun": [Proc(0, str(r), "4", "0", None, ("recorder.py",)) for r in range(4)],
+    "cvd_export_torchrun": [Proc(0, str(r), "4", "0", (0, None), ("recorder.py",)) for r in range(4)],
     "torchrun_2nodes": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
     "torchrun_2nodes_localhost": [],  # no worker starts: both rendezvous time out
 }

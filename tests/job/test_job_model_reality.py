@@ -1,0 +1,214 @@
+"""The job model (gpudoctor/job/model.py) against reality: for each batch script of tests/job/jobscripts.SCRIPTS,
+the processes the model predicts equal the ones the script really started on the test SLURM's nodes, process by
+process: node, rank and world size as the program reads them, the GPUs it sees, the rendezvous it reaches from its
+own node, the program's argv and the launcher's argv as the shell expanded it; and they form the worlds the model
+says. Where the model says "unknown", the field is not compared, and each test says which fields are unknown and
+why (UNKNOWN below is the list: a change in what the model knows shows here).
+
+Processes are paired by (node, SLURM_PROCID, local rank). A process the model says never joins a world (its rank
+unknown: "no world forms", "not admitted") may be absent in reality (torchrun never started it); every process
+that ran must be one the model predicts, and every process whose rank the model knows must have run.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpudoctor.job.model import JobModel, Process, build, known
+from gpudoctor.readers.sbatch.reader import load_sbatch
+from tests.job.jobscripts import SCRIPTS, endpoint_node, observed_endpoint, ran
+from tests.job.reality import JobRun, ProcessRecord
+
+pytestmark = [pytest.mark.slurm, pytest.mark.world]
+
+# What the model does not know for each script, field by field (the model's own reasons are in the failure text).
+UNKNOWN: dict[str, set[str]] = {
+    # recorder.py reads RANK first and falls back to SLURM_PROCID; the model takes the first name it reads
+    "srun_python": {"rank", "world_size"},
+    "plain_python": {"rank", "world_size"},
+    "srun_rank_argument": {"world_size"},
+    "srun_bash_c_rank": {"world_size"},
+    "cvd_export_torchrun": set(),
+    "torchrun_2nodes": set(),
+    "torchrun_2nodes_localhost": {"rank", "world_size"},  # no world forms: nothing runs
+    "torchrun_2nodes_no_nnodes": {"rank", "world_size"},  # node 2 is not admitted
+}
+
+
+def model_of(run: JobRun) -> JobModel:
+    """The model, read as `gpudoctor check --sbatch` reads the script (load_sbatch: the program beside it)."""
+    return build(load_sbatch(str(run.job_dir / "job.sbatch")))
+
+
+def _key(node: int | None, procid: object, local: object) -> tuple:
+    return (node, str(procid), str(local))
+
+
+def record_key(rec: ProcessRecord) -> tuple:
+    return _key(rec.node, rec.get("SLURM_PROCID"), rec.get("LOCAL_RANK") or rec.get("SLURM_LOCALID"))
+
+
+def as_pattern(text: str) -> re.Pattern[str]:
+    """The model's argument text with what the shell computes at run time ($VAR, ${VAR}, $(...)) as wildcards."""
+    parts = re.split(r"(\$\([^)]*\)|\$\{[^}]*\}|\$\w+)", text)
+    return re.compile("".join(".+" if i % 2 else re.escape(p) for i, p in enumerate(parts)))
+
+
+def _matches(model_args: list[str], ran_args) -> bool:
+    ran_args = list(ran_args)
+    return len(model_args) == len(ran_args) and all(
+        as_pattern(a).fullmatch(b) for a, b in zip(model_args, ran_args, strict=True)
+    )
+
+
+def _visible(rec: ProcessRecord) -> tuple[str, ...]:
+    """CUDA_VISIBLE_DEVICES as CUDA parses it; unset with no GPU in the step is none of the allocation's GPUs
+    (on a cluster with ConstrainDevices the task sees none; the model says ())."""
+    value = rec.visible_gpus
+    if value is None:
+        return () if not (rec.get("SLURM_STEP_GPUS") or rec.get("SLURM_JOB_GPUS")) else ("unset",)
+    return tuple(v.strip() for v in value.split(","))
+
+
+def compare(model: JobModel, run: JobRun, names: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(mismatches, {field: the model's reason} for each field the model leaves unknown)."""
+    bad: list[str] = []
+    unknown: dict[str, str] = {}
+    predicted: dict[tuple, Process] = {_key(p.node, p.procid, p.local_rank): p for p in model.processes()}
+    records = {record_key(r): r for r in run.records}
+    if len(records) != len(run.records):
+        bad.append(f"two processes ran as one (node, procid, local rank): {[record_key(r) for r in run.records]}")
+    for key, rec in records.items():
+        if key not in predicted:
+            bad.append(f"{key}: ran ({rec.argv}), not in the model")
+    for key, p in predicted.items():
+        rec = records.get(key)
+        if rec is None:
+            if known(p.rank):
+                bad.append(f"{key}: the model's rank {p.rank} never ran")
+            else:
+                unknown.setdefault("rank", f"not run: {p.rank.why}")  # type: ignore[union-attr]
+                unknown.setdefault("world_size", f"not run: {getattr(p.world_size, 'why', p.world_size)}")
+            continue
+        bad += [f"{key}: {m}" for m in _compare_process(p, rec, names, unknown)]
+    bad += _compare_worlds(model, run, records)
+    return bad, unknown
+
+
+def _compare_process(p: Process, rec: ProcessRecord, names: list[str], unknown: dict[str, str]) -> list[str]:
+    bad = []
+    fields = {
+        "rank": (p.rank, rec.rank),
+        "world_size": (p.world_size, rec.world_size),
+        "visible_gpus": (p.visible_gpus, _visible(rec)),
+    }
+    for name, (want, got) in fields.items():
+        if not known(want):
+            unknown.setdefault(name, want.why)  # type: ignore[union-attr]
+        elif (str(want) if name != "visible_gpus" else want) != got:
+            bad.append(f"{name}: model {want!r}, ran {got!r}")
+    bad += _compare_rendezvous(p, rec, names, unknown)
+    bad += _compare_argv(p, rec, unknown)
+    return bad
+
+
+def _compare_rendezvous(p: Process, rec: ProcessRecord, names: list[str], unknown: dict[str, str]) -> list[str]:
+    got = observed_endpoint(rec, names)
+    if p.launcher != "torchrun":
+        return []  # a plain program's rendezvous is its own init's (MASTER_ADDR): not recorded here
+    if p.rendezvous is None or got is None:
+        return [] if p.rendezvous is None and got is None else [f"rendezvous: model {p.rendezvous}, ran {got}"]
+    reaches, port = p.rendezvous.reaches, p.rendezvous.port
+    if not known(reaches):
+        unknown.setdefault("rendezvous", reaches.why)  # type: ignore[union-attr]
+        return []
+    want = (reaches, port if known(port) else got[1])
+    return [] if want == got else [f"rendezvous: model reaches {want}, ran {got} ({rec.launcher_endpoint})"]
+
+
+def _compare_argv(p: Process, rec: ProcessRecord, unknown: dict[str, str]) -> list[str]:
+    """The program's argv is the model's from the program on; a launcher's own argv (torchrun's, as the shell
+    expanded it: the recorder's parent) matches the model's with run-time expansions as wildcards."""
+    argv = list(p.argv)
+    if rec.argv[0] not in argv:
+        return [f"argv: the program {rec.argv[0]} is not in the model's {argv}"]
+    at = argv.index(rec.argv[0])
+    bad = []
+    program = argv[at:]
+    if any("$" in a for a in program):
+        unknown.setdefault("argv", f"expanded at run time: {program}")
+        if not _matches(program, rec.argv):
+            bad.append(f"argv: model {program}, ran {list(rec.argv)}")
+    elif tuple(program) != rec.argv:
+        bad.append(f"argv: model {program}, ran {list(rec.argv)}")
+    if p.launcher == "torchrun":
+        launcher = argv[1:at]  # after "torchrun"
+        ran_args = list(rec.parent_argv or ())
+        starts = [i for i, a in enumerate(ran_args) if a.endswith("torchrun")]
+        if not starts:
+            return [*bad, f"torchrun argv: model {launcher}, but its parent ran {ran_args}"]
+        ran_args = ran_args[starts[0] + 1 : len(ran_args) - len(rec.argv)]
+        if not _matches(launcher, ran_args):
+            bad.append(f"torchrun argv: model {launcher}, ran {ran_args}")
+    return bad
+
+
+def _compare_worlds(model: JobModel, run: JobRun, records: dict[tuple, ProcessRecord]) -> list[str]:
+    """The processes that joined (GD_RECORD_JOIN) group into the worlds the model says (those it gives a rank)."""
+    if not any(r.world is not None for r in run.records):
+        return []
+    want: dict[str, set] = {}
+    for p in model.processes():
+        if known(p.world) and known(p.rank):
+            want.setdefault(str(p.world), set()).add(_key(p.node, p.procid, p.local_rank))
+    ranked = set().union(*want.values()) if want else set()
+    got: dict[str, set] = {}
+    for key, rec in records.items():  # a process the model gives no rank may form a world of its own or none
+        if key in ranked and rec.world is not None and rec.world.formed and rec.world.id:
+            got.setdefault(rec.world.id, set()).add(key)
+    want_sets = sorted(sorted(v) for v in want.values())
+    got_sets = sorted(sorted(v) for v in got.values())
+    return [] if want_sets == got_sets else [f"worlds: model {want_sets}, formed {got_sets}"]
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_the_model_predicts_the_processes_that_ran(slurm_nodes, name):
+    run = ran(slurm_nodes, name)
+    model = model_of(run)
+    assert model.understood, model.unknown
+    bad, unknown = compare(model, run, slurm_nodes.node_names)
+    assert bad == [], (bad, run.output[-1500:])
+    assert set(unknown) == UNKNOWN[name], unknown
+
+
+def test_a_loopback_rendezvous_is_predicted_to_form_no_world_and_none_forms(slurm_nodes):
+    run = ran(slurm_nodes, "torchrun_2nodes_localhost")
+    model = model_of(run)
+    reaches = sorted(p.rendezvous.reaches for p in model.processes() if p.rendezvous)
+    assert reaches == [0, 0, 1, 1], "localhost is each node's own"
+    assert not any(known(p.rank) for p in model.processes()) and run.records == []
+
+
+def test_without_nnodes_node_2_is_predicted_to_stay_out_and_stays_out(slurm_nodes):
+    run = ran(slurm_nodes, "torchrun_2nodes_no_nnodes")
+    model = model_of(run)
+    assert [p.rank for p in model.on_node(0)] == [0, 1] and not any(known(p.rank) for p in model.on_node(1))
+    assert not any(r.node == 1 and r.world and r.world.formed and r.world.size == 4 for r in run.records)
+    assert endpoint_node(slurm_nodes.node_names[0], 1, slurm_nodes.node_names) == 0
+
+
+@pytest.mark.parametrize(
+    ("predicted", "real", "says"),
+    [
+        ("torchrun_2nodes", "torchrun_2nodes_no_nnodes", "world_size: model 4, ran '2'"),
+        ("srun_rank_argument", "srun_bash_c_rank", "rank: model 0, ran '1'"),
+        ("cvd_export_torchrun", "srun_python", "not in the model"),
+    ],
+)
+def test_the_comparison_sees_a_wrong_prediction(slurm_nodes, predicted, real, says):
+    """The negative control: one script's model against another script's run disagrees, and says where."""
+    model = model_of(ran(slurm_nodes, predicted))
+    bad, _ = compare(model, ran(slurm_nodes, real), slurm_nodes.node_names)
+    assert any(says in line for line in bad), bad
