@@ -37,6 +37,21 @@ SCRIPTS: dict[str, Script] = {
         _header(1, ntasks=1, gres="gpu:4")
         + "export CUDA_VISIBLE_DEVICES=0\ntorchrun --standalone --nproc_per_node=4 recorder.py\n"
     ),
+    # bash splits `=0, 1` into CUDA_VISIBLE_DEVICES=0, and a failing `export 1`: CUDA reads one GPU
+    "cvd_split_by_bash": Script(
+        _header(1, ntasks=1, gres="gpu:4")
+        + "export CUDA_VISIBLE_DEVICES=0, 1\ntorchrun --standalone --nproc_per_node=2 recorder.py\n"
+    ),
+    # SLURM binds each task to its own GPU
+    "srun_gpus_per_task": Script(_header(1, ntasks=2, gpus_per_task=1) + "srun python recorder.py --epochs 1\n"),
+    # a static rendezvous per task's shell: node rank from SLURM_NODEID, the address exported by the batch shell
+    "torchrun_2nodes_static_bash_c": Script(
+        _header(2, ntasks_per_node=1, gres="gpu:2")
+        + 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+        + "srun bash -c 'torchrun --nnodes=2 --node_rank=$SLURM_NODEID --nproc_per_node=2 "
+        + "--master_addr=$MASTER_ADDR --master_port=29500 recorder.py --epochs 1'\n",
+        join=True,
+    ),
     # two nodes, one torchrun per node (srun), c10d on the first node's host name: one world of 4
     "torchrun_2nodes": Script(
         _header(2, ntasks_per_node=1, gres="gpu:2")

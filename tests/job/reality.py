@@ -64,17 +64,30 @@ class ProcessRecord:
         """The world size as a program reads it: WORLD_SIZE (a launcher's), else SLURM_NTASKS (srun's)."""
         return self.env.get("WORLD_SIZE", self.env.get("SLURM_NTASKS"))
 
-    @property
-    def launcher_endpoint(self) -> str | None:
-        """The --rdzv_endpoint (or --rdzv-endpoint) of the torchrun that started this process, as it got it."""
+    def launcher_option(self, *names: str) -> str | None:
+        """The value of a --name or --name=value option of the torchrun that started this process, as it got it."""
         argv = list(self.parent_argv or ())
         for i, arg in enumerate(argv):
-            for flag in ("--rdzv_endpoint", "--rdzv-endpoint"):
+            for flag in names:
                 if arg == flag and i + 1 < len(argv):
                     return argv[i + 1]
                 if arg.startswith(flag + "="):
                     return arg.split("=", 1)[1]
         return None
+
+    @property
+    def launcher_endpoint(self) -> str | None:
+        """HOST:PORT of the rendezvous of the torchrun that started this process, as torchrun got it: its
+        --rdzv-endpoint, else (static rendezvous) --master-addr:--master-port with torchrun's defaults
+        127.0.0.1:29500 (torch/distributed/run.py); None: no torchrun, or --standalone (a port it picks)."""
+        argv = self.parent_argv or ()
+        if not any(a.endswith("torchrun") for a in argv) or "--standalone" in argv:
+            return None
+        endpoint = self.launcher_option("--rdzv_endpoint", "--rdzv-endpoint")
+        if endpoint:
+            return endpoint
+        host = self.launcher_option("--master_addr", "--master-addr") or "127.0.0.1"
+        return f"{host}:{self.launcher_option('--master_port', '--master-port') or 29500}"
 
 
 @dataclass

@@ -30,8 +30,11 @@ UNKNOWN: dict[str, set[str]] = {
     "plain_python": {"rank", "world_size"},
     "srun_rank_argument": {"world_size"},
     "srun_bash_c_rank": {"world_size"},
+    "srun_gpus_per_task": {"rank", "world_size"},
     "cvd_export_torchrun": set(),
+    "cvd_split_by_bash": set(),
     "torchrun_2nodes": set(),
+    "torchrun_2nodes_static_bash_c": set(),
     "torchrun_2nodes_localhost": {"rank", "world_size"},  # no world forms: nothing runs
     "torchrun_2nodes_no_nnodes": {"rank", "world_size"},  # node 2 is not admitted
 }
@@ -64,12 +67,18 @@ def _matches(model_args: list[str], ran_args) -> bool:
 
 
 def _visible(rec: ProcessRecord) -> tuple[str, ...]:
-    """CUDA_VISIBLE_DEVICES as CUDA parses it; unset with no GPU in the step is none of the allocation's GPUs
-    (on a cluster with ConstrainDevices the task sees none; the model says ())."""
+    """CUDA_VISIBLE_DEVICES as the process got it, read by CUDA's rule for the values these scripts give (the
+    entries up to the first that is not a number: `0,` is GPU 0 alone); unset with no GPU in the step is none
+    of the allocation's GPUs (on a cluster with ConstrainDevices the task sees none; the model says ())."""
     value = rec.visible_gpus
     if value is None:
         return () if not (rec.get("SLURM_STEP_GPUS") or rec.get("SLURM_JOB_GPUS")) else ("unset",)
-    return tuple(v.strip() for v in value.split(","))
+    out: list[str] = []
+    for entry in value.split(","):
+        if not re.fullmatch(r"\s*\+?\d+", entry):
+            break
+        out.append(str(int(entry)))
+    return tuple(out)
 
 
 def compare(model: JobModel, run: JobRun, names: list[str]) -> tuple[list[str], dict[str, str]]:

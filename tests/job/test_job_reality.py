@@ -29,7 +29,10 @@ EXPECTED: dict[str, list[Proc]] = {
     "srun_rank_argument": [Proc(0, "0", "2", None, None, ("recorder.py", "--rank=0"))] * 2,
     "srun_bash_c_rank": [Proc(0, str(r), "2", None, None, ("recorder.py", f"--rank={r}")) for r in range(2)],
     "cvd_export_torchrun": [Proc(0, str(r), "4", "0", (0, None), ("recorder.py",)) for r in range(4)],
+    "cvd_split_by_bash": [Proc(0, str(r), "2", "0,", (0, None), ("recorder.py",)) for r in range(2)],
+    "srun_gpus_per_task": [Proc(0, str(r), "2", str(r), None, EPOCH) for r in range(2)],  # its own GPU each
     "torchrun_2nodes": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
+    "torchrun_2nodes_static_bash_c": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
     "torchrun_2nodes_localhost": [],  # no worker starts: both rendezvous time out
 }
 
