@@ -287,7 +287,20 @@ def multi_task_job_without_srun(facts, ctx):
                 f"{once}, which fits the program: {program.describe()} (srun would start {tasks} copies of it)",
                 **ev,
             )
-        return info(f"{once}; {unknown_note(shape, tasks)}", **ev)
+        # Inconsistent whatever the program does: one process that drives the GPUs itself wants one task; one rank
+        # per task wants srun. Which is right is the program's, so both corrections are said and none is made.
+        return warn(
+            f"{tasks} tasks but line {shape.launch_lineno} runs `{line}` once, without srun: the tasks or the srun is "
+            "missing",
+            manual(
+                f"Either ask for one task (the program is one process), or start line {shape.launch_lineno} with srun "
+                "(it is one rank per task)",
+                "#SBATCH --ntasks=1",
+                f"srun {_first_words(shape.launch_line)} ...",
+            ),
+            note=f"{once}; {unknown_note(shape, tasks)}",
+            **ev,
+        )
     return passed(
         f"line {shape.launch_lineno} runs once in the batch shell, which fits this job ({shape.launcher or line})", **ev
     )

@@ -317,6 +317,9 @@ def resolve_host(host: str | Unknown, node: int, evaluated_on: int) -> tuple[int
     return text, False
 
 
+_TCP_URL = re.compile(r"tcp://(\[[^\]]+\]|[^:/\s]+):(\d+)")
+
+
 def _int(text: object) -> int | None:
     s = str(text).strip() if text is not None else ""
     return int(s) if re.fullmatch(r"\d{1,9}", s) else None
@@ -451,7 +454,7 @@ class _Builder:
             localid=local,
             argv=tuple(launch.argv) or tuple(launch.expanded.split()),
             wrappers=tuple(launch.wrappers),
-            launcher=self._launcher(launch, env, node, visible, evaluated_on=node if per_task else 0),
+            launcher=self._launcher(launch, env, node, visible, evaluated_on=node if per_task else 0, task=procid),
             visible_gpus=visible,
             env=MappingProxyType(env),
             env_sources=MappingProxyType(sources),
@@ -480,12 +483,14 @@ class _Builder:
 
     # ------------------------------------------------------------ launchers
 
-    def _launcher(self, launch, env: Mapping[str, str], node: int, visible, evaluated_on: int) -> Launcher:
+    def _launcher(
+        self, launch, env: Mapping[str, str], node: int, visible, evaluated_on: int, task: int = 0
+    ) -> Launcher:
         kind = launch.launcher
         program = self.program
         gpus = len(visible) if known(visible) else None
         if kind in ("torchrun", "torch.distributed.launch"):
-            return self._torchrun(launch, node, gpus, evaluated_on, program)
+            return self._torchrun(launch, node, gpus, evaluated_on, program, task)
         if kind == "deepspeed":
             n = _count(launch.nproc_per_node, gpus)
             if launch.hostfile or _option(launch.launcher_options, "num-nodes", "include", "exclude"):
@@ -514,13 +519,14 @@ class _Builder:
         self.unknown.append(why)
         return Launcher("unknown", Unknown(why), why_unknown=why)
 
-    def _torchrun(self, launch, node: int, gpus: int | None, evaluated_on: int, program) -> Launcher:
+    def _torchrun(self, launch, node: int, gpus: int | None, evaluated_on: int, program, task: int = 0) -> Launcher:
         opts = launch.launcher_options or {}
         nnodes = _nnodes(launch.nnodes)
         n = _count(launch.nproc_per_node, gpus) if launch.nproc_per_node is not None else 1
         nproc: int | Unknown = n if n is not None else Unknown(f"--nproc-per-node {launch.nproc_per_node}")
         if launch.standalone:  # torch/distributed/run.py: c10d at localhost:<free port>, a fresh run id
-            endpoint = Endpoint("torchrun --standalone", "localhost", None, node, True, run_id=f"standalone@{node}")
+            run = f"standalone@{node}.{task}"
+            endpoint = Endpoint("torchrun --standalone", "localhost", None, node, True, run_id=run)
             return Launcher(launch.launcher, nproc, nnodes, None, True, "c10d", endpoint, program=program)
         backend = launch.rdzv_backend or "static"
         if backend == "static" or not launch.rdzv_endpoint:
@@ -562,6 +568,7 @@ class _Builder:
             str(config.get("main_process_port")) if config.get("main_process_port") else "29500"
         )
         nmachines = _int(machines) if machines is not None else 1
+        backend = launch.rdzv_backend or _str(config.get("rdzv_backend")) or "static"
         endpoint = self._endpoint(
             "accelerate --main_process_ip" if addr else "accelerate's default (this node)",
             addr or "127.0.0.1",
@@ -573,9 +580,13 @@ class _Builder:
             "accelerate",
             per if isinstance(per, int) else Unknown("accelerate's processes per machine are not known"),
             (nmachines, nmachines) if nmachines is not None else Unknown(f"--num_machines {machines}"),
-            (_int(rank) if _int(rank) is not None else Unknown(f"--machine_rank {rank}")) if rank is not None else 0,
+            None
+            if backend != "static"
+            else (_int(rank) if _int(rank) is not None else Unknown(f"--machine_rank {rank}"))
+            if rank is not None
+            else 0,
             False,
-            "static",
+            backend,
             endpoint,
             expects_world=_int(total) if total is not None and _int(total) is not None else None,
             program=program,
@@ -735,7 +746,13 @@ class _Builder:
             key = self._plain_world(env, task)
         r, w, how = self._program_rank(env, task.argv, rank, world, how)
         endpoint = None
-        if "MASTER_ADDR" in env:
+        url = next((m for word in task.argv if (m := _TCP_URL.search(word))), None)
+        if url is not None:  # init_method=tcp://HOST:PORT given on its argv (--dist-url, --init-method)
+            reaches, loop = resolve_host(url.group(1), task.node, 0)
+            port = _int(url.group(2))
+            endpoint = Endpoint("tcp:// on its argv", url.group(1), port, reaches, loop)
+            key = _world_key(endpoint, task.launcher) if not lightning else key
+        elif "MASTER_ADDR" in env:
             shell = task.node if task.env_sources.get("MASTER_ADDR") == _TASK_SHELL else 0
             reaches, loop = resolve_host(env["MASTER_ADDR"], task.node, shell)
             endpoint = Endpoint("MASTER_ADDR", env["MASTER_ADDR"], _int(env.get("MASTER_PORT")), reaches, loop)
@@ -855,9 +872,10 @@ def _count(value: object, gpus: int | None) -> int | None:
 def _not_understood(launch) -> str:
     """Why a launch line's processes cannot be told."""
     first = (launch.argv or launch.expanded.split() or ["?"])[0]
+    shown = first if len(first) <= 40 else first[:37] + "..."
     if "$" in first or "`" in first:
-        return f"line {launch.line} runs {first}, a command only known when the job runs"
-    return f"line {launch.line} runs {first}: not a launcher or Python program gpudoctor can read"
+        return f"line {launch.line} runs {shown}, known only at run time"
+    return f"line {launch.line} runs {shown}, not a launcher or program gpudoctor reads"
 
 
 def _per_task_launch(launch, env: Mapping[str, str], variables: Mapping[str, str]):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.model import Severity
+from gpudoctor.model import Safety, Severity
 from gpudoctor.readers.sbatch import load_sbatch, parse_sbatch
 from gpudoctor.registry import load_all
 from tests.factsutil import load_fixture, make_facts, run, severity
@@ -495,14 +495,17 @@ def test_012_multi_node_torchrun_without_srun_fails():
     assert f.severity is Severity.FAIL and "first node only" in f.message
 
 
-def test_012_single_node_torchrun_without_srun_is_fine_and_plain_python_of_unknown_program_is_a_note():
+def test_012_single_node_torchrun_without_srun_is_fine_and_plain_python_of_unknown_program_is_a_warning():
     ok = one(
         sb_run("GD-SLURM-012", "#SBATCH -N1\n#SBATCH --gres=gpu:8\ntorchrun --standalone --nproc-per-node=8 t.py\n")
     )
     assert ok.severity is Severity.PASS
     lone = one(sb_run("GD-SLURM-012", "#SBATCH -N1\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\npython t.py\n"))
-    # t.py is not read: one process runs (a fact), whether 8 were meant is not known -- no srun fix (do no harm)
-    assert lone.severity is Severity.INFO and "8 tasks" in lone.message and lone.fix is None
+    # t.py is not read: one process runs on 8 tasks, inconsistent whatever t.py does (issue 37): a warning that says
+    # both corrections, and no edit (which one is right is the program's: do no harm)
+    assert lone.severity is Severity.WARN and "8 tasks" in lone.message and len(lone.message) <= 120
+    assert lone.fix is not None and lone.fix.safety is Safety.MANUAL
+    assert [a.target for a in lone.fix.actions] == ["#SBATCH --ntasks=1", "srun python t.py ..."]
 
 
 # ---------------------------------------------------------------- no false alarms
