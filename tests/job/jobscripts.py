@@ -67,6 +67,15 @@ SCRIPTS: dict[str, Script] = {
         + TORCHRUN_TAIL,
         join=True,
     ),
+    # $(hostname) expanded by each task's own shell: each node's torchrun meets itself
+    "torchrun_2nodes_own_hostname": Script(
+        _header(2, ntasks_per_node=1, gres="gpu:2")
+        + "srun bash -c '"
+        + TORCHRUN_2.format(nnodes="--nnodes=2 ", endpoint="--rdzv_endpoint=$(hostname):29500")[5:]
+        + TORCHRUN_TAIL.rstrip("\n")
+        + "'\n",
+        join=True,
+    ),
     # the same without --nnodes (so 1): node 1's torchrun completes a rendezvous of one node alone
     "torchrun_2nodes_no_nnodes": Script(
         _header(2, ntasks_per_node=1, gres="gpu:2")

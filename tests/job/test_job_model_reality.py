@@ -36,6 +36,7 @@ UNKNOWN: dict[str, set[str]] = {
     "torchrun_2nodes": set(),
     "torchrun_2nodes_static_bash_c": set(),
     "torchrun_2nodes_localhost": {"rank", "world_size"},  # no world forms: nothing runs
+    "torchrun_2nodes_own_hostname": {"rank", "world_size"},
     "torchrun_2nodes_no_nnodes": {"rank", "world_size"},  # node 2 is not admitted
 }
 
@@ -192,11 +193,12 @@ def test_the_model_predicts_the_processes_that_ran(slurm_nodes, name):
     assert set(unknown) == UNKNOWN[name], unknown
 
 
-def test_a_loopback_rendezvous_is_predicted_to_form_no_world_and_none_forms(slurm_nodes):
-    run = ran(slurm_nodes, "torchrun_2nodes_localhost")
+@pytest.mark.parametrize("name", ["torchrun_2nodes_localhost", "torchrun_2nodes_own_hostname"])
+def test_a_rendezvous_on_each_own_node_is_predicted_to_form_no_world_and_none_forms(slurm_nodes, name):
+    run = ran(slurm_nodes, name)
     model = model_of(run)
     reaches = sorted(p.rendezvous.reaches for p in model.processes() if p.rendezvous)
-    assert reaches == [0, 0, 1, 1], "localhost is each node's own"
+    assert reaches == [0, 0, 1, 1], "localhost, or $(hostname) in the task's shell, is each node's own"
     assert not any(known(p.rank) for p in model.processes()) and run.records == []
 
 

@@ -34,6 +34,7 @@ EXPECTED: dict[str, list[Proc]] = {
     "torchrun_2nodes": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
     "torchrun_2nodes_static_bash_c": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
     "torchrun_2nodes_localhost": [],  # no worker starts: both rendezvous time out
+    "torchrun_2nodes_own_hostname": [],  # the same: each node's torchrun hosts its own store
 }
 
 
@@ -63,10 +64,11 @@ def test_two_nodes_form_one_world_of_four_with_unique_ranks(slurm_nodes):
 
 
 @pytest.mark.world
-def test_a_localhost_rendezvous_on_two_nodes_really_never_forms(slurm_nodes):
-    run = ran(slurm_nodes, "torchrun_2nodes_localhost")
+@pytest.mark.parametrize("name", ["torchrun_2nodes_localhost", "torchrun_2nodes_own_hostname"])
+def test_a_rendezvous_each_node_resolves_to_itself_really_never_forms(slurm_nodes, name):
+    run = ran(slurm_nodes, name)
     assert run.returncode != 0
-    assert run.records == [], "no worker may start: each node waits for a second node at its own loopback"
+    assert run.records == [], "no worker may start: each node waits for a second node at its own store"
     assert run.output.count("RendezvousTimeoutError") >= 2, run.output[-2000:]  # both nodes' torchrun
 
 
