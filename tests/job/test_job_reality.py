@@ -9,13 +9,16 @@ argv. tests/job/test_job_model_reality.py compares the same records with the job
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import netnodes
 from tests.job.jobscripts import Proc, observed_all, ran
 from tests.slurmcluster import ClusterUnavailable, MultiNodeCluster, missing_binaries
 
@@ -152,3 +155,23 @@ def test_two_clusters_at_once_get_their_own_subnets_and_leave_nothing(tmp_path):
         b.stop()
     assert a.leftovers() == [] and b.leftovers() == []
     assert _sleepers(marker) == []
+
+
+def test_where_nodes_cannot_be_made_the_reason_is_said():
+    why = netnodes.usable(("ip", "no-such-tool-here"))
+    assert why in ("no-such-tool-here is not installed", "needs root (network namespaces)")
+
+
+def test_instances_claim_distinct_subnets_until_they_let_go():
+    if shutil.which("ip") is None:
+        pytest.skip("ip is not installed")
+    k1, lock1 = netnodes.claim_subnet()
+    try:
+        k2, lock2 = netnodes.claim_subnet(first=k1, count=50)
+        assert k2 != k1, "a held subnet is never handed out again"
+        name = lock2.name
+        lock2.close()
+        with open(name) as again:
+            fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a subnet let go is free again
+    finally:
+        lock1.close()
