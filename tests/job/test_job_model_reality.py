@@ -20,6 +20,8 @@ from gpudoctor.job.model import JobModel, Process, build, known
 from gpudoctor.readers.sbatch.reader import load_sbatch
 from tests.job.jobscripts import SCRIPTS, endpoint_node, observed_endpoint, ran
 from tests.job.reality import JobRun, ProcessRecord
+from tests.job.recorder import NAMES as RECORDED
+from tests.job.recorder import PREFIXES as RECORDED_PREFIXES
 
 pytestmark = [pytest.mark.slurm, pytest.mark.world]
 
@@ -39,6 +41,27 @@ UNKNOWN: dict[str, set[str]] = {
     "torchrun_2nodes_own_hostname": {"rank", "world_size"},
     "torchrun_2nodes_no_nnodes": {"rank", "world_size"},  # node 2 is not admitted
 }
+
+# Where the model and reality disagree today, each with what torchrun really does (reported to the model's
+# authors). A difference listed here is shown (the test's `known` output), not failed; one not listed fails;
+# when the model is fixed, the entry is simply no longer met.
+KNOWN_DIFFERENCES: dict[str, str] = {
+    r"env MASTER_PORT: model '29500' \(torchrun\), ran '\d+'": (
+        "c10d and --standalone: torchrun's workers get MASTER_PORT = a free port the rank-0 agent picks "
+        "(torch/distributed/elastic/rendezvous/api.py RendezvousStoreInfo.build: get_free_port()), not the "
+        "rendezvous endpoint's port; only a static rendezvous passes --master-port on"
+    ),
+    r"env MASTER_ADDR: model 'localhost' \(torchrun\), ran '[\w.-]+'": (
+        "--standalone: the workers' MASTER_ADDR is the rank-0 agent's socket.getfqdn() (the node's name), "
+        "not localhost (RendezvousStoreInfo.build)"
+    ),
+}
+
+
+def split_known(bad: list[str]) -> tuple[list[str], list[str]]:
+    """(the differences not listed in KNOWN_DIFFERENCES, the listed ones met)."""
+    known_met = [line for line in bad if any(re.search(rx, line) for rx in KNOWN_DIFFERENCES)]
+    return [line for line in bad if line not in known_met], known_met
 
 
 def model_of(run: JobRun) -> JobModel:
@@ -121,6 +144,20 @@ def _compare_process(p: Process, rec: ProcessRecord, names: list[str], unknown: 
             bad.append(f"{name}: model {want!r}, ran {got!r}")
     bad += _compare_rendezvous(p, rec, names, unknown)
     bad += _compare_argv(p, rec, unknown)
+    bad += _compare_env(p, rec)
+    return bad
+
+
+def _compare_env(p: Process, rec: ProcessRecord) -> list[str]:
+    """Every variable the model gives the process, of those the recorder records, has that value (run-time
+    expansions as wildcards); a variable the model does not give is not compared (the model lists what it knows)."""
+    bad = []
+    for name, want in sorted(p.env.items()):
+        if not (name in RECORDED or name.startswith(RECORDED_PREFIXES)):
+            continue
+        got = rec.env.get(name)
+        if got is None or not as_pattern(str(want)).fullmatch(got):
+            bad.append(f"env {name}: model {want!r} ({p.env_sources.get(name, '?')}), ran {got!r}")
     return bad
 
 
@@ -189,8 +226,10 @@ def test_the_model_predicts_the_processes_that_ran(slurm_nodes, name):
     model = model_of(run)
     assert model.understood, model.unknown
     bad, unknown = compare(model, run, slurm_nodes.node_names)
+    bad, known_met = split_known(bad)
     assert bad == [], (bad, run.output[-1500:])
     assert set(unknown) == UNKNOWN[name], unknown
+    print(f"{name}: unknown to the model: {unknown or 'nothing'}; known differences: {known_met or 'none'}")
 
 
 @pytest.mark.parametrize("name", ["torchrun_2nodes_localhost", "torchrun_2nodes_own_hostname"])
