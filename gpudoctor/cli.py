@@ -127,6 +127,11 @@ def _add_check_inputs(c) -> None:
     c.add_argument("--config", metavar="FILE", help="training config (YAML or JSON) to audit dataloader settings")
     c.add_argument("--sbatch", metavar="FILE", help="audit a SLURM batch script before submitting it")
     c.add_argument(
+        "--show-job",
+        action="store_true",
+        help="with --sbatch: print the job as it will run (per node: processes, ranks, GPUs, rendezvous, unknowns)",
+    )
+    c.add_argument(
         "script_args",
         nargs="*",
         metavar="-- ARG",
@@ -441,7 +446,13 @@ def cmd_check(args) -> int:
         return check_job.run(args, specs_for(args), context_for(args), probe_kwargs(args), UsageError)
     if args.json:
         args.format = "json"
+    if getattr(args, "show_job", False) and not args.sbatch:
+        raise UsageError("--show-job shows the job of a batch script: give --sbatch FILE")
     result = _judge(args)
+    if getattr(args, "show_job", False) and result.ctx is not None and result.ctx.job is not None:
+        from gpudoctor.report.jobview import render
+
+        print(render(result.ctx.job))
     emit(result, _outputs(args))
     return result.exit_code
 
@@ -460,6 +471,13 @@ def _judge(args):
     from gpudoctor.verdict import split
 
     facts, ctx, specs, target = judged_inputs(args, progress=args.format == "text")
+    if ctx.sbatch is not None:  # the job as it will run: built once, here, for the checks and --show-job
+        from dataclasses import replace
+
+        from gpudoctor.job.env import job_env
+        from gpudoctor.job.model import build
+
+        ctx = replace(ctx, job=build(ctx.sbatch, job_env(facts, ctx), ctx))
     findings = run_checks(specs, facts, ctx)
     verdict, outside = split(findings, target)
     code = int(exit_code(verdict, strict=args.strict))

@@ -47,7 +47,11 @@ def _evidence(model: JobModel, **extra) -> dict:
     per_node = alloc.tasks_per_node
     ev: dict[str, object] = {
         "nodes": str(alloc.nodes),
-        "tasks per node": str(per_node) if isinstance(per_node, Unknown) else list(per_node),
+        "tasks per node": str(per_node)
+        if isinstance(per_node, Unknown)
+        else f"{per_node[0]} on each of {len(per_node)} node(s)"
+        if len(set(per_node)) == 1
+        else list(per_node),
         "GPUs per node": str(alloc.gpus_per_node),
     }
     if launch is not None:

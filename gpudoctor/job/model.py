@@ -41,7 +41,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -216,17 +216,20 @@ def job_model(facts, ctx) -> JobModel | None:
 
 
 def build(script, env: JobEnv | Mapping[str, str] | None = None, ctx=None) -> JobModel:
-    """The model of a batch script (readers.sbatch.BatchScript) run with env (the job's environment at the launch,
-    job/env.job_env; None: the script's own exports on an empty environment). ctx: the Context (--launcher)."""
+    """The model of a batch script (readers.sbatch.BatchScript).
+
+    env: the job's environment at the launch as job/env.job_env gives it (a JobEnv), or the environment sbatch
+    is run from (a plain mapping, None: empty), on which the script's directives and exports are then applied.
+    ctx: the Context (--launcher); None: one with this script alone."""
     from gpudoctor.job.shape import from_sbatch
     from gpudoctor.model import Context
 
     ctx = ctx if ctx is not None else Context(sbatch=script)
-    if env is None:
+    if not isinstance(env, JobEnv):  # the submit environment: the script's directives and exports go on top
         from gpudoctor.facts import Facts
         from gpudoctor.job.env import job_env
 
-        env = job_env(Facts(sections={"env": {}}), ctx)
+        env = job_env(Facts(sections={"env": {"vars": dict(env or {})}}), replace(ctx, sbatch=script))
     shape = from_sbatch(script, ctx)
     return _Builder(script, shape, env).model()
 
@@ -448,6 +451,12 @@ class _Builder:
             for name, value in inner_env.items():
                 env[name], sources[name] = value, _TASK_SHELL
         visible = self._visible(alloc, local, env)
+        gpus = alloc.gpus_per_node
+        if known(visible) and known(gpus) and gpus and (alloc.srun or "CUDA_VISIBLE_DEVICES" not in env):
+            # SLURM's gres/gpu plugin sets it in the batch step and in every step with GPUs, over an export
+            # (seen on slurm-wlm 22.05: tests/job/test_model_reality.py)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)  # type: ignore[arg-type]
+            sources["CUDA_VISIBLE_DEVICES"] = "SLURM (gres/gpu)"
         return Task(
             node=node,
             procid=procid,
@@ -713,16 +722,22 @@ class _Builder:
         if "rank" in args:
             value = _int(args["rank"])
             r, how = (value if value is not None else Unknown(f"--rank {args['rank']}")), "--rank on its argv"
-        elif self.program is not None and self.program.prefers("RANK", "SLURM_PROCID") == "SLURM_PROCID":
+        elif self._computes("RANK", "SLURM_PROCID"):
             value = _int(env.get("SLURM_PROCID"))
             r, how = (value if value is not None else Unknown("SLURM_PROCID is not set")), "SLURM_PROCID (its program)"
         if "world_size" in args:
             value = _int(args["world_size"])
             w = value if value is not None else Unknown(f"--world_size {args['world_size']}")
-        elif self.program is not None and self.program.prefers("WORLD_SIZE", "SLURM_NTASKS") == "SLURM_NTASKS":
+        elif self._computes("WORLD_SIZE", "SLURM_NTASKS"):
             value = _int(env.get("SLURM_NTASKS"))
             w = value if value is not None else Unknown("SLURM_NTASKS is not set")
         return r, w, how
+
+    def _computes(self, launcher_name: str, slurm_name: str) -> bool:
+        """The program passes init_process_group a value it computes, reading SLURM's variable before the
+        launcher's (`rank=int(os.environ.get("SLURM_PROCID", os.environ.get("RANK")))`)."""
+        program = self.program
+        return program is not None and program.passes_rank and program.prefers(launcher_name, slurm_name) == slurm_name
 
     def _plain(self, alloc: Allocation, task: Task, ntasks: int) -> list[Process]:
         """A plain program (or Lightning) in each task: one process, its rank as the program reads it."""
@@ -881,8 +896,6 @@ def _not_understood(launch) -> str:
 def _per_task_launch(launch, env: Mapping[str, str], variables: Mapping[str, str]):
     """The launch of `srun bash -c '...'` as one task's shell runs it: its string expanded with the task's own
     variables, read again; and what the string exports before the launcher (`export MASTER_ADDR=...; torchrun`)."""
-    from dataclasses import replace
-
     from gpudoctor.readers.sbatch.launch import describe_command
     from gpudoctor.readers.sbatch.shell import Expander, split_commands
 

@@ -100,6 +100,7 @@ class ProgramModel:
     env_reads: frozenset[str] = frozenset()  # variables it reads (os.environ[K], .get, os.getenv)
     device_args: tuple[str, ...] = ()  # GPU-naming options on its argv, as written
     env_order: tuple[str, ...] = ()  # the variables it reads, in the order they first appear in its source
+    passes_rank: bool = False  # init_process_group(rank=...): its rank is what it computes, not env://'s RANK
 
     def prefers(self, *names: str) -> str | None:
         """Of these variables, the one the program reads first (`os.environ.get("SLURM_PROCID",
@@ -222,6 +223,7 @@ class _Reader(ast.NodeVisitor):
         self.spawn_counts: list[ast.AST | None] = []
         self.lightning: dict[str, tuple] = {}
         self.lightning_cli = False
+        self.passes_rank = False
 
     def fact(self, what: str, node: ast.AST) -> None:
         # shown as evidence: a literal api_key=... in the call is never echoed
@@ -302,6 +304,9 @@ class _Reader(ast.NodeVisitor):
             self.spawn_counts.append(kwargs.get("nprocs") or (node.args[2] if len(node.args) > 2 else None))
         elif name.endswith("init_process_group") and name.startswith("torch"):
             self.fact("init_process_group", node)
+            # init_process_group(backend, init_method, timeout, world_size, rank, ...): a rank given here is the
+            # program's own arithmetic; without one, env:// takes RANK (torch.distributed.rendezvous)
+            self.passes_rank = self.passes_rank or "rank" in kwargs or len(node.args) > 4
         elif last == "DistributedDataParallel" and name.startswith("torch"):
             self.fact("ddp", node)
         elif last == "DataParallel" and name.startswith("torch"):
@@ -441,6 +446,7 @@ def read_program(
         env_reads=frozenset(env_reads),
         device_args=device_args,
         env_order=env_order,
+        passes_rank=any(r.passes_rank for r in readers),
     )
     whats = {f.what for f in facts}
     if "spawn" in whats:
