@@ -1,17 +1,18 @@
-"""The batch scripts the model-against-reality tests run (tests/job/test_job_reality.py against what they mean,
-tests/job/test_job_model_reality.py against gpudoctor's job model), each run once per session on the test SLURM,
-and the terms both compare processes in (Proc)."""
+"""The batch scripts the model-against-reality tests run (tests/job/test_job_reality.py: against what they mean
+and against gpudoctor's job model), and the terms processes are compared in (Proc)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.job.reality import JobRun, ProcessRecord, run_job
+from tests.job.reality import JobRun, ProcessRecord
 
 HEAD = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
 TORCHRUN_2 = "srun torchrun {nnodes}--nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d {endpoint} "
-# join_timeout: a rendezvous that cannot form fails in 20 s, not torchrun's default 600 s
+# join_timeout: a rendezvous that cannot form fails in 20 s, not torchrun's default 600 s (one that forms keeps
+# the default: on a loaded machine a node's torchrun may take long to import torch)
 TORCHRUN_TAIL = "--rdzv_conf=join_timeout=20 recorder.py --epochs 1\n"
+FORMS_TAIL = "recorder.py --epochs 1\n"
 
 
 def _header(nodes: int, **directives: str | int) -> str:
@@ -57,7 +58,7 @@ SCRIPTS: dict[str, Script] = {
         _header(2, ntasks_per_node=1, gres="gpu:2")
         + HEAD
         + TORCHRUN_2.format(nnodes="--nnodes=2 ", endpoint="--rdzv_endpoint=$head:29500")
-        + TORCHRUN_TAIL,
+        + FORMS_TAIL,
         join=True,
     ),
     # the same with a loopback endpoint: each node's torchrun hosts its own store and waits for a second node
@@ -85,17 +86,6 @@ SCRIPTS: dict[str, Script] = {
         join=True,
     ),
 }
-
-_runs: dict[tuple[int, str], JobRun] = {}
-
-
-def ran(cluster, name: str) -> JobRun:
-    """SCRIPTS[name] run once on cluster (shared by this file's tests and the model comparison's)."""
-    key = (id(cluster), name)
-    if key not in _runs:
-        script = SCRIPTS[name]
-        _runs[key] = run_job(cluster, script.text, join=script.join, join_timeout=30, timeout=150)
-    return _runs[key]
 
 
 @dataclass(frozen=True, order=True)

@@ -1,9 +1,8 @@
-"""The job model (gpudoctor/job/model.py) against reality: for each batch script of tests/job/jobscripts.SCRIPTS,
-the processes the model predicts equal the ones the script really started on the test SLURM's nodes, process by
-process: node, rank and world size as the program reads them, the GPUs it sees, the rendezvous it reaches from its
-own node, the program's argv and the launcher's argv as the shell expanded it; and they form the worlds the model
-says. Where the model says "unknown", the field is not compared, and each test says which fields are unknown and
-why (UNKNOWN below is the list: a change in what the model knows shows here).
+"""The job model (gpudoctor/job/model.py) against what a batch script really started (tests/job/reality.py), process
+by process: node, rank and world size as the program reads them, the GPUs it sees (CUDA's reading of what it got),
+the rendezvous it reaches from its own node, the program's argv and its torchrun's argv as the shell expanded it,
+the variables the model gives it; and the worlds they formed. `compare` returns the differences, and for each
+field the model leaves unknown, the model's reason (an unknown field is not compared).
 
 Processes are paired by (node, SLURM_PROCID, local rank). A process the model says never joins a world (its rank
 unknown: "no world forms", "not admitted") may be absent in reality (torchrun never started it); every process
@@ -14,33 +13,12 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from gpudoctor.job.model import JobModel, Process, build, known
 from gpudoctor.readers.sbatch.reader import load_sbatch
-from tests.job.jobscripts import SCRIPTS, endpoint_node, observed_endpoint, ran
+from tests.job.jobscripts import observed_endpoint
 from tests.job.reality import JobRun, ProcessRecord
 from tests.job.recorder import NAMES as RECORDED
 from tests.job.recorder import PREFIXES as RECORDED_PREFIXES
-
-pytestmark = [pytest.mark.slurm, pytest.mark.world]
-
-# What the model does not know for each script, field by field (the model's own reasons are in the failure text).
-UNKNOWN: dict[str, set[str]] = {
-    # recorder.py reads RANK first and falls back to SLURM_PROCID; the model takes the first name it reads
-    "srun_python": {"rank", "world_size"},
-    "plain_python": {"rank", "world_size"},
-    "srun_rank_argument": {"world_size"},
-    "srun_bash_c_rank": {"world_size"},
-    "srun_gpus_per_task": {"rank", "world_size"},
-    "cvd_export_torchrun": set(),
-    "cvd_split_by_bash": set(),
-    "torchrun_2nodes": set(),
-    "torchrun_2nodes_static_bash_c": set(),
-    "torchrun_2nodes_localhost": {"rank", "world_size"},  # no world forms: nothing runs
-    "torchrun_2nodes_own_hostname": {"rank", "world_size"},
-    "torchrun_2nodes_no_nnodes": {"rank", "world_size"},  # node 2 is not admitted
-}
 
 # Where the model and reality disagree today, each with what torchrun really does (reported to the model's
 # authors). A difference listed here is shown (the test's `known` output), not failed; one not listed fails;
@@ -64,9 +42,14 @@ def split_known(bad: list[str]) -> tuple[list[str], list[str]]:
     return [line for line in bad if line not in known_met], known_met
 
 
-def model_of(run: JobRun) -> JobModel:
-    """The model, read as `gpudoctor check --sbatch` reads the script (load_sbatch: the program beside it)."""
-    return build(load_sbatch(str(run.job_dir / "job.sbatch")))
+def model_of(run: JobRun, text: str | None = None) -> JobModel:
+    """The model of the run's script (or of text, another script, beside the same files), read as `gpudoctor
+    check --sbatch` reads it (load_sbatch: the program beside it)."""
+    path = run.job_dir / "job.sbatch"
+    if text is not None:
+        path = run.job_dir / "other.sbatch"
+        path.write_text(text)
+    return build(load_sbatch(str(path)))
 
 
 def _key(node: int | None, procid: object, local: object) -> tuple:
@@ -218,47 +201,3 @@ def _compare_worlds(model: JobModel, run: JobRun, records: dict[tuple, ProcessRe
     want_sets = sorted(sorted(v) for v in want.values())
     got_sets = sorted(sorted(v) for v in got.values())
     return [] if want_sets == got_sets else [f"worlds: model {want_sets}, formed {got_sets}"]
-
-
-@pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_the_model_predicts_the_processes_that_ran(slurm_nodes, name):
-    run = ran(slurm_nodes, name)
-    model = model_of(run)
-    assert model.understood, model.unknown
-    bad, unknown = compare(model, run, slurm_nodes.node_names)
-    bad, known_met = split_known(bad)
-    assert bad == [], (bad, run.output[-1500:])
-    assert set(unknown) == UNKNOWN[name], unknown
-    print(f"{name}: unknown to the model: {unknown or 'nothing'}; known differences: {known_met or 'none'}")
-
-
-@pytest.mark.parametrize("name", ["torchrun_2nodes_localhost", "torchrun_2nodes_own_hostname"])
-def test_a_rendezvous_on_each_own_node_is_predicted_to_form_no_world_and_none_forms(slurm_nodes, name):
-    run = ran(slurm_nodes, name)
-    model = model_of(run)
-    reaches = sorted(p.rendezvous.reaches for p in model.processes() if p.rendezvous)
-    assert reaches == [0, 0, 1, 1], "localhost, or $(hostname) in the task's shell, is each node's own"
-    assert not any(known(p.rank) for p in model.processes()) and run.records == []
-
-
-def test_without_nnodes_node_2_is_predicted_to_stay_out_and_stays_out(slurm_nodes):
-    run = ran(slurm_nodes, "torchrun_2nodes_no_nnodes")
-    model = model_of(run)
-    assert [p.rank for p in model.on_node(0)] == [0, 1] and not any(known(p.rank) for p in model.on_node(1))
-    assert not any(r.node == 1 and r.world and r.world.formed and r.world.size == 4 for r in run.records)
-    assert endpoint_node(slurm_nodes.node_names[0], 1, slurm_nodes.node_names) == 0
-
-
-@pytest.mark.parametrize(
-    ("predicted", "real", "says"),
-    [
-        ("torchrun_2nodes", "torchrun_2nodes_no_nnodes", "world_size: model 4, ran '2'"),
-        ("srun_rank_argument", "srun_bash_c_rank", "rank: model 0, ran '1'"),
-        ("cvd_export_torchrun", "srun_python", "not in the model"),
-    ],
-)
-def test_the_comparison_sees_a_wrong_prediction(slurm_nodes, predicted, real, says):
-    """The negative control: one script's model against another script's run disagrees, and says where."""
-    model = model_of(ran(slurm_nodes, predicted))
-    bad, _ = compare(model, ran(slurm_nodes, real), slurm_nodes.node_names)
-    assert any(says in line for line in bad), bad
