@@ -287,8 +287,11 @@ def multi_task_job_without_srun(facts, ctx):
                 f"{once}, which fits the program: {program.describe()} (srun would start {tasks} copies of it)",
                 **ev,
             )
-        # Inconsistent whatever the program does: one process that drives the GPUs itself wants one task; one rank
-        # per task wants srun. Which is right is the program's, so both corrections are said and none is made.
+        if not shape.gpus_per_node or shape.gpus_per_node < 2:  # tasks asked for their CPUs: one program may use them
+            return info(f"{once}; {unknown_note(shape, tasks)}", **ev)
+        # Several GPUs and tasks, one process: inconsistent whatever the program does. One process that drives the
+        # GPUs itself wants one task; one rank per task wants srun. Which is right is the program's, so both
+        # corrections are said and none is made.
         return warn(
             f"{tasks} tasks but line {shape.launch_lineno} runs `{line}` once, without srun: the tasks or the srun is "
             "missing",

@@ -39,6 +39,7 @@ Pure: reads the BatchScript, the program model and the environment given; no I/O
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ MAX_PROCESSES = 100_000  # a job larger than this is a typo: the model says so r
 # The variables srun sets per task (srun(1) OUTPUT ENVIRONMENT VARIABLES), which a task's shell expands itself.
 TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")
 _TASK_SHELL = "the task's shell (bash -c)"
+BATCH_HOST = "<node 0's hostname>"  # $(hostname) as the batch shell evaluated it, handed to a task's shell
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,8 @@ def resolve_host(host: str | Unknown, node: int, evaluated_on: int) -> tuple[int
     if not known(host):
         return host, False
     text = str(host).strip().strip("'\"")
+    if text == BATCH_HOST:
+        return 0, False
     if is_loopback(text) or text in ("0.0.0.0", "::"):
         return node, True
     if _THIS_HOST.match(text):
@@ -380,10 +384,13 @@ class _Builder:
         self.sources = {k: (env.source(k) if isinstance(env, JobEnv) else None) or "environment" for k in env}
         self.unknown: list[str] = []
         self.notes: list[str] = []
+        self._groups: dict[int, tuple[dict[int, int], int | Unknown, int]] = {}
+        self._expanded: dict[tuple, tuple[Any, dict[str, str]]] = {}
 
     def model(self) -> JobModel:
         alloc = allocation_of(self.shape)
         tasks = self._tasks(alloc)
+        self._launcher_into_shape(tasks)
         processes: list[Process] = []
         if tasks:
             processes = self._processes(alloc, tasks)
@@ -398,6 +405,21 @@ class _Builder:
             program=self.program,
             _processes=tuple(processes),
         )
+
+    def _launcher_into_shape(self, tasks: list[Task]) -> None:
+        """A launcher the model found inside a script srun runs (`srun ./run.sh` -> accelerate) is the shape's
+        launcher too, so the checks that count processes per task see it (one place decides the launcher)."""
+        task_script = getattr(self.sb, "task_script", None)
+        if self.shape.launcher is not None or task_script is None or not tasks:
+            return
+        kinds = {t.launcher.kind for t in tasks}
+        counts = {t.launcher.nproc for t in tasks}
+        if len(kinds) != 1 or len(counts) != 1 or "unknown" in kinds:
+            return
+        count = next(iter(counts))
+        self.shape.launcher = next(iter(kinds))
+        self.shape.launcher_source = f"{os.path.basename(task_script[0])}, run by line {self.launch.line}"
+        self.shape.procs_per_task = count if isinstance(count, int) else None
 
     # ------------------------------------------------------------ tasks
 
@@ -445,8 +467,23 @@ class _Builder:
         launch = self.launch
         env, sources = self._task_env(alloc, node, procid, local, ntasks, nodes)
         per_task = False
-        if alloc.srun and launch.task_command and re.search(r"\$|`", launch.task_command):
-            launch, inner_env = _per_task_launch(launch, env, self.sb.variables)
+        wrappers = tuple(launch.wrappers)
+        task_script = getattr(self.sb, "task_script", None)
+        if task_script is not None:  # `srun ./run.sh ARGS`: each task's shell runs the script with $1... from the line
+            key = ("script", *_task_key(task_script[1], env))
+            if key not in self._expanded:
+                self._expanded[key] = _script_launch(task_script, launch, env, self.sb.variables, per_task=alloc.srun)
+            inner, inner_env = self._expanded[key]
+            if inner is not None:
+                launch, per_task = inner, alloc.srun
+                wrappers = (*wrappers, os.path.basename(task_script[0]), *inner.wrappers)
+                for name, value in inner_env.items():
+                    env[name], sources[name] = value, f"{os.path.basename(task_script[0])} (each task)"
+        elif alloc.srun and launch.task_command and re.search(r"\$|`", launch.task_command):
+            key = ("bash -c", *_task_key(launch.task_command, env))
+            if key not in self._expanded:  # tasks that see the same values expand the string alike
+                self._expanded[key] = self._expand_per_task(launch, env)
+            launch, inner_env = self._expanded[key]
             per_task = True
             for name, value in inner_env.items():
                 env[name], sources[name] = value, _TASK_SHELL
@@ -462,13 +499,26 @@ class _Builder:
             procid=procid,
             localid=local,
             argv=tuple(launch.argv) or tuple(launch.expanded.split()),
-            wrappers=tuple(launch.wrappers),
+            wrappers=wrappers,
             launcher=self._launcher(launch, env, node, visible, evaluated_on=node if per_task else 0, task=procid),
             visible_gpus=visible,
             env=MappingProxyType(env),
             env_sources=MappingProxyType(sources),
             per_task=per_task,
         )
+
+    def _expand_per_task(self, launch, env: Mapping[str, str]):
+        """_per_task_launch for one task. Without arithmetic in the string, it is expanded once with a marker for
+        each task variable and the markers are replaced by the task's values (linear in tasks, not in expansions);
+        with arithmetic ($((SLURM_PROCID + 1))) it is expanded for the task itself."""
+        if re.search(r"\(\(|\$\[", launch.task_command):
+            return _per_task_launch(launch, env, self.sb.variables)
+        if "template" not in self._expanded:
+            marked = {**env, **{name: _MARK[name] for name in TASK_VARIABLES}}
+            self._expanded["template"] = _per_task_launch(launch, marked, self.sb.variables)  # type: ignore[index]
+        template, inner_env = self._expanded["template"]  # type: ignore[index]
+        values = {_MARK[name]: env.get(name, "") for name in TASK_VARIABLES}
+        return _fill(template, values), {k: _fill_text(v, values) for k, v in inner_env.items()}
 
     def _visible(self, alloc: Allocation, local: int, env: Mapping[str, str]) -> tuple[str, ...] | Unknown:
         """CUDA_VISIBLE_DEVICES of a task: SLURM's per step (srun with GPUs), else the script's export."""
@@ -691,27 +741,44 @@ class _Builder:
     def _launcher_world(self, task: Task, group: list[Task]) -> tuple[int | Unknown, int | Unknown]:
         """(world size, this agent's first rank) as the launcher gives them to its workers."""
         la = task.launcher
-        counts = [t.launcher.nproc for t in group]
         if la.standalone or not known(la.nnodes) or la.nnodes is None:
             total = la.nproc if la.standalone else Unknown("the launcher's node count is unknown")
             return (total, 0) if la.standalone else (total, Unknown("its node rank is unknown"))
         lo, hi = la.nnodes  # type: ignore[misc]
-        agents = group[:hi]  # agents past MAX are not admitted (torch.distributed.elastic rendezvous)
-        if task not in agents:
+        first, size, admitted = self._group(group, hi)
+        index = first.get(id(task))
+        if index is None:  # agents past MAX are not admitted (torch.distributed.elastic rendezvous)
             return Unknown(f"more than {hi} agent(s) meet at this rendezvous"), Unknown("not admitted")
-        if len(agents) < lo or not all(known(c) for c in counts):
-            return Unknown(f"{len(agents)} of the {lo} node(s) the launcher waits for"), Unknown("no world forms")
+        if admitted < lo or not known(size):
+            return Unknown(f"{admitted} of the {lo} node(s) the launcher waits for"), Unknown("no world forms")
         if la.expects_world is not None:
-            size: int | Unknown = la.expects_world
-        else:
-            size = sum(t.launcher.nproc for t in agents)  # type: ignore[misc]
+            size = la.expects_world
         if la.backend == "static" and known(la.node_rank):
             return size, la.node_rank * la.nproc  # type: ignore[operator]
         if la.backend == "static":
             return size, Unknown("its node rank is unknown")
         # c10d/etcd: the rendezvous numbers the agents; taken here in node order (any order is one world)
-        index = agents.index(task)
-        return size, sum(t.launcher.nproc for t in agents[:index])  # type: ignore[misc]
+        return size, index
+
+    def _group(self, group: list[Task], hi: int) -> tuple[dict[int, int], int | Unknown, int]:
+        """For the agents at one rendezvous: each admitted agent's first rank (by id), the world size they make,
+        and how many are admitted; computed once per group (a job of thousands of nodes stays linear)."""
+        cached = self._groups.get(id(group))
+        if cached is not None:
+            return cached
+        agents = group[:hi]
+        first: dict[int, int] = {}
+        total: int | Unknown = 0
+        for t in agents:
+            if isinstance(t.launcher.nproc, Unknown) or isinstance(total, Unknown):
+                total = Unknown("a launcher's process count is unknown")
+                first[id(t)] = 0
+                continue
+            first[id(t)] = total
+            total += t.launcher.nproc
+        out = (first, total, len(agents))
+        self._groups[id(group)] = out
+        return out
 
     def _program_rank(
         self, env: Mapping[str, str], argv: tuple[str, ...], rank, world, default: str
@@ -899,9 +966,13 @@ def _per_task_launch(launch, env: Mapping[str, str], variables: Mapping[str, str
     from gpudoctor.readers.sbatch.launch import describe_command
     from gpudoctor.readers.sbatch.shell import Expander, split_commands
 
-    known_vars = {**{k: v for k, v in env.items() if "$" not in v}, **variables}
+    known_vars = _batch_values({**{k: v for k, v in env.items() if "$" not in v}, **variables})
     known_vars.update({k: env[k] for k in TASK_VARIABLES if k in env})
-    expanded = Expander().expand(launch.task_command, known_vars, frozenset())
+    command = launch.task_command
+    for part in launch.batch_evaluated:  # what the batch shell already evaluated is node 0's, not the task's
+        if _THIS_HOST.match(part.strip()):
+            command = command.replace(part, BATCH_HOST)
+    expanded = Expander().expand(command, known_vars, frozenset())
     inner_env: dict[str, str] = {}
     for words in split_commands(expanded):
         if words[:1] == ["export"] or (words and all(re.match(r"^[A-Za-z_]\w*=", w) for w in words)):
@@ -939,6 +1010,80 @@ def _local_rank(env: Mapping[str, str], local: int) -> int | Unknown:
         return local
     value = _int(env["LOCAL_RANK"])
     return value if value is not None else Unknown(f"LOCAL_RANK={env['LOCAL_RANK']}")
+
+
+# Markers standing for a task's own variables in a string expanded once for every task (_expand_per_task).
+_MARK = {name: f"\x00{name}\x00" for name in TASK_VARIABLES}
+_FILLED = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "master_port", "expanded", "program")
+
+
+def _fill_text(text, values: Mapping[str, str]):
+    if not isinstance(text, str) or "\x00" not in text:
+        return text
+    for mark, value in values.items():
+        text = text.replace(mark, value)
+    return text
+
+
+def _fill(launch, values: Mapping[str, str]):
+    """The launch with each marker replaced by the task's value, in every field a marker can reach."""
+    changes: dict[str, Any] = {f: _fill_text(getattr(launch, f), values) for f in _FILLED}
+    changes["argv"] = tuple(_fill_text(w, values) for w in launch.argv)
+    changes["script_args"] = tuple(_fill_text(w, values) for w in launch.script_args)
+    if launch.launcher_options is not None:
+        changes["launcher_options"] = MappingProxyType(
+            {k: _fill_text(v, values) for k, v in launch.launcher_options.items()}
+        )
+    return replace(launch, **changes)
+
+
+def _task_key(text: str, env: Mapping[str, str]) -> tuple:
+    """The task's own values a shell text can expand ($SLURM_PROCID, $SLURM_NODEID, $SLURM_LOCALID): tasks with
+    the same ones get the same expansion."""
+    return tuple(env.get(name) if name in text else None for name in TASK_VARIABLES)
+
+
+def _batch_values(values: Mapping[str, str]) -> dict[str, str]:
+    """Variables as the batch shell left them, for a task's shell to expand: a host the batch shell evaluated
+    ($(hostname) there) is node 0's, written as the marker BATCH_HOST, never evaluated again per task."""
+    return {k: BATCH_HOST if _THIS_HOST.match(v.strip()) else v for k, v in values.items()}
+
+
+def _script_launch(
+    task_script: tuple[str, str], launch, env: Mapping[str, str], variables: Mapping[str, str], per_task: bool
+):
+    """The training launch of a shell script a task runs, read as bash runs it in that task (readers/sbatch/body.py
+    with the task's variables and $1... from the launch line), and what the script exports; (None, {}) when the
+    script starts no training command."""
+    from gpudoctor.readers.sbatch import SbatchError
+    from gpudoctor.readers.sbatch.body import Body, positional_parameters
+    from gpudoctor.readers.sbatch.launch import side_step, trains
+    from gpudoctor.readers.sbatch.shell import Source, commands, tokenize
+
+    path, text = task_script
+    argv = list(launch.argv)
+    if os.path.basename(argv[0]) in ("bash", "sh") and len(argv) > 1:
+        argv = argv[1:]
+    args = tuple(argv[1:])
+    known_vars = _batch_values({**{k: v for k, v in env.items() if "$" not in v and "`" not in v}, **variables})
+    known_vars.update({k: env[k] for k in TASK_VARIABLES if k in env})
+    known_vars.update(positional_parameters(args))
+    body = Body(Source(text), path, known_vars, args)
+    try:
+        body.read(commands(tokenize(text)))
+    except (SbatchError, RecursionError):
+        return None, {}
+    descs = [d for _, d in body.launches]
+    training = [i for i, d in enumerate(descs) if trains(d)]
+    main = next((i for i in reversed(training) if not side_step(descs[i], descs[:i])), None)
+    if main is None:
+        return None, {}
+    exported = {
+        a.name: str(a.value)
+        for a in body.assignments
+        if a.exported and a.value is not None and not a.redacted and "$" not in str(a.value)
+    }
+    return body.launches[main][0], exported
 
 
 def _str(value: object) -> str | None:

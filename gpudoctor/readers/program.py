@@ -86,6 +86,68 @@ class ProgramFact:
 
 
 @dataclass(frozen=True)
+class Argparse:
+    """The options the program's argparse parser accepts, read from its add_argument calls (argparse docs:
+    parse_args exits with 'unrecognized arguments' for any other; a unique prefix of a long option is accepted
+    unless allow_abbrev=False). complete False: the parser may accept options not read here."""
+
+    options: frozenset[str]
+    abbrev: bool = True
+    complete: bool = False
+    why_incomplete: str = ""
+    where: str = ""  # 'train.py:12' of parse_args
+
+
+class _CliReading:
+    """argparse as one module builds it: ArgumentParser(...), add_argument(*flags), parse_args()."""
+
+    def __init__(self) -> None:
+        self.options: set[str] = set()
+        self.parsers: set[str] = set()  # names bound to ArgumentParser(...)
+        self.abbrev = True
+        self.parses = ""  # where parse_args() is called
+        self.incomplete: list[str] = []
+
+    def read(self, reader: _Reader, node: ast.Call, name: str, last: str, kwargs: dict) -> None:
+        if name == "argparse.ArgumentParser":
+            if "parents" in kwargs:
+                self.incomplete.append("its parser takes parents= parsers")
+            if _literal(kwargs["allow_abbrev"]) is False if "allow_abbrev" in kwargs else False:
+                self.abbrev = False
+            return
+        if not isinstance(node.func, ast.Attribute):
+            if (
+                any(isinstance(a, ast.Name) and a.id in self.parsers for a in node.args)
+                and last not in reader.functions
+            ):
+                self.incomplete.append(f"its parser is given to {name or 'a function'}, which may add options")
+            return
+        method = node.func.attr
+        if method == "add_argument":
+            flags = [_literal(a) for a in node.args]
+            if any(not isinstance(f, str) for f in flags):
+                self.incomplete.append(f"an add_argument() call names its options at run time (line {node.lineno})")
+            self.options.update(f for f in flags if isinstance(f, str) and f.startswith("-"))
+        elif method in ("add_subparsers", "parse_known_args", "parse_intermixed_args"):
+            self.incomplete.append(f"it calls {method}()")
+            if method != "add_subparsers":
+                self.parses = self.parses or f"{os.path.basename(reader.path)}:{node.lineno}"
+        elif method == "parse_args" and not node.args and "args" not in kwargs:
+            self.parses = self.parses or f"{os.path.basename(reader.path)}:{node.lineno}"
+        elif method == "parse_args":
+            self.incomplete.append("parse_args() is given its own argument list")
+        if any(isinstance(a, ast.Name) and a.id in self.parsers for a in node.args) and method not in _PARSER_METHODS:
+            self.incomplete.append(f"its parser is given to .{method}(), which may add options")
+
+
+_PARSER_METHODS = frozenset({"add_argument", "parse_args", "add_argument_group", "add_mutually_exclusive_group"})
+# Command-line libraries whose options are not argparse's add_argument calls in the program's own source.
+_OTHER_CLIS = frozenset(
+    {"click", "typer", "fire", "hydra", "jsonargparse", "simple_parsing", "tyro", "absl", "omegaconf"}
+)
+
+
+@dataclass(frozen=True)
 class ProgramModel:
     path: str | None  # the file read; None when none was found
     kind: str | None = None  # see the module docstring; None: not known
@@ -101,6 +163,7 @@ class ProgramModel:
     device_args: tuple[str, ...] = ()  # GPU-naming options on its argv, as written
     env_order: tuple[str, ...] = ()  # the variables it reads, in the order they first appear in its source
     passes_rank: bool = False  # init_process_group(rank=...): its rank is what it computes, not env://'s RANK
+    argparse: Argparse | None = None  # the options its argparse parser accepts; None: it parses none we read
 
     def prefers(self, *names: str) -> str | None:
         """Of these variables, the one the program reads first (`os.environ.get("SLURM_PROCID",
@@ -224,6 +287,8 @@ class _Reader(ast.NodeVisitor):
         self.lightning: dict[str, tuple] = {}
         self.lightning_cli = False
         self.passes_rank = False
+        self.cli = _CliReading()
+        self.functions: set[str] = set()
 
     def fact(self, what: str, node: ast.AST) -> None:
         # shown as evidence: a literal api_key=... in the call is never echoed
@@ -250,6 +315,8 @@ class _Reader(ast.NodeVisitor):
         for target in node.targets:
             if isinstance(target, ast.Name):
                 self.assigned[target.id] = node.value
+                if isinstance(node.value, ast.Call) and self.resolve(node.value.func) == "argparse.ArgumentParser":
+                    self.cli.parsers.add(target.id)
             elif isinstance(target, ast.Subscript) and self._environ(target.value):
                 key, value = _literal(target.slice), _literal(node.value)
                 if isinstance(key, str) and isinstance(value, str) and not is_credential_name(key):
@@ -287,10 +354,17 @@ class _Reader(ast.NodeVisitor):
         origin = self.aliases.get(head, head)
         return f"{origin}.{rest}" if rest else origin
 
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.functions.add(node.name)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
     def visit_Call(self, node: ast.Call) -> None:
         name = self.resolve(node.func) or ""
         last = name.rsplit(".", 1)[-1]
         kwargs = {k.arg: k.value for k in node.keywords if k.arg}
+        self.cli.read(self, node, name, last, kwargs)
         if name in ("os.environ.get", "os.getenv", "os.environ.setdefault") and node.args:
             key = _literal(node.args[0])
             if isinstance(key, str):
@@ -379,6 +453,24 @@ def _option_values(argv: tuple[str, ...], dest: str) -> list[str] | None:
     return None
 
 
+def _argparse(readers: list[_Reader], imports: frozenset[str]) -> Argparse | None:
+    """The argparse parser of the main file, with the options every module read adds to it."""
+    main = readers[0].cli
+    if not main.parses:
+        return None
+    incomplete = [w for r in readers for w in r.cli.incomplete]
+    other = sorted(imports & (_OTHER_CLIS | SELF_DRIVING_PACKAGES))
+    if other:
+        incomplete.append(f"it imports {', '.join(other)}, which may parse the command line too")
+    return Argparse(
+        frozenset(o for r in readers for o in r.cli.options) | {"-h", "--help"},
+        abbrev=main.abbrev,
+        complete=not incomplete,
+        why_incomplete=incomplete[0] if incomplete else "",
+        where=main.parses,
+    )
+
+
 def _parse(text: str, path: str) -> tuple[_Reader | None, str | None]:
     if len(text.encode("utf-8", errors="replace")) > MAX_PROGRAM_BYTES:
         return None, f"{os.path.basename(path)} is larger than {MAX_PROGRAM_BYTES // 2**20} MiB: not read"
@@ -447,6 +539,7 @@ def read_program(
         device_args=device_args,
         env_order=env_order,
         passes_rank=any(r.passes_rank for r in readers),
+        argparse=_argparse(readers, imports),
     )
     whats = {f.what for f in facts}
     if "spawn" in whats:

@@ -110,3 +110,59 @@ def test_038_a_launch_only_known_at_run_time_is_a_warning_and_a_known_one_passes
     assert verdict("GD-SLURM-038", head + "srun $CMD\n").severity is Severity.WARN
     understood = verdict("GD-SLURM-038", head + 'set -- accelerate launch --num_processes 8 t.py\nexec "$@"\n')
     assert understood.severity is Severity.PASS
+
+
+def _with_program(tmp_path, monkeypatch, program: str, body: str, check_id: str):
+    from dataclasses import replace
+
+    from gpudoctor.model import Context
+    from gpudoctor.readers.program import launched_program
+
+    (tmp_path / "train.py").write_text(program)
+    monkeypatch.chdir(tmp_path)
+    sb = parse_sbatch(ONE_NODE + body, str(tmp_path / "job.slurm"))
+    sb = replace(sb, program=launched_program(sb))
+    return run_checks([load_all()[check_id]], make_facts(), Context(sbatch=sb, sbatch_path=sb.path))[0]
+
+
+PARSER = (
+    "import argparse\np = argparse.ArgumentParser()\np.add_argument('--learning-rate')\np.add_argument('--epochs')\n"
+    "p.add_argument('--local_rank', type=int)\nargs = p.parse_args()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "severity"),
+    [
+        ("python train.py --learning-rate 1e-3 --epochs 2\n", Severity.PASS),
+        ("python train.py --lr 1e-3\n", Severity.FAIL),  # not a prefix of any option
+        ("python train.py --learn 1e-3 --ep 2\n", Severity.PASS),  # unique prefixes (allow_abbrev)
+        ("python -m torch.distributed.launch --nproc_per_node=4 train.py --epochs 2\n", Severity.FAIL),  # --local-rank
+        ("python train.py --learning-rate $LR --unknown-yet=$X\n", Severity.FAIL),
+    ],
+    ids=["defined", "unrecognized", "prefixes", "launch-local-rank", "one-unknown"],
+)
+def test_039_options_against_the_programs_argparse(tmp_path, monkeypatch, body, severity):
+    f = _with_program(tmp_path, monkeypatch, PARSER, body, "GD-SLURM-039")
+    assert f.severity is severity, f.message
+
+
+def test_039_a_parser_that_may_take_more_options_is_not_judged(tmp_path, monkeypatch):
+    known_args = PARSER.replace("p.parse_args()", "p.parse_known_args()")
+    f = _with_program(tmp_path, monkeypatch, known_args, "python train.py --lr 1\n", "GD-SLURM-039")
+    assert f.severity is Severity.SKIP and "parse_known_args" in f.message
+
+
+def test_040_parallel_sizes_must_divide_the_world():
+    head = TWO_NODES + FIRST
+    launch = "srun torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:29500 "
+    bad = verdict(
+        "GD-SLURM-040",
+        head + launch + "pretrain_gpt.py --tensor-model-parallel-size 8 --pipeline-model-parallel-size 3\n",
+    )
+    assert bad.severity is Severity.FAIL and "world of 16" in bad.message
+    good = verdict(
+        "GD-SLURM-040",
+        head + launch + "pretrain_gpt.py --tensor-model-parallel-size=8 --pipeline-model-parallel-size=2\n",
+    )
+    assert good.severity is Severity.PASS

@@ -136,3 +136,14 @@ def test_srun_steps_get_slurms_cuda_visible_devices_over_the_scripts_export(slur
     assert {s["env"].get("CUDA_VISIBLE_DEVICES") for s in seen} == {"0,1"}, seen
     assert [p.visible_gpus for p in model.processes()] == [("0", "1")] * 2
     _compare(model, seen, ("CUDA_VISIBLE_DEVICES", "SLURM_PROCID"))
+
+
+def test_a_wrapper_script_srun_runs_is_read_per_task_with_its_arguments(slurm_cluster, tmp_path, monkeypatch):
+    (tmp_path / "run.sh").write_text(f'#!/bin/bash\nexec {PY} record.py --rank=$SLURM_PROCID --tag "$1"\n')
+    (tmp_path / "run.sh").chmod(0o755)
+    model, seen = _run(
+        slurm_cluster, tmp_path, monkeypatch, "#SBATCH --ntasks=3\n#SBATCH --gres=gpu:2\nsrun ./run.sh first\n"
+    )
+    assert sorted(s["argv"][0] for s in seen) == ["--rank=0", "--rank=1", "--rank=2"]
+    assert "run.sh" in model.tasks[0].wrappers
+    _compare(model, seen, ("SLURM_PROCID", "SLURM_LOCALID", "CUDA_VISIBLE_DEVICES"))

@@ -16,10 +16,13 @@ The checks run over a GPU node's facts with no environment of their own, as `gpu
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gpudoctor.job.env import job_env
+from gpudoctor.job.model import build
 from gpudoctor.model import Context, Severity
 from gpudoctor.readers.sbatch import load_sbatch
 from gpudoctor.registry import load_all
@@ -68,6 +71,7 @@ def verdicts(path: Path) -> dict[str, list]:
     slurm = {"in_job": False, "version": head.get("slurm-version", DEFAULT_SLURM_VERSION), "job": None, "packages": {}}
     facts = make_facts(patch={"slurm": slurm})
     ctx = context(path, head.get("args", ""))
+    ctx = replace(ctx, job=build(ctx.sbatch, job_env(facts, ctx), ctx))  # the job model, built once as the runner does
     return {cid: run_check(spec, facts, ctx) for cid, spec in load_all().items() if spec.category in CATEGORIES}
 
 

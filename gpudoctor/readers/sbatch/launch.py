@@ -320,6 +320,10 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         }
     if prog == "gpudoctor":
         return {**out, "gpudoctor": True}
+    if prog.endswith(".py") and "$" not in tokens[0]:  # `srun ./train.py`: an executable Python file (its #! line)
+        py = {"launcher": "python", "script": tokens[0], "script_args": args}
+        light = _lightning_args(args)
+        return {**out, **py, **({"lightning": light} if light else {})}
     light = _lightning_args(args)
     if light.get("devices") is not None or light.get("num_nodes") is not None:
         # a console script given Lightning's Trainer settings as overrides (Hydra `trainer.devices=8`, LightningCLI

@@ -169,7 +169,37 @@ def load_sbatch(
     script = with_config_files(parse_sbatch(text, path, arguments))
     if check_syntax:
         script = replace(script, bash_syntax=check_syntax(text))
-    return replace(script, program=launched_program(script))  # readers/program.py: what the launch runs
+    script = replace(script, program=launched_program(script))  # readers/program.py: what the launch runs
+    return replace(script, task_script=_task_script(script))
+
+
+_SHELL_SCRIPT = re.compile(r"\.(sh|bash)$")
+
+
+def _task_script(script: BatchScript) -> tuple[str, str] | None:
+    """The shell script the training launch runs (`srun ./run.sh`, `srun bash run.sh ARGS`), read where it is there
+    (relative paths as the program's: readers/program.program_bases); None otherwise."""
+    from gpudoctor.readers.program import MAX_PROGRAM_BYTES, program_bases, program_candidates
+
+    launch = script.launch
+    if launch is None or launch.launcher or not launch.argv:
+        return None
+    argv = list(launch.argv)
+    if os.path.basename(argv[0]) in ("bash", "sh") and len(argv) > 1 and not argv[1].startswith("-"):
+        argv = argv[1:]
+    entry = argv[0]
+    if not _SHELL_SCRIPT.search(entry) or re.search(r"[$`]", entry):
+        return None
+    bases, _ = program_bases(script)
+    for path in program_candidates(entry, bases):
+        if os.path.isfile(path):
+            from gpudoctor.fileio import FileIOError, read_input
+
+            try:
+                return path, read_input(path, "", MAX_PROGRAM_BYTES, errors="replace")
+            except (FileIOError, OSError, ValueError):
+                return None
+    return None
 
 
 def _read_script(path: str) -> str:

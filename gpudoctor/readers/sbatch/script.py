@@ -219,6 +219,9 @@ class BatchScript:
     other_sources: tuple[int, ...] = ()
     chdirs: tuple[tuple[int, str], ...] = ()  # `cd DIR` / `pushd DIR` in the batch shell: (line, DIR expanded)
     program: Any = None  # readers.program.ProgramModel of the launched program (load_sbatch; None: not looked for)
+    # A shell script the training launch runs in each task (`srun ./train.sh ARGS`, `srun bash run.sh`): its path and
+    # text, read by load_sbatch where it is there; each task's shell runs it with its own SLURM variables (job/model)
+    task_script: tuple[str, str] | None = None
 
     @property
     def options(self) -> dict[str, str | bool]:
