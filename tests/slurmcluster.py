@@ -14,6 +14,9 @@ slurm-wlm and munge; `ensure_installed()` installs them with apt-get when missin
     r = cluster.srun(["--ntasks=2", "env"])  # subprocess.CompletedProcess
     r = cluster.sbatch_wait(script_path)     # submits, waits for the end; returncode = the job's exit code
     cluster.stop()
+
+MultiNodeCluster(tmp_dir, nodes=2) is the same with several nodes on this machine, one slurmd per network and
+UTS namespace (its docstring), for jobs that span nodes; the same calls run it.
 """
 
 from __future__ import annotations
