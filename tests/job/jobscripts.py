@@ -9,9 +9,9 @@ from tests.job.reality import JobRun, ProcessRecord
 
 HEAD = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
 TORCHRUN_2 = "srun torchrun {nnodes}--nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d {endpoint} "
-# join_timeout: a rendezvous that cannot form fails in 20 s, not torchrun's default 600 s (one that forms keeps
+# join_timeout: a rendezvous that cannot form fails in 10 s, not torchrun's default 600 s (one that forms keeps
 # the default: on a loaded machine a node's torchrun may take long to import torch)
-TORCHRUN_TAIL = "--rdzv_conf=join_timeout=20 recorder.py --epochs 1\n"
+TORCHRUN_TAIL = "--rdzv_conf=join_timeout=10 recorder.py --epochs 1\n"
 FORMS_TAIL = "recorder.py --epochs 1\n"
 
 
