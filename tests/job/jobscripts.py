@@ -53,6 +53,13 @@ SCRIPTS: dict[str, Script] = {
         + "--master_addr=$MASTER_ADDR --master_port=29500 recorder.py --epochs 1'\n",
         join=True,
     ),
+    # torchrun as a module: the same launcher
+    "python_m_distributed_run": Script(
+        _header(1, ntasks=1, gres="gpu:2")
+        + "python -m torch.distributed.run --standalone --nproc_per_node=2 recorder.py\n"
+    ),
+    # three tasks on two nodes: SLURM places them (block: two on the first node, one on the second)
+    "srun_3_tasks_2_nodes": Script(_header(2, ntasks=3) + "srun python recorder.py --epochs 1\n"),
     # two nodes, one torchrun per node (srun), c10d on the first node's host name: one world of 4
     "torchrun_2nodes": Script(
         _header(2, ntasks_per_node=1, gres="gpu:2")

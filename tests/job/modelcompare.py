@@ -16,7 +16,7 @@ import re
 from gpudoctor.job.model import JobModel, Process, build, known
 from gpudoctor.readers.sbatch.reader import load_sbatch
 from tests.job.jobscripts import observed_endpoint
-from tests.job.reality import JobRun, ProcessRecord
+from tests.job.reality import JobRun, ProcessRecord, launcher_start
 from tests.job.recorder import NAMES as RECORDED
 from tests.job.recorder import PREFIXES as RECORDED_PREFIXES
 
@@ -174,12 +174,12 @@ def _compare_argv(p: Process, rec: ProcessRecord, unknown: dict[str, str]) -> li
     elif tuple(program) != rec.argv:
         bad.append(f"argv: model {program}, ran {list(rec.argv)}")
     if p.launcher == "torchrun":
-        launcher = argv[1:at]  # after "torchrun"
+        launcher = argv[(launcher_start(argv) or 1) : at]  # torchrun's options
         ran_args = list(rec.parent_argv or ())
-        starts = [i for i, a in enumerate(ran_args) if a.endswith("torchrun")]
-        if not starts:
+        start = launcher_start(ran_args)
+        if start is None:
             return [*bad, f"torchrun argv: model {launcher}, but its parent ran {ran_args}"]
-        ran_args = ran_args[starts[0] + 1 : len(ran_args) - len(rec.argv)]
+        ran_args = ran_args[start : len(ran_args) - len(rec.argv)]
         if not _matches(launcher, ran_args):
             bad.append(f"torchrun argv: model {launcher}, ran {ran_args}")
     return bad

@@ -81,7 +81,7 @@ class ProcessRecord:
         --rdzv-endpoint, else (static rendezvous) --master-addr:--master-port with torchrun's defaults
         127.0.0.1:29500 (torch/distributed/run.py); None: no torchrun, or --standalone (a port it picks)."""
         argv = self.parent_argv or ()
-        if not any(a.endswith("torchrun") for a in argv) or "--standalone" in argv:
+        if launcher_start(argv) is None or "--standalone" in argv:
             return None
         endpoint = self.launcher_option("--rdzv_endpoint", "--rdzv-endpoint")
         if endpoint:
@@ -104,6 +104,15 @@ class JobRun:
             key = rec.world.id if rec.world is not None and rec.world.formed else None
             out.setdefault(key, []).append(rec)
         return out
+
+
+def launcher_start(argv) -> int | None:
+    """Where torchrun's own options begin in a command line (`.../torchrun ...` or `python -m
+    torch.distributed.run ...`), or None when it is not one."""
+    for i, arg in enumerate(argv):
+        if arg.endswith("torchrun") or arg in ("torch.distributed.run", "torch.distributed.launch"):
+            return i + 1
+    return None
 
 
 def _record(line: dict, node_names: list[str]) -> ProcessRecord:

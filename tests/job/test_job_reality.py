@@ -39,6 +39,8 @@ EXPECTED: dict[str, list[Proc]] = {
     "srun_bash_c_rank": [Proc(0, str(r), "2", None, None, ("recorder.py", f"--rank={r}")) for r in range(2)],
     "cvd_export_torchrun": [Proc(0, str(r), "4", "0", (0, None), ("recorder.py",)) for r in range(4)],
     "cvd_split_by_bash": [Proc(0, str(r), "2", "0,", (0, None), ("recorder.py",)) for r in range(2)],
+    "python_m_distributed_run": [Proc(0, str(r), "2", "0,1", (0, None), ("recorder.py",)) for r in range(2)],
+    "srun_3_tasks_2_nodes": [Proc(n, str(r), "3", None, None, EPOCH) for n, r in ((0, 0), (0, 1), (1, 2))],
     "srun_gpus_per_task": [Proc(0, str(r), "2", str(r), None, EPOCH) for r in range(2)],  # its own GPU each
     "torchrun_2nodes": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
     "torchrun_2nodes_static_bash_c": [Proc(r // 2, str(r), "4", "0,1", (0, 29500), EPOCH) for r in range(4)],
@@ -57,12 +59,15 @@ UNKNOWN: dict[str, set[str]] = {
     "srun_gpus_per_task": {"rank", "world_size"},
     "cvd_export_torchrun": set(),
     "cvd_split_by_bash": set(),
+    "python_m_distributed_run": set(),
     "torchrun_2nodes": set(),
     "torchrun_2nodes_static_bash_c": set(),
     "torchrun_2nodes_localhost": {"rank", "world_size"},  # no world forms: nothing runs
     "torchrun_2nodes_own_hostname": {"rank", "world_size"},
     "torchrun_2nodes_no_nnodes": {"rank", "world_size"},  # node 2 is not admitted
 }
+# Scripts the model does not read to their processes, and says so (model.unknown); reality decides them.
+NOT_UNDERSTOOD = {"srun_3_tasks_2_nodes"}  # SLURM's placement of 3 tasks on 2 nodes
 
 
 def one_world_of_four(run: JobRun, cluster, model: JobModel) -> None:
@@ -133,6 +138,10 @@ def test_the_script_runs_as_it_means_and_as_the_model_says(slurm_nodes, name):
     if name in EXPECTED:
         assert observed_all(run, names) == sorted(EXPECTED[name]), run.output[-2000:]
     model = model_of(run)
+    if name in NOT_UNDERSTOOD:
+        assert not model.understood and model.unknown, "a launch not read to its processes says so"
+        print(f"{name}: not understood by the model: {model.unknown}; ran: {observed_all(run, names)}")
+        return
     assert model.understood, model.unknown
     bad, unknown = compare(model, run, names)
     bad, known_met = split_known(bad)
