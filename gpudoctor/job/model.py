@@ -54,7 +54,9 @@ MAX_PROCESSES = 100_000  # a job larger than this is a typo: the model says so r
 # The variables srun sets per task (srun(1) OUTPUT ENVIRONMENT VARIABLES), which a task's shell expands itself.
 TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")
 _TASK_SHELL = "the task's shell (bash -c)"
-BATCH_HOST = "<node 0's hostname>"  # $(hostname) as the batch shell evaluated it, handed to a task's shell
+BATCH_HOST = (
+    "node-0-hostname-from-the-batch-shell"  # $(hostname) as the batch shell evaluated it, handed to a task's shell
+)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,44 @@ class JobModel:
 
     def on_node(self, node: int) -> list[Process]:
         return [p for p in self._processes if p.node == node]
+
+    def to_dict(self) -> dict:
+        """Plain data (JSON-ready; an Unknown as {"unknown": why}): what a harness compares with a real run."""
+        return {
+            "allocation": _plain(self.allocation),
+            "understood": self.understood,
+            "unknown": list(self.unknown),
+            "notes": list(self.notes),
+            "processes": [
+                {
+                    "node": p.node,
+                    "hostname": p.hostname,
+                    "procid": p.procid,
+                    "local_rank": _plain(p.local_rank),
+                    "rank": _plain(p.rank),
+                    "world_size": _plain(p.world_size),
+                    "rank_source": p.rank_source,
+                    "argv": list(p.argv),
+                    "env": dict(p.env),
+                    "visible_gpus": _plain(p.visible_gpus),
+                    "rendezvous": _plain(p.rendezvous),
+                    "world": _plain(p.world),
+                    "launcher": p.launcher,
+                    "spawned": p.spawned,
+                }
+                for p in self._processes
+            ],
+        }
+
+
+def _plain(value: object):
+    if isinstance(value, Unknown):
+        return {"unknown": value.why}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    return value
 
 
 # ---------------------------------------------------------------- building
@@ -972,6 +1012,8 @@ def _per_task_launch(launch, env: Mapping[str, str], variables: Mapping[str, str
     for part in launch.batch_evaluated:  # what the batch shell already evaluated is node 0's, not the task's
         if _THIS_HOST.match(part.strip()):
             command = command.replace(part, BATCH_HOST)
+        elif part.startswith(("$(", "`")) and any(v in part for v in TASK_VARIABLES):
+            command = command.replace(part, "computed-by-the-batch-shell")
     expanded = Expander().expand(command, known_vars, frozenset())
     inner_env: dict[str, str] = {}
     for words in split_commands(expanded):
@@ -1046,7 +1088,14 @@ def _task_key(text: str, env: Mapping[str, str]) -> tuple:
 def _batch_values(values: Mapping[str, str]) -> dict[str, str]:
     """Variables as the batch shell left them, for a task's shell to expand: a host the batch shell evaluated
     ($(hostname) there) is node 0's, written as the marker BATCH_HOST, never evaluated again per task."""
-    return {k: BATCH_HOST if _THIS_HOST.match(v.strip()) else v for k, v in values.items()}
+    out = {}
+    for name, value in values.items():
+        if _THIS_HOST.match(value.strip()):
+            value = BATCH_HOST
+        elif ("$(" in value or "`" in value) and any(v in value for v in TASK_VARIABLES):
+            value = f"{name}-as-the-batch-shell-computed-it"  # one value for every task, not re-expanded
+        out[name] = value
+    return out
 
 
 def _script_launch(

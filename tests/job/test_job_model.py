@@ -90,3 +90,30 @@ def test_resolve_host_rules():
     assert resolve_host("$(hostname)", 3, 3) == (3, False)  # expanded by the task's own shell
     assert resolve_host("gpu17", 1, 0) == ("gpu17", False)
     assert not known(resolve_host("$ADDR", 1, 0)[0]) and isinstance(resolve_host("$ADDR", 1, 0)[0], Unknown)
+
+
+def test_values_the_batch_shell_computed_stay_one_value_in_every_task():
+    # slitvinov/deepseek-slurm main2.sh: the host is a backtick the batch shell ran once (its $SLURM_PROCID is
+    # the batch shell's), spliced into each task's string; the script's arguments are srun's options
+    m = model(
+        "#SBATCH --gpus-per-node=2\n#SBATCH -N 2\n"
+        "master_addr=`srun \"$@\" sh -xeuc 'if test $SLURM_PROCID -eq 0; then hostname; fi'`\n"
+        "srun \"$@\" sh -xeuc 'torchrun --master-addr '$master_addr' --nnodes $SLURM_NNODES "
+        "--node-rank $SLURM_NODEID --nproc-per-node gpu main.py'\n"
+    )
+    assert len(m.worlds()) == 1 and sorted(p.rank for p in m.processes()) == [0, 1, 2, 3]
+    exported = model(
+        "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\nexport MASTER_ADDR=$(hostname)\n"
+        "srun bash -c 'torchrun --nnodes=2 --node_rank=$SLURM_NODEID --nproc_per_node=4 "
+        "--master_addr $MASTER_ADDR t.py'\n"
+    )
+    assert {p.rendezvous.reaches for p in exported.processes()} == {0}  # node 0's hostname, on every node
+
+
+def test_to_dict_is_json_and_says_unknown_in_words():
+    import json
+
+    m = model("#SBATCH --ntasks=2\n#SBATCH --gres=gpu:2\nsrun python train.py\n")
+    data = json.loads(json.dumps(m.to_dict()))
+    assert [p["procid"] for p in data["processes"]] == [0, 1]
+    assert "unknown" in data["processes"][0]["rank"] and data["allocation"]["tasks_per_node"] == [2]

@@ -76,6 +76,11 @@ CASES = [
     ("srun singularity exec --nv -B /a:/b img.sif bash -c 'python t.py --node=$SLURM_NODEID'\n", 3, 1),
     ('set -- accelerate launch --machine_rank $SLURM_NODEID t.py\nsrun "$@"\n', 2, 1),
     ("srun bash -c 'accelerate launch --machine_rank $SLURM_NODEID --num_machines 2 t.py'\n", 2, 1),
+    # the real wrappers of this machine (coreutils, util-linux), by their synopsis in launch.WRAPPERS
+    ("srun timeout -s INT -k 10 3600 python t.py --node=$SLURM_NODEID\n", 2, 1),
+    ("srun taskset -c 0 nice -n 5 stdbuf -oL env A=1 python t.py --x\n", 1, 2),
+    ("srun bash -c 'exec taskset 0x1 timeout 1h torchrun --node_rank=$SLURM_NODEID --nnodes=2 t.py'\n", 2, 1),
+    ("srun nohup env -u CUDA_VISIBLE_DEVICES python t.py --y 1\n", 1, 2),
 ]
 
 

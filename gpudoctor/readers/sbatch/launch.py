@@ -208,6 +208,7 @@ def _describe_python(args: list[str]) -> dict:
 
 
 _SHELLS = {"bash", "sh", "zsh", "dash", "ksh"}
+_LIGHTNING_CLI_SUBCOMMANDS = frozenset({"fit", "validate", "test", "predict"})
 
 
 def _shell_command_string(args: list[str]) -> str | None:
@@ -325,6 +326,17 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         light = _lightning_args(args)
         return {**out, **py, **({"lightning": light} if light else {})}
     light = _lightning_args(args)
+    subcommand = any(a in _LIGHTNING_CLI_SUBCOMMANDS for a in args if not a.startswith("-"))
+    if subcommand and any(a.split("=")[0] in ("--config", "-c") for a in args):
+        # `mytool fit --config cfg.yaml`: LightningCLI's subcommands and --config (Lightning docs, "Configure
+        # hyperparameters from the CLI"): a console script running Lightning's Trainer
+        return {
+            **out,
+            "launcher": "lightning",
+            "lightning": light or {"mentioned": True},
+            "console_script": True,
+            "script_args": args,
+        }
     if light.get("devices") is not None or light.get("num_nodes") is not None:
         # a console script given Lightning's Trainer settings as overrides (Hydra `trainer.devices=8`, LightningCLI
         # `--trainer.devices 8`): whatever its name, it runs Lightning's Trainer
@@ -549,6 +561,9 @@ def _torchrun(args: list[str]) -> dict:
     return res
 
 
+_ALL_ARGUMENTS = frozenset({"$@", "${@}", "$*", "${*}"})
+
+
 def describe_launch(tokens: list[str]) -> dict | None:
     """A body command that starts a program under srun or a known launcher; None otherwise.
 
@@ -560,6 +575,11 @@ def describe_launch(tokens: list[str]) -> dict | None:
     srun = None
     if os.path.basename(tokens[0]) == "srun":
         sopts, unknown, cmd = parse_options(tokens[1:], srun=True)
+        # `srun "$@" cmd ...` with the script's arguments unknown: they are srun's options (`sh job.sh --jobid N`),
+        # not its command
+        while cmd[:1] and cmd[0] in _ALL_ARGUMENTS and len(cmd) > 1:
+            unknown = [*unknown, cmd[0]]
+            cmd = cmd[1:]
         srun = {"options": sopts, "unknown": unknown}
         tokens = cmd
         if not tokens:
