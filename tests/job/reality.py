@@ -146,9 +146,12 @@ def run_job(
     join_timeout: float = 30,
     timeout: float = 150,
     sbatch_args: tuple[str, ...] = (),
+    real_wait: bool = False,
 ) -> JobRun:
     """Runs script_text as a batch job of cluster (tests/slurmcluster) in a new job directory holding files
-    ({relative path: text}) and recorder.py; join: each recorder joins a gloo world (bounded by join_timeout)."""
+    ({relative path: text}) and recorder.py; join: each recorder joins a gloo world (bounded by join_timeout).
+    The job is waited for by polling (SlurmCluster.sbatch_wait), or by `sbatch --wait` itself with real_wait
+    (which sleeps up to 10 s between its polls); either way bounded by timeout."""
     job_dir = Path(cluster.root) / "jobs" / f"job{os.getpid()}-{next(_jobs)}"
     records = job_dir / "records"
     records.mkdir(parents=True)
@@ -167,7 +170,7 @@ def run_job(
         env["GD_RECORD_JOIN"] = "1"
     minutes = max(1, int(timeout // 60))
     args = ["--time", str(minutes), "--output", str(job_dir / "job.out"), *sbatch_args]
-    r = cluster.sbatch_wait(script, args=args, env=env, timeout=timeout, cwd=job_dir)
+    r = cluster.sbatch_wait(script, args=args, env=env, timeout=timeout, cwd=job_dir, real_wait=real_wait)
     output = (job_dir / "job.out").read_text(errors="replace") if (job_dir / "job.out").exists() else r.stderr
     return JobRun(read_records(records, cluster.node_names), r.returncode, output, job_dir)
 
