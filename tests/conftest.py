@@ -9,6 +9,10 @@ slurm_cluster: a real single-node SLURM (munged, slurmctld, slurmd) for the whol
 started on first use and torn down at the end. Tests that use it are skipped, with the
 reason, when this is not root or SLURM cannot be installed or started here.
 Set GPUDOCTOR_NO_SLURM=1 to skip them on purpose.
+
+slurm_nodes: a real 2-node SLURM on this machine (tests/slurmcluster.MultiNodeCluster: one slurmd per network
+and UTS namespace on a bridge), for the whole session, started on first use; skipped as slurm_cluster is, and
+where there are no network namespaces.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurmcluster import ClusterUnavailable, start_cluster
+from tests.slurmcluster import ClusterUnavailable, MultiNodeCluster, ensure_installed, start_cluster
 
 SOURCES = ("gpudoctor", "checks", "fixes", "sample_train", "watch", "diagnose", "tests")
 
@@ -134,6 +138,23 @@ def slurm_cluster(tmp_path_factory):
         cluster = start_cluster(root)
     except ClusterUnavailable as e:
         pytest.skip(f"no SLURM cluster for this test: {e}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_nodes(tmp_path_factory):
+    if os.environ.get("GPUDOCTOR_NO_SLURM"):
+        pytest.skip("SLURM tests disabled (GPUDOCTOR_NO_SLURM is set)")
+    root = tmp_path_factory.mktemp("slurmnodes")
+    try:
+        if os.geteuid() == 0:
+            ensure_installed()
+        cluster = MultiNodeCluster(root, nodes=2).start()
+    except ClusterUnavailable as e:
+        pytest.skip(f"no multi-node SLURM cluster for this test: {e}")
     try:
         yield cluster
     finally:

@@ -14,6 +14,9 @@ slurm-wlm and munge; `ensure_installed()` installs them with apt-get when missin
     r = cluster.srun(["--ntasks=2", "env"])  # subprocess.CompletedProcess
     r = cluster.sbatch_wait(script_path)     # submits, waits for the end; returncode = the job's exit code
     cluster.stop()
+
+MultiNodeCluster(tmp_dir, nodes=2) is the same with several nodes on this machine, one slurmd per network and
+UTS namespace (its docstring), for jobs that span nodes; the same calls run it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
+
+from tests import netnodes
 
 PACKAGES = ("slurm-wlm", "munge")
 BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "sinfo")
@@ -126,8 +132,8 @@ class SlurmCluster:
         key.chmod(0o400)
         return key
 
-    def _make_gpu_devices(self) -> list[Path]:
-        ddir = self.root / "dev"
+    def _make_gpu_devices(self, node: str) -> list[Path]:
+        ddir = self.root / "dev" / node if len(self.node_names) > 1 else self.root / "dev"
         ddir.mkdir(parents=True, exist_ok=True)
         devices = []
         for i in range(self.gpus):
@@ -139,21 +145,41 @@ class SlurmCluster:
             devices.append(dev)
         return devices
 
+    # The hooks MultiNodeCluster overrides: one node on 127.0.0.1 here.
+
+    @property
+    def node_names(self) -> list[str]:
+        return [self.node]
+
+    ctl_address = "127.0.0.1"
+    _per_node = ""  # slurm.conf's %n: the node's own spool, pid and log files (one slurmd here: none)
+
+    def _ports(self) -> tuple[int, int]:
+        return _free_port(), _free_port()
+
+    def _node_lines(self) -> str:
+        return (
+            f"NodeName={self.node} NodeHostname={self.hostname} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 "
+            f"Gres=gpu:{self.gpu_type}:{self.gpus} State=UNKNOWN"
+        )
+
+    def _start_slurmds(self) -> None:
+        self._spawn("slurmd", [_sbin("slurmd"), "-D", "-N", self.node, "-f", str(self.conf)])
+
+    def _daemons(self) -> list[str]:
+        """Names of the daemons started, in the order to stop them."""
+        return ["slurmd", "slurmctld", "munged"]
+
     def _write_config(self) -> None:
         etc = self.root / "etc"
         for d in ("etc", "state", "spool", "log"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
-        self._make_gpu_devices()
-        ctl_port, d_port = _free_port(), _free_port()
+        ctl_port, d_port = self._ports()
         r = self.root
-        node = (
-            f"NodeName={self.node} NodeHostname={self.hostname} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 "
-            f"Gres=gpu:{self.gpu_type}:{self.gpus} State=UNKNOWN"
-        )
         conf = f"""\
 # Written by tests/slurmcluster.py: a throw-away single-node cluster.
 ClusterName=gdtest{os.getpid()}
-SlurmctldHost={self.hostname}(127.0.0.1)
+SlurmctldHost={self.hostname}({self.ctl_address})
 SlurmctldPort={ctl_port}
 SlurmdPort={d_port}
 AuthType=auth/munge
@@ -162,11 +188,11 @@ AuthInfo=socket={self.munge_socket}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={r}/state
-SlurmdSpoolDir={r}/spool
+SlurmdSpoolDir={r}/spool{self._per_node}
 SlurmctldPidFile={r}/slurmctld.pid
-SlurmdPidFile={r}/slurmd.pid
+SlurmdPidFile={r}/slurmd{self._per_node}.pid
 SlurmctldLogFile={r}/log/slurmctld.log
-SlurmdLogFile={r}/log/slurmd.log
+SlurmdLogFile={r}/log/slurmd{self._per_node}.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -189,12 +215,14 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=2
 MinJobAge=30
-{node}
-PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+{self._node_lines()}
+PartitionName=debug Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 {self.extra_conf}"""
         (etc / "slurm.conf").write_text(conf)
         gres = "".join(
-            f"NodeName={self.node} Name=gpu Type={self.gpu_type} File={r}/dev/nvidia{i}\n" for i in range(self.gpus)
+            f"NodeName={node} Name=gpu Type={self.gpu_type} File={device}\n"
+            for node in self.node_names
+            for device in self._make_gpu_devices(node)
         )
         (etc / "gres.conf").write_text(gres)
         (etc / "cgroup.conf").write_text("CgroupPlugin=autodetect\nIgnoreSystemd=yes\n")
@@ -207,10 +235,15 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         env.update(extra or {})
         return env
 
-    def _spawn(self, name: str, cmd: list[str]) -> None:
+    def _spawn(self, name: str, cmd: list[str], env: dict | None = None) -> None:
         log = open(self.root / "log" / f"{name}.out", "ab")
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(env),
+            start_new_session=True,
         )
         log.close()
         self._pids[name] = proc.pid
@@ -243,7 +276,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
         )
         self._wait_for(lambda: self.munge_socket.exists(), 10, "munged did not create its socket")
         self._spawn("slurmctld", [_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
-        self._spawn("slurmd", [_sbin("slurmd"), "-D", "-N", self.node, "-f", str(self.conf)])
+        self._start_slurmds()
         self._wait_for(self._node_ready, timeout, "the node did not become idle")
         return self
 
@@ -257,7 +290,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
             if ready():
                 return
             time.sleep(0.2)
-        tails = "; ".join(f"{n}: {self._log_tail(n)}" for n in ("slurmctld", "slurmd"))
+        tails = "; ".join(f"{n}: {self._log_tail(n)}" for n in reversed(self._daemons()[:-1]))
         self.stop()
         raise ClusterUnavailable(f"{what} within {timeout:g} s ({tails})")
 
@@ -278,7 +311,12 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
             )
         except (OSError, subprocess.TimeoutExpired):
             return False
-        return r.returncode == 0 and r.stdout.strip().rstrip("*") in ("idle", "mixed", "allocated")
+        states = [line.strip().rstrip("*") for line in r.stdout.splitlines() if line.strip()]
+        return (
+            r.returncode == 0
+            and len(states) == len(self.node_names)
+            and all(state in ("idle", "mixed", "allocated") for state in states)
+        )
 
     # ------------------------------------------------------------ use
 
@@ -362,7 +400,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
 
     def stop(self) -> None:
         """Kill the daemons this cluster started (and only those), children included."""
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in self._daemons():
             pid = self._pids.pop(name, None)
             if pid is None:
                 continue
@@ -398,6 +436,186 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP Over
                     os.kill(int(proc.name), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+
+
+class MultiNodeCluster(SlurmCluster):
+    """nodes "nodes" on this one machine: one slurmd per network and UTS namespace (tests/netnodes.py), each its
+    own NodeName and host name, joined by a bridge; slurmctld and munged stay in the root namespace, on the
+    bridge's own address, so the client commands (sbatch, srun, scontrol) run here as for SlurmCluster.
+
+    srun really starts tasks on two or three "nodes": a task sees its node's host name and addresses, and a
+    `localhost` on node 2 is node 2's own loopback, where nothing of node 1 listens. Every node resolves every
+    node's name (a hosts file bind-mounted over /etc/hosts in the node's mount namespace). Each node has its own
+    spool, pid and log files (slurm.conf's %n, which slurmd expands to the node's name; Debian's slurmd, built
+    without --enable-multiple-slurmd, runs one instance per host, so each has a "host" of its own here) and its
+    own fake GPU device files in gres.conf.
+
+    Instances on the same machine (other xdist workers, other sessions) never collide: each claims its own /24
+    (tests/netnodes.claim_subnet, an flock held for its life), and its namespace, veth and bridge names carry that
+    subnet's number. stop() kills every process left in its namespaces, then removes them and the bridge; start()
+    does so itself when it fails. Raises ClusterUnavailable (the skip reason) where this cannot run.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        nodes: int = 2,
+        gpus: int = 4,
+        cpus: int = 64,
+        gpu_type: str = GPU_TYPE,
+        extra_conf: str = "",
+    ):
+        super().__init__(root, gpus=gpus, cpus=cpus, gpu_type=gpu_type, extra_conf=extra_conf)
+        self.nodes = nodes
+        self.subnet_index: int | None = None
+        self._lock: IO[str] | None = None
+
+    # names and addresses, all derived from the subnet claimed
+
+    @property
+    def subnet(self) -> str:
+        return f"10.214.{self.subnet_index}"
+
+    @property
+    def prefix(self) -> str:
+        return f"gds{self.subnet_index}"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"gd{self.subnet_index}node{i + 1}" for i in range(self.nodes)]
+
+    @property
+    def ctl_address(self) -> str:  # type: ignore[override]
+        return f"{self.subnet}.1"
+
+    _per_node = "-%n"
+
+    def address(self, i: int) -> str:
+        return f"{self.subnet}.{i + 2}"
+
+    def ns(self, i: int) -> str:
+        return f"{self.prefix}n{i}"
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.root / "etc" / "hosts"
+
+    def _links(self) -> list[str]:
+        return [*(f"{self.prefix}v{i}" for i in range(self.nodes)), f"{self.prefix}br"]
+
+    def _namespaces(self) -> list[str]:
+        return [self.ns(i) for i in range(self.nodes)]
+
+    # the SlurmCluster hooks
+
+    def _ports(self) -> tuple[int, int]:
+        return _free_port(), 6818  # slurmd: each in its own network namespace, so its default port is free
+
+    def _node_lines(self) -> str:
+        return "\n".join(
+            f"NodeName={node} NodeHostname={node} NodeAddr={self.address(i)} CPUs={self.cpus} RealMemory=1000 "
+            f"Gres=gpu:{self.gpu_type}:{self.gpus} State=UNKNOWN"
+            for i, node in enumerate(self.node_names)
+        )
+
+    def _daemons(self) -> list[str]:
+        return [*(f"slurmd-{node}" for node in self.node_names), "slurmctld", "munged"]
+
+    def _start_slurmds(self) -> None:
+        for i, node in enumerate(self.node_names):
+            (self.root / f"spool-{node}").mkdir(parents=True, exist_ok=True)
+            slurmd = [_sbin("slurmd"), "-D", "-N", node, "-f", str(self.conf)]
+            self._spawn(f"slurmd-{node}", netnodes.on_node(self.ns(i), node, self.hosts_file, slurmd))
+
+    # life
+
+    def start(self, timeout: float = 60) -> MultiNodeCluster:
+        if os.geteuid() != 0:
+            raise ClusterUnavailable("starting SLURM daemons in network namespaces needs root")
+        why = netnodes.usable()
+        if why:
+            raise ClusterUnavailable(f"no network namespaces for the nodes: {why}")
+        try:
+            self.subnet_index, self._lock = netnodes.claim_subnet()
+        except RuntimeError as e:
+            raise ClusterUnavailable(str(e)) from None
+        try:
+            self._stop_network()  # leftovers of a killed instance that held this subnet
+            (self.root / "etc").mkdir(parents=True, exist_ok=True)
+            names = {node: self.address(i) for i, node in enumerate(self.node_names)}
+            netnodes.write_hosts(self.hosts_file, {**names, self.hostname: self.ctl_address})
+            netnodes.make_bridge(f"{self.prefix}br", f"{self.ctl_address}/24")
+            for i in range(self.nodes):
+                netnodes.add_node(f"{self.prefix}br", self.ns(i), f"{self.prefix}v{i}", f"{self.address(i)}/24")
+        except (OSError, subprocess.SubprocessError) as e:
+            self.stop()
+            detail = getattr(e, "stderr", b"") or b""
+            raise ClusterUnavailable(
+                f"could not make the nodes' network: {e} {detail.decode(errors='replace')}"
+            ) from None
+        try:
+            super().start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def run_on(self, i: int, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
+        """argv on node i (its network, host name and hosts file), outside SLURM; output captured as text."""
+        return subprocess.run(
+            netnodes.on_node(self.ns(i), self.node_names[i], self.hosts_file, argv),
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        """The daemons, every process left in the nodes' namespaces, the namespaces, the bridge, the subnet."""
+        super().stop()
+        if self.subnet_index is None:
+            return
+        self._stop_network()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _stop_network(self) -> None:
+        self._kill_namespace_processes()
+        netnodes.remove(self._namespaces(), self._links())
+
+    def _kill_namespace_processes(self) -> None:
+        """Tasks a killed slurmstepd left (torchrun's workers) keep a namespace alive after `ip netns del`."""
+        inodes = set()
+        for ns in self._namespaces():
+            try:
+                inodes.add(f"net:[{os.stat(f'/run/netns/{ns}').st_ino}]")
+            except OSError:
+                continue
+        if not inodes:
+            return
+        for _ in range(3):
+            found = False
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    if os.readlink(proc / "ns" / "net") not in inodes:
+                        continue
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    found = True
+                except OSError:
+                    continue
+            if not found:
+                return
+            time.sleep(0.2)
+
+    def leftovers(self) -> list[str]:
+        """What of this cluster is still on the machine (for a test that the clean-up is complete)."""
+        if self.subnet_index is None:
+            return []
+        return netnodes.leftovers(self._namespaces(), self._links())
 
 
 def start_cluster(root: str | os.PathLike, install: bool = True) -> SlurmCluster:

@@ -9,6 +9,7 @@ socket.gethostname() in them is the node's name. Real slowness, no mocks:
 - a slow CPU: the node's processes run in a cgroup with a CPU quota (cgroup v1 cpu.cfs_quota_us /
   cpu.cfs_period_us, or v2 cpu.max; the kernel's Documentation/scheduler/sched-bwc.rst), joined before exec so
   that every child (torchrun's workers) inherits it.
+The namespaces, bridge and hosts file are tests/netnodes.py's (shared with tests/slurmcluster.py's nodes).
 Needs root, iproute2 and `unshare`; the world skips its test with the reason otherwise. Everything it made is
 removed on the way out, also after a failure. Names carry a per-process prefix (tests run under xdist).
 """
@@ -16,7 +17,6 @@ removed on the way out, also after a failure. Names carry a per-process prefix (
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests import netnodes
+
 SUBNET = "10.213.0"
 TBF_BURST = "32kbit"  # at least rate / HZ for the rates used here, so tbf really holds the rate
 TBF_LATENCY = "400ms"
 
 
-def _run(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=20)
+_run = netnodes.run
 
 
 def _cgroup_root() -> tuple[str, str] | None:
@@ -57,10 +58,7 @@ def usable() -> str | None:
     """Why a world cannot be made here, or None."""
     if os.geteuid() != 0:
         return "needs root (network namespaces, tc, cgroups)"
-    for tool in ("ip", "tc", "unshare", "nsenter", "taskset"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    return None
+    return netnodes.usable(("ip", "tc", "unshare", "nsenter", "taskset"))
 
 
 @dataclass
@@ -108,25 +106,11 @@ class NetWorld:
     def _build(self) -> None:
         # Every node resolves every node's name, as on a cluster: each node's commands see this world's hosts file
         # bind-mounted over /etc/hosts in a mount namespace of their own.
-        with open(self.hosts_file, "w") as fh:
-            fh.write("127.0.0.1 localhost\n" + "".join(f"{self.address(i)} {self.host(i)}\n" for i in range(self.n)))
-        _run("ip", "link", "add", self.bridge, "type", "bridge")
-        # Bridged frames skip the host's iptables (a Docker-style FORWARD DROP would drop the nodes' traffic)
-        # where br_netfilter is loaded; without it the file is absent and nothing filters them anyway.
-        for table in ("iptables", "ip6tables", "arptables"):
-            knob = f"/sys/class/net/{self.bridge}/bridge/nf_call_{table}"
-            if os.path.exists(knob):
-                with open(knob, "w") as fh:
-                    fh.write("0")
-        _run("ip", "link", "set", self.bridge, "up")
+        netnodes.write_hosts(self.hosts_file, {self.host(i): self.address(i) for i in range(self.n)})
+        netnodes.make_bridge(self.bridge)
         for i in range(self.n):
             ns, outside = self.ns(i), f"{self.prefix}v{i}"
-            _run("ip", "netns", "add", ns)
-            _run("ip", "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _run("ip", "link", "set", outside, "master", self.bridge, "up")
-            _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
-            _run("ip", "-n", ns, "link", "set", "eth0", "up")
-            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            netnodes.add_node(self.bridge, ns, outside, f"{self.address(i)}/24")
             if i in self.slow_mbit:
                 rate = f"{self.slow_mbit[i]}mbit"
                 for where in (["dev", outside], ["-n", ns, "dev", "eth0"]):
@@ -204,18 +188,9 @@ class NetWorld:
         env = {**env, "GLOO_SOCKET_IFNAME": "eth0", "GPUDOCTOR_NETWORLD_CGROUP": self.cgroups.get(i, "")}
         cpus = sorted(os.sched_getaffinity(0))
         join = 'if [ -n "$GPUDOCTOR_NETWORLD_CGROUP" ]; then echo $$ > "$GPUDOCTOR_NETWORLD_CGROUP"; fi; exec "$@"'
-        inside = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
         chain = ["sh", "-c", join, "sh"] + (["taskset", "-c", str(cpus[i % len(cpus)])] if self.pin_cpus else [])
-        chain += [
-            "nsenter",
-            f"--net=/run/netns/{self.ns(i)}",
-            "unshare",
-            "--uts",
-            "--mount",
-            "--propagation",
-            "private",
-        ]
-        chain += ["sh", "-c", inside, "sh", self.hosts_file, self.host(i), *argv]
+        # nsenter: unlike `ip netns exec`, it leaves /sys and so the cgroup files as they are
+        chain += netnodes.on_node(self.ns(i), self.host(i), self.hosts_file, argv)
         p = subprocess.Popen(chain, env=env, start_new_session=True, **kw)
         self.procs.append(p)
         return p
@@ -231,10 +206,7 @@ class NetWorld:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        for i in range(self.n):
-            subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True, timeout=20)
-            subprocess.run(["ip", "link", "del", f"{self.prefix}v{i}"], capture_output=True, timeout=20)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=20)
+        netnodes.remove(self._namespaces(), self._links())
         if os.path.exists(self.hosts_file):
             os.unlink(self.hosts_file)
         for procs in self.cgroups.values():
@@ -248,12 +220,15 @@ class NetWorld:
                 except OSError:
                     time.sleep(0.1)
 
+    def _namespaces(self) -> list[str]:
+        return [self.ns(i) for i in range(self.n)]
+
+    def _links(self) -> list[str]:
+        return [*(f"{self.prefix}v{i}" for i in range(self.n)), self.bridge]
+
     def leftovers(self) -> list[str]:
         """What of this world is still on the machine (for a test that the clean-up is complete)."""
-        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        left = [ns for ns in (self.ns(i) for i in range(self.n)) if ns in netns.split()]
-        left += [name for name in (self.bridge, *(f"{self.prefix}v{i}" for i in range(self.n))) if f" {name}" in links]
+        left = netnodes.leftovers(self._namespaces(), self._links())
         left += [os.path.dirname(p) for p in self.cgroups.values() if os.path.exists(os.path.dirname(p))]
         left += [self.hosts_file] if os.path.exists(self.hosts_file) else []
         return left
