@@ -118,6 +118,20 @@ def _rank_exported_before_srun(facts, ctx):
     ]
     if not names or not shape.srun_launch or shape.launcher not in ("python", "lightning") or (shape.ntasks or 1) < 2:
         return None  # torchrun/accelerate/deepspeed set RANK and LOCAL_RANK for their workers themselves
+    from gpudoctor.job.model import job_model
+    from gpudoctor.readers.sbatch.launch import lightning_cli_args
+
+    model = job_model(facts, ctx)
+    program = model.program if model is not None else None
+    read = program is not None and program.kind is not None
+    lightning = shape.launcher == "lightning" or (read and program.kind == "lightning")
+    if not read and ctx.sbatch.launch is not None:
+        lightning = lightning or lightning_cli_args(ctx.sbatch.launch.script_args)
+    if lightning or (read and program.passes_rank):
+        # Lightning picks its cluster environment in order, SLURMEnvironment first (SLURM_NTASKS set under srun:
+        # lightning/fabric/connector.py _choose_cluster_environment), takes the rank from SLURM_PROCID and passes it
+        # to init_process_group itself; a program that passes its own rank likewise: an exported RANK is not read.
+        return None
     lines = [f"line {exports[n].line}: {exports[n].text or n + '=' + exports[n].value}" for n in names]
     values = ", ".join(f"{n}={exports[n].value}" for n in names)
     return fail(
@@ -146,6 +160,8 @@ def _node_rank_same_on_every_node(facts, ctx):
     if (launch.rdzv_backend or "static") != "static":
         return None  # c10d/etcd rendezvous hands out node ranks itself
     rank, nnodes, from_config = launch.node_rank, str(launch.nnodes or ""), None
+    if launcher != "accelerate" and not nnodes:
+        return None  # torchrun's --nnodes defaults to 1: one world per node, GD-SLURM-035's finding, not node ranks
     if launcher == "accelerate" and launch.config_file:
         from gpudoctor.readers.accelerate import accelerate_plan
 

@@ -99,13 +99,13 @@ def processes_form_one_world(facts, ctx):
     if model is None or model.launch is None:
         return skip("no training launch line in the batch script")
     procs = _distributed(model)
-    if not procs:
-        return skip("the model lists no distributed process", **_evidence(model))
     worlds: dict[str, list[Process]] = {}
     for p in procs:
         if known(p.world):
             worlds.setdefault(str(p.world), []).append(p)
     problem = _split(model, worlds) or _agents(model)
+    if problem is None and not procs:
+        return skip("the model lists no distributed process", **_evidence(model))
     if problem is None:
         if not worlds:
             return skip("which world the processes join is not known", **_evidence(model))
@@ -204,7 +204,34 @@ def _agents(model: JobModel) -> tuple[str, tuple[str, ...]] | None:
                     + " ...'",
                 ),
             )
-    return None
+    return _more_nodes_than_nnodes(model)
+
+
+def _more_nodes_than_nnodes(model: JobModel) -> tuple[str, tuple[str, ...]] | None:
+    """torchrun on more nodes than its --nnodes MAX (default 1:1), one agent per node, the same command on each:
+    wrong wherever the agents meet. At one endpoint the rendezvous closes at MAX nodes and the others are refused
+    or wait; at different ones (a loopback or per-node endpoint, the static default 127.0.0.1) each node trains
+    alone, a copy of the same run (torch/distributed/run.py: --nnodes, default 1:1). The endpoint may be unknown."""
+    agents = [t for t in model.tasks if t.launcher.kind in ("torchrun", "torch.distributed.launch")]
+    if len(agents) < 2 or any(t.launcher.standalone or not known(t.launcher.nnodes) for t in agents):
+        return None
+    nnodes = agents[0].launcher.nnodes
+    if nnodes is None or any(t.launcher.nnodes != nnodes for t in agents):
+        return None
+    nodes = {t.node for t in agents}
+    if len(nodes) != len(agents) or len(nodes) <= nnodes[1]:
+        return None
+    script = model.launch.script if model.launch is not None else None
+    args = {t.argv[t.argv.index(script) + 1 :] if script in t.argv else t.argv for t in agents}
+    if len(args) == len(agents):
+        return None  # each node runs its own arguments: separate runs on purpose (a sweep)
+    lo, hi = nnodes
+    said = f"--nnodes={lo}" if lo == hi else f"--nnodes={lo}:{hi}"
+    default = " (the default)" if model.launch is not None and model.launch.nnodes is None else ""
+    return (
+        f"{_line(model)}: torchrun runs on {len(nodes)} nodes with {said}{default}: never one world of {len(nodes)}",
+        _REMEDY,
+    )
 
 
 # ---------------------------------------------------------------- GD-SLURM-036
@@ -218,7 +245,7 @@ def _agents(model: JobModel) -> tuple[str, tuple[str, ...]] | None:
     needs=[],
     requires=["sbatch"],
     scope="job",
-    defers_to=["GD-DIST-001", "GD-SLURM-009"],
+    defers_to=["GD-DIST-001", "GD-SLURM-009", "GD-SLURM-035"],
     what="Reads each process's rank and world size as its program reads them (--rank on its argv; of RANK and "
     "SLURM_PROCID the one its source reads first; torchrun's RANK otherwise) after the batch shell expanded the "
     "line once as task 0, and fails on two processes with one rank or a world size unlike the processes there.",
@@ -242,8 +269,9 @@ def ranks_unique_in_their_world(facts, ctx):
     for members in groups.values():
         problem = _duplicates(model, members) or _sizes(model, members)
         if problem is not None:
-            if _reported(ctx, ("GD-DIST-001", "GD-SLURM-009")):
-                return passed("the colliding ranks are GD-DIST-001's finding", **_evidence(model))
+            other = _reported(ctx, ("GD-DIST-001", "GD-SLURM-009", "GD-SLURM-035"))
+            if other is not None:
+                return passed(f"the colliding ranks are {other}'s finding", **_evidence(model))
             message, advice, ev = problem
             return fail(message, manual(*advice), **_evidence(model, **ev))
     return passed(f"{len(procs)} processes, each its own rank of the world it expects", **_evidence(model))

@@ -94,6 +94,15 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     )
     shape.ntasks_option = read_int(step.get("ntasks"), "--ntasks", p, 1)
     shape.ntasks_per_node = read_int(step.get("ntasks-per-node"), "--ntasks-per-node", p, 1)
+    if shape.nodes and shape.ntasks_option and shape.nodes > shape.ntasks_option:
+        # sbatch and srun lower the node count to the task count ("can't run 1 processes on 4 nodes, setting nnodes
+        # to 1": slurm_opt.c, seen with sbatch 22.05): more nodes than tasks is never allocated.
+        shape.problems.append(
+            f"--nodes={step.get('nodes')} with --ntasks={shape.ntasks_option}: SLURM allocates "
+            f"{shape.ntasks_option} node(s), not {step.get('nodes')}"
+        )
+        ev["nodes (lowered by SLURM)"] = str(shape.ntasks_option)
+        shape.nodes = shape.ntasks_option
     _tasks_from_options(shape)
     # The batch shell has SLURM_NTASKS only with --ntasks or --ntasks-per-node; srun tasks always do.
     shape.ntasks_in_env = srun is not None or "ntasks" in d or "ntasks-per-node" in d

@@ -211,6 +211,13 @@ _SHELLS = {"bash", "sh", "zsh", "dash", "ksh"}
 _LIGHTNING_CLI_SUBCOMMANDS = frozenset({"fit", "validate", "test", "predict"})
 
 
+def lightning_cli_args(args) -> bool:
+    """`fit --config cfg.yaml`: LightningCLI's subcommands (fit, validate, test, predict) with its --config (Lightning
+    docs, "Configure hyperparameters from the CLI"): the program runs Lightning's Trainer."""
+    subcommand = any(a in _LIGHTNING_CLI_SUBCOMMANDS for a in args if not a.startswith("-"))
+    return subcommand and any(a.split("=")[0] in ("--config", "-c") for a in args)
+
+
 def _shell_command_string(args: list[str]) -> str | None:
     """The command string of `bash -c '...'` / `sh -xeuc '...'`; None for `bash script.sh`."""
     i = 0
@@ -326,8 +333,7 @@ def describe_command(tokens: list[str], depth: int = 0) -> dict:
         light = _lightning_args(args)
         return {**out, **py, **({"lightning": light} if light else {})}
     light = _lightning_args(args)
-    subcommand = any(a in _LIGHTNING_CLI_SUBCOMMANDS for a in args if not a.startswith("-"))
-    if subcommand and any(a.split("=")[0] in ("--config", "-c") for a in args):
+    if lightning_cli_args(args):
         # `mytool fit --config cfg.yaml`: LightningCLI's subcommands and --config (Lightning docs, "Configure
         # hyperparameters from the CLI"): a console script running Lightning's Trainer
         return {
