@@ -21,7 +21,7 @@ How each layer is read, and whose rule it follows:
   (torch/distributed/run.py: --nnodes MIN:MAX default 1:1, --nproc-per-node default 1, --node-rank default 0,
   --rdzv-backend default static at --master-addr (default 127.0.0.1):--master-port (default 29500), --standalone
   = c10d at localhost with a fresh run id; workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-  MASTER_PORT), torch.distributed.launch (the same, --local-rank on argv), deepspeed (one process per visible GPU
+  MASTER_PORT: a static rendezvous's, else the rank-0 agent's host and a free port it picks), torch.distributed.launch (the same, --local-rank on argv), deepspeed (one process per visible GPU
   by default, on its own node without a hostfile), accelerate (readers/accelerate.accelerate_plan), Lightning
   (one rank per SLURM task: lightning.fabric.plugins.environments.slurm), torch.multiprocessing.spawn in the
   program (readers/program.py), a plain program (one process per task);
@@ -766,6 +766,13 @@ class _Builder:
                 "MASTER_ADDR": la.rendezvous.host if la.rendezvous else None,
                 "MASTER_PORT": la.rendezvous.port if la.rendezvous else None,
             }
+            if la.rendezvous is not None and (la.standalone or (la.backend or "static") != "static"):
+                # c10d (and --standalone, a c10d rendezvous on the node): the rank-0 agent picks a free port and
+                # gives its own socket.getfqdn() (torch/distributed/elastic/rendezvous/api.py
+                # RendezvousStoreInfo.build); seen with torch 2.13 (tests/job/test_job_reality.py)
+                here = self._hostname(alloc, task.node) if la.standalone else None
+                given["MASTER_ADDR"] = here or Unknown("the host of the agent the rendezvous makes rank 0")
+                given["MASTER_PORT"] = Unknown("a free port the rank-0 agent picks")
             for name, value in given.items():
                 if value is not None and known(value):
                     env[name], sources[name] = str(value), la.kind

@@ -24,15 +24,9 @@ from tests.job.recorder import PREFIXES as RECORDED_PREFIXES
 # authors). A difference listed here is shown (the test's `known` output), not failed; one not listed fails;
 # when the model is fixed, the entry is simply no longer met.
 KNOWN_DIFFERENCES: dict[str, str] = {
-    r"env MASTER_PORT: model '29500' \(torchrun\), ran '\d+'": (
-        "c10d and --standalone: torchrun's workers get MASTER_PORT = a free port the rank-0 agent picks "
-        "(torch/distributed/elastic/rendezvous/api.py RendezvousStoreInfo.build: get_free_port()), not the "
-        "rendezvous endpoint's port; only a static rendezvous passes --master-port on"
-    ),
-    r"env MASTER_ADDR: model 'localhost' \(torchrun\), ran '[\w.-]+'": (
-        "--standalone: the workers' MASTER_ADDR is the rank-0 agent's socket.getfqdn() (the node's name), "
-        "not localhost (RendezvousStoreInfo.build)"
-    ),
+    # regex of a difference line: why the model is known to differ there (with the consumer's source). Empty: the
+    # workers' MASTER_ADDR/MASTER_PORT under c10d and --standalone, once listed here, are now modelled as torchrun
+    # gives them (the rank-0 agent's host and a free port it picks: RendezvousStoreInfo.build).
 }
 
 
