@@ -25,6 +25,7 @@ from collections import Counter
 from gpudoctor.edit import FILE_EDITS  # the kinds that edit a file (the kinds table)
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity, worst
 from gpudoctor.report.result import Result, View
+from gpudoctor.report.screen import SCREEN_LINES, Screen, finding_head, terminal_width
 from gpudoctor.sanitize import clean
 
 MARKS = {
@@ -38,11 +39,9 @@ MARKS = {
 ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 PROBLEMS = (Severity.FAIL, Severity.ERROR, Severity.WARN)
 SAFETY_MEANING = {
-    Safety.SAFE: "safe: reversible, changes only the job's environment or a file gpudoctor backs up; "
-    "`gpudoctor fix --apply` writes it",
-    Safety.UNSAFE: "unsafe: changes what the job does (GPUs, tasks, batch size, workers); "
-    "written only with `gpudoctor fix --apply --unsafe-fixes`",
-    Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
+    Safety.SAFE: "safe: `gpudoctor fix --apply` writes it (backup kept)",
+    Safety.UNSAFE: "unsafe: changes what the job does, written only with --unsafe-fixes",
+    Safety.MANUAL: "manual: yours to run, gpudoctor never runs it",
 }
 DEFAULT_EVIDENCE_LINES = 2
 VALUE_LIMIT = 120
@@ -206,103 +205,92 @@ def _counts(items: list[Finding], detail: str) -> str:
     return " · ".join(parts)
 
 
-class _Renderer:
-    def __init__(self, out: _Out, detail: str):
-        self.out = out
-        self.detail = detail  # "default" | "all" | "problems"
-        self.explained: set[Safety] = set()
-        self.seen: set[tuple[str, str]] = set()  # evidence already shown (the same #SBATCH lines under every finding)
+def _rank(f: Finding) -> tuple:
+    """What stops the job first: fail, error, warn, note; then by file and line."""
+    loc = f.location
+    return (-f.severity.rank, (loc.file if loc else ""), (loc.line or 0) if loc else 0, f.id)
 
-    def finding(self, f: Finding, indent: int = 4) -> None:
-        mark, style = MARKS[f.severity]
-        where = f"  {f.location.file}:{f.location.line}" if f.location and f.location.line else ""
-        self.out.text(indent, f"{mark} {f.title}  {f.id}{where}", style if f.severity in PROBLEMS else None)
-        self.out.text(indent + 4, f.message)
-        limit = None if self.detail == "all" else DEFAULT_EVIDENCE_LINES
-        if f.severity in PROBLEMS or self.detail == "all":  # a note with advice: its message and fix suffice
-            for ev in evidence_lines(f.evidence, limit, f.message, self.seen):
-                self.out.text(indent + 4, ev, "dim")
+
+class _Renderer:
+    def __init__(self, screen: Screen, detail: str):
+        self.screen = screen
+        self.detail = detail  # "default" | "all" | "problems" | "notes"
+        self.safeties: set[Safety] = set()  # the kinds of fix shown: the legend says each once
+
+    def finding(self, f: Finding, indent: int = 0) -> None:
+        style = MARKS[f.severity][1] if f.severity in PROBLEMS else None
+        self.screen.add(finding_head(f), indent, indent + 4, style)
+        if self.detail == "all":
+            for ev in evidence_lines(f.evidence, None):
+                self.screen.add(ev, indent + 4, indent + 6, "dim")
         if f.fix is not None:
-            self.fix(f.fix, indent + 4, compact=f.severity is Severity.INFO and self.detail == "default")
+            self.fix(f.fix, indent + 2, compact=f.severity is Severity.INFO and self.detail == "default")
 
     def fix(self, fix: Fix, indent: int, compact: bool = False) -> None:
-        """compact (a note's advice in the default view, which must keep a healthy job on one screen): the
-        commands stand for the fix's title, the first on the `fix (...)` line; -v shows the title."""
-        label = fix.safety.value
-        if fix.safety not in self.explained:
-            label = SAFETY_MEANING[fix.safety]
-            self.explained.add(fix.safety)
-        lines = action_lines(fix)
+        """`fix (safety): title`, then the commands to run (all the edits too with -v); the meaning of the
+        safety is said once, in the legend under the findings. compact (a note's advice in the default view):
+        the commands stand for the title, the first on the `fix (...)` line; -v shows the title."""
+        self.safeties.add(fix.safety)
+        lines = action_lines(fix) if self.detail == "all" else shell_commands(fix)
         if compact and lines:
-            self.out.text(indent, f"fix ({label}): {lines[0]}")
+            self.screen.command(f"fix ({fix.safety.value}): {lines[0]}", indent)
             lines = lines[1:]
         else:
-            self.out.text(indent, f"fix ({label}): {fix.title}")
+            self.screen.add(f"fix ({fix.safety.value}): {fix.title}", indent, indent + 4)
         for line in lines:
-            self.out.text(indent + 2, line)
+            self.screen.command(line, indent + 2)
 
     def category(self, category: str, items: list[Finding]) -> None:
         mark, style = MARKS[worst(items)]
-        self.out.line(
-            (f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim")
-        )
+        self.screen.add(f"[{mark}] {category:<12} {_counts(items, self.detail)}", 0, 17, style)
         for f in items:
-            if _advice(f) or self.detail == "all" or (self.detail == "notes" and f.severity is Severity.INFO):
-                self.finding(f)
+            self.finding(f, 4)
+
+    def legend(self) -> str | None:
+        shown = [SAFETY_MEANING[s] for s in (Safety.SAFE, Safety.UNSAFE, Safety.MANUAL) if s in self.safeties]
+        return "fixes: " + " · ".join(shown) if shown else None
 
 
 def next_steps(findings: list[Finding], fix_command: str | None) -> list[str]:
-    """The commands that fix the problems, in order (fail first), each once; file edits as one `gpudoctor fix` line."""
-    steps: list[str] = []
+    """The one `gpudoctor fix` command that writes the problems' file edits (with --unsafe-fixes when one of
+    them is unsafe); the commands a person runs are printed under their finding."""
     edits_unsafe = None
-    for f in sorted(findings, key=lambda f: -f.severity.rank):
+    for f in findings:
         if f.severity not in PROBLEMS or f.fix is None:
             continue
-        for cmd in shell_commands(f.fix):
-            if cmd not in steps:
-                steps.append(cmd)
         if any(ActionKind(a.kind) in FILE_EDITS for a in f.fix.actions):
             edits_unsafe = bool(edits_unsafe) or f.fix.safety is Safety.UNSAFE
-    if edits_unsafe is not None:
-        cmd = fix_command or "gpudoctor fix --apply"
-        if edits_unsafe and "--unsafe-fixes" not in cmd:
-            cmd += " --unsafe-fixes"
-        steps.insert(0, f"{cmd}   # writes the file edits above (backup kept); run without --apply to see the diff")
-    return steps
+    if edits_unsafe is None:
+        return []
+    cmd = fix_command or "gpudoctor fix --apply"
+    if edits_unsafe and "--unsafe-fixes" not in cmd:
+        cmd += " --unsafe-fixes"
+    return [cmd]
 
 
-def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -> None:
+def _machine_line(findings: list[Finding], target) -> str | None:
+    """The machine gpudoctor runs on, when it is not where the job runs: one line, and only when it has
+    something to say (its findings are with -v, outside the verdict)."""
+    c = Counter(f.severity for f in findings if f.severity in PROBLEMS)
+    if not c:
+        return None
+    host = getattr(target, "hostname", None) or "this machine"
+    parts = ", ".join(f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s])
+    return f"this machine ({host}) is not where the job runs: {parts} here, not counted (-v)"
+
+
+def _machine_section(r: _Renderer, findings: list[Finding], target) -> None:
+    """-v: the machine gpudoctor runs on, every check, apart from the job's."""
     host = getattr(target, "hostname", "this machine")
-    out.line()
-    out.text(0, f"this machine: {host} (not where the job runs; not in the verdict)", "bold")
-    groups = _by_category(findings)
-    quiet = []
-    for category, items in groups:
-        if r.detail == "all":
-            r.category(category, items)
-            continue
-        advice = [f for f in items if _advice(f)]
-        if not advice:
-            quiet.append(category)
-            continue
-        first = max(advice, key=lambda f: f.severity.rank)
-        mark, style = MARKS[first.severity]
-        more = len(advice) - 1
-        out.text(
-            4,
-            f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""),
-            style if first.severity in PROBLEMS else None,
-        )
-        for f in advice:
-            if f.fix is not None:
-                for cmd in action_lines(f.fix):
-                    out.text(8, cmd)
-    if quiet:
-        out.text(4, f"{', '.join(quiet)}: fine or not applicable here", "dim")
-    out.text(
-        4,
+    r.screen.blank()
+    r.screen.add(f"this machine: {host} (not where the job runs; not in the verdict)", 0, 2, "bold")
+    for category, items in _by_category(findings):
+        r.category(category, items)
+    r.screen.add(
         "run `srun gpudoctor check` inside the job (or give --node-snapshot F recorded on a compute node) "
         "to judge the node itself",
+        4,
+        6,
         "dim",
     )
 
@@ -351,42 +339,84 @@ def write(findings: list[Finding], header: str = "", verbose=False, file=None, v
     file.flush()
 
 
+def _summary(verdict: list[Finding], shown: set[int]) -> str | None:
+    """One line for what the default report does not detail: passed, not applicable, notes left out."""
+    rest = [f for f in verdict if id(f) not in shown]
+    c = Counter(f.severity for f in rest)
+    parts = []
+    if c[Severity.PASS]:
+        parts.append(f"{c[Severity.PASS]} passed")
+    if c[Severity.SKIP]:
+        parts.append(f"{c[Severity.SKIP]} not applicable")
+    if c[Severity.INFO]:
+        parts.append(f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}")
+    return " · ".join(parts) + " (-v)" if parts else None
+
+
 def _check_text(result: Result) -> str:
+    """The check layout. Default: header, one line per problem (`mark file:line: message  ID`) with its fix
+    on the next line(s), the notes that bring something to do while the screen allows, one summary line,
+    the safety legend once, the `gpudoctor fix` command, the verdict; every line wrapped to the terminal
+    with a hanging indent. -q: the problems and their fixes only. -v: every check by category, with its
+    evidence, the machine gpudoctor runs on, and the fix's every edit."""
     view = result.view
     detail = result.detail
     if view.notes and detail == "default":
         detail = "notes"
-    out = _Out(result.color)
-    r = _Renderer(out, detail)
+    prefix = f"[{clean(view.label)}] " if view.label else ""
+    width = max(40, (result.width or terminal_width()) - len(prefix))
+    screen = Screen(width)
+    r = _Renderer(screen, detail)
     target = result.target if result.target is not None else view.target
     verdict, machine = result.verdict, result.outside
-    if view.header:
-        out.text(0, view.header, "bold")
-    for line in view.lines:
-        out.text(2, line)
-    groups = _by_category(verdict)
-    if detail == "problems":
-        for _category, items in groups:
-            for f in items:
-                if f.severity in PROBLEMS:
-                    r.finding(f, indent=0)
-    else:
-        for category, items in groups:
+    quiet = detail == "problems"
+    if not quiet:
+        if view.header:
+            screen.add(view.header, 0, 2, "bold")
+        for line in [*view.lines, *(view.more_lines if detail == "all" else [])]:
+            screen.add(line, 2, 4)
+    shown: set[int] = set()
+    if detail == "all":
+        for category, items in _by_category(verdict):
             r.category(category, items)
         if machine:
-            _machine_section(r, out, machine, target)
+            _machine_section(r, machine, target)
+    else:
+        for f in sorted((f for f in verdict if f.severity in PROBLEMS), key=_rank):
+            r.finding(f)
+            shown.add(id(f))
+        notes = sorted((f for f in verdict if f.severity is Severity.INFO), key=_rank)
+        if detail != "notes":
+            notes = [f for f in notes if f.fix is not None and f.fix.actions]
+        tail = 6  # blank, summary, machine, legend, next step, verdict (their most)
+        for f in notes if not quiet else []:
+            before = len(screen.rows)
+            r.finding(f)
+            if detail != "notes" and len(screen.rows) + tail > SCREEN_LINES:
+                del screen.rows[before:]  # no room: the note is counted in the summary (-v)
+                continue
+            shown.add(id(f))
     steps = next_steps(verdict, view.fix_command)
-    if steps:
-        out.line()
-        out.text(0, "next steps", "bold")
-        for i, step in enumerate(steps, 1):
-            out.text(2, f"{i}. {step}")
-    if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
-        out.line()
-    text, style = _verdict(verdict, target, view.subject, view.fails_mean)
-    out.text(0, text, style)
+    if not quiet:
+        screen.blank()
+        summary = _summary(verdict, shown) if detail != "all" else None
+        if summary:
+            screen.add(summary, 0, 2, "dim")
+        line = _machine_line(machine, target) if machine and detail != "all" else None
+        if line:
+            screen.add(line, 0, 2, "dim")
+    legend = r.legend()
+    if legend and not quiet:
+        screen.add(legend, 0, 2, "dim")
+    for i, step in enumerate(steps):
+        screen.command(("next: " if i == 0 else "      ") + step, 0)
+    if not quiet:
+        text, style = _verdict(verdict, target, view.subject, view.fails_mean)
+        screen.add(text, 0, 2, style)
+    out = _Out(result.color)
+    for line, style in screen.rows:
+        out.text(0, line, style)
     body = out.buf.getvalue()
-    if view.label:
-        prefix = f"[{clean(view.label)}] "
+    if prefix:
         body = "".join(prefix + line for line in body.splitlines(keepends=True))
     return body
