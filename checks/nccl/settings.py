@@ -79,7 +79,8 @@ def _fmt_nccl(v) -> str:
     why="NCCL_DEBUG=INFO prints dozens of lines per rank at every communicator set-up: right for debugging a "
     "hang, noise in a long run. With NCCL_DEBUG_SUBSYS including COLL (or ALL), NCCL logs every "
     "collective: millions of lines and measurable overhead. WARN is the level for production.",
-    fix="export NCCL_DEBUG=WARN (or unset it) once the set-up works; keep INFO only while debugging.",
+    fix="export NCCL_DEBUG=WARN (or unset it) once the set-up works; keep INFO only while debugging. "
+    "A debugging switch is yours: `gpudoctor fix --apply` never rewrites it.",
 )
 def nccl_debug_logging_left_on(facts, ctx):
     env = job_env(facts, ctx)
@@ -102,19 +103,16 @@ def nccl_debug_logging_left_on(facts, ctx):
         "ALL",
     } and not subsys.startswith("^")
     where = f" to {env['NCCL_DEBUG_FILE']}" if env.get("NCCL_DEBUG_FILE") else ""
+    # A debugging switch is the author's choice: the fix is a command for them, never an edit that
+    # `gpudoctor fix --apply` would make behind their back (issue 38: INFO was rewritten to WARN).
+    lower = manual("When the set-up works, lower NCCL's logging", "export NCCL_DEBUG=WARN")
     if per_collective:
         return warn(
-            f"NCCL_DEBUG={value} with NCCL_DEBUG_SUBSYS={subsys} logs "
-            f"every collective{where}: huge logs and a slower run",
-            set_env("NCCL_DEBUG", "WARN"),
+            f"NCCL_DEBUG={value} with NCCL_DEBUG_SUBSYS={subsys} logs every collective{where}: huge, slow logs",
+            lower,
             **evidence,
         )
-    return info(
-        f"NCCL_DEBUG={value} is on{where}: verbose set-up logs from "
-        "every rank; fine while debugging, use WARN in production",
-        set_env("NCCL_DEBUG", "WARN"),
-        **evidence,
-    )
+    return info(f"NCCL_DEBUG={value} logs every rank's set-up{where}: fine while debugging", lower, **evidence)
 
 
 @check(
