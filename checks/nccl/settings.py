@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpudoctor.job.env import job_env
 from gpudoctor.job.layout import layout
-from gpudoctor.model import fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.model import fail, info, manual, passed, skip, warn
 from gpudoctor.readers.ncclenv import (
     NCCL_DEBUG_LEVELS,
     nccl_problems,

@@ -152,7 +152,7 @@ def _ranks_share_gpus(shape: JobShape, facts, tasks: int, gpus: int, ev: dict) -
     fix = directive_fix(
         shape,
         facts,
-        f"Request one GPU per task: --{key}={value} (or --ntasks-per-node={gpus} to match the {gpus} GPU(s))",
+        f"Request one GPU per task: --{key}={value}",  # the other way, fewer tasks: `explain GD-SLURM-002`
         {key: value},
     )
     if "ntasks-per-gpu" in {**shape.directives, **(shape.srun_options or {})}:  # it excludes --ntasks-per-node
@@ -191,7 +191,9 @@ def _every_gpu_fix(shape, facts, tasks: int, gpus: int):
     return directive_fix(
         shape,
         facts,
-        f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
+        "Use every GPU: "
+        + ", ".join(f"--{k}={v}" for k, v in changes.items())
+        + (", started with srun" if add_srun else ""),
         changes,
         srun_prefix="" if add_srun else None,
     )
@@ -313,13 +315,10 @@ def _idle_gpus_fix(shape: JobShape, facts, tasks: int, per_task: int, gpus: int)
                 Safety.UNSAFE,
                 (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(gpus // tasks), key=flag.lstrip("-")),),
             )
-    hint = (
-        f"--ntasks-per-node={gpus}"
-        if per_task == 1
-        else f"{launcher} with {gpus // max(tasks, 1)} process(es) per task"
+    key, value = gpu_request(shape, ranks)  # the processes' own count is the program's: ask for what they use
+    return directive_fix(
+        shape, facts, f"Request only the {ranks} GPU(s) the processes use: --{key}={value}", {key: value}
     )
-    key, value = gpu_request(shape, ranks)
-    return directive_fix(shape, facts, f"Use every GPU ({hint}), or request only {ranks}", {key: value})
 
 
 def _program_ev(shape: JobShape) -> dict:

@@ -4,7 +4,13 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.slurm._shared import directive_fix, same_cpus_per_node, shape_evidence, slurm_shape
+from gpudoctor.checks.slurm._shared import (
+    directive_fix,
+    known_node_cpus,
+    same_cpus_per_node,
+    shape_evidence,
+    slurm_shape,
+)
 from gpudoctor.job.process_model import (
     one_rank_per_task_under_srun,
     program_of,
@@ -144,8 +150,7 @@ def launcher_inside_multi_task_srun(facts, ctx):
             fix = directive_fix(
                 shape,
                 facts,
-                f"One {launcher} per node starting all ranks: --ntasks-per-node=1 and "
-                f"--nproc-per-node={count} (or bind each task to its GPU with --gpus-per-task=1)",
+                f"One {launcher} per node starting all ranks: --ntasks-per-node=1",  # the rest named below
                 {"ntasks-per-node": "1", **same_cpus_per_node(shape, tasks, 1)},
             )
             flag = LAUNCHER_TABLE[launcher].process_count_flag
@@ -158,7 +163,8 @@ def launcher_inside_multi_task_srun(facts, ctx):
                 if launch is not None and launch.nnodes and str(launch.nnodes) != nnodes:
                     # N one-process torchruns per node posed as N "nodes": one per node now, so --nnodes = nodes
                     extra += (Action(ActionKind.OVERRIDE_SET, shape.script, value=nnodes, key="nnodes"),)
-                fix = Fix(fix.title, fix.safety, fix.actions + extra)
+                named = ", ".join(f"--{a.key}={a.value}" for a in extra)
+                fix = Fix(f"{fix.title} and {launcher} {named}", fix.safety, fix.actions + extra)
             return warn(
                 f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and "
                 f"every task sees all {shared} GPUs: each {launcher} sets LOCAL_RANK=0, so "
@@ -168,12 +174,7 @@ def launcher_inside_multi_task_srun(facts, ctx):
                 **ev,
             )
         return passed(f"{launcher} starts one process in each of the {tasks} tasks per node", **ev)
-    fix = directive_fix(
-        shape,
-        facts,
-        f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)",
-        {"ntasks-per-node": "1"},
-    )
+    fix = _one_launcher_per_node(shape, facts, ctx, launcher, tasks, per)
     total = (
         f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {LAUNCHER_TABLE[launcher].process_count_flag}"
     )
@@ -193,6 +194,27 @@ def launcher_inside_multi_task_srun(facts, ctx):
         fix,
         **ev,
     )
+
+
+def _one_launcher_per_node(shape: JobShape, facts, ctx, launcher: str, tasks: int, per: int | None) -> Fix:
+    """--ntasks-per-node=1 with the CPUs of the node's tasks kept for its one launcher (issue 38: changing the
+    task count alone left the launcher one task's CPUs): the job's own per-node CPUs when it states
+    --cpus-per-task, else the node's CPUs where gpudoctor knows the node; else what to ask for, by hand."""
+    cpus = same_cpus_per_node(shape, tasks, 1)
+    if not cpus and not shape.directives.get("cpus-per-task"):
+        node = known_node_cpus(facts, ctx)
+        cpus = {"cpus-per-task": str(node)} if node else {}
+        if not node:
+            ranks = f"its {per} ranks" if per else "its ranks"
+            return manual(
+                f"One {launcher} per node: --ntasks-per-node=1, with --cpus-per-task for {ranks} "
+                "(the node's CPUs are not known here)",
+                "#SBATCH --ntasks-per-node=1",
+                f"#SBATCH --cpus-per-task=<CPUs for {ranks}: (num_workers + 1) each>",
+            )
+    changes = {"ntasks-per-node": "1", **cpus}
+    title = f"One {launcher} per node: " + " and ".join(f"--{k}={v}" for k, v in changes.items())
+    return directive_fix(shape, facts, title, changes)
 
 
 def _tasks_bound_to_own_gpus(shape: JobShape) -> bool:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.model import Severity
+from gpudoctor.model import ActionKind, Safety, Severity
 from gpudoctor.readers.sbatch import load_sbatch, parse_sbatch
 from gpudoctor.registry import load_all
 from tests.factsutil import load_fixture, make_facts, run, severity
@@ -397,6 +397,15 @@ def test_008_torchrun_ranks_share_the_task():
     assert f.severity is Severity.WARN and "8 rank(s)" in f.message
 
 
+def test_008_proposes_cpus_only_from_a_node_size_it_knows():
+    """Issue 38: with --config and a script but no node known, the fix says what to ask for per rank, by hand
+    (no `--cpus-per-task=17` guess written into the script); a node snapshot's CPUs make it an edit."""
+    sb = load_sbatch(str(SCRIPTS / "correct-srun-ntasks8-gres8.slurm"))  # 8 tasks per node, -c 16
+    f = one(sb_run("GD-SLURM-008", sb, config={"num_workers": 16}))  # 17 CPUs per rank
+    assert f.severity is Severity.WARN and f.fix.safety is Safety.MANUAL and "17 CPUs per rank" in f.fix.title
+    assert all(a.kind is ActionKind.COMMAND for a in f.fix.actions)
+
+
 def test_008_skips_without_a_config():
     assert severity("GD-SLURM-008", make_facts(GOOD_STEP)) is Severity.SKIP
 
@@ -416,7 +425,12 @@ def test_009_ignored_srun_ntasks_per_node_fails_and_the_fix_drops_the_job_ntasks
     )
     assert f.severity is Severity.FAIL and "8 x 8 = 64" in f.message
     # --ntasks=16 kept beside --ntasks-per-node=1 on 2 nodes could not be placed
-    assert {(a.key, a.value) for a in f.fix.actions} == {("ntasks-per-node", "1"), ("ntasks", None)}
+    # and the node's CPUs stay with its one torchrun: 8 tasks x 8 CPUs become 1 x 64, not 1 x 8 (issue 38)
+    assert {(a.key, a.value) for a in f.fix.actions} == {
+        ("ntasks-per-node", "1"),
+        ("ntasks", None),
+        ("cpus-per-task", "64"),
+    }
 
 
 def test_009_names_the_launchers_own_process_count_flag():
