@@ -342,3 +342,31 @@ def test_async_error_handling_out_of_range_warns_because_torch_does_not_reject_i
     (f,) = run("GD-NCCL-006", make_facts(env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "5"}))
     assert f.severity is Severity.WARN and "neither tears down" in f.message
     assert severity("GD-NCCL-006", make_facts(env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"})) is Severity.PASS
+
+
+# --- GD-NCCL-013 ---------------------------------------------------------------------------
+
+
+def test_a_variable_neither_nccl_nor_torch_reads_is_named_with_what_was_meant():
+    """Issue 38: `export NCCL_TIMEOUT=1800` and TORCH_NCCL_TIMEOUT set no timeout; a typo names the real one."""
+    env = {"NCCL_TIMEOUT": "1800", "TORCH_NCCL_TIMEOUT": "1800", "NCCL_SOCKET_IFNAM": "ib0", "NCCL_DEBUG": "WARN"}
+    found = {f.message.split()[0]: f for f in run("GD-NCCL-013", make_facts(env=env))}
+    assert set(found) == {"NCCL_TIMEOUT", "TORCH_NCCL_TIMEOUT", "NCCL_SOCKET_IFNAM"}
+    assert all(f.severity is Severity.WARN and len(f.message) <= 120 for f in found.values())
+    assert "init_process_group(timeout=...)" in found["NCCL_TIMEOUT"].message
+    assert "did you mean NCCL_SOCKET_IFNAME?" in found["NCCL_SOCKET_IFNAM"].message
+    assert "export NCCL_SOCKET_IFNAME=ib0" in [a.target for a in found["NCCL_SOCKET_IFNAM"].fix.actions]
+
+
+def test_names_nccl_or_torch_read_pass_and_an_undocumented_one_is_a_note():
+    known = {"NCCL_IB_TIMEOUT": "22", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_ASYNC_ERROR_HANDLING": "1"}
+    known |= {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "NCCL_VERSION": "2.21.5", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "600"}
+    assert severity("GD-NCCL-013", make_facts(env=known)) is Severity.PASS
+    assert severity("GD-NCCL-013", make_facts(env={"NCCL_SOMETHING_NEW": "1"})) is Severity.INFO
+
+
+def test_an_unread_variable_points_at_its_export_line():
+    script = "#!/bin/bash\n#SBATCH --gres=gpu:1\nexport NCCL_DEBUG=WARN\nexport NCCL_TIMEOUT=1800\nsrun python t.py\n"
+    sb = parse_sbatch(script, "job.slurm")
+    (f,) = run("GD-NCCL-013", make_facts(RECORDED_CPU, env={}), sbatch=sb, sbatch_path="job.slurm")
+    assert f.severity is Severity.WARN and f.location is not None and f.location.line == 4
