@@ -119,12 +119,11 @@ def _srun_inherits_by_version(
         )
     where = f"line {shape.launch_lineno}: srun" if shape.from_script and shape.launch_lineno else "srun"
     if version is None:
-        return info(
-            f"SLURM version not known here: on SLURM 22.05 to 23.02 {where} does not inherit --cpus-per-task={cpt} "
-            "(SRUN_CPUS_PER_TASK is not set) and each task may get 1 CPU; 23.11 and later inherit it again",
-            fix,
-            **ev,
+        ev["SLURM 22.05 to 23.02"] = (
+            f"{where} does not inherit --cpus-per-task={cpt} (SRUN_CPUS_PER_TASK is not set): each task may get "
+            "1 CPU; 23.11 and later inherit it again"
         )
+        return info(f"on SLURM 22.05-23.02 {where} gets 1 CPU per task, not {cpt} (version not known here)", fix, **ev)
     which = f"SLURM {raw_version}"
     if not shape.from_script and not shape.srun_launch and (shape.tasks_here or 1) <= 1 and (shape.nodes or 1) <= 1:
         return info(

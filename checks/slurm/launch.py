@@ -165,11 +165,13 @@ def launcher_inside_multi_task_srun(facts, ctx):
                     extra += (Action(ActionKind.OVERRIDE_SET, shape.script, value=nnodes, key="nnodes"),)
                 named = ", ".join(f"--{a.key}={a.value}" for a in extra)
                 fix = Fix(f"{fix.title} and {launcher} {named}", fix.safety, fix.actions + extra)
+            ev["why"] = (
+                f"every task sees all {shared} GPUs and each {launcher} sets LOCAL_RANK=0, so ranks that select "
+                "cuda:LOCAL_RANK all land on GPU 0 (NCCL 'Duplicate GPU detected'); only a script that picks its "
+                "GPU from SLURM_LOCALID or RANK avoids it"
+            )
             return warn(
-                f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and "
-                f"every task sees all {shared} GPUs: each {launcher} sets LOCAL_RANK=0, so "
-                "ranks that select cuda:LOCAL_RANK all land on GPU 0 (NCCL 'Duplicate GPU "
-                "detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
+                f"srun starts {tasks} one-worker {launcher}s per node, each with LOCAL_RANK=0: all on GPU 0",
                 fix,
                 **ev,
             )
@@ -182,18 +184,12 @@ def launcher_inside_multi_task_srun(facts, ctx):
     if shape.srun_launch is None:
         # srun takes the job's SLURM_NTASKS as its task count and ignores a lone --ntasks-per-node against it.
         nodes = shape.nodes or 1
+        ev["start the launcher with"] = f"srun -N {nodes} -n {nodes} --ntasks-per-node=1"
         return warn(
-            f"{tasks} tasks per node and the launcher is {launcher}: started with plain srun, that is {total} "
-            f"processes{gpus}; start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`",
-            fix,
-            **ev,
+            f"{tasks} tasks per node each start {launcher} under plain srun: {total} processes{gpus}", fix, **ev
         )
-    return fail(
-        f"srun starts {tasks} tasks per node and each runs {launcher}: {total} processes{gpus} in separate worlds "
-        "(NCCL 'Duplicate GPU detected', or the rendezvous hangs)",
-        fix,
-        **ev,
-    )
+    ev["consequence"] = "separate worlds: NCCL 'Duplicate GPU detected', or the rendezvous hangs"
+    return fail(f"srun starts {tasks} tasks per node, each a {launcher}: {total} processes{gpus}", fix, **ev)
 
 
 def _one_launcher_per_node(shape: JobShape, facts, ctx, launcher: str, tasks: int, per: int | None) -> Fix:
@@ -270,46 +266,50 @@ def multi_task_job_without_srun(facts, ctx):
     if python_not_ranked and nodes > 1:
         # srun would start one copy per task of a program not known to be distributed (README: do no harm)
         return warn(
-            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node "
-            f"only and the other node(s) stay idle; {program_status(shape)}",
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: the other node(s) stay idle",
             manual(
                 f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
                 f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",
             ),
             **ev,
+            program=program_status(shape),
         )
     if nodes > 1 and shape.launcher != "deepspeed":
         return fail(
-            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"
-            + (
-                "; torchrun waits for the other nodes forever"
-                if shape.launcher in ("torchrun", "torch.distributed.launch")
-                else ""
-            ),
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: only the first node runs it"
+            + ("; torchrun waits forever" if shape.launcher in ("torchrun", "torch.distributed.launch") else ""),
             fix,
             **ev,
         )
     tasks = shape.ntasks or 1
     if tasks > 1 and shape.launcher == "python":
-        once = (
-            f"{tasks} tasks allocated but line {shape.launch_lineno} runs plain `{line}` without srun: the batch "
-            "shell runs it once, one process with the CPUs the job holds on its first node"
-        )
+        once = f"{tasks} tasks allocated but line {shape.launch_lineno} runs `{line}` once, without srun"
+        ev["batch shell"] = "runs it once: one process with the CPUs the job holds on its first node"
         program = program_of(shape)
+        if program is not None and program.known:
+            ev["program"] = program.describe()
         if one_rank_per_task_under_srun(shape):
-            return warn(f"{once}; {program.describe()}, so {tasks - 1} rank(s) never start", fix, **ev)
+            return warn(f"{once}: {tasks - 1} rank(s) never start", fix, **ev)
         if wants_torchrun(shape):
             return warn(
-                f"{once}; {program.describe()}: start it with torchrun (srun does not set RANK/LOCAL_RANK)",
+                f"{once}: the program needs torchrun (srun does not set RANK/LOCAL_RANK)",
                 manual(f"Start line {shape.launch_lineno} with torchrun --nproc-per-node=<GPUs>"),
                 **ev,
             )
         if program is not None and program.known:
-            return info(
-                f"{once}, which fits the program: {program.describe()} (srun would start {tasks} copies of it)",
+            # an inconsistency whatever the program does with its process: the tasks it does not use wait idle
+            ev["with srun"] = f"srun would start {tasks} copies of it"
+            return warn(
+                f"{once}: {tasks - 1} of them go unused (a one-process program)",
+                manual(
+                    "Request the one task it uses, with the CPUs it needs",
+                    "#SBATCH --ntasks=1",
+                    "#SBATCH --cpus-per-task=<CPUs the program uses>",
+                ),
                 **ev,
             )
-        return info(f"{once}; {unknown_note(shape, tasks)}", **ev)
+        ev["no fix"] = unknown_note(shape, tasks)
+        return info(f"{once}; the program is not known, so no fix", **ev)
     return passed(
         f"line {shape.launch_lineno} runs once in the batch shell, which fits this job ({shape.launcher or line})", **ev
     )

@@ -66,23 +66,52 @@ def _shell_words(command: str) -> list[str]:
     return [*words, word] if word else words
 
 
+def _split_word(word: str, first: int, room: int) -> list[str]:
+    """A word longer than a line, cut where the shell reads the same word back: a backslash-newline, which
+    the shell removes outside single quotes and inside double quotes; inside single quotes the quote is
+    closed first and reopened on the next line ('ab'\\<newline>'cd' is abcd). The pieces after the first start
+    at column 0, since a blank there would become part of the word."""
+    pieces: list[str] = []
+    piece, quote, escaped = "", None, False
+    limit = first
+    for ch in word:
+        tail = "'\\" if quote == "'" else "\\"
+        if len(piece) + len(tail) >= limit and not escaped and piece:
+            pieces.append(piece + tail)
+            piece, limit = ("'" if quote == "'" else ""), room
+        piece += ch
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote and ch == quote:
+            quote = None
+        elif not quote and ch in "'\"":
+            quote = ch
+    return [*pieces, piece]
+
+
 def wrap_command(command: str, width: int, indent: int) -> list[str]:
-    """A shell command on lines of at most `width` columns, broken only between words outside quotes and
-    continued with ` \\` (a backslash-newline the shell removes), so the lines pasted run the same command.
-    A word longer than a line is left whole: a command is never cut inside a word."""
+    """A shell command on lines of at most `width` columns, broken between words outside quotes and continued
+    with ` \\` (a backslash-newline the shell removes), so the lines pasted run the same command; a word
+    longer than a line is cut as _split_word says."""
     command = clean(command)
     if indent + len(command) <= width or "#" in command:
         return [" " * indent + command]
     lines: list[str] = []
-    line = ""
+    line, pad = "", indent
     for word in _shell_words(command):
-        pad = indent if not lines else indent + 2
         if line and pad + len(line) + 1 + len(word) + 2 > width:
             lines.append(" " * pad + line + " \\")
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    lines.append(" " * (indent if not lines else indent + 2) + line)
+            line, pad = "", indent + 2
+        if pad + len(line) + len(word) + 2 > width:  # too long even for a line of its own
+            pieces = _split_word(word, width - pad - len(line) - (1 if line else 0), width - 2)
+            lines.append(" " * pad + (f"{line} " if line else "") + pieces[0])
+            lines.extend(pieces[1:-1])
+            line, pad = pieces[-1], 0
+            continue
+        line = f"{line} {word}" if line else word
+    lines.append(" " * pad + line)
     return lines
 
 

@@ -38,10 +38,10 @@ MARKS = {
 }
 ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 PROBLEMS = (Severity.FAIL, Severity.ERROR, Severity.WARN)
-SAFETY_MEANING = {
-    Safety.SAFE: "safe: `gpudoctor fix --apply` writes it (backup kept)",
-    Safety.UNSAFE: "unsafe: changes what the job does, written only with --unsafe-fixes",
-    Safety.MANUAL: "manual: yours to run, gpudoctor never runs it",
+SAFETY_MEANING = {  # the legend, said once under the findings (one line at 80 columns with all three)
+    Safety.SAFE: "safe: `fix --apply` writes it",
+    Safety.UNSAFE: "unsafe: needs --unsafe-fixes",
+    Safety.MANUAL: "manual: you run it",
 }
 DEFAULT_EVIDENCE_LINES = 2
 VALUE_LIMIT = 120
@@ -248,7 +248,7 @@ class _Renderer:
 
     def legend(self) -> str | None:
         shown = [SAFETY_MEANING[s] for s in (Safety.SAFE, Safety.UNSAFE, Safety.MANUAL) if s in self.safeties]
-        return "fixes: " + " · ".join(shown) if shown else None
+        return " · ".join(shown) if shown else None
 
 
 def next_steps(findings: list[Finding], fix_command: str | None) -> list[str]:
@@ -269,14 +269,14 @@ def next_steps(findings: list[Finding], fix_command: str | None) -> list[str]:
 
 
 def _machine_line(findings: list[Finding], target) -> str | None:
-    """The machine gpudoctor runs on, when it is not where the job runs: one line, and only when it has
-    something to say (its findings are with -v, outside the verdict)."""
+    """The machine gpudoctor runs on, when it is not where the job runs: a few words on the summary line,
+    and only when it has something to say (its findings are with -v, outside the verdict)."""
     c = Counter(f.severity for f in findings if f.severity in PROBLEMS)
     if not c:
         return None
     host = getattr(target, "hostname", None) or "this machine"
     parts = ", ".join(f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s])
-    return f"this machine ({host}) is not where the job runs: {parts} here, not counted (-v)"
+    return f"{host}, not the job's node: {parts}, not counted"
 
 
 def _machine_section(r: _Renderer, findings: list[Finding], target) -> None:
@@ -350,7 +350,7 @@ def _summary(verdict: list[Finding], shown: set[int]) -> str | None:
         parts.append(f"{c[Severity.SKIP]} not applicable")
     if c[Severity.INFO]:
         parts.append(f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}")
-    return " · ".join(parts) + " (-v)" if parts else None
+    return " · ".join(parts) if parts else None
 
 
 def _check_text(result: Result) -> str:
@@ -400,11 +400,10 @@ def _check_text(result: Result) -> str:
     if not quiet:
         screen.blank()
         summary = _summary(verdict, shown) if detail != "all" else None
-        if summary:
-            screen.add(summary, 0, 2, "dim")
         line = _machine_line(machine, target) if machine and detail != "all" else None
-        if line:
-            screen.add(line, 0, 2, "dim")
+        parts = [p for p in (summary, line) if p]
+        if parts:
+            screen.add(" · ".join(parts) + " (-v)", 0, 2, "dim")
     legend = r.legend()
     if legend and not quiet:
         screen.add(legend, 0, 2, "dim")

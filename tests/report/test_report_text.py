@@ -51,8 +51,9 @@ def flat(text: str) -> str:
 
 
 def joined(text: str) -> str:
-    """The report with each shell command's ` \\` continuation lines joined back (as the shell reads them)."""
-    return re.sub(r" \\\n *", " ", text)
+    """The report with each shell command's continuation lines joined back as the shell reads them: ` \\`
+    between words, `\\` inside a word, `'\\` + `'` inside single quotes (gpudoctor/report/screen.py)."""
+    return re.sub(r" \\\n *", " ", text).replace("'\\\n'", "").replace("\\\n", "")
 
 
 # ---------------------------------------------------------------- the job is the target
