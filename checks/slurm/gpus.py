@@ -467,6 +467,7 @@ def _exported_in_script(shape: JobShape, script: str) -> Outcome:
             fix,
             **ev,
         )
+    ev = {**ev, "export": f"line {exp.line} {exp.described()}"}
     return warn(
         f"line {exp.line} sets CUDA_VISIBLE_DEVICES over SLURM's choice: on a shared node, another job's GPUs",
         fix,

@@ -271,8 +271,7 @@ def multi_task_job_without_srun(facts, ctx):
                 f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
                 f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",
             ),
-            **ev,
-            program=program_status(shape),
+            **{**ev, "program": program_status(shape)},
         )
     if nodes > 1 and shape.launcher != "deepspeed":
         return fail(
@@ -297,17 +296,9 @@ def multi_task_job_without_srun(facts, ctx):
                 **ev,
             )
         if program is not None and program.known:
-            # an inconsistency whatever the program does with its process: the tasks it does not use wait idle
+            # fits: the one process gets the CPUs of all the tasks on the first node (a note, shown by default)
             ev["with srun"] = f"srun would start {tasks} copies of it"
-            return warn(
-                f"{once}: {tasks - 1} of them go unused (a one-process program)",
-                manual(
-                    "Request the one task it uses, with the CPUs it needs",
-                    "#SBATCH --ntasks=1",
-                    "#SBATCH --cpus-per-task=<CPUs the program uses>",
-                ),
-                **ev,
-            )
+            return info(f"{once}: fits a one-process program, which gets the {tasks} tasks' CPUs", **ev)
         ev["no fix"] = unknown_note(shape, tasks)
         return info(f"{once}; the program is not known, so no fix", **ev)
     return passed(

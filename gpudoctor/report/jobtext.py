@@ -29,6 +29,8 @@ def render(result: Result) -> str:
         if sev in ("pass", "skip") and not verbose:
             continue
         say(finding_head(f), 0, 4)
+        if f.evidence.get("detail"):  # the rest of a long message: here, which node has what
+            say(str(f.evidence["detail"]), 4, 6)
         if f.fix:
             say(f"fix ({f.fix.safety.value}): {f.fix.title}", 2, 6)
     counts: dict = defaultdict(int)

@@ -385,9 +385,8 @@ def _check_text(result: Result) -> str:
         for f in sorted((f for f in verdict if f.severity in PROBLEMS), key=_rank):
             r.finding(f)
             shown.add(id(f))
-        notes = sorted((f for f in verdict if f.severity is Severity.INFO), key=_rank)
-        if detail != "notes":
-            notes = [f for f in notes if f.fix is not None and f.fix.actions]
+        # the notes, those with something to do first, while the screen has room (the rest: counted, -v)
+        notes = sorted((f for f in verdict if f.severity is Severity.INFO), key=lambda f: (f.fix is None, _rank(f)))
         tail = 6  # blank, summary, machine, legend, next step, verdict (their most)
         for f in notes if not quiet else []:
             before = len(screen.rows)

@@ -16,8 +16,10 @@ from tests.cliutil import run_gpudoctor_here
 from tests.factsutil import FIXTURES
 
 SCRIPTS = FIXTURES / "sbatch"
-ALL = sorted(SCRIPTS.glob("*.slurm")) + sorted(SCRIPTS.glob("realworld/*.slurm")) + sorted(
-    SCRIPTS.glob("realworld/*/*.slurm")
+ALL = (
+    sorted(SCRIPTS.glob("*.slurm"))
+    + sorted(SCRIPTS.glob("realworld/*.slurm"))
+    + sorted(SCRIPTS.glob("realworld/*/*.slurm"))
 )
 CPU_SNAPSHOT = str(FIXTURES / "facts" / "recorded-cpu-debian12-torch2.13-nogpu.json")
 FLAG = re.compile(r"--([a-z][a-z0-9_-]*)=([^\s,;)`'\"]+)")

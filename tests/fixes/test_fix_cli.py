@@ -173,7 +173,8 @@ def test_malformed_script_is_exit_2_and_untouched(tmp_path, capsys, content, why
 def test_dos_line_breaks_are_converted_with_a_backup_then_the_rest_is_fixed(tmp_path, capsys):
     """sbatch 22.05 refuses the file ("Batch script contains DOS line breaks (\\r\\n)"): the conversion is a fix."""
     p = tmp_path / "job.slurm"
-    original = b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\nexport NCCL_DEBUG=INFO\r\npython train.py\r\n"
+    original = b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true\r\n"
+    original += b"python train.py\r\n"
     p.write_bytes(original)
     assert fix("--sbatch", str(p)) == 1  # the plan: nothing written
     assert "4 DOS line break(s)" in capsys.readouterr().err and p.read_bytes() == original
@@ -181,7 +182,7 @@ def test_dos_line_breaks_are_converted_with_a_backup_then_the_rest_is_fixed(tmp_
     assert "converted 4 DOS line break(s)" in capsys.readouterr().err
     assert (tmp_path / "job.slurm.gpudoctor.bak").read_bytes() == original
     text = p.read_text()
-    assert "\r" not in text and "export NCCL_DEBUG=WARN" in text  # then judged and fixed as usual
+    assert "\r" not in text and "expandable_segments:True" in text  # then judged and fixed as usual
     assert fix("--sbatch", str(p), "--apply") == 0  # a second --apply changes nothing
     assert sorted(os.listdir(tmp_path)) == ["job.slurm", "job.slurm.gpudoctor.bak", "job.slurm.gpudoctor.bak.1"]
 

@@ -26,7 +26,7 @@ from gpudoctor.report import text
 from gpudoctor.shellquote import Reference
 from gpudoctor.verdict import split
 from tests.cliutil import clean_env, run_gpudoctor, run_gpudoctor_here
-from tests.factsutil import FIXTURES, RECORDED_CPU, make_facts, run
+from tests.factsutil import FIXTURES, RECORDED_CPU, make_facts, run, said
 
 SCRIPTS = FIXTURES / "sbatch"
 SEEDS = ["seed-guide-wrong-approach.slurm", "seed-guide-correct-approach.slurm"]
@@ -89,7 +89,7 @@ def test_healthy_job_from_a_login_node_exits_0_and_fits_one_screen():
     assert r.returncode == 0, r.stdout
     lines = r.stdout.splitlines()
     assert len(lines) <= 24, r.stdout
-    assert any(line.startswith("this machine (") and "not counted (-v)" in line for line in lines)  # one line
+    assert any("not the job's node: 1 fail, not counted (-v)" in line for line in lines)  # on the summary line
     assert "GD-DRV-001" not in r.stdout and "GD-DRV-001" in gpudoctor("check", "--sbatch", str(HEALTHY), "-v").stdout
     assert r.stdout.rstrip().splitlines()[-1].startswith("✓ the job: no problems found")
     report = json.loads(gpudoctor("check", "--sbatch", str(HEALTHY), "--json").stdout)
@@ -146,18 +146,18 @@ def test_cpu_checks_use_the_scripts_cpus_per_task(tmp_path):
     facts = make_facts(RECORDED_CPU, env={}, patch={"host.cpus_allowed_count": 2, "host.cpu_count_logical": 2})
     ctx = dict(sbatch=sb, sbatch_path=sb.path, config=config, config_path=str(tmp_path / "c.yaml"))
     (dl1,) = run("GD-DL-001", facts, **ctx)
-    assert dl1.severity is Severity.PASS and "12 CPUs" in dl1.message and "compete" not in dl1.message
+    assert dl1.severity is Severity.PASS and "12 CPUs" in said(dl1) and "compete" not in said(dl1)
     (dl6,) = run("GD-DL-006", facts, **ctx)
     assert "12" in dl6.evidence["cpus"]
     config["dataloader"]["num_workers"] = 16  # 17 processes on 12 CPUs: a verdict about the job, not a hint
     (dl1,) = run("GD-DL-001", facts, **ctx)
-    assert dl1.severity is Severity.WARN and "12 CPUs" in dl1.message
+    assert dl1.severity is Severity.WARN and "12 CPUs" in said(dl1)
 
 
 def test_slurm_002_does_not_pass_eight_tasks_that_never_start():
     sb = parse_sbatch((SCRIPTS / SEEDS[0]).read_text(), str(SCRIPTS / SEEDS[0]))
     (f,) = run("GD-SLURM-002", make_facts(RECORDED_CPU, env={}), sbatch=sb, sbatch_path=sb.path)
-    assert f.severity is not Severity.PASS and "no srun" in f.message
+    assert f.severity is not Severity.PASS and "no srun" in said(f)
 
 
 def test_socket_ifname_matching_nothing_fails_in_the_jobs_own_environment():
@@ -223,7 +223,7 @@ def test_safety_label_explained_once():
     ]
     out = io.StringIO()
     text.write(fixes, file=out)
-    assert out.getvalue().count("changes what the job does") == 1 and out.getvalue().count("fix (unsafe)") == 3
+    assert out.getvalue().count("needs --unsafe-fixes") == 1 and out.getvalue().count("fix (unsafe)") == 3
 
 
 def test_escape_sequences_from_a_replayed_snapshot_are_not_written(tmp_path):
@@ -473,7 +473,7 @@ def test_node_snapshot_recorded_on_a_real_h100_judges_the_request_against_that_n
     r = gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--node-snapshot", node, "--sbatch", str(HEALTHY), "--json")
     assert r.returncode == 1
     f = by_id(json.loads(r.stdout))["GD-SLURM-020"]
-    assert f["severity"] == "fail" and "1 GPU(s) < 8" in f["message"] and "16 CPUs < 128" in f["message"]
+    assert f["severity"] == "fail" and "1 GPU(s) < 8" in said(f) and "16 CPUs < 128" in said(f)
 
 
 def test_torch_warnings_do_not_leak_into_smoke_output():
