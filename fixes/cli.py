@@ -214,7 +214,7 @@ def _why_left(plan, finding) -> str:
     if any(f.id == finding.id for f, _ in plan.unsafe_available):
         return "its fix is unsafe (changes what the job does): add --unsafe-fixes"
     if any(f.id == finding.id for f, _ in plan.manual):
-        return "a manual step (see below)"
+        return "a manual step (listed under Manual steps)"
     if finding.fix is None:
         return "no automatic fix"
     return "its fix was not tried (another fix changed the finding)"
@@ -273,8 +273,13 @@ def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> 
     from gpudoctor.redact import redact_text
     from gpudoctor.sanitize import clean
 
+    written = [False]
+
     def w(text: str) -> None:  # the plan quotes the user's files and environment: redacted, and no escape
-        out.write(clean(redact_text(text)))  # sequence reaches the terminal raw
+        if not written[0]:  # sequence reaches the terminal raw; the first section starts the output, no blank
+            text = text.removeprefix("\n")
+        written[0] = written[0] or bool(text)
+        out.write(clean(redact_text(text)))
 
     for p in plan.changed_files:
         w(diff(plan, p))

@@ -18,12 +18,23 @@ import sys
 from gpudoctor import __version__
 
 
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option of the parser and of the commands built under it (a misspelled option of `check` is
+    reported by the top parser, which parses what its command left)."""
+    found = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _option_strings(sub)
+    return sorted(set(found))
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not a usage dump
         from gpudoctor.inputs import UsageError
         from gpudoctor.report.usage import did_you_mean
 
-        raise UsageError(f"{self.prog}: {did_you_mean(message)} (see --help)")
+        raise UsageError(f"{self.prog}: {did_you_mean(message, _option_strings(self))} (see --help)")
 
     def _print_message(self, message, file=None):
         # argparse drops a failed write of --help or --version (exit 0, no text); let main() report it

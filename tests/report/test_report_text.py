@@ -357,6 +357,16 @@ def test_did_you_mean_for_a_mistyped_command():
     assert r.returncode == 2 and "did you mean 'check'?" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_did_you_mean_for_a_misspelled_option_and_a_synonym():
+    """Issue 38: `--sbtach` gets its suggestion as `chek` does; `--device gpu` means cuda, not the nearer 'cpu'."""
+    r = gpudoctor("check", "--sbtach", "job.slurm")
+    assert r.returncode == 2 and "did you mean '--sbatch'?" in r.stderr and "Traceback" not in r.stderr
+    from gpudoctor.report.usage import did_you_mean
+
+    said = did_you_mean("argument --device: invalid choice: 'gpu' (choose from 'auto', 'cuda', 'cpu')")
+    assert said.endswith("did you mean 'cuda'?")
+
+
 def test_select_is_case_insensitive():
     upper = json.loads(gpudoctor("check", "--snapshot", CPU_SNAPSHOT, "--select", "DRIVER,gd-dev-001", "--json").stdout)
     assert {f["id"] for f in upper["findings"]} >= {"GD-DRV-001", "GD-DEV-001"}
