@@ -57,7 +57,7 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-REPORT_FORMATS = ("text", "json", "github", "concise")
+REPORT_FORMATS = ("text", "json", "github", "concise", "sarif")
 
 
 class _Commands(argparse._SubParsersAction):
@@ -156,7 +156,7 @@ def _add_check_outputs(c) -> None:
         help="text (default); json; github: workflow commands (::error file=F,line=N::...) that annotate a pull "
         "request; concise: one `path:line: GD-ID message` line per problem (ruff/flake8 style). github and "
         "concise write the verdict's findings; one with no line of its own goes on line 1 of the script "
-        "(or config), one about no file has none",
+        "(or config), one about no file has none; sarif: a SARIF 2.1.0 log for code scanning",
     )
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     c.add_argument(
