@@ -19,15 +19,16 @@ from gpudoctor.registry import check
 def _options(words: list[str] | tuple[str, ...]) -> list[tuple[str, str, str | None]]:
     """(dest, as written, value) for each `--option[=value]` among words; a value is the next word when it
     is not an option itself (how argparse reads `--x v` for an option that takes one)."""
-    found = []
+    found: list[tuple[str, str, str | None]] = []
     for i, word in enumerate(words):
         if not word.startswith("--") or word == "--":
             continue
-        name, eq, value = word.partition("=")
+        name, eq, written = word.partition("=")
+        value: str | None = written
         if not eq:
             nxt = words[i + 1] if i + 1 < len(words) else None
             value = nxt if nxt is not None and not nxt.startswith("-") else None
-        found.append((name.lstrip("-").replace("-", "_"), name, value if eq or value is not None else None))
+        found.append((name.lstrip("-").replace("-", "_"), name, value))
     return found
 
 
@@ -68,9 +69,11 @@ def launch_option_given_twice(facts, ctx):
     start = next((i for i, w in enumerate(words[:cut]) if w.rsplit("/", 1)[-1] == program), 0)
     launcher_words = words[start:cut]  # srun's own options before it are srun's business
     # a launcher's options are argparse 'store' options: the last wins; a program's may append (a note only)
-    found = [("the launcher", *r) for r in repeated(launcher_words) if launch.launcher != "python"]
+    found: list[tuple[str | None, str, list[str | None]]] = [
+        ("the launcher", *r) for r in repeated(launcher_words) if launch.launcher != "python"
+    ]
     found += [(None, *r) for r in repeated(list(launch.script_args))]
-    ev = {"launch line": f"line {launch.line}: {launch.text[:160]}"}
+    ev: dict = {"launch line": f"line {launch.line}: {launch.text[:160]}"}
     if not found:
         return passed(f"line {launch.line} gives each option once", **ev)
     who, name, values = found[0]
@@ -85,4 +88,4 @@ def launch_option_given_twice(facts, ctx):
         message = f"line {launch.line} gives {name} {len(values)} times: argparse keeps the last value"
     if who is None:
         ev["unless"] = "the program's option appends its values (argparse action='append')"
-    return (warn if differ and who is not None else info)(message, **ev)
+    return (warn if differ and who is not None else info)(message, None, **ev)

@@ -173,11 +173,14 @@ def nccl_env_name_unread(facts, ctx):
     unsure = [name for name, _, certain in found if not certain]
     outcomes = [_unread(name, meant, env) for name, meant, certain in found if certain]
     if unsure:
+        evidence: dict = {name: env[name] for name in unsure}
+        evidence["sources"] = [NCCL_DOCS, TORCH_SOURCE]
+        names = ", ".join(unsure)
         outcomes.append(
             info(
-                f"{', '.join(unsure)}: in neither NCCL's documented list nor PyTorch's (NCCL reads a few undocumented)",
-                **{name: env[name] for name in unsure},
-                sources=[NCCL_DOCS, TORCH_SOURCE],
+                f"{names}: in neither NCCL's documented list nor PyTorch's (NCCL reads a few undocumented)",
+                None,
+                **evidence,
             )
         )
     return outcomes

@@ -119,7 +119,7 @@ def _named_line(outcome: Outcome, script: Any, path: str) -> Location | None:
     assigns (`export WORLD_SIZE=2`); else, for a fix that sets the job's environment, the launch line it
     exports before. A line of another file (the program's) is never taken for the script's."""
     own = re.compile(rf"^line (\d+):|\b{re.escape(os.path.basename(path))} line (\d+)\b")
-    texts = []
+    texts: list[str] = []
     for value in outcome.evidence.values():
         texts.extend(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str))
     for m in [*(own.search(t) for t in texts), re.match(r"line (\d+)\b", outcome.message)]:

@@ -95,7 +95,7 @@ def unread(env: dict) -> list[tuple[str, str | None, bool]]:
     reads: sure when the name is one people write for something else (MEANT) or is a near miss of a known
     name (a typo); a name that is merely not in the documented lists is not sure (NCCL reads some it does
     not document)."""
-    found = []
+    found: list[tuple[str, str | None, bool]] = []
     for name in sorted(env):
         if not name.startswith(NAMESPACES) or name in KNOWN or name in NOT_SETTINGS:
             continue

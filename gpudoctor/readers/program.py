@@ -303,8 +303,9 @@ class _Reader(ast.NodeVisitor):
                     value = _literal(kwargs[key])
                     where = f"{os.path.basename(self.path)}:{node.lineno}: {last}({key}={_short(kwargs[key], 40)})"
                     self.lightning.setdefault(key, (None if value is _UNKNOWN else value, where))
-                    if value is _UNKNOWN and isinstance(kwargs[key], ast.Attribute):  # Trainer(num_nodes=args.nodes)
-                        self.lightning_args.setdefault(key, kwargs[key].attr)
+                    given = kwargs[key]
+                    if value is _UNKNOWN and isinstance(given, ast.Attribute):  # Trainer(num_nodes=args.nodes)
+                        self.lightning_args.setdefault(key, given.attr)
             if any(k.arg is None for k in node.keywords):  # Trainer(**cfg): every argument may be set there
                 self.lightning.setdefault("**", (None, f"{os.path.basename(self.path)}:{node.lineno}: {last}(**...)"))
             self.lightning.setdefault("_call", (None, f"{os.path.basename(self.path)}:{node.lineno}"))
@@ -317,7 +318,8 @@ class _Reader(ast.NodeVisitor):
         elif last == "add_argument" and node.args:  # argparse: the dest and literal default of an option
             flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             long = next((f for f in flags if f.startswith("--")), flags[0] if flags else "")
-            dest = kwargs["dest"].value if isinstance(kwargs.get("dest"), ast.Constant) else long.lstrip("-")
+            named = kwargs.get("dest")
+            dest = named.value if isinstance(named, ast.Constant) else long.lstrip("-")
             default = _literal(kwargs["default"]) if "default" in kwargs else _UNKNOWN
             if dest and default is not _UNKNOWN:
                 self.arg_defaults.setdefault(str(dest).replace("-", "_"), default)

@@ -399,8 +399,8 @@ def _check_text(result: Result) -> str:
     if not quiet:
         screen.blank()
         summary = _summary(verdict, shown) if detail != "all" else None
-        line = _machine_line(machine, target) if machine and detail != "all" else None
-        parts = [p for p in (summary, line) if p]
+        machine_said = _machine_line(machine, target) if machine and detail != "all" else None
+        parts = [p for p in (summary, machine_said) if p]
         if parts:
             screen.add(" · ".join(parts) + " (-v)", 0, 2, "dim")
     legend = r.legend()
@@ -412,8 +412,8 @@ def _check_text(result: Result) -> str:
         text, style = _verdict(verdict, target, view.subject, view.fails_mean)
         screen.add(text, 0, 2, style)
     out = _Out(result.color)
-    for line, style in screen.rows:
-        out.text(0, line, style)
+    for row, row_style in screen.rows:
+        out.text(0, row, row_style)
     body = out.buf.getvalue()
     if prefix:
         body = "".join(prefix + line for line in body.splitlines(keepends=True))

@@ -158,9 +158,7 @@ def test_custom_batch_sampler_is_what_chooses_the_samples():
     loader = DataLoader(DATA, batch_sampler=_BucketBatchSampler(), num_workers=2)
     assert loader_settings(loader)["sampler"].endswith("_BucketBatchSampler")
     f = audit8(loader, expect_gpus=True)["GD-DL-009"]
-    assert (
-        f.severity is Severity.INFO and "_BucketBatchSampler" in said(f)
-    )  # not the unused default SequentialSampler
+    assert f.severity is Severity.INFO and "_BucketBatchSampler" in said(f)  # not the unused default SequentialSampler
 
 
 def test_iterable_dataset_is_not_judged_by_a_sampler():
