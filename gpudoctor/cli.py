@@ -164,8 +164,10 @@ def _add_check_outputs(c) -> None:
         metavar="FILE",
         help="also write the verdict as Prometheus metrics (node_exporter textfile collector), atomically",
     )
-    c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
-    c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
+    c.add_argument(
+        "-v", "--verbose", action="store_true", help="every check with its evidence, and the machine gpudoctor runs on"
+    )
+    c.add_argument("-q", "--quiet", action="store_true", help="only the problems and their fixes")
 
 
 def _add_check_where(c) -> None:

@@ -1,13 +1,17 @@
-"""The text report, in the spirit of `flutter doctor`: one screen that says what is judged, one line per
-category with its worst verdict, details only where something is wrong, and the exact commands to run.
+"""The text report, in the spirit of `flutter doctor` and ruff: one screen that says what is wrong, where, and
+what to do. A job with up to four problems fits 24 lines of an 80-column terminal (issue 38;
+tests/report/test_one_screen.py holds it on every fixture script).
 
 Three levels (`gpudoctor check`, `-q`, `-v`):
-- default: one line per category; warn/fail/error findings with their message, a little evidence and the fix;
-  passes and skips folded into counts (the reason a category does not apply said once); the machine
-  gpudoctor runs on in a short section of its own when it is not the target (gpudoctor.job.target);
-  a closing "next steps" list of copy-pasteable commands; the verdict.
-- `-q`: only the problems, the next steps and the verdict.
-- `-v`: every finding with its full evidence.
+- default: the header; one line per problem, what stops the job first (fail, error, warn; then by line):
+  `mark file:line: message  ID`, its fix on the next line(s) (the commands to run verbatim; file edits are
+  `gpudoctor fix`'s); the notes while the screen has room; one summary line (passed, not applicable, notes
+  left out, the machine gpudoctor runs on when it is not where the job runs); the safety legend, once; the
+  `gpudoctor fix` command; the verdict. Evidence is -v's.
+- `-q`: the problems and their fixes only.
+- `-v`: every check by category with its full evidence and every edit of its fix, and the machine section.
+Every line is wrapped to the terminal with a hanging indent under its finding (report/screen.py); a shell
+command is broken only where the shell reads the same command back.
 
 Everything printed that came from outside (hostnames, GPU names, messages quoting env values) goes through
 `clean()`: terminal escape sequences are removed and other control characters shown as \\xNN, so a replayed
@@ -389,10 +393,11 @@ def _check_text(result: Result) -> str:
         notes = sorted((f for f in verdict if f.severity is Severity.INFO), key=lambda f: (f.fix is None, _rank(f)))
         tail = 6  # blank, summary, machine, legend, next step, verdict (their most)
         for f in notes if not quiet else []:
-            before = len(screen.rows)
+            before, safeties = len(screen.rows), set(r.safeties)
             r.finding(f)
             if detail != "notes" and len(screen.rows) + tail > SCREEN_LINES:
                 del screen.rows[before:]  # no room: the note is counted in the summary (-v)
+                r.safeties = safeties
                 continue
             shown.add(id(f))
     steps = next_steps(verdict, view.fix_command)

@@ -130,7 +130,7 @@ def test_the_batch_scripts_own_checks_give_the_cause_and_edit_the_file_slurm_nam
     # a program that is one rank per SLURM task, read from the job's working directory: the fix edits the script
     (tmp_path / "train.py").write_text(DDP_PROGRAM)
     (cause,) = script_causes("42", str(script), SCRIPT, str(tmp_path))
-    assert cause.id == "GD-SLURM-003" and "7 GPU(s) stay idle" in cause.message
+    assert cause.id == "GD-SLURM-003" and "8 allocated GPU(s): 7 stay idle" in cause.message
     edits = {(a.kind, a.key, a.value, a.target) for a in cause.fix.actions}
     assert (ActionKind.SBATCH_SET, "ntasks-per-node", "8", str(script)) in edits
 
