@@ -96,7 +96,7 @@ def run(args) -> int:
         sys.stdout.write(text + ("\n" if text else ""))
         for note in envfile.left_out(plan.env_changes):
             print(f"gpudoctor fix: {note}", file=sys.stderr)
-        _summary_line(plan, args, backups, sys.stderr)
+        _summary_line(plan, args, backups, sys.stderr, first=True)
     elif args.json:
         report = redact_strings(to_json(plan, args, backups, env_file_backup, validation))
         sys.stdout.write(json_text(report, indent=2) + "\n")
@@ -318,14 +318,17 @@ def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> 
         w("\nRemaining:\n")
         for r in status["remaining"]:
             w(f"  {r['id']} {r['severity']}: {r['reason']}\n")
-    _summary_line(plan, args, backups, out)
+    _summary_line(plan, args, backups, out, first=not written[0])
 
 
-def _summary_line(plan, args, backups: dict, out) -> None:
+def _summary_line(plan, args, backups: dict, out, first: bool = False) -> None:
     status = _status(plan)
     files = len(plan.changed_files)
     if args.apply:
         head = f"applied: {len(backups)} file(s) written" if backups else "nothing to write"
     else:
         head = f"dry run: {files} file(s) would change (--apply writes them)" if files else "dry run: no file changes"
-    out.write(f"\ngpudoctor fix: {head}; {len(status['fixed'])} check(s) fixed, {len(status['remaining'])} remaining\n")
+    blank = "" if first else "\n"  # the output's first line is never a blank one
+    out.write(
+        f"{blank}gpudoctor fix: {head}; {len(status['fixed'])} check(s) fixed, {len(status['remaining'])} remaining\n"
+    )

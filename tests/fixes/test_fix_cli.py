@@ -374,3 +374,16 @@ def test_apply_never_reverses_a_debugging_switch(tmp_path, capsys):
     assert script.read_text() == before
     r = run_gpudoctor_here("check", "--sbatch", str(script), "-v")
     assert "export NCCL_DEBUG=WARN" in r.stdout and "GD-NCCL-005" in r.stdout
+
+
+def test_the_plan_never_starts_with_a_blank_line_and_points_up_to_its_manual_steps(tmp_path, capsys):
+    good = tmp_path / "good.slurm"
+    good.write_text("#!/bin/bash\n#SBATCH --gres=gpu:1\nsrun python train.py\n")
+    fix("--sbatch", str(good))
+    assert capsys.readouterr().out.startswith("gpudoctor fix: ")
+    noisy = tmp_path / "noisy.slurm"
+    noisy.write_text("#!/bin/bash\n#SBATCH --gres=gpu:1\nexport NCCL_DEBUG=INFO\nsrun python train.py\n")
+    fix("--sbatch", str(noisy))
+    out = capsys.readouterr().out
+    assert not out.startswith("\n") and out.index("Manual steps") < out.index("Remaining")
+    assert "a manual step (listed under Manual steps)" in out and "see below" not in out
