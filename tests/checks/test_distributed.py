@@ -419,7 +419,8 @@ def test_006_script_exporting_loopback_master_on_several_nodes_fails_before_subm
     facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
     (f,) = run("GD-DIST-006", facts, sbatch=_loopback_script(4, addr), sbatch_path="job.slurm")
     assert f.severity is Severity.FAIL
-    assert f"MASTER_ADDR={addr} (job.slurm line 5)" in said(f) and "4 nodes" in said(f)
+    assert f"MASTER_ADDR={addr} is loopback" in f.message and "4 nodes" in f.message
+    assert f.evidence["MASTER_ADDR_source"] == "job.slurm line 5" and f.location.line == 5
     assert "scontrol show hostnames" in f.fix.actions[0].target
 
 
@@ -449,3 +450,17 @@ def test_a_live_check_probes_the_rendezvous_it_judges():
     r = run_gpudoctor_here("check", "--select", "GD-DIST-003", "--json", env=env)
     (finding,) = json.loads(r.stdout)["findings"]
     assert finding["severity"] == "fail" and "loopback" in said(finding), finding
+
+
+def test_006_a_master_addr_set_by_a_command_is_said_to_be_set():
+    """Issue 38: `export MASTER_ADDR=$(scontrol ...)` is set by the script; only its value is not known yet."""
+    from gpudoctor.readers.sbatch import parse_sbatch
+
+    text = (
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:4\n"
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\nsrun python t.py\n'
+    )
+    facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
+    (f,) = run("GD-DIST-006", facts, sbatch=parse_sbatch(text, "job.slurm"), sbatch_path="job.slurm")
+    assert f.severity is Severity.SKIP and f.message.startswith("line 4 sets MASTER_ADDR")
+    assert "does not export" not in f.message
