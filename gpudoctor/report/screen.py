@@ -72,13 +72,17 @@ def _split_word(word: str, first: int, room: int) -> list[str]:
     closed first and reopened on the next line ('ab'\\<newline>'cd' is abcd). The pieces after the first start
     at column 0, since a blank there would become part of the word."""
     pieces: list[str] = []
-    piece, quote, escaped = "", None, False
+    piece, quote, escaped, opened = "", None, False, 0
     limit = first
     for ch in word:
         tail = "'\\" if quote == "'" else "\\"
         if len(piece) + len(tail) >= limit and not escaped and piece:
-            pieces.append(piece + tail)
-            piece, limit = ("'" if quote == "'" else ""), room
+            # inside quotes, after a blank of the quoted text where there is one: `'a b'\` + `' c'`
+            blank = piece.rfind(" ", opened + 1)
+            cut = blank + 1 if quote and blank > opened and blank + 1 < len(piece) else len(piece)
+            pieces.append(piece[:cut] + tail)
+            piece, limit = ("'" if quote == "'" else "") + piece[cut:], room
+            opened = 0
         piece += ch
         if escaped:
             escaped = False
@@ -87,7 +91,7 @@ def _split_word(word: str, first: int, room: int) -> list[str]:
         elif quote and ch == quote:
             quote = None
         elif not quote and ch in "'\"":
-            quote = ch
+            quote, opened = ch, len(piece) - 1
     return [*pieces, piece]
 
 
@@ -143,7 +147,9 @@ def finding_head(f: Finding) -> str:
     mark = MARK[f.severity]
     loc = f.location
     where = ""
+    message = " ".join(f.message.split())
     if loc is not None and loc.file:
         where = f"{_path(loc.file)}:{loc.line}: " if loc.line else f"{_path(loc.file)}: "
-    message = " ".join(f.message.split())
+        if loc.line:  # "job.slurm:28: line 28: ..." says the line twice
+            message = message.removeprefix(f"line {loc.line}: ")
     return f"{mark} {where}{message}  {f.id}"
