@@ -29,8 +29,11 @@ def render(result: Result) -> str:
         if sev in ("pass", "skip") and not verbose:
             continue
         say(finding_head(f), 0, 4)
-        if f.evidence.get("detail"):  # the rest of a long message: here, which node has what
-            say(str(f.evidence["detail"]), 4, 6)
+        if f.evidence.get("detail"):  # the rest of a long message: which node has what (two lines; all with -v)
+            rows = wrap(str(f.evidence["detail"]), width, 4, 6)
+            lines.extend(r + "\n" for r in rows[: None if verbose else 2])
+            if len(rows) > 2 and not verbose:
+                lines[-1] = lines[-1].rstrip("\n")[: width - 6] + " (-v)\n"
         if f.fix:
             say(f"fix ({f.fix.safety.value}): {f.fix.title}", 2, 6)
     counts: dict = defaultdict(int)
