@@ -1,11 +1,12 @@
 """What gpudoctor.watch.Monitor costs a training step: the median step time with and without it (issue 27: at most
 1 % of the median step).
 
-    python benchmarks/bench_monitor_overhead.py [--ddp [--comm-hook]] [--blocks 10] [--steps 50] [--width 256]
+    python benchmarks/bench_monitor_overhead.py [--ddp] [--blocks 10] [--steps 50] [--width 256]
 
 One process trains an MLP (4 Linear layers of --width, batch 64) on CPU. Blocks of --steps steps alternate
-without and with the monitor (loader(), step(), the forward and gradient hooks; with --ddp the model is DDP over
-a one-rank gloo group, so the communication hook runs too), so the machine's drift falls on both alike. Prints
+without and with the monitor (loader(), step(), the forward and gradient hooks, the two autograd final callbacks
+of each backward; with --ddp the model is DDP over a one-rank gloo group), so the machine's drift falls on both
+alike. Prints
 the machine, each median and the difference as a share of the step.
 """
 
@@ -58,7 +59,6 @@ def _run_block(model, opt, batches, monitor) -> list[tuple[float, float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ddp", action="store_true", help="wrap the model in DDP over a one-rank gloo group")
-    ap.add_argument("--comm-hook", action="store_true", help="Monitor(comm_hook=True): time DDP's buckets by a hook")
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--width", type=int, default=256)
@@ -83,7 +83,7 @@ def main() -> int:
         models = [torch.nn.parallel.DistributedDataParallel(m) for m in models]
     opts = [torch.optim.SGD(m.parameters(), lr=1e-4) for m in models]
     batches = [torch.randn(64, args.width) for _ in range(args.steps)]
-    monitor = Monitor(model=models[1], window_s=1.0, heartbeat=False, echo=io.StringIO(), comm_hook=args.comm_hook)
+    monitor = Monitor(model=models[1], window_s=1.0, heartbeat=False, echo=io.StringIO())
     for m, o in zip(models, opts, strict=True):
         _run_block(m, o, batches, None)  # warm-up
     plain: list[tuple[float, float]] = []
@@ -95,7 +95,7 @@ def main() -> int:
     a, b = statistics.median(w for w, _ in plain), statistics.median(w for w, _ in watched)
     ca, cb = statistics.median(c for _, c in plain), statistics.median(c for _, c in watched)
     print(f"machine: {_machine()}")
-    kind = ("DDP (gloo, 1 rank)" + (", comm_hook=True" if args.comm_hook else "")) if args.ddp else "no DDP"
+    kind = "DDP (gloo, 1 rank)" if args.ddp else "no DDP"
     print(f"model: 4 x Linear({args.width}) MLP, batch 64, {kind}, {args.threads} torch thread(s)")
     print(f"steps: {len(plain)} without, {len(watched)} with, in {args.blocks} alternating blocks")
     print(f"median step without the monitor: {a * 1000:.3f} ms")
@@ -104,12 +104,12 @@ def main() -> int:
     print(f"median step CPU time without / with: {ca * 1000:.3f} ms / {cb * 1000:.3f} ms")
     print(f"overhead (CPU time of the training thread): {(cb - ca) * 1e6:.1f} us a step, {(cb - ca) / ca:+.2%}")
     print(f"windows judged: {len(monitor.windows)}")
-    wall_us, cpu_us = _own_cost_us(args.ddp, args.comm_hook)
+    wall_us, cpu_us = _own_cost_us(args.ddp)
     print(f"the monitor's own work a step (a step of almost no compute): {wall_us:.1f} us wall, {cpu_us:.1f} us CPU")
     return 0
 
 
-def _own_cost_us(ddp: bool, comm_hook: bool) -> tuple[float, float]:
+def _own_cost_us(ddp: bool) -> tuple[float, float]:
     """The monitor's bookkeeping alone: the median step of a 2-layer Linear(4) model (4 parameters) with and
     without it, in alternating blocks; the difference is what the monitor adds to any step, whatever its size."""
     import torch
@@ -122,7 +122,7 @@ def _own_cost_us(ddp: bool, comm_hook: bool) -> tuple[float, float]:
         models = [torch.nn.parallel.DistributedDataParallel(m) for m in models]
     opts = [torch.optim.SGD(m.parameters(), lr=1e-4) for m in models]
     batches = [torch.randn(2, 4) for _ in range(200)]
-    monitor = Monitor(model=models[1], window_s=1.0, heartbeat=False, echo=io.StringIO(), comm_hook=comm_hook)
+    monitor = Monitor(model=models[1], window_s=1.0, heartbeat=False, echo=io.StringIO())
     plain: list[tuple[float, float]] = []
     watched: list[tuple[float, float]] = []
     for _ in range(10):

@@ -132,7 +132,8 @@ WATCH_VERDICTS = (
         title="Every node of the running job was observed",
         what="The probe gpudoctor runs on each node of the job (srun --overlap inside the job) must answer "
         "within the window plus a margin; a node that does not, or a signal that cannot be read there (NVML), "
-        "is named as not observed.",
+        "is named as not observed. A job that ended during the window (its state in `scontrol show job` after "
+        "it) is said to have ended, with its state and end time: a note when COMPLETED, a warn otherwise.",
         why="A node that cannot be observed is not a healthy node: it may be the one that hangs. Reporting it as "
         "such keeps the verdict honest.",
         fix="Run the probe by hand on that node (`srun --jobid JOB --overlap -w NODE python -m "
@@ -145,12 +146,14 @@ WATCH_VERDICTS = (
         category="distributed",
         title="No rank of the running job is slower than the others window after window",
         what="Inside the job (gpudoctor.watch.Monitor, LightningCallback or HFCallback): every rank times each "
-        "step's parts (waiting for data, forward+backward, the gradient all-reduce through a DDP communication "
-        "hook, the rest), and every window the per-rank medians are gathered on a separate gloo group. A rank "
-        "whose own work (the step less its wait in the all-reduce) is at least 10 % and 5 ms above the median of "
-        "the other ranks' in 3 consecutive windows or more is named, with its host, GPU (local rank) and the part "
-        "that explains the gap. In synchronous DDP every rank's step takes the same wall time: the culprit is the "
-        "rank that waits least in the all-reduce. One slow window (a stall) is not a straggler.",
+        "step's parts (waiting for data, forward+backward up to the end of the backward graph, the wait after it "
+        "until backward() returns -- DDP's gradient all-reduce --, the rest), and every window each part's mean per "
+        "step is exchanged on a separate gloo group. A rank whose own work (the step less its wait in the "
+        "all-reduce) is at least 25 % and 1 ms above the median of the other ranks', while it waits less than they "
+        "do, in 4 consecutive windows or more is named, with its host, GPU (local rank), the part that explains the "
+        "gap and the ranks waiting for it; every rank's medians are in the evidence, named or not. In synchronous "
+        "DDP every rank's step takes the same wall time: the culprit is the rank that waits least in the "
+        "all-reduce. One slow window (a stall) is not a straggler.",
         why="In a synchronous job every step waits for the slowest rank: one slow GPU, a rank sharing its CPUs, or "
         "a slower input pipeline on one node sets the pace of all of them, and nothing in the logs says which.",
         fix="By the part named: forward+backward, look at that GPU (`gpudoctor watch --job JOBID`: throttling, "
@@ -188,6 +191,23 @@ WATCH_VERDICTS = (
         "only when the run ends late.",
         fix="Read which part grew (data, forward+backward, all-reduce, the rest) and look there: the loader and "
         "the storage, the GPUs (`gpudoctor watch --job JOBID`), the network between nodes.",
+    ),
+    Verdict(
+        id="GD-WATCH-012",
+        scope="job",
+        name="rank-stopped-stepping",
+        category="distributed",
+        title="Every rank of the running job steps as long as the others",
+        what="Inside the job (gpudoctor.watch.Monitor and its callbacks): the window exchange is an asynchronous "
+        "all_gather no rank waits in. A rank whose Monitor closed (at which step: a key in the job's store) while "
+        "another went on, a rank that left the monitor's gloo group, or an exchange not completed 30 s (or 3 "
+        "windows) and 3 steps after it was posted names the rank that stopped stepping, where it can be told; the "
+        "monitor then stands down (each rank goes on counting its steps for its heartbeat only).",
+        why="Ranks with uneven step counts (uneven data shards, evaluation loops on some ranks only) hang a DDP "
+        "job at its next collective, or train on fewer batches than meant; a rank that stopped is what a hang "
+        "or a silent imbalance looks like.",
+        fix="Give every rank the same number of batches (DistributedSampler with drop_last=True, or a step "
+        "count every rank computes alike), or wrap uneven loops in torch.distributed.algorithms.Join.",
     ),
 )
 

@@ -9,17 +9,22 @@
   writer checks the content once more as it writes.
 - The original is kept beside it as `NAME.gpudoctor.bak` (`.gpudoctor.bak.1`, `.2`, ... when an
   earlier backup exists, so no backup is ever overwritten), with the original's permissions.
+- One writer at a time: every file is locked (flock) before the checks and until all are written; a second
+  `fix --apply` of the same file meanwhile backs off with one line, exit 2, nothing written. Temporary files a
+  killed writer left (`.gpudoctor-HOST.PID.*.tmp`, its pid gone) are removed by the next write there
+  (gpudoctor.fileio.sweep_temporaries).
 Restore with `mv NAME.gpudoctor.bak NAME`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 from dataclasses import dataclass
 
-from gpudoctor.fileio import BACKUP_SUFFIX, FileIOError, link_target, write_output
+from gpudoctor.fileio import BACKUP_SUFFIX, FileIOError, exclusive, link_target, write_output
 
 __all__ = ["BACKUP_SUFFIX", "Planned", "WriteRefused", "real_target", "write_all", "write_env_file"]
 
@@ -69,16 +74,22 @@ def _check(p: Planned) -> str:
 
 
 def write_all(planned: list[Planned]) -> dict[str, str]:
-    """Write every planned file (after checking all of them); returns {path: backup path}."""
-    targets = [(p, _check(p)) for p in planned if p.new_bytes != p.original]
+    """Write every planned file (after checking all of them); returns {path: backup path}. Every file is locked
+    first (gpudoctor.fileio.exclusive) and stays locked until all are written: a second `fix --apply` of the
+    same file backs off with one line (exit 2), so one change is never made, nor backed up, twice."""
+    changing = [p for p in planned if p.new_bytes != p.original]
     backups: dict[str, str] = {}
-    for p, target in targets:
-        try:
-            backup = write_output(target, p.new_bytes, backup=True, expect=p.original)
-        except FileIOError as e:
-            raise WriteRefused(str(e)) from None
-        if backup is not None:
-            backups[p.path] = backup
+    try:
+        with contextlib.ExitStack() as held:
+            for p in changing:
+                held.enter_context(exclusive([real_target(p.path)], p.path))
+            targets = [(p, _check(p)) for p in changing]
+            for p, target in targets:
+                backup = write_output(target, p.new_bytes, backup=True, expect=p.original)
+                if backup is not None:
+                    backups[p.path] = backup
+    except FileIOError as e:
+        raise WriteRefused(str(e)) from None
     return backups
 
 

@@ -44,13 +44,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {n}")
-    return n
+    """Every command line's number through the one parser (readers/ints: ASCII digits, nothing around them)."""
+    from gpudoctor.readers.ints import int_option
+
+    return int_option(low=0)(text)
+
+
+def _seconds(text: str) -> float:
+    """A limit in seconds: a finite number more than 0 (readers/ints.number_option)."""
+    from gpudoctor.readers.ints import number_option
+
+    return number_option(0.0, what="seconds")(text)
 
 
 def _csv(text: str) -> list[str]:
@@ -70,7 +74,8 @@ class _Commands(argparse._SubParsersAction):
         self._add_options: dict = {}  # name -> function(parser) that adds the command's options, run once
 
     def add_command(self, name: str, help: str, add_options) -> None:
-        self.add_parser(name, help=help)
+        # `gpudoctor NAME --help` opens with the line `gpudoctor --help` lists for it.
+        self.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
         self._add_options[name] = add_options
 
     def parser_of(self, name: str) -> argparse.ArgumentParser:
@@ -178,7 +183,7 @@ def _add_check_where(c) -> None:
         help="facts recorded on a compute node (gpudoctor snapshot -o FILE there): judge the job there",
     )
     c.add_argument(
-        "--torch-timeout", type=float, default=None, metavar="S", help="limit for importing torch (default 60)"
+        "--torch-timeout", type=_seconds, default=None, metavar="S", help="limit for importing torch (default 60)"
     )
     c.add_argument(
         "--job",
@@ -187,7 +192,7 @@ def _add_check_where(c) -> None:
     )
     c.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=None,
         metavar="S",
         help="with --job: how long rank 0 waits for the other ranks (default 60)",
@@ -208,7 +213,7 @@ def _add_core_commands(sub) -> None:
 def _add_snapshot(s) -> None:
     s.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     s.add_argument("--python", metavar="PATH", help="probe the torch of another interpreter")
-    s.add_argument("--torch-timeout", type=float, default=None, metavar="S")
+    s.add_argument("--torch-timeout", type=_seconds, default=None, metavar="S")
 
 
 def _add_compare(cmp) -> None:
@@ -308,6 +313,23 @@ def _end_without_teardown(code: int) -> None:
     os._exit(code if isinstance(code, int) and 0 <= code <= 255 else 1)
 
 
+def _refuse_empty_paths(parser: argparse.ArgumentParser, args) -> None:
+    """Every command's options that name a file (metavar FILE or PATH): an empty value is one line and exit 2,
+    never taken for "not given" (`watch --log ''` was ignored, issue 35 item 5)."""
+    from gpudoctor.inputs import UsageError
+
+    sub = next((a for a in parser._actions if isinstance(a, _Commands)), None)
+    if sub is None or args.command is None:
+        return
+    for action in sub.parser_of(args.command)._actions:
+        if action.metavar not in ("FILE", "PATH"):
+            continue
+        value = getattr(args, action.dest, None)
+        if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
+            name = action.option_strings[-1] if action.option_strings else action.metavar
+            raise UsageError(f"{name} {value!r}: an empty path; name a file")
+
+
 def main(argv: list[str] | None = None) -> int:
     from gpudoctor.report.usage import SIGTERM_EXIT, Terminated, raise_on_sigterm
 
@@ -317,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         return _exit_code("USAGE")
     try:
         plugged = plugged_for(words[0] if words else None)
+        parser = build_parser(plugged)
         try:
-            args = build_parser(plugged).parse_args(words)
+            args = parser.parse_args(words)
         except SystemExit as e:  # --help, --version or argparse's usage error: its text is out, flush it here
             sys.stdout.flush()
             return e.code if isinstance(e.code, int) else _exit_code("USAGE")
@@ -327,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             names = [*COMMANDS, *plugged_commands()]
             print(f"gpudoctor: a command is required ({', '.join(names)}); see gpudoctor --help", file=sys.stderr)
             return _exit_code("USAGE")
+        _refuse_empty_paths(parser, args)
         command = COMMANDS.get(args.command) or plugged[args.command].run
         code = command(args)
         sys.stdout.flush()  # a full disk or a closed pipe is reported here, not at interpreter exit (status 120)

@@ -34,15 +34,9 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")  # one node: it goes into NodeName
 
 
 def _budget(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value <= MAX_BUDGET_S:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(
-            f"expected more than 0 and at most {MAX_BUDGET_S:g} s (slurmd kills the health check at 60 s), got {text}"
-        )
-    return value
+    from gpudoctor.readers.ints import number_option
+
+    return number_option(0.0, MAX_BUDGET_S, what="seconds (slurmd kills the health check at 60 s)")(text)
 
 
 def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser) -> None:

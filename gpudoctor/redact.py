@@ -163,11 +163,17 @@ _CRED_OPTION = re.compile(
 _CRED_KEY = re.compile(
     r"""(?<![\w-])(["']?)([A-Za-z_][\w.-]*)\1(\]?[ \t]*(?::|=)[ \t]*)("(?:[^"\\]|\\.)*"|'[^']*'|[^\s,#}\]]+)"""
 )
+# A quoted string named by a credential word wherever it sits, nested in a call or a literal as program source
+# writes it: `W(api_key='...')`, `{'token': "..."}` (the value patterns above end at a blank, not at a bracket).
+_CRED_STRING = re.compile(r"""(['"]?)([A-Za-z_][\w.-]*)\1[ \t]*[=:][ \t]*('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""")
 # An HTTP Authorization header's credentials (RFC 7235: `Authorization: <scheme> <credentials>`; Bearer is
-# RFC 6750), curl/wget's user:password (`-u alice:pw`, `--user=alice:pw`, `--proxy-user`), and netrc's
-# `password WORD` (netrc(5)).
+# RFC 6750), curl/wget's user:password (`-u alice:pw`, `-ualice:pw`, `--user=alice:pw`, `--proxy-user`, `-U`),
+# and netrc's `password WORD` (netrc(5)).
 _AUTH_SCHEME = re.compile(r"(?i)(?<![\w-])(Bearer|Basic|Digest|Token)([ \t]+)([A-Za-z0-9._~+/=:-]{6,})")
-_USER_OPTION = re.compile(r"(?<![\w-])(-u|--user|--proxy-user|--http-user)(=|[ \t]+)([\"']?)([^\s:\"']*):([^\s\"']+)")
+# curl's -u/-U take the value attached too (`-ubob:pw`, as getopt reads a short option).
+_USER_OPTION = re.compile(
+    r"(?<![\w-])(-[uU]|--user|--proxy-user|--http-user)(=|[ \t]+|(?<=-[uU])(?=[^\s=-]))([\"']?)([^\s:\"']*):([^\s\"']+)"
+)
 _NETRC_PASSWORD = re.compile(r"(?<![\w-])(password|passwd)([ \t]+)(?!<redacted>)(\S+)")
 
 # Well-known token shapes (GitHub secret scanning's documented prefixes), whatever name holds them.
@@ -226,6 +232,12 @@ def redact(text: str) -> str:
         secret = _credential_option(m.group(1)) and not value.startswith(REDACTED) and not _REFERENCE.fullmatch(value)
         return f"{m.group(1)}{m.group(2)}{REDACTED}" if secret else m.group(0)
 
+    def string(m: re.Match) -> str:
+        name, value = m.group(2), m.group(3)
+        if not _credential_option(name) or _REFERENCE.fullmatch(value):
+            return m.group(0)
+        return m.group(0)[: m.start(3) - m.start(0)] + REDACTED
+
     def key(m: re.Match) -> str:
         quote, name, sep, value = m.groups()
         if value.startswith(REDACTED) or _REFERENCE.fullmatch(value) or not _credential_option(name):
@@ -235,6 +247,8 @@ def redact(text: str) -> str:
     text = _CRED_OPTION.sub(option, _CRED_ASSIGN.sub(assign, text))
     if ":" in text or "=" in text:
         text = _CRED_KEY.sub(key, text)
+        if "'" in text or '"' in text:
+            text = _CRED_STRING.sub(string, text)
     return _NETRC_PASSWORD.sub(rf"\1\2{REDACTED}", text)
 
 
@@ -261,27 +275,62 @@ _ASSIGN_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 
 
 def redact_words(words: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """Words after quote removal (an argv): the values of credential-named options and NAME=value become
-    <redacted>, and each word gets `redact`."""
+    """Words after quote removal (an argv, a command's words): what `redact` would blank in them written as
+    one line. Each word is judged alone (the values of credential-named options and NAME=value become
+    <redacted>, and the word gets `redact`), and with the word before it, as the line `PREV WORD` reads:
+    an option and its value in two words (`-u bob:pw`, `--proxy-user u:pw`, `Bearer TOKEN`, `password X`)
+    is the same secret as in one (`--user=bob:pw`). A value the pair rule blanks that holds a blank itself
+    (`-u 'bob:pa ss'`) is blanked whole: the line rule stops at a blank."""
     out: list[str] = []
     hide_next = False
+    prev: str | None = None
     for word in words:
         if hide_next:
-            out.append(word if _REFERENCE.fullmatch(word) else REDACTED)
+            shown = word if _REFERENCE.fullmatch(word) else REDACTED
             hide_next = False
-            continue
-        option = _OPTION_WORD.match(word)
-        assign = _ASSIGN_WORD.match(word)
-        if _REFERENCE.fullmatch(word.split("=", 1)[-1]):
-            out.append(word)
-        elif option and _credential_option(option.group(1)):
-            out.append(f"{option.group(1)}={REDACTED}" if option.group(2) else word)
-            hide_next = not option.group(2)
-        elif assign and is_credential_name(assign.group(1)):
-            out.append(f"{assign.group(1)}{assign.group(2)}={REDACTED}")
         else:
-            out.append(redact(word))
+            shown, hide_next, plain = _word_alone(word)
+            if plain and prev is not None and _may_span(prev, word):
+                shown = _word_after(prev, word, shown)
+        out.append(shown)
+        prev = word
     return tuple(out)
+
+
+# The words a rule of `redact` reads across a blank begin its match: an option (`-u`, `--user`, `--token`), an
+# HTTP auth scheme (`Bearer`), netrc's `password`, or a `name:`/`name =` whose separator ends the word before
+# or begins the next one. Only such a pair can show the line rule something neither word shows alone.
+_SPANNING_WORDS = frozenset({"bearer", "basic", "digest", "token", "password", "passwd"})
+
+
+def _may_span(prev: str, word: str) -> bool:
+    return prev[:1] == "-" or prev[-1:] in (":", "=", "]") or word[:1] in (":", "=") or prev.lower() in _SPANNING_WORDS
+
+
+def _word_alone(word: str) -> tuple[str, bool, bool]:
+    """(word as shown, whether the next word is a credential option's value, whether `redact` alone judged it)."""
+    option = _OPTION_WORD.match(word)
+    assign = _ASSIGN_WORD.match(word)
+    if _REFERENCE.fullmatch(word.split("=", 1)[-1]):
+        return word, False, False
+    if option and _credential_option(option.group(1)):
+        return (f"{option.group(1)}={REDACTED}", False, False) if option.group(2) else (word, True, False)
+    if assign and is_credential_name(assign.group(1)):
+        return f"{assign.group(1)}{assign.group(2)}={REDACTED}", False, False
+    return redact(word), False, True
+
+
+def _word_after(prev: str, word: str, shown: str) -> str:
+    """word as the line `prev word` shows it, where that blanks more than word alone does (shown)."""
+    if not prev or any(c.isspace() for c in prev) or not word:
+        return shown
+    head = redact(prev) + " "
+    line = redact(f"{prev} {word}")
+    if line == head + shown:
+        return shown
+    if not line.startswith(head) or any(c.isspace() for c in word):
+        return REDACTED
+    return line[len(head) :]
 
 
 def redact_cmdline(cmdline: str) -> str:

@@ -36,8 +36,9 @@ Context.deferred[id]; the check decides what to leave to it. No check calls anot
 
 source -- "facts" (the default: judged from probed facts by `gpudoctor check`), "smoke" (the
 verdict is produced by `gpudoctor smoke`; the function only documents it) or "watch" (produced by
-`gpudoctor watch` from a running job's processes and NVML samples). Smoke- and watch-sourced checks
-are listed, explained and documented like every check but never run by `gpudoctor check`.
+`gpudoctor watch` from a running job's processes and NVML samples) or "diagnose" (a signature of a failed
+job's log, named by `gpudoctor diagnose`). Smoke-, watch- and diagnose-sourced checks are listed, explained
+and documented like every check but never run by `gpudoctor check`.
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ REQUIREMENTS = {
     "(each problem is marked so, and `check --job` drops it where the ranks share one host)",
 }
 SCOPES = ("job", "machine", "node")  # see the module docstring
-SOURCES = ("facts", "smoke", "watch")
+SOURCES = ("facts", "smoke", "watch", "diagnose")
 # the command that judges a source's verdicts (`gpudoctor check` judges "facts")
-JUDGED_BY = {"smoke": "`gpudoctor smoke`", "watch": "`gpudoctor watch`"}
+JUDGED_BY = {"smoke": "`gpudoctor smoke`", "watch": "`gpudoctor watch`", "diagnose": "`gpudoctor diagnose`"}
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import argparse
 import re
 
+from gpudoctor.readers.ints import int_option, number_option, option_number, shown_option
+
 
 def whole(text: str, low: int) -> int:
-    try:
-        n = int(text)
-    except ValueError:  # also past the int-digit limit (thousands of digits)
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {short(text)}") from None
-    if n < low:
-        raise argparse.ArgumentTypeError(f"expected {low} or more, got {n}")
-    return n
+    """Every command line's number through the one parser (gpudoctor/readers/ints: ASCII digits only)."""
+    return int_option(low=low)(text)
 
 
 def positive_int(text: str) -> int:
@@ -50,7 +47,7 @@ def timeout(text: str) -> float:
 
 def duration(text: str) -> float:
     """90, 90s, 10m, 1h: seconds, from 10 s to a day."""
-    m = re.fullmatch(r"\s*(\d{1,6}(?:\.\d{1,3})?)\s*([smh]?)\s*", text)
+    m = re.fullmatch(r"([0-9]{1,6}(?:\.[0-9]{1,3})?)([smh]?)", text)  # ASCII: \d takes any script's digits
     seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
     if seconds is None or not MIN_SOAK_S <= seconds <= MAX_SOAK_S:
         raise argparse.ArgumentTypeError(
@@ -66,30 +63,22 @@ def seed(text: str) -> int:
     return n
 
 
-def short(text: str) -> str:
-    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
+short = shown_option
 
 
 def positive_float(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {short(text)}") from None
-    if not 0 < x < float("inf"):  # nan and inf too
-        raise argparse.ArgumentTypeError(f"expected a finite number more than 0, got {short(text)}")
-    return x
+    return number_option(0.0, what="a finite number")(text)
 
 
 def fraction(text: str) -> float:
     """0.45 or 45%: a share of the peak."""
     percent = text.endswith("%")
-    try:
-        x = float(text.rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction like 0.45 or 45%, got {text!r}") from None
+    x = option_number(text[:-1] if percent else text)
+    if x is None:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.45 or 45%, got {short(text)}")
     x = x / 100 if percent else x
     if not 0 < x <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] or a percentage, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] or a percentage, got {short(text)}")
     return x
 
 

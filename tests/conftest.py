@@ -21,7 +21,7 @@ import pytest
 
 from tests.slurmcluster import ClusterUnavailable, start_cluster
 
-SOURCES = ("gpudoctor", "checks", "fixes", "sample_train", "watch", "tests")
+SOURCES = ("gpudoctor", "checks", "fixes", "sample_train", "watch", "diagnose", "tests")
 
 
 WORLD = "world"

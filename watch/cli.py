@@ -44,29 +44,34 @@ MAX_WINDOW_S = 3600.0
 SCONTROL_TIMEOUT_S = 10.0
 OUTPUT_PER_NODE = 16 * 2**20  # node.MAX_SAMPLES per GPU, 8 GPUs: about 8 MiB of JSON
 SRUN_MARGIN_S = 60.0  # srun's own start and the probe's Python start, beyond the window
-_JOB_ID = re.compile(r"^\d{1,12}(_\d{1,9})?$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
-_UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+# A job id as SLURM writes it: a positive whole number, an array task 123_4, a het job's component 123+1. ASCII
+# digits only, the whole text (fullmatch: `$` would let a trailing newline through); 0 is no job (`scontrol show
+# job 0` lists every job).
+_JOB_ID = re.compile(r"[1-9][0-9]{0,11}(?:_[0-9]{1,9}|\+[0-9]{1,4})?")
+_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def _duration(text: str) -> float:
-    m = _DURATION.match(text or "")
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 30s, 2m or 45, got {text!r}")
-    value = float(m.group(1)) * _UNITS[m.group(2)]
+    """30s, 2m, 45: the number through the command line's one parser (readers/ints.option_number), then a unit."""
+    from gpudoctor.readers.ints import option_number, shown_option
+
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    value = option_number(number)
+    unit = _UNITS.get(text[len(number) :])
+    if value is None or unit is None:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 30s, 2m or 45, got {shown_option(text)}")
+    value *= unit
     if not 0 < value <= MAX_WINDOW_S:
-        raise argparse.ArgumentTypeError(f"expected more than 0 s and at most {MAX_WINDOW_S:g} s, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected more than 0 s and at most {MAX_WINDOW_S:g} s, got {shown_option(text)}"
+        )
     return value
 
 
 def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected samples per second, got {text!r}") from None
-    if not 0.01 <= value <= 10:
-        raise argparse.ArgumentTypeError(f"expected 0.01 to 10 samples per second, got {text}")
-    return value
+    from gpudoctor.readers.ints import number_option
+
+    return number_option(0.01, 10.0, what="samples per second", low_open=False)(text)
 
 
 def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentParser) -> None:
@@ -94,14 +99,18 @@ def add_arguments(p: argparse.ArgumentParser, check_parser: argparse.ArgumentPar
 def run(args) -> int:
     from gpudoctor.inputs import UsageError
 
-    job = args.job or os.environ.get("SLURM_JOB_ID")
-    if not job:
+    job = args.job if args.job is not None else os.environ.get("SLURM_JOB_ID")
+    if job is None:
         raise UsageError("watch: --job JOBID is required outside a SLURM job")
-    if not _JOB_ID.match(job):
-        raise UsageError(f"--job {_shown(job)}: expected a SLURM job id (digits, or an array task like 123_4)")
+    if not _JOB_ID.fullmatch(job):
+        source = "--job" if args.job is not None else "SLURM_JOB_ID"
+        raise UsageError(
+            f"{source} {_shown(job)}: expected a SLURM job id (a positive number, an array task 123_4, a het job 123+1)"
+        )
     python = args.python or sys.executable
-    if args.python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+    if args.python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise UsageError(f"--python {_shown(python)}: not an executable file")
+    _check_outputs(args, UsageError)
     detail = resolve(job, UsageError)
     # an array task (123_4) runs as a job of its own id (JobId=), which its processes carry in SLURM_JOB_ID
     job = detail.job_id
@@ -110,7 +119,8 @@ def run(args) -> int:
     from gpudoctor.watch.judge import judge
 
     findings = judge(nodes, script_causes(job, detail.command, script_text, detail.work_dir))
-    if args.log:
+    findings = ended_during_watch(findings, job, still(job))
+    if args.log is not None:
         from gpudoctor.fileio import write_output
         from gpudoctor.watch.samples import log_lines
 
@@ -119,9 +129,26 @@ def run(args) -> int:
     result = _result(findings, job, detail, nodes, args)
     from gpudoctor.report.emit import Output, emit
 
-    prometheus = [Output("prometheus", args.prometheus)] if args.prometheus else []
+    prometheus = [Output("prometheus", args.prometheus)] if args.prometheus is not None else []
     emit(result, [*prometheus, Output("json" if args.json else "text")])
     return result.exit_code
+
+
+def _check_outputs(args, usage_error: type[Exception]) -> None:
+    """--log and --prometheus name a file to write: an unusable one (empty, a directory, a missing directory)
+    is one line and exit 2 before the window is spent, never ignored (issue 35 item 5)."""
+    for option, path in (("--log", args.log), ("--prometheus", args.prometheus)):
+        if path is None:
+            continue
+        if not path.strip():
+            raise usage_error(f"{option} {_shown(path)}: an empty path; name a file")
+        if "\0" in path:
+            raise usage_error(f"{option} {_shown(path)}: not a usable path")
+        if os.path.isdir(path):
+            raise usage_error(f"{option} {_shown(path)}: is a directory; name a file")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise usage_error(f"{option} {_shown(path)}: no directory {_shown(parent)}")
 
 
 def _shown(text: str) -> str:
@@ -146,12 +173,64 @@ def resolve(job: str, usage_error: type[Exception]):
         said = ((r.stderr or r.stdout).strip().splitlines() or [f"exited {r.returncode}"])[-1]
         raise usage_error(f"scontrol show job {job}: {clean(said)[:300]}")
     try:
-        detail = job_detail(r.stdout)
+        detail = job_detail(r.stdout, job)
     except SlurmFormatError as e:
-        raise usage_error(str(e)) from None
+        raise usage_error(clean(str(e))) from None
     if detail.state != "RUNNING":
         raise usage_error(f"job {job} is {clean(detail.state or 'in an unknown state')}, not RUNNING: nothing to watch")
     return detail
+
+
+GONE = "GONE"  # still()'s state for a job the controller no longer lists
+
+
+def still(job: str):
+    """The job's record now (after the window); a record in state GONE when the controller no longer lists it
+    (a finished job is kept MinJobAge seconds, 300 by default); None when it cannot be asked."""
+    from gpudoctor.probe.proc import run_bounded
+    from gpudoctor.readers.slurmfmt import JobDetail, SlurmFormatError, job_detail
+
+    try:
+        r = run_bounded(["scontrol", "show", "job", "-d", job], SCONTROL_TIMEOUT_S)
+        if r.returncode != 0 and "invalid job id" in (r.stderr + r.stdout).lower():
+            # it was RUNNING when the watch began: gone from the list means it ended and MinJobAge passed
+            return JobDetail(job, GONE, (), {}, False, None, None)
+        return job_detail(r.stdout, job) if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, SlurmFormatError):
+        return None
+
+
+def ended_during_watch(findings: list[Finding], job: str, now) -> list[Finding]:
+    """A job that ended during the window (the controller's record after it): a node that did not answer for that
+    reason is said to have ended, with its state and end time, instead of "could not observe" (issue 35 item 7);
+    where every node answered, the end is said once (GD-WATCH-006 in place of its pass): what was seen is what
+    the job did before it ended. COMPLETED is a note; any other end (FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
+    OUT_OF_MEMORY, ...) a warn. A job still RUNNING, or one the controller cannot tell of, keeps the findings."""
+    if now is None or now.state == "RUNNING":
+        return findings
+    from gpudoctor.sanitize import clean
+    from gpudoctor.watch.verdict import make
+
+    state = clean(now.state or "ended")[:40]
+    when = f" at {clean(now.end_time)[:40]}" if now.end_time else ""
+    severity = Severity.INFO if state in ("COMPLETED", GONE) else Severity.WARN
+    if state == GONE:
+        state, when = "no longer in the controller's list", ""
+    ended = {"state": state, "end_time": now.end_time}
+    out, said = [], False
+    for f in findings:
+        if f.id == "GD-WATCH-006" and f.severity is Severity.FAIL:
+            node = f.evidence.get("node")
+            message = f"{node}: job {job} ended during the watch ({state}{when}); nothing more to observe"
+            f = make("GD-WATCH-006", severity, message, None, node=node, error=f.evidence.get("error"), ended=ended)
+            said = True
+        elif f.id == "GD-WATCH-006" and f.severity is Severity.PASS:
+            continue
+        out.append(f)
+    if not said:
+        message = f"job {job} ended during the watch ({state}{when}): what was seen is what it did before it ended"
+        out.append(make("GD-WATCH-006", severity, message, None, ended=ended))
+    return out
 
 
 def batch_script(job: str) -> str | None:
@@ -259,6 +338,7 @@ def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> li
         f"{rate:g}",
         "--allocation",
         allocation,
+        *(["--uid", str(detail.uid)] if detail.uid is not None else []),
     ]
     # srun reads its options from SLURM_*/SRUN_* too: those of a job this command runs in must not reach the step
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "SBATCH_", "SALLOC_"))}
@@ -297,6 +377,16 @@ def probe_nodes(job: str, detail, window: float, rate: float, python: str) -> li
     ]
 
 
+def fix_command(command: str | None) -> str | None:
+    """The `gpudoctor fix` line for the job's batch script (scontrol's Command=), shell-quoted: a fix that edits
+    the script is written there, never on this machine (issue 35 item 9). None when SLURM names no script."""
+    if not command:
+        return None
+    from gpudoctor import shellquote
+
+    return shellquote.command(["gpudoctor", "fix", "--apply", "--sbatch", command])
+
+
 def _result(findings: list[Finding], job: str, detail, nodes: list[NodeObservation], args):
     """What the watch's outputs show: every finding counts; the JSON's "watch" object, the text's header."""
     import time
@@ -319,7 +409,13 @@ def _result(findings: list[Finding], job: str, detail, nodes: list[NodeObservati
         f"gpudoctor watch: job {job} on {len(detail.nodes)} node(s) ({clean(','.join(detail.nodes))[:200]}), "
         f"{gpus} GPU(s), sampled {args.window:g} s"
     )
-    view = View(header=header, subject=f"job {job}", notes=True, fails_mean="it does not run as intended")
+    view = View(
+        header=header,
+        subject=f"job {job}",
+        notes=True,
+        fails_mean="it does not run as intended",
+        fix_command=fix_command(detail.command),
+    )
     code = int(exit_code(findings, strict=args.strict))
     return Result(
         findings,

@@ -55,8 +55,8 @@ def foreign_processes(node: NodeObservation) -> list[Finding]:
             what = f"PID {pid}" + (f" of user {user}" if user else "")
             if who.get("cmdline"):
                 what += f" (`{' '.join(who['cmdline'])[:80]}`)"
-            if who.get("slurm_job"):
-                what += f", of SLURM job {who['slurm_job']}"
+            if who.get("slurm_job"):  # its own environment's word, no proof (node.job_processes): said as such
+                what += f", its environment naming SLURM job {str(who['slurm_job'])[:20]}"
             visible = bool(who)
             msg = (
                 f"{node.node} GPU {g}: {what} is not a process of this job"

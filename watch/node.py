@@ -4,11 +4,18 @@ Started by `srun --jobid J --overlap --ntasks-per-node=1` (cli.py), so it runs i
 the job's user, and prints one line of JSON: a samples.NodeObservation. It imports no torch, creates no CUDA
 context and starts nothing on a GPU: NVML (nvidia-ml-py) reads the driver's counters without a context.
 
-- The job's processes: every process in /proc whose environment has SLURM_JOB_ID=J (readable for the job's own
-  user), with `scontrol listpids J` added for those whose environment cannot be read; the probe's own step is
-  left out (its SLURM_STEP_ID, and its own ancestors). Of each: parent, user, command line (redacted as batch
-  script words are: gpudoctor/redact.redact_words), the variables in samples.ENV_KEYS only (environments
-  hold secrets), and its CPU time at the start and the end of the window (/proc/PID/stat utime+stime).
+- The job's processes: those SLURM says are the job's -- `scontrol listpids J` (slurmstepd's own list, from
+  its proctrack plugin) and the processes in the job's cgroup (/proc/PID/cgroup: slurm's cgroup paths hold
+  `job_J`, `/slurm/uid_U/job_J/step_S` with cgroup v1, `/.../slurmstepd.scope/job_J/step_S` with v2) and
+  their descendants (a torchrun worker in a session of its own escapes proctrack/pgid's list) -- owned
+  by the job's user (--uid: the UserId of `scontrol show job`; the probe's own uid when not given). A process
+  that only sets SLURM_JOB_ID=J in its environment is no member: anyone can set a variable, and another user's
+  process listed as the job's could claim an idle GPU (issue 35 item 4). Only where SLURM says nothing at all
+  (no listpids answer, no job cgroup on the node) is the environment read instead, still for the job user's
+  processes only. The probe's own step is left out (its SLURM_STEP_ID, and its own ancestors). Of each:
+  parent, user, command line (redacted as batch script words are: gpudoctor/redact.redact_words), the
+  variables in samples.ENV_KEYS only (environments hold secrets), and its CPU time at the start and the end of
+  the window (/proc/PID/stat utime+stime).
 - With py-spy on PATH, the Python stack of each of the job's training processes that made no progress on the
   CPU during a window of 10 s or more (`py-spy dump --nonblocking`: the process is not paused).
 - NVML, for the GPUs the job holds on this node (--gpus, from scontrol show job -d on the login node), every
@@ -25,6 +32,7 @@ import argparse
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import stat
@@ -33,7 +41,8 @@ import sys
 import time
 
 from gpudoctor.probe.proc import run_bounded
-from gpudoctor.redact import redact_words
+from gpudoctor.readers.ints import int_option, number_option
+from gpudoctor.redact import redact_text, redact_words
 from gpudoctor.watch.samples import (
     ENV_KEYS,
     NO_PROGRESS_SHARE,
@@ -85,16 +94,25 @@ def _stat(pid: int) -> tuple[int | None, float | None]:
         return None, None
 
 
-def _user(pid: int) -> str | None:
+def _uid(pid: int) -> int | None:
+    """The process's real uid (/proc/PID/status `Uid:`, its first field): whose process it is, whatever
+    /proc/PID's own owner says (root for a process that made itself not dumpable)."""
     raw = _read(f"/proc/{pid}/status", 8192)
     for line in (raw or b"").decode("utf-8", "replace").splitlines():
         fields = line.split()
-        if fields[:1] == ["Uid:"] and len(fields) > 1 and fields[1].isdigit():
-            try:
-                return pwd.getpwuid(int(fields[1])).pw_name
-            except KeyError:
-                return fields[1]
+        if fields[:1] == ["Uid:"] and len(fields) > 1 and fields[1].isdigit() and fields[1].isascii():
+            return int(fields[1])
     return None
+
+
+def _user(pid: int) -> str | None:
+    uid = _uid(pid)
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -123,28 +141,66 @@ def listpids(job: str) -> dict[int, str]:
     out = {}
     for line in r.stdout.splitlines()[1:]:
         parts = line.split()
-        if len(parts) >= 3 and parts[0].isdigit() and parts[1].split("+")[0] == job.split("_")[0]:
+        if len(parts) >= 3 and parts[0].isdigit() and parts[0].isascii() and _same_job(parts[1], job):
             out[int(parts[0])] = parts[2]
     return out
 
 
-def job_processes(job: str) -> list[JobProcess]:
+def _same_job(listed: str, job: str) -> bool:
+    """listpids' JOBID column names the job asked for: its id (`46`), or, for a het job's component, the het
+    job and offset (`45+1`, which `scontrol listpids 46` prints for component 46: only that job is listed)."""
+    return listed == job or listed.split("+")[0] == job.split("_")[0] or "+" in listed
+
+
+# slurm's cgroup paths (task/cgroup, proctrack/cgroup): v1 `/slurm/uid_U/job_J/step_S/task_T`, v2
+# `/system.slice/slurmstepd.scope/job_J/step_S/user/task_T` (slurm's cgroup_v2 plugin), the slurm directory
+# possibly renamed (`/slurm_NODE/` with several slurmd on one host). Never under a user's own delegated slice.
+_SLURM_CGROUP = re.compile(r"/(?:slurm[^/]*|slurmstepd\.scope)/(?:uid_\d+/)?job_(\d+)(?:/|$)")
+
+
+def cgroup_job(pid: int) -> str | None:
+    """The SLURM job whose cgroup holds pid (/proc/PID/cgroup), None when none does or it cannot be read."""
+    raw = _read(f"/proc/{pid}/cgroup", 8192)
+    for line in (raw or b"").decode("utf-8", "replace").splitlines():
+        path = line.split(":", 2)[-1]
+        m = _SLURM_CGROUP.search(path)
+        if m and not path.startswith("/user.slice"):
+            return m.group(1)
+    return None
+
+
+def job_processes(job: str, uid: int | None = None) -> list[JobProcess]:
+    """The job's processes on this node (the module docstring's rule): members by SLURM's word -- listed, in
+    the job's cgroup, or descended from such a process (a torchrun worker started in a session of its own
+    escapes proctrack/pgid's list, not its parent) -- owned by uid (the job's user; this probe's own uid when
+    None)."""
     own_step = os.environ.get("SLURM_STEP_ID") if os.environ.get("SLURM_JOB_ID") == job else None
+    owner = os.getuid() if uid is None else uid
     mine = _ancestors(os.getpid())
-    found: dict[int, JobProcess] = {}
     listed = listpids(job)
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in mine:
-            continue
-        pid = int(name)
+    job_id = job.split("_")[0]
+    pids = [int(n) for n in os.listdir("/proc") if n.isdigit() and n.isascii() and int(n) not in mine]
+    owned = [pid for pid in pids if _uid(pid) == owner]  # another user's process is never the job's
+    members = set(listed) | {pid for pid in owned if cgroup_job(pid) == job_id}
+    slurm_says = bool(members)
+    stats = {pid: _stat(pid) for pid in owned}
+    if slurm_says:
+        members |= {pid for pid in owned if _descends(pid, members, stats)}
+    found: dict[int, JobProcess] = {}
+    for pid in owned:
         env = _environ(pid)
-        if env is None:
-            if pid not in listed or listed[pid] == own_step:
+        if slurm_says:
+            if pid not in members:
                 continue
-            env = {}
-        elif env.get("SLURM_JOB_ID") != job or (own_step is not None and env.get("SLURM_STEP_ID") == own_step):
+            env = env or {}
+            step = listed.get(pid) or env.get("SLURM_STEP_ID")
+            if own_step is not None and step == own_step:
+                continue
+        elif env is None or env.get("SLURM_JOB_ID") != job:
             continue
-        ppid, cpu = _stat(pid)
+        elif own_step is not None and env.get("SLURM_STEP_ID") == own_step:
+            continue
+        ppid, cpu = stats[pid]
         if cpu is None:  # exited meanwhile
             continue
         found[pid] = JobProcess(
@@ -156,6 +212,18 @@ def job_processes(job: str) -> list[JobProcess]:
             cpu_seconds_start=cpu,
         )
     return [found[p] for p in sorted(found)]
+
+
+def _descends(pid: int, members: set[int], stats: dict[int, tuple[int | None, float | None]]) -> bool:
+    """Whether a parent of pid, up the chain of the job user's processes, is one of members."""
+    seen = {pid}
+    parent = stats[pid][0]
+    while parent is not None and parent > 1 and parent not in seen and parent in stats:
+        if parent in members:
+            return True
+        seen.add(parent)
+        parent = stats[parent][0]
+    return False
 
 
 def _with_end_cpu(processes: list[JobProcess]) -> list[JobProcess]:
@@ -319,13 +387,15 @@ def stacks(processes: list[JobProcess], window_s: float) -> list[JobProcess]:
                 said = f"py-spy did not answer within {STACK_TIMEOUT_S:g} s"
             except OSError as e:
                 said = f"cannot run py-spy: {e.strerror or e}"
-            p = JobProcess(**{**p.__dict__, "stack": said[:MAX_STACK_BYTES]})
+            p = JobProcess(**{**p.__dict__, "stack": redact_text(said[:MAX_STACK_BYTES])})
         out.append(p)
     return out
 
 
-def observe(job: str, node: str, allocated: list[int], window_s: float, rate_hz: float) -> NodeObservation:
-    processes = job_processes(job)
+def observe(
+    job: str, node: str, allocated: list[int], window_s: float, rate_hz: float, uid: int | None = None
+) -> NodeObservation:
+    processes = job_processes(job, uid)
     traces, nvml_error = sample_gpus(allocated, window_s, rate_hz)
     processes = stacks(_with_end_cpu(processes), window_s)
     return NodeObservation(
@@ -342,9 +412,10 @@ def observe(job: str, node: str, allocated: list[int], window_s: float, rate_hz:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gpudoctor.watch.node")
     p.add_argument("--job", required=True)
-    p.add_argument("--for", dest="window", type=float, default=30.0)
-    p.add_argument("--rate", type=float, default=1.0)
+    p.add_argument("--for", dest="window", type=number_option(0.0, MAX_WINDOW_S), default=30.0)
+    p.add_argument("--rate", type=number_option(0.0, MAX_RATE_HZ), default=1.0)
     p.add_argument("--allocation", default="{}", help="JSON {node: [GPU indices]} from scontrol show job -d")
+    p.add_argument("--uid", type=int_option(low=0), default=None, help="the job's user (scontrol's UserId=)")
     args = p.parse_args(argv)
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     try:
@@ -355,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     window = min(max(args.window, 0.0), MAX_WINDOW_S)
     rate = min(max(args.rate, 0.01), MAX_RATE_HZ, MAX_SAMPLES / window if window else MAX_RATE_HZ)
     try:
-        obs = observe(args.job, node, allocated, window, rate)
+        obs = observe(args.job, node, allocated, window, rate, args.uid)
     except Exception as e:  # the login side reports this node as not observed, with the reason
         obs = NodeObservation(node=node, allocated=tuple(allocated), error=f"the probe failed: {type(e).__name__}: {e}")
     sys.stdout.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoctor.readers.ints import whole_number
+from gpudoctor.redact import redact_text, redact_words
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 NO_PROGRESS_SHARE = 0.02  # of one core over a window: a process that made no progress (judge and node probe)
@@ -141,11 +142,13 @@ class JobProcess:
             pid=int(d["pid"]),
             ppid=whole_number(d.get("ppid")),
             user=d.get("user"),
-            cmdline=tuple(str(w) for w in d.get("cmdline") or ()),
+            # redacted again as read: an answer from another probe (or a hand-made one) holds no shown secret
+            cmdline=redact_words([str(w) for w in d.get("cmdline") or ()]),
             env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
             cpu_seconds=_float(d.get("cpu_seconds")),
             cpu_seconds_start=_float(d.get("cpu_seconds_start")),
-            stack=d.get("stack") if isinstance(d.get("stack"), str) else None,
+            # py-spy's dump starts with the process's command line (`Process 12: python train.py --token ...`)
+            stack=redact_text(d["stack"]) if isinstance(d.get("stack"), str) else None,
             heartbeat=_heartbeat(d.get("heartbeat")),
         )
 
@@ -204,7 +207,7 @@ class NodeObservation:
             processes=tuple(JobProcess.from_dict(p) for p in d.get("processes") or ()),
             gpus=tuple(GpuTrace.from_dict(g) for g in d.get("gpus") or ()),
             nvml_error=d.get("nvml_error"),
-            others={int(k): v for k, v in (d.get("others") or {}).items()},
+            others={int(k): _other(v) for k, v in (d.get("others") or {}).items()},
             window_s=_float(d.get("window_s")),
             error=d.get("error"),
         )
@@ -220,6 +223,16 @@ class NodeObservation:
             "window_s": self.window_s,
             "error": self.error,
         }
+
+
+def _other(value) -> dict:
+    """A process on the job's GPUs that is not the job's, its command line redacted again as read."""
+    if not isinstance(value, dict):
+        return {}
+    words = value.get("cmdline")
+    if isinstance(words, (list, tuple)):
+        return {**value, "cmdline": list(redact_words([str(w) for w in words]))}
+    return {k: v for k, v in value.items() if k != "cmdline"}
 
 
 def read_trace(lines: list[str], index: int = 0) -> tuple[GpuTrace, list[str]]:

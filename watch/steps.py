@@ -1,29 +1,38 @@
-"""The pure judgement of the in-process monitor (gpudoctor.watch.Monitor): per-rank step medians, window after
-window -> Findings (GD-WATCH-009 to 011, checks/watch.py). No torch and no I/O here: monitor.py measures and
-gathers, these rules judge, so each runs on constructed window series in the tests.
+"""The pure judgement of the in-process monitor (gpudoctor.watch.Monitor): per-rank step figures, window after
+window -> Findings (GD-WATCH-009 to 012, checks/watch.py). No torch and no I/O here: monitor.py measures and
+exchanges, these rules judge, so each runs on constructed window series in the tests.
 
-What a window holds, per rank: the median of each step's parts over the window -- waiting for data (the loader's
-__next__), forward+backward (a forward pre-hook to the last gradient accumulated), the gradient all-reduce (the
-wait of the step's last bucket in a DDP communication hook: from its launch to its completion) and the rest of the
-step (optimizer, logging) -- and the tokens per second. In synchronous DDP every rank's step takes the same wall
-time, since each waits for the slowest in the all-reduce; so a rank's own work is its step less that wait, and the
-slow rank is the one that waits least.
+What a window holds, per rank: each part's mean per step over the window (its total over the window's steps) --
+waiting for data (the loader's __next__), forward+backward (a forward to the end of its backward graph, summed over
+the step's passes), the wait in the gradient all-reduce (from the end of the backward graph to backward()'s
+return, where DDP waits for its buckets) and the rest of the step (optimizer, logging) -- and the tokens per
+second. A mean, not a median per step: a rank slowed in bursts (a CPU quota's throttled periods, a neighbour's
+time slices) loses its time in a few steps, and in synchronous DDP each of those seconds is one the others wait.
+Every rank's step takes the same wall time there; a rank's own work is its step less that wait, and the slow rank
+is the one that waits least while the others wait for it.
 
-The rules, robust by construction (medians within a window, runs of windows across them):
-- the straggler (GD-WATCH-009): a rank whose own work is at least STRAGGLER_SHARE and STRAGGLER_MIN_S above the
-  median of the other ranks' own work, and (with DDP) that waits no longer than their median in the all-reduce,
-  in CONSECUTIVE windows or more in a row; one slow window (a stall: a checkpoint, a page-cache miss) is not
-  named. The part that explains the gap is the part most above the other ranks' median.
+The rules, robust by construction (totals within a window, runs of windows and medians across them):
+- the straggler (GD-WATCH-009): a rank whose own work is above the median of the other ranks' own work by
+  STRAGGLER_SHARE of theirs, STRAGGLER_STEP_SHARE of its step (what the job loses to it) and STRAGGLER_MIN_S, and
+  (with DDP) that waits less than they do in the all-reduce, in
+  STRAGGLER_WINDOWS windows or more in a row; a stall (a checkpoint, a page-cache miss) or a loaded machine's
+  contention, which moves from rank to rank, is not named.
+  The part named is the own part most above the other ranks' median over those windows; the ranks waiting for it
+  are those whose all-reduce wait is at least half the gap above its own. Every rank's medians over the windows
+  judged are in the evidence (rank_medians), named or not.
 - input-bound steps (GD-WATCH-010): a rank whose data wait is INPUT_SHARE of its step or more (and at least
   INPUT_MIN_S) in CONSECUTIVE windows in a row. The fix is what `gpudoctor check` derives for the rank's own
   DataLoader (the findings of gpudoctor.audit_dataloader, given as loader_advice), else the settings to look at.
 - slower than the job itself was (GD-WATCH-011): the job's throughput (tokens/s summed over ranks, else steps/s)
   SLOWER_SHARE or more below the median of its first BASELINE windows (the very first, warm-up, left out) in
   CONSECUTIVE windows in a row; the part of the step that grew most is named.
+- a rank that stopped stepping (GD-WATCH-012): what the monitor's exchange learnt (Stopped): a rank closed its
+  Monitor while another went on, left the group, or did not reach a window's end in time.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -31,9 +40,11 @@ from dataclasses import dataclass, fields
 from gpudoctor.model import Finding, Severity, manual
 from gpudoctor.watch.verdict import join_fixes, make
 
-CONSECUTIVE = 3  # windows in a row for any verdict
-STRAGGLER_SHARE = 0.10  # own work above the other ranks' median by this share ...
-STRAGGLER_MIN_S = 0.005  # ... and by at least this much
+CONSECUTIVE = 3  # windows in a row for a verdict ...
+STRAGGLER_WINDOWS = 4  # ... and for a straggler: a loaded machine slows one rank, then another, for a few seconds
+STRAGGLER_SHARE = 0.25  # own work above the other ranks' median by this share ...
+STRAGGLER_STEP_SHARE = 0.05  # ... by this share of the step at least (what the job loses to it) ...
+STRAGGLER_MIN_S = 0.0002  # ... and by this much (a timer's and Python's own jitter)
 INPUT_SHARE = 0.30  # data wait as a share of the step
 INPUT_MIN_S = 0.002
 SLOWER_SHARE = 0.20  # throughput below the job's own first windows by this share
@@ -45,13 +56,19 @@ PARTS = {
     "comm_s": "the gradient all-reduce",
     "other_s": "the rest of the step (optimizer, logging: outside forward, backward and the all-reduce)",
 }
+SHORT = {
+    "data_s": "waiting for data",
+    "compute_s": "forward+backward",
+    "comm_s": "the all-reduce",
+    "other_s": "the rest of the step",
+}
 OWN_PARTS = ("data_s", "compute_s", "other_s")  # what a rank spends by itself (not waiting for the others)
 
 
 @dataclass(frozen=True)
 class RankWindow:
-    """One rank's medians over one window (seconds). compute_s None: no forward hook fired (no model given);
-    comm_s None: the model is not DDP-wrapped (or its communication hook is the job's own)."""
+    """One rank's window: each part's mean per step (seconds). compute_s and comm_s None: no backward seen (no
+    model given, or no gradient); comm_s is about 0 without DDP."""
 
     rank: int
     steps: int
@@ -101,7 +118,7 @@ class Window:
 
 
 def _round(v):
-    return round(v, 6) if isinstance(v, float) else v
+    return round(v, 6) if isinstance(v, float) and math.isfinite(v) else (None if isinstance(v, float) else v)
 
 
 def median_known(values: Sequence[float | None]) -> float | None:
@@ -109,14 +126,14 @@ def median_known(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _runs(flags: list[bool]) -> list[tuple[int, int]]:
-    """The [start, end) index ranges of CONSECUTIVE or more True flags in a row."""
+def _runs(flags: list[bool], needed: int = CONSECUTIVE) -> list[tuple[int, int]]:
+    """The [start, end) index ranges of `needed` or more True flags in a row."""
     out, start = [], None
     for i, flag in enumerate([*flags, False]):
         if flag and start is None:
             start = i
         elif not flag and start is not None:
-            if i - start >= CONSECUTIVE:
+            if i - start >= needed:
                 out.append((start, i))
             start = None
     return out
@@ -130,65 +147,93 @@ def _windows_text(windows: Sequence[Window], run: tuple[int, int]) -> str:
 # ---------------------------------------------------------------- GD-WATCH-009
 
 
-def _slow_in(w: Window, rank: int) -> str | None:
-    """The part that explains why `rank` is slower than the others in window w; None when it is not."""
+def _slow_in(w: Window, rank: int) -> bool:
+    """Whether `rank` is slower than the others in window w: its own work well above theirs, and not waiting
+    longer than they do in the all-reduce (it is not the one waiting)."""
     me = next((r for r in w.ranks if r.rank == rank), None)
     others = [r for r in w.ranks if r.rank != rank]
     if me is None or not others:
-        return None
+        return False
     ref = statistics.median(r.own_s for r in others)
-    if me.own_s - ref < max(STRAGGLER_SHARE * ref, STRAGGLER_MIN_S):
-        return None
+    if me.own_s - ref < max(STRAGGLER_SHARE * ref, STRAGGLER_STEP_SHARE * me.step_s, STRAGGLER_MIN_S):
+        return False
     waits = median_known([r.comm_s for r in others])
-    if me.comm_s is not None and waits is not None and me.comm_s > waits:
-        return None  # it waits for others as long as they wait: not the one they wait for
-    gaps = {}
-    for name in OWN_PARTS:
-        mine, theirs = me.part(name), median_known([r.part(name) for r in others])
-        if mine is not None and theirs is not None:
-            gaps[name] = mine - theirs
-    return max(gaps, key=lambda k: gaps[k]) if gaps else "other_s"
+    return me.comm_s is None or waits is None or me.comm_s < waits
+
+
+def rank_medians(windows: Sequence[Window], skip_first: bool = True) -> list[dict]:
+    """Every rank's medians over the windows (the first, warm-up, left out when there are more): own work, the
+    step, and each part, per step, in seconds: what the straggler verdict rests on."""
+    use = list(windows[1:] if skip_first and len(windows) > 1 else windows)
+    ranks = sorted({r.rank for w in use for r in w.ranks})
+    out = []
+    for rank in ranks:
+        mine = [r for w in use for r in w.ranks if r.rank == rank]
+        row: dict = {"rank": rank, "host": mine[-1].host, "local_rank": mine[-1].local_rank, "windows": len(mine)}
+        row["own_s"] = _round(median_known([r.own_s for r in mine]))
+        for name in ("step_s", *PARTS):
+            row[name] = _round(median_known([r.part(name) for r in mine]))
+        out.append(row)
+    return out
 
 
 def stragglers(windows: Sequence[Window]) -> list[Finding]:
     ranks = sorted({r.rank for w in windows for r in w.ranks})
     out = []
     for rank in ranks:
-        parts = [_slow_in(w, rank) for w in windows]
-        runs = _runs([p is not None for p in parts])
+        runs = _runs([_slow_in(w, rank) for w in windows], STRAGGLER_WINDOWS)
         if not runs:
             continue
         run = runs[-1]
-        part = statistics.mode(p for p in parts[run[0] : run[1]] if p is not None)
-        last = windows[run[1] - 1]
-        me = next(r for r in last.ranks if r.rank == rank)
-        others = [r for r in last.ranks if r.rank != rank]
-        ref = statistics.median(r.own_s for r in others)
-        theirs = median_known([r.part(part) for r in others]) or 0.0
-        msg = (
-            f"{me.describe()} is slower than the other {len(others)} rank(s) in {_windows_text(windows, run)}: its "
-            f"own work takes {_ms(me.own_s)} a step against their {_ms(ref)} (median), and {PARTS[part]} explains "
-            f"the gap ({_ms(me.part(part))} against {_ms(theirs)})"
-        )
-        if me.comm_s is not None:
-            waits = median_known([r.comm_s for r in others])
-            msg += f"; it waits {_ms(me.comm_s)} in the all-reduce while the others wait {_ms(waits)} for it"
+        seen = windows[run[0] : run[1]]
+        medians = {m["rank"]: m for m in rank_medians(seen, skip_first=False)}
+        me, others = medians[rank], [m for r, m in medians.items() if r != rank]
+        gaps = {}
+        for name in OWN_PARTS:
+            theirs = median_known([m[name] for m in others])
+            if me[name] is not None and theirs is not None:
+                gaps[name] = me[name] - theirs
+        part = max(gaps, key=lambda k: gaps[k]) if gaps else "other_s"
+        theirs = median_known([m[part] for m in others]) or 0.0
+        gap = me["own_s"] - (median_known([m["own_s"] for m in others]) or 0.0)
+        waiting = [
+            m["rank"] for m in others if m["comm_s"] is not None and (m["comm_s"] - (me["comm_s"] or 0.0)) >= gap / 2
+        ]
+        last = next(r for r in seen[-1].ranks if r.rank == rank)
+        msg = f"rank {rank} on {last.host} is slow in {SHORT[part]}: {_ms(me[part])} a step against {_ms(theirs)}"
+        if waiting:
+            wait = median_known([m["comm_s"] for m in others if m["rank"] in waiting])
+            msg += f"; {_ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} {_ms(wait)} for it"
         out.append(
             make(
                 "GD-WATCH-009",
                 Severity.WARN,
                 msg,
-                _straggler_fix(me, part),
+                _straggler_fix(last, part),
                 rank=rank,
-                host=me.host,
-                local_rank=me.local_rank,
-                device=me.device,
+                host=last.host,
+                local_rank=last.local_rank,
+                device=last.device,
                 part=part,
-                windows=[windows[i].index for i in range(*run)],
-                per_rank=[r.to_dict() for r in last.ranks],
+                waiting=waiting,
+                windows=[w.index for w in seen],
+                medians=list(medians.values()),
+                per_rank=[r.to_dict() for r in seen[-1].ranks],
+                detail=(
+                    f"{last.describe()}, {len(seen)} windows in a row: "
+                    f"own work {_ms(me['own_s'])} a step against the other ranks' {_ms(me['own_s'] - gap)} "
+                    f"(medians over windows {seen[0].index}-{seen[-1].index}, up to {seen[-1].end_s:.0f} s in); "
+                    f"{PARTS[part]} explains the gap"
+                ),
             )
         )
     return out
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    if len(ranks) > 4:
+        return f"{len(ranks)} ranks"
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
 def _straggler_fix(me: RankWindow, part: str):
@@ -224,12 +269,13 @@ def input_bound(
         me = mine[run[1] - 1]
         assert me is not None
         share = me.data_s / me.step_s
-        msg = (
-            f"{me.describe()} waits for data {share:.0%} of its step ({_ms(me.data_s)} of {_ms(me.step_s)}, "
-            f"medians) in {_windows_text(windows, run)}: the GPU idles while the loader prepares the next batch"
+        msg = f"rank {rank} on {me.host} waits for data {share:.0%} of its step in {run[1] - run[0]} windows in a row"
+        detail = (
+            f"{me.describe()}: {_ms(me.data_s)} of {_ms(me.step_s)} a step (means) in {_windows_text(windows, run)}; "
+            "the GPU idles while the loader prepares the next batch"
         )
         if loader:
-            msg += "; its DataLoader: " + ", ".join(f"{k}={loader.get(k)}" for k in LOADER_KEYS if k in loader)
+            detail += "; its DataLoader: " + ", ".join(f"{k}={loader.get(k)}" for k in LOADER_KEYS if k in loader)
         out.append(
             make(
                 "GD-WATCH-010",
@@ -244,6 +290,7 @@ def input_bound(
                 per_rank=[r.to_dict() for r in windows[run[1] - 1].ranks],
                 loader=loader,
                 check_advice={f.id: f.message for f in loader_advice},
+                detail=detail,
             )
         )
     return out
@@ -295,12 +342,11 @@ def slower_than_itself(windows: Sequence[Window]) -> list[Finding]:
     run = (runs[-1][0] + 1 + BASELINE, runs[-1][1] + 1 + BASELINE)
     now = statistics.median(r[0] for r in rates[run[0] : run[1]] if r is not None)
     grew = _grown_part(windows[1 : 1 + BASELINE], windows[run[0] : run[1]])
-    msg = (
-        f"the job runs at {now:.4g} {unit} in {_windows_text(windows, run)}, {1 - now / base:.0%} below its own "
-        f"{base:.4g} {unit} of its first windows"
-    )
+    msg = f"the job runs at {now:.4g} {unit}, {1 - now / base:.0%} below the {base:.4g} of its first windows"
+    detail = f"in {_windows_text(windows, run)}"
     if grew is not None:
-        msg += f"; {PARTS[grew[0]]} grew most (from {_ms(grew[1])} to {_ms(grew[2])} a step, median over ranks)"
+        msg += f"; {SHORT[grew[0]]} grew most"
+        detail += f"; {PARTS[grew[0]]} grew from {_ms(grew[1])} to {_ms(grew[2])} a step (median over ranks)"
     return [
         make(
             "GD-WATCH-011",
@@ -313,6 +359,7 @@ def slower_than_itself(windows: Sequence[Window]) -> list[Finding]:
             part=None if grew is None else grew[0],
             windows=[windows[i].index for i in range(*run)],
             per_rank=[r.to_dict() for r in windows[run[1] - 1].ranks],
+            detail=detail,
         )
     ]
 
@@ -332,18 +379,79 @@ def _grown_part(before: Sequence[Window], after: Sequence[Window]) -> tuple[str,
     return (name, growth[name][1], growth[name][2]) if growth[name][0] > 0 else None
 
 
+# ---------------------------------------------------------------- GD-WATCH-012
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A rank the exchange found not stepping: how -- 'closed' (its Monitor closed at step `count` while the
+    others went on to `others_at`), 'left' (it left the monitor's group: the exchange failed), 'silent' (it did not
+    reach the window ending at step `others_at` in time), 'behind' (not there yet when rank seen_by closed).
+    rank -1: which one cannot be told (a collective does not say who did not post)."""
+
+    rank: int
+    count: int | None
+    how: str
+    others_at: int
+    seen_by: int = 0
+    host: str = "?"
+    local_rank: int | None = None
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def stopped_ranks(stopped: Sequence[Stopped]) -> list[Finding]:
+    out = []
+    for s in stopped:
+        who = "a rank" if s.rank < 0 else f"rank {s.rank}" + (f" on {s.host}" if s.host != "?" else "")
+        msg = {
+            "closed": f"{who} stopped stepping at step {s.count} while another rank went on to step {s.others_at}",
+            "left": f"{who} left the monitor's group: the exchange at step {s.others_at} failed",
+            "silent": f"{who} did not reach step {s.others_at} in time: it stopped stepping or is stuck",
+            "behind": f"{who} had not reached step {s.others_at} when rank {s.seen_by} closed",
+        }[s.how]
+        out.append(
+            make(
+                "GD-WATCH-012",
+                Severity.WARN,
+                msg,
+                manual(
+                    "Give every rank the same number of steps (an even sampler: DistributedSampler(drop_last=True)),"
+                    " or wrap uneven loops in torch.distributed.algorithms.Join"
+                ),
+                rank=s.rank,
+                host=s.host,
+                local_rank=s.local_rank,
+                how=s.how,
+                step=s.count,
+                others_at=s.others_at,
+                detail="the monitor's exchange stood down: each rank goes on counting its steps for its heartbeat",
+            )
+        )
+    return out
+
+
 # ---------------------------------------------------------------- all of them
 
 
 def judge_windows(
-    windows: Sequence[Window], loader_advice: Sequence[Finding] = (), loader: dict | None = None
+    windows: Sequence[Window],
+    loader_advice: Sequence[Finding] = (),
+    loader: dict | None = None,
+    stopped: Sequence[Stopped] = (),
 ) -> list[Finding]:
     """Every rule over the windows so far, then a pass (or a skip, with too few windows) for each verdict with
-    nothing found."""
+    nothing found; GD-WATCH-009's pass holds every rank's medians (rank_medians)."""
     findings = stragglers(windows) + input_bound(windows, loader_advice, loader) + slower_than_itself(windows)
+    findings += stopped_ranks(stopped)
     found = {f.id for f in findings}
-    ranks = len(windows[-1].ranks) if windows else 0
-    needed = {"GD-WATCH-009": CONSECUTIVE, "GD-WATCH-010": CONSECUTIVE, "GD-WATCH-011": 1 + BASELINE + CONSECUTIVE}
+    ranks = max((len(w.ranks) for w in windows), default=0)
+    needed = {
+        "GD-WATCH-009": STRAGGLER_WINDOWS,
+        "GD-WATCH-010": CONSECUTIVE,
+        "GD-WATCH-011": 1 + BASELINE + CONSECUTIVE,
+    }
     for fid, n in needed.items():
         if fid in found:
             continue
@@ -351,8 +459,16 @@ def judge_windows(
             findings.append(make(fid, Severity.SKIP, f"not judged yet: {len(windows)} window(s) of the {n} it needs"))
         elif fid == "GD-WATCH-009" and ranks < 2:
             findings.append(make(fid, Severity.SKIP, "one rank: no other rank to compare with"))
+        elif fid == "GD-WATCH-009":
+            medians = rank_medians(windows)
+            own = [m["own_s"] for m in medians if m["own_s"] is not None]
+            spread = f"; own work a step {_ms(min(own))} to {_ms(max(own))} across ranks (medians)" if own else ""
+            msg = f"nothing found in {len(windows)} window(s) of {ranks} rank(s){spread}"
+            findings.append(make(fid, Severity.PASS, msg, medians=medians))
         else:
             findings.append(make(fid, Severity.PASS, f"nothing found in {len(windows)} window(s) of {ranks} rank(s)"))
+    if "GD-WATCH-012" not in found and ranks >= 2:
+        findings.append(make("GD-WATCH-012", Severity.PASS, f"every rank of {ranks} stepped to the end of each window"))
     return findings
 
 

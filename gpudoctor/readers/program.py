@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gpudoctor.facts import is_credential_name
+from gpudoctor.redact import redact, redact_value
 
 if TYPE_CHECKING:
     from gpudoctor.readers.sbatch.script import BatchScript
@@ -183,25 +184,15 @@ _UNKNOWN = _Unknown()
 
 
 def _short(node: ast.AST, limit: int = 90) -> str:
+    """The construct as written, as gpudoctor may quote it: the one redaction rule (gpudoctor/redact.redact:
+    `api_key='...'`, URL userinfo `tcp://u:pw@h`, `hf_...`/`AKIA...` tokens) applied to the whole text before
+    it is shortened, so a cut can never leave half a secret that the rule no longer recognises."""
     try:
         text = ast.unparse(node)
     except (ValueError, RecursionError):  # pragma: no cover - unparse of a parsed tree
         text = type(node).__name__
-    text = re.sub(r"\s+", " ", text)
+    text = redact(re.sub(r"\s+", " ", text))
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_NAMED_STRING = re.compile(r"""(['"]?)([A-Za-z_][\w.-]*)\1\s*[=:]\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
-
-
-def _redact(text: str) -> str:
-    """`api_key='...'` / `'token': '...'` in a call as written: the string becomes <redacted> (gpudoctor.facts'
-    credential-name rule)."""
-
-    def hide(m: re.Match) -> str:
-        return m.group(0)[: m.start(3) - m.start(0)] + "'<redacted>'" if is_credential_name(m.group(2)) else m.group(0)
-
-    return _NAMED_STRING.sub(hide, text)
 
 
 class _Reader(ast.NodeVisitor):
@@ -225,7 +216,7 @@ class _Reader(ast.NodeVisitor):
 
     def fact(self, what: str, node: ast.AST) -> None:
         # shown as evidence: a literal api_key=... in the call is never echoed
-        self.facts.append(ProgramFact(what, _redact(_short(node)), self.path, getattr(node, "lineno", 0)))
+        self.facts.append(ProgramFact(what, _short(node), self.path, getattr(node, "lineno", 0)))
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
@@ -251,7 +242,7 @@ class _Reader(ast.NodeVisitor):
             elif isinstance(target, ast.Subscript) and self._environ(target.value):
                 key, value = _literal(target.slice), _literal(node.value)
                 if isinstance(key, str) and isinstance(value, str) and not is_credential_name(key):
-                    self.env_sets[key] = value
+                    self.env_sets[key] = redact_value(value)
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -284,7 +275,7 @@ class _Reader(ast.NodeVisitor):
                 if name.endswith("setdefault") and len(node.args) > 1:
                     value = _literal(node.args[1])
                     if isinstance(value, str) and not is_credential_name(key):
-                        self.env_sets.setdefault(key, value)
+                        self.env_sets.setdefault(key, redact_value(value))
         if name.endswith(("multiprocessing.spawn", "multiprocessing.start_processes")) and name.startswith("torch"):
             self.fact("spawn", node)
             self.spawn_counts.append(kwargs.get("nprocs") or (node.args[2] if len(node.args) > 2 else None))

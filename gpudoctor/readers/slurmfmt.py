@@ -401,21 +401,67 @@ class JobDetail:
     command: str | None  # the batch script's path as submitted (scontrol's Command=)
     user: str | None
     work_dir: str | None = None  # where the job runs (scontrol's WorkDir=: sbatch's --chdir, else the submit dir)
+    uid: int | None = None  # the job's user's uid (UserId=alice(1000))
+    end_time: str | None = None  # EndTime=: the time limit's end while it runs, when it ended after
 
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z/:]+)=(\S*)")
 
 
-def job_detail(text: str) -> JobDetail:
-    """Read `scontrol show job -d JOB`'s multi-line record (one job; the first record when several)."""
+def job_detail(text: str, job: str | None = None) -> JobDetail:
+    """Read `scontrol show job -d JOB`'s multi-line record: the record of `job` when given (records are
+    separated by a blank line; `scontrol show job 0` lists every job, and a whole array lists its tasks), else
+    the first. `job` is SLURM's own id form: `46` (JobId=46), an array task `46_3` (ArrayJobId=46
+    ArrayTaskId=3), a het job's component `46+1` (HetJobId=46 HetJobOffset=1). SlurmFormatError when no
+    record is the job asked for: the job judged is always the one asked for (issue 35 item 6)."""
+    records = [_job_record(r) for r in re.split(r"\n[ \t]*\n", text) if r.strip()]
+    records = [r for r in records if r[0]]
+    if not records:
+        raise SlurmFormatError("scontrol show job: no JobId in its output")
+    chosen = records[0] if job is None else next((r for r in records if _is_job(r[0], job)), None)
+    if chosen is None:
+        said = ", ".join(sorted({r[0].get("JobId", "?") for r in records}))[:80]
+        raise SlurmFormatError(f"scontrol show job {job}: its answer names another job (JobId={said})")
+    fields, gpus = chosen
+    if "JobId" not in fields:
+        raise SlurmFormatError("scontrol show job: no JobId in its output")
+    nodelist = fields.get("NodeList", "")
+    nodes = tuple(expand_nodelist(nodelist)) if nodelist and nodelist != "(null)" else ()
+    user = fields.get("UserId", "").split("(")[0] or None
+    uid_text = fields.get("UserId", "").partition("(")[2].rstrip(")")
+    command = fields.get("Command")
+    return JobDetail(
+        job_id=fields["JobId"],
+        state=fields.get("JobState"),
+        nodes=nodes,
+        gpus={n: gpus.get(n, ()) for n in nodes},
+        batch=fields.get("BatchFlag") == "1",
+        command=None if command in (None, "", "(null)") else command,
+        work_dir=None if fields.get("WorkDir") in (None, "", "(null)") else fields.get("WorkDir"),
+        user=user,
+        uid=int(uid_text) if uid_text.isdigit() and uid_text.isascii() and len(uid_text) <= 10 else None,
+        end_time=None if fields.get("EndTime") in (None, "", "Unknown", "None") else fields.get("EndTime"),
+    )
+
+
+def _is_job(fields: dict, job: str) -> bool:
+    if "_" in job:
+        array, task = job.split("_", 1)
+        return fields.get("ArrayJobId") == array and fields.get("ArrayTaskId") == task
+    if "+" in job:
+        het, offset = job.split("+", 1)
+        return fields.get("HetJobId") == het and fields.get("HetJobOffset") == offset
+    return fields.get("JobId") == job
+
+
+def _job_record(text: str) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
+    """One record's fields (the first of each name) and the GPU indices of its detail lines, per node."""
     fields: dict[str, str] = {}
     gpus: dict[str, tuple[int, ...]] = {}
     first = True
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
-            if fields:
-                break
             continue
         if stripped.startswith("Nodes=") and not first:  # a detail line: the nodes and what they hold
             found = dict(_FIELD.findall(stripped))
@@ -431,19 +477,4 @@ def job_detail(text: str) -> JobDetail:
             continue
         for key, value in _FIELD.findall(stripped):
             fields.setdefault(key, value)
-    if "JobId" not in fields:
-        raise SlurmFormatError("scontrol show job: no JobId in its output")
-    nodelist = fields.get("NodeList", "")
-    nodes = tuple(expand_nodelist(nodelist)) if nodelist and nodelist != "(null)" else ()
-    user = fields.get("UserId", "").split("(")[0] or None
-    command = fields.get("Command")
-    return JobDetail(
-        job_id=fields["JobId"],
-        state=fields.get("JobState"),
-        nodes=nodes,
-        gpus={n: gpus.get(n, ()) for n in nodes},
-        batch=fields.get("BatchFlag") == "1",
-        command=None if command in (None, "", "(null)") else command,
-        work_dir=None if fields.get("WorkDir") in (None, "", "(null)") else fields.get("WorkDir"),
-        user=user,
-    )
+    return fields, gpus

@@ -27,6 +27,7 @@ class View:
     subject: str | None = None  # what the verdict line names ("the run"); default: the job or this machine
     notes: bool = False  # show every note in full (a command without -v, such as smoke)
     fails_mean: str = "it will not run as intended"  # what a fail says of the subject (watch: of a running job)
+    warns_mean: str = "it runs, with the problems above"  # what a warn says (diagnose: of a job that failed)
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,10 @@ MARKS = {
 }
 ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 PROBLEMS = (Severity.FAIL, Severity.ERROR, Severity.WARN)
+# {fix}: the view's `gpudoctor fix` command when short (watch: the job's batch script), so the legend names the
+# command that writes these fixes, never a bare one that would fix this machine instead; else the `next:` line.
 SAFETY_MEANING = {  # the legend, said once under the findings (one line at 80 columns with all three)
-    Safety.SAFE: "safe: `fix --apply` writes it",
+    Safety.SAFE: "safe: {fix} writes it",
     Safety.UNSAFE: "unsafe: needs --unsafe-fixes",
     Safety.MANUAL: "manual: you run it",
 }
@@ -216,10 +218,13 @@ def _rank(f: Finding) -> tuple:
 
 
 class _Renderer:
-    def __init__(self, screen: Screen, detail: str):
+    def __init__(self, screen: Screen, detail: str, fix_command: str | None = None):
         self.screen = screen
         self.detail = detail  # "default" | "all" | "problems" | "notes"
         self.safeties: set[Safety] = set()  # the kinds of fix shown: the legend says each once
+        # the command the legend names: this run's `gpudoctor fix` when it is short, else the `next:` line's
+        command = fix_command or "gpudoctor fix --apply"
+        self.fix_command = f"`{command}`" if len(command) <= 30 else "`next:`"
 
     def finding(self, f: Finding, indent: int = 0) -> None:
         style = MARKS[f.severity][1] if f.severity in PROBLEMS else None
@@ -251,7 +256,11 @@ class _Renderer:
             self.finding(f, 4)
 
     def legend(self) -> str | None:
-        shown = [SAFETY_MEANING[s] for s in (Safety.SAFE, Safety.UNSAFE, Safety.MANUAL) if s in self.safeties]
+        shown = [
+            SAFETY_MEANING[s].format(fix=self.fix_command)
+            for s in (Safety.SAFE, Safety.UNSAFE, Safety.MANUAL)
+            if s in self.safeties
+        ]
         return " · ".join(shown) if shown else None
 
 
@@ -300,7 +309,11 @@ def _machine_section(r: _Renderer, findings: list[Finding], target) -> None:
 
 
 def _verdict(
-    findings: list[Finding], target, subject: str | None = None, fails_mean: str = View.fails_mean
+    findings: list[Finding],
+    target,
+    subject: str | None = None,
+    fails_mean: str = View.fails_mean,
+    warns_mean: str = View.warns_mean,
 ) -> tuple[str, str]:
     c = Counter(f.severity for f in findings)
     what = subject or ("the job" if getattr(target, "kind", None) == "job" else "this machine")
@@ -312,7 +325,7 @@ def _verdict(
         shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
         return f"✗ {what}: {', '.join(parts)} — could not run: {shown}" + (" (exit 1)" if target else ""), "bold red"
     if c[Severity.WARN]:
-        return f"! {what}: {', '.join(parts)} — it runs, with the problems above", "bold yellow"
+        return f"! {what}: {', '.join(parts)} — {warns_mean}", "bold yellow"
     if not findings:
         return "no checks ran", "dim"
     return f"✓ {what}: no problems found ({c[Severity.PASS]} passed)", "bold green"
@@ -370,7 +383,7 @@ def _check_text(result: Result) -> str:
     prefix = f"[{clean(view.label)}] " if view.label else ""
     width = max(40, (result.width or terminal_width()) - len(prefix))
     screen = Screen(width)
-    r = _Renderer(screen, detail)
+    r = _Renderer(screen, detail, view.fix_command)
     target = result.target if result.target is not None else view.target
     verdict, machine = result.verdict, result.outside
     quiet = detail == "problems"
@@ -414,7 +427,7 @@ def _check_text(result: Result) -> str:
     for i, step in enumerate(steps):
         screen.command(("next: " if i == 0 else "      ") + step, 0)
     if not quiet:
-        text, style = _verdict(verdict, target, view.subject, view.fails_mean)
+        text, style = _verdict(verdict, target, view.subject, view.fails_mean, view.warns_mean)
         screen.add(text, 0, 2, style)
     out = _Out(result.color)
     for row, row_style in screen.rows:

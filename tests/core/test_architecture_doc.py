@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.core.test_import_graph import graph
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("probe", "readers", "job", "commands", "report", "checks", "fixes", "sample_train", "watch")
+PACKAGES = ("probe", "readers", "job", "commands", "report", "checks", "fixes", "sample_train", "watch", "diagnose")
 
 
 def _unit(module: str) -> str:

@@ -217,3 +217,54 @@ def test_smoke_json_is_strict_json_when_a_loss_diverges():
     print_json({"metrics": {"loss_last": float("nan"), "tokens_per_s": float("inf")}}, out)
     data = json.loads(out.getvalue(), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     assert data["metrics"] == {"loss_last": "NaN", "tokens_per_s": "Infinity"}
+
+
+# --- issue 35 item 6: every command's numbers through one parser; item 5: no empty path taken for "not given" ---
+
+# Python's int() and float() read all of these; none is a number a person types on a command line.
+NOT_NUMBERS = ["١", "٤٦", "1_0", " 5", "5\n", "nan", "inf", "-inf", "0x10", "1e999", "５", ""]
+NUMERIC_OPTIONS = [
+    ("check", "--expect-gpus"),
+    ("check", "--torch-timeout"),
+    ("check", "--timeout"),
+    ("snapshot", "--torch-timeout"),
+    ("health", "--budget"),
+    ("watch", "--for"),
+    ("watch", "--rate"),
+    ("smoke", "--steps"),
+    ("smoke", "--batch-size"),
+    ("smoke", "--timeout"),
+    ("smoke", "--min-tokens-per-s"),
+]
+
+
+@pytest.mark.parametrize("command, option", NUMERIC_OPTIONS)
+def test_every_commands_numbers_are_ascii_digits_only(command, option):
+    for text in NOT_NUMBERS:
+        r = run_gpudoctor_here(command, option, text)
+        assert r.returncode == 2, (option, text, r.stdout[-300:], r.stderr)
+        assert option in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "\n" not in r.stderr.strip(), r.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--sbatch", ""],
+        ["check", "--config", ""],
+        ["check", "--junit", ""],
+        ["check", "--prometheus", ""],
+        ["check", "--snapshot", ""],
+        ["fix", "--env-file", ""],
+        ["snapshot", "-o", ""],
+        ["docs", "-o", ""],
+        ["compare", "", "x.json"],
+        ["watch", "--job", "5", "--log", ""],
+        ["watch", "--job", "5", "--prometheus", ""],
+        ["smoke", "--python", ""],
+    ],
+)
+def test_an_empty_path_is_one_line_and_exit_2(argv):
+    r = run_gpudoctor_here(*argv)
+    assert r.returncode == 2 and "an empty path" in r.stderr, (argv, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -172,3 +172,78 @@ def test_no_command_or_format_prints_or_writes_a_planted_secret(tmp_path):
     assert not leaks, json.dumps(leaks, indent=1)
     # the runs did judge the inputs (a run that read nothing would leak nothing)
     assert "GD-DIST-005" in results["fix json"].stdout and json.loads(results["check json"].stdout)["findings"]
+
+
+# ---------------------------------------------------------------- issue 35: argv words, program source
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["curl", "-u", "bob:MARKERpw", "https://x"],
+        ["curl", "--user", "bob:MARKERpw"],
+        ["curl", "--proxy-user", "u:MARKERpw"],
+        ["curl", "-U", "u:MARKERpw"],
+        ["curl", "--user=bob:MARKERpw"],
+        ["curl", "-ubob:MARKERpw"],
+        ["curl", "-u", "bob:MARKER pw with blanks"],
+        ["wget", "--http-user", "bob:MARKERpw"],
+        ["tool", "--password", "MARKERpw"],
+        ["tool", "--token", "MARKERtok"],
+        ["tool", "--hf-token", "MARKERtok"],
+        ["curl", "-H", "Authorization: Bearer MARKERbearer"],
+        ["tool", "Bearer", "MARKERbearer"],
+        ["tool", "password", "MARKERnetrc"],
+        ["git", "clone", "https://bob:MARKERpw@example.com/r.git"],
+        ["python", "train.py", "hf_MARKERabc12345"],
+    ],
+)
+def test_an_argv_shows_no_secret_in_one_word_or_two(words):
+    shown = redact_words(words)
+    assert MARK not in " ".join(shown), shown
+    assert len(shown) == len(words) and shown[0] == words[0]
+
+
+def test_argv_words_that_are_no_secret_are_kept():
+    for words in (
+        ["python", "-u", "train.py", "--lr", "0.1"],
+        ["torchrun", "--nproc-per-node=4", "train.py", "--data", "a:b"],
+        ["curl", "-u", "$CREDENTIALS", "https://x"],
+        ["srun", "-u", "python", "train.py"],
+    ):
+        assert redact_words(words) == tuple(words)
+
+
+def test_watch_shows_no_argv_secret_even_from_a_probe_that_did_not_redact():
+    from gpudoctor.watch.samples import NodeObservation
+
+    raw = {
+        "node": "n1",
+        "processes": [{"pid": 5, "cmdline": ["python", "x.py", "-u", "bob:MARKERpw", "--proxy-user", "u:MARKERp"]}],
+        "others": {"9": {"user": "eve", "cmdline": ["curl", "--user", "e:MARKERe"]}},
+    }
+    obs = NodeObservation.from_dict(raw)
+    assert MARK not in json.dumps(obs.to_dict()), obs
+
+
+PROGRAM = (
+    "import os\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "rank, world = int(os.environ['SLURM_PROCID']), int(os.environ['SLURM_NTASKS'])\n"
+    # the password runs past the 90 characters a fact quotes: redacted before it is shortened, or half of it shows
+    "dist.init_process_group('nccl', init_method='tcp://bob:MARKERurl0123456789abcdefghijklmnop@10.0.0.1:29500', "
+    "rank=rank, world_size=world)\n"
+    "model = DDP(build('AKIAMARKER1234567890', token='hf_MARKERabcdef123'), device_ids=[rank])\n"
+)
+
+
+def test_quoted_program_source_shows_no_secret(tmp_path):
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --gres=gpu:8\n#SBATCH --ntasks=1\npython3 train.py\n")
+    (tmp_path / "train.py").write_text(PROGRAM)
+    text = run_gpudoctor_here("check", "--sbatch", str(script), "-v", cwd=tmp_path)
+    js = run_gpudoctor_here("check", "--sbatch", str(script), "--json", cwd=tmp_path)
+    for r in (text, js):
+        assert r.returncode in (0, 1), r.stderr
+        assert not _leaks(r.stdout) and not _leaks(r.stderr), _leaks(r.stdout)
+    # the program was read and quoted (a run that quoted nothing would leak nothing)
+    assert "init_process_group" in js.stdout and "GD-SLURM-003" in js.stdout

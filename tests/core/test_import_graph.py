@@ -1,5 +1,5 @@
 """The layering holds (docs/architecture.md): the core (gpudoctor/) imports nothing of the packages above it
-(checks, fixes, sample_train, watch), and no two modules import each other, directly or round a circle —
+(checks, fixes, sample_train, watch, diagnose), and no two modules import each other, directly or round a circle —
 counting imports made inside functions, which hide a circle without removing it."""
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"gpudoctor": ROOT / "gpudoctor", "gpudoctor.checks": ROOT / "checks", "gpudoctor.fixes": ROOT / "fixes"}
 FOLDERS["gpudoctor.sample_train"] = ROOT / "sample_train"
 FOLDERS["gpudoctor.watch"] = ROOT / "watch"
-ABOVE_THE_CORE = ("gpudoctor.checks", "gpudoctor.fixes", "gpudoctor.sample_train", "gpudoctor.watch")
+FOLDERS["gpudoctor.diagnose"] = ROOT / "diagnose"
+ABOVE_THE_CORE = (
+    "gpudoctor.checks",
+    "gpudoctor.fixes",
+    "gpudoctor.sample_train",
+    "gpudoctor.watch",
+    "gpudoctor.diagnose",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -23,7 +30,7 @@ def modules() -> dict[str, Path]:
             rel = path.relative_to(folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([prefix, *parts])
-            if prefix == "gpudoctor" and parts and parts[0] in ("checks", "fixes", "sample_train", "watch"):
+            if prefix == "gpudoctor" and parts and parts[0] in ("checks", "fixes", "sample_train", "watch", "diagnose"):
                 continue  # not a folder of the core (none exists today; kept explicit)
             found[name] = path
     return found

@@ -145,3 +145,188 @@ def test_a_script_changed_since_submission_gets_lines_not_edits(tmp_path):
     assert cause.fix.safety.value == "manual"
     assert [a.target for a in cause.fix.actions][:2] == ["#SBATCH --ntasks-per-node=8", "remove #SBATCH --ntasks"]
     assert script.read_text() != SCRIPT  # nothing was written
+
+
+# ---------------------------------------------------------------- hostile input (issue 35 items 5, 6, 7, 9)
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--job", "0"], "expected a SLURM job id"),  # `scontrol show job 0` lists every job
+        (["--job", "46\n"], "expected a SLURM job id"),  # `$` would match before the newline
+        (["--job", "٤٦"], "expected a SLURM job id"),  # Arabic-Indic digits: int() reads them, SLURM does not
+        (["--job", "046"], "expected a SLURM job id"),
+        (["--job", "46_"], "expected a SLURM job id"),
+        (["--job", "12", "--for", "١"], "--for"),
+        (["--job", "12", "--for", "1_0"], "--for"),
+        (["--job", "12", "--for", " 30s"], "--for"),
+        (["--job", "12", "--rate", "١"], "--rate"),
+        (["--job", "12", "--rate", "inf"], "--rate"),
+        (["--job", "12", "--log", ""], "--log '': an empty path"),
+        (["--job", "12", "--prometheus", ""], "--prometheus '': an empty path"),
+        (["--job", "12", "--python", ""], "--python '': an empty path"),
+    ],
+)
+def test_hostile_ids_numbers_and_paths_are_one_line_and_exit_2(args, said):
+    r = run_gpudoctor_here("watch", *args)
+    assert r.returncode == 2, r.stderr
+    assert said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_an_unusable_log_path_is_refused_before_the_window(tmp_path):
+    env = _stand_ins(tmp_path)
+    for path, said in ((tmp_path, "is a directory"), (tmp_path / "no" / "x.jsonl", "no directory")):
+        r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--log", str(path), env=env)
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("job", ["123_4", "123+1"])
+def test_array_and_het_job_ids_are_accepted_and_matched(tmp_path, job):
+    env = _stand_ins(tmp_path)
+    array, het = ("ArrayJobId=123 ArrayTaskId=4", "") if "_" in job else ("", "HetJobId=123 HetJobOffset=1")
+    other = RECORD.format(job=130, state="RUNNING").replace(
+        "JobName=train", "JobName=other ArrayJobId=123 ArrayTaskId=5"
+    )
+    mine = RECORD.format(job=42, state="RUNNING").replace("JobName=train", f"JobName=train {array}{het}")
+    (tmp_path / "record.txt").write_text(other + "\n" + mine)
+    r = run_gpudoctor_here("watch", "--job", job, "--for", "1s", "--json", env=env)
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout)["watch"]["job"] == "42"  # the task's own JobId, the one asked for
+
+
+def test_the_job_judged_is_the_one_asked_for(tmp_path):
+    env = _stand_ins(tmp_path)
+    # the controller lists another job first (as `scontrol show job` with no id, or 0, does)
+    first = RECORD.format(job=7, state="CANCELLED")
+    (tmp_path / "record.txt").write_text(first + "\n" + RECORD.format(job=42, state="RUNNING"))
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    assert r.returncode == 1 and json.loads(r.stdout)["watch"]["job"] == "42", r.stderr
+    # an answer about another job only: refused, never judged as this one
+    (tmp_path / "record.txt").write_text(first)
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", env=env)
+    assert r.returncode == 2 and "its answer names another job (JobId=7)" in r.stderr, r.stderr
+
+
+def test_a_job_that_ends_during_the_watch_is_said_to_have_ended(tmp_path):
+    env = _stand_ins(tmp_path, answer=False)
+    ended = RECORD.format(job=42, state="COMPLETED").replace(
+        "ExitCode=0:0", "ExitCode=0:0\n   EndTime=2026-11-29T01:02:03"
+    )
+    (tmp_path / "ended.txt").write_text(ended)
+    # the first `show job` finds it running, every later one ended (the controller's answer after the window)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = show ] || exit 1\n'
+        f"if [ -e {tmp_path}/asked ]; then exec cat {tmp_path}/ended.txt; fi\n"
+        f"touch {tmp_path}/asked\nexec cat {tmp_path}/record.txt\n"
+    )
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    found = {f["id"]: f for f in json.loads(r.stdout)["findings"]}
+    ended_f = found["GD-WATCH-006"]
+    assert "job 42 ended during the watch (COMPLETED at 2026-11-29T01:02:03)" in ended_f["message"], ended_f
+    assert ended_f["severity"] == "info" and ended_f["evidence"]["ended"]["state"] == "COMPLETED"
+    assert "could not observe" not in ended_f["message"] and r.returncode == 0
+    # a job that failed meanwhile: a warn, with its state
+    (tmp_path / "ended.txt").write_text(ended.replace("COMPLETED", "FAILED"))
+    (tmp_path / "asked").unlink()
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    ended_f = {f["id"]: f for f in json.loads(r.stdout)["findings"]}["GD-WATCH-006"]
+    assert ended_f["severity"] == "warn" and "(FAILED at 2026-11-29T01:02:03)" in ended_f["message"]
+
+
+def test_next_steps_name_the_jobs_batch_script_shell_quoted(tmp_path):
+    from gpudoctor.report.text import next_steps
+    from gpudoctor.watch.cli import fix_command, script_causes
+
+    work = tmp_path / "my jobs; $(x)"
+    work.mkdir()
+    script = work / "job.sbatch"
+    script.write_text(SCRIPT)
+    (work / "train.py").write_text(DDP_PROGRAM)
+    causes = script_causes("42", str(script), SCRIPT, str(work))
+    command = fix_command(str(script))
+    assert command == f"gpudoctor fix --apply --sbatch '{script}'"
+    first = next_steps(causes, command)[0]
+    assert first.startswith(f"gpudoctor fix --apply --sbatch '{script}' --unsafe-fixes"), first
+    assert fix_command(None) is None
+
+
+def test_a_job_that_ends_after_every_node_answered_is_said_once(tmp_path):
+    env = _stand_ins(tmp_path)
+    ended = RECORD.format(job=42, state="CANCELLED").replace("Command=(null)", "EndTime=2026-11-29T01:02:03\n")
+    (tmp_path / "ended.txt").write_text(ended)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = show ] || exit 1\n'
+        f"if [ -e {tmp_path}/asked ]; then exec cat {tmp_path}/ended.txt; fi\n"
+        f"touch {tmp_path}/asked\nexec cat {tmp_path}/record.txt\n"
+    )
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    said = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-WATCH-006"]
+    assert len(said) == 1 and said[0]["severity"] == "warn", said
+    assert "job 42 ended during the watch (CANCELLED at 2026-11-29T01:02:03)" in said[0]["message"]
+
+
+def test_a_job_gone_from_the_controller_after_the_window_is_said_to_have_ended(tmp_path):
+    env = _stand_ins(tmp_path, answer=False)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = show ] || exit 1\n'
+        f'if [ -e {tmp_path}/asked ]; then echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; fi\n'
+        f"touch {tmp_path}/asked\nexec cat {tmp_path}/record.txt\n"
+    )
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", "--json", env=env)
+    said = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "GD-WATCH-006"]
+    assert len(said) == 1 and said[0]["severity"] == "info", said
+    assert "job 42 ended during the watch (no longer in the controller's list)" in said[0]["message"]
+
+
+def test_the_text_reports_next_step_fixes_the_jobs_script_not_this_machine(tmp_path):
+    """A job whose script (Command=) still holds the submitted text: the next step is `gpudoctor fix --apply
+    --sbatch <that script>`, quoted for the shell (issue 35 item 9)."""
+    from gpudoctor.watch.samples import JobProcess
+
+    env = _stand_ins(tmp_path)
+    work = tmp_path / "my jobs"
+    work.mkdir()
+    script = work / "job.sbatch"
+    script.write_text(SCRIPT)
+    (work / "train.py").write_text(DDP_PROGRAM)
+    (tmp_path / "script.txt").write_text(SCRIPT)
+    record = (
+        RECORD.format(job=42, state="RUNNING")
+        .replace("BatchFlag=0", "BatchFlag=1")
+        .replace("GRES=gpu:h200:1(IDX:0)", "GRES=gpu:h200:8(IDX:0-7)")
+        .replace("Command=(null)", f"Command={script}\n   WorkDir={work}")
+    )
+    (tmp_path / "record.txt").write_text(record)
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = show ] && exec cat {tmp_path}/record.txt\n'
+        f'[ "$1" = write ] && exec cat {tmp_path}/script.txt\nexit 1\n'
+    )
+    rank = JobProcess(pid=4242, ppid=1, cmdline=("python3", "train.py"), env={"CUDA_VISIBLE_DEVICES": "0"})
+    obs = NodeObservation("fake01", tuple(range(8)), (rank,), window_s=1.0)
+    (tmp_path / "node.json").write_text(json.dumps(obs.to_dict()) + "\n")
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"gpudoctor fix --apply --sbatch '{script}'" in r.stdout, r.stdout
+    assert "gpudoctor fix --apply   #" not in r.stdout and "gpudoctor fix --apply --unsafe-fixes" not in r.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_argv_secrets_of_the_jobs_processes_reach_no_report(tmp_path, as_json):
+    """GD-WATCH-001's message and evidence.cause quote the ranks' command lines: an option and its value in two
+    words (curl/wget's `-u bob:PW`, `--proxy-user u:PW`) is blanked as in one (issue 35 item 1), even from a
+    probe that printed them raw."""
+    env = _stand_ins(tmp_path)
+    (tmp_path / "record.txt").write_text(
+        RECORD.format(job=42, state="RUNNING").replace("GRES=gpu:h200:1(IDX:0)", "GRES=gpu:h200:2(IDX:0-1)")
+    )
+    argv = ["python3", "train.py", "-u", "bob:MARKERu", "--user", "c:MARKERc", "--proxy-user", "p:MARKERp"]
+    argv += ["-ud:MARKERd", "--password", "MARKERpw", "--token", "MARKERtok"]
+    raw = {"pid": 4242, "ppid": 1, "cmdline": argv, "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+    node = {"node": "fake01", "allocated": [0, 1], "processes": [raw], "window_s": 1.0}
+    (tmp_path / "node.json").write_text(json.dumps(node) + "\n")
+    r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", *(["--json"] if as_json else []), env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "GD-WATCH-001" in r.stdout and "train.py -u bob:<redacted>" in r.stdout  # quoted, and blanked
+    assert "MARKER" not in r.stdout + r.stderr, [x for x in r.stdout.splitlines() if "MARKER" in x]

@@ -48,7 +48,8 @@ def test_one_process_times_the_parts_and_writes_the_report_and_heartbeat(tmp_pat
     findings = monitor.close()
     assert {f.id for f in findings} == {"GD-WATCH-009", "GD-WATCH-010", "GD-WATCH-011"}
     last = monitor.windows[-1].ranks[0]
-    assert last.compute_s is not None and last.compute_s > 0 and last.comm_s is None  # not DDP: no all-reduce
+    assert last.compute_s is not None and last.compute_s > 0
+    assert last.comm_s is not None and last.comm_s < last.compute_s  # not DDP: no all-reduce to wait in
     assert last.tokens_per_s and last.tokens_per_s > 0 and last.device == "cpu"
     doc = json.loads(report.read_text())
     import jsonschema
@@ -72,6 +73,64 @@ def test_an_error_in_the_monitor_turns_it_off_and_never_reaches_the_training_loo
     finally:
         sys.stderr = sys_stderr
     assert err.getvalue().count("monitor off after an error") == 1
+
+
+def test_an_unusable_report_path_is_said_once_sanitized(tmp_path):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    err = io.StringIO()
+    sys_stderr, sys.stderr = sys.stderr, err
+    try:
+        monitor = Monitor(model=model, window_s=0.01, report=str(tmp_path / "a\x00b\x1b[31m.json"), heartbeat=False)
+        for batch in monitor.loader([torch.randn(4, 8) for _ in range(30)]):
+            with monitor.step():
+                _train_step(model, opt, batch)
+        monitor.close()
+    finally:
+        sys.stderr = sys_stderr
+    said = err.getvalue()
+    assert said.count("\n") == 1 and "monitor off after an error" in said, said
+    assert "\x00" not in said and "\x1b" not in said and "\\x00" in said  # the NUL written as \x00, no escape
+
+
+def test_an_error_inside_backward_turns_the_monitor_off_and_backward_goes_on(tmp_path):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    monitor = Monitor(model=model, window_s=60, heartbeat=False)
+    calls = []
+
+    def broken_mark():
+        calls.append(1)
+        if len(calls) > 8:
+            raise RuntimeError("a broken clock")
+        return 0.0
+
+    monitor._clock.mark = broken_mark
+    err = io.StringIO()
+    sys_stderr, sys.stderr = sys.stderr, err
+    try:
+        for _ in range(5):
+            with monitor.step():
+                _train_step(model, opt, torch.randn(4, 8))  # the autograd callbacks raise inside backward()
+    finally:
+        sys.stderr = sys_stderr
+    assert err.getvalue().count("monitor off after an error: RuntimeError: a broken clock") == 1
+    assert monitor._broken and not monitor._handles  # hooks removed: nothing more runs in the training loop
+
+
+def test_several_passes_in_a_step_add_up():
+    # gradient accumulation, or several optimizer steps inside one step(): every backward is a pass of its own
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    monitor = Monitor(model=model, window_s=60, heartbeat=False)
+    with monitor.step():
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    passes = monitor._steps[-1].passes
+    assert len(passes) == 3 and all(p[0] <= p[1] <= p[2] for p in passes)
+    monitor.close()
 
 
 def test_the_lightning_callback_times_the_steps_lightning_runs(tmp_path):

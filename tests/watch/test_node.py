@@ -179,3 +179,126 @@ def test_a_python_process_without_progress_gets_its_stack_where_py_spy_is(job_pr
     assert node.stacks([busy], window_s=10.0)[0].stack is None  # 80 % of a core: progress, not dumped
     idle = type(p)(**{**p.__dict__, "stack": None})
     assert node.stacks([idle], window_s=5.0)[0].stack is None  # too short a window to call anything stuck
+
+
+# ---------------------------------------------------------------- who is the job's (issue 35 items 1 and 4)
+
+STRANGER = "gpudoctor-stranger"
+
+
+def _stranger() -> tuple[int, int]:
+    """A local user that is not this one (created with useradd when missing; left for the next run: other tests
+    may use it at the same time). Skips where this is not root."""
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("starting a process as another user needs root (useradd, setuid)")
+    try:
+        entry = pwd.getpwnam(STRANGER)
+    except KeyError:
+        r = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", STRANGER],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if r.returncode not in (0, 9):  # 9: made meanwhile by another test process
+            pytest.skip(f"useradd failed: {r.stderr.strip()}")
+        entry = pwd.getpwnam(STRANGER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _any_users_python() -> str:
+    """A python interpreter another user may run (this test's own may sit in a directory only root enters)."""
+    import shutil
+
+    found = shutil.which("python3", path="/usr/bin:/bin:/usr/local/bin")
+    if found is None:
+        pytest.skip("no python3 another user can run in /usr/bin, /bin or /usr/local/bin")
+    return found
+
+
+def _started(argv: list[str], env: dict, **kw) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, **kw)
+    deadline = time.monotonic() + 10
+    while f"SLURM_JOB_ID={env['SLURM_JOB_ID']}".encode() not in open(f"/proc/{proc.pid}/environ", "rb").read():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return proc
+
+
+def test_another_users_process_that_claims_the_job_is_not_the_jobs():
+    uid, gid = _stranger()
+    env = dict(os.environ, SLURM_JOB_ID=JOB, CUDA_VISIBLE_DEVICES="1", LOCAL_RANK="0")
+    claims = [_any_users_python(), "-c", "import time; time.sleep(60)", "stranger-claims-the-job"]
+    stranger = _started(claims, env, user=uid, group=gid, extra_groups=[], cwd="/")
+    own = _started([sys.executable, "-c", "import time; time.sleep(60)", "the-jobs-own"], env)
+    try:
+        found = {p.pid: p for p in node.job_processes(JOB)}  # the job's user: this one (the probe's own uid)
+        assert stranger.pid not in found and own.pid in found
+        # the owner decides, not the variable: judged as the stranger's job, only the stranger's process
+        assert [p.pid for p in node.job_processes(JOB, uid)] == [stranger.pid]
+    finally:
+        for p in (stranger, own):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize(
+    "line, job",
+    [
+        ("12:freezer:/slurm/uid_1000/job_46/step_0/task_0", "46"),
+        ("0::/system.slice/slurmstepd.scope/job_46/step_batch/user/task_0", "46"),
+        ("0::/slurm_node07/uid_0/job_7", "7"),
+        ("0::/user.slice/user-1001.slice/user@1001.service/app.slice/slurm/job_46", None),  # a user's own slice
+        ("0::/system.slice/job_46.scope", None),
+        ("0::/", None),
+    ],
+)
+def test_the_jobs_cgroup_is_read_from_slurms_own_paths(tmp_path, monkeypatch, line, job):
+    monkeypatch.setattr(node, "_read", lambda path, limit: line.encode() + b"\n")
+    assert node.cgroup_job(12345) == job
+
+
+def test_an_option_and_its_value_in_two_argv_words_are_redacted(tmp_path):
+    env = dict(os.environ, SLURM_JOB_ID=JOB)
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "-u", "bob:MARKERu", "--proxy-user", "p:MARKERp"]
+    argv += ["--user", "c:MARKERc", "-ud:MARKERd", "--token", "MARKERt", "--user=e:MARKERe"]
+    proc = _started(argv, env)
+    try:
+        (p,) = [p for p in node.job_processes(JOB) if p.pid == proc.pid]
+        assert "MARKER" not in json.dumps(p.to_dict()), p.cmdline
+        assert p.cmdline[3:5] == ("-u", "bob:<redacted>")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_slurms_list_and_its_descendants_decide_not_the_variable(monkeypatch):
+    """Where SLURM lists the job's processes (here: listpids answering with a real process of this test), those
+    and their descendants are the job's -- a child in a session of its own too, which proctrack/pgid would not
+    list (torchrun starts its workers so) -- and a process that only sets SLURM_JOB_ID is not."""
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+        "print(p.pid, flush=True)\ntime.sleep(60)\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    parent = subprocess.Popen([sys.executable, "-c", code], env=clean, stdout=subprocess.PIPE, text=True)
+    claims = _started([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ, SLURM_JOB_ID=JOB))
+    child = None
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        monkeypatch.setattr(node, "listpids", lambda job: {parent.pid: "0"})
+        found = {p.pid for p in node.job_processes(JOB)}
+        assert {parent.pid, child} <= found and claims.pid not in found, found
+    finally:
+        for p in (parent, claims):
+            p.kill()
+            p.wait()
+        if child is not None:
+            try:
+                os.kill(child, 9)
+            except ProcessLookupError:
+                pass

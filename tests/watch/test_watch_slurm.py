@@ -7,7 +7,9 @@ CUDA_VISIBLE_DEVICES, read by the probe that `watch` starts inside the job with 
   --gres=gpu:1 -- not eight srun copies of it);
 - a correct job (8 tasks, one GPU each): none named;
 - a probe that cannot run on the node: the node is "not observed" (a fail), never healthy;
-- the GPUs an `srun --overlap` step is given inside the job: all of the job's without --gres, none with --gres=none.
+- the GPUs an `srun --overlap` step is given inside the job: all of the job's without --gres, none with --gres=none;
+- a process of another local user (made with useradd) that sets SLURM_JOB_ID=<job> is not the job's;
+- a job that ends inside the window is said to have ended (COMPLETED, with its end time).
 Skipped, with the reason, where the cluster cannot start (not root, no SLURM).
 """
 
@@ -150,4 +152,84 @@ def test_a_job_with_one_task_per_gpu_names_none(slurm_cluster, tmp_path):
         assert "8 on 1 node" in found["GD-WATCH-001"]["message"]
         assert code == 0, report
     finally:
+        _cancel(slurm_cluster, job)
+
+
+def test_another_users_process_that_claims_the_job_is_not_the_jobs(slurm_cluster, tmp_path, monkeypatch):
+    """A process of another local user that sets SLURM_JOB_ID=<job> (and a GPU) in its own environment is not
+    one of the job's processes: membership is SLURM's (listpids, the job's cgroup), owned by the job's user
+    (scontrol's UserId=), issue 35 item 4. Counted, it would claim GPU 1 and hide it from the idle list."""
+    from tests.cliutil import clean_env
+    from tests.watch.test_node import _any_users_python, _stranger
+
+    uid, gid = _stranger()
+    body = "#SBATCH --gres=gpu:8\n#SBATCH --ntasks=1\nCUDA_VISIBLE_DEVICES=0 {python} {train}\n"
+    job = _submit(slurm_cluster, tmp_path, "claimed", body)
+    stranger = None
+    try:
+        _wait_for(job, "train.py", 1)
+        env = clean_env({"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "CUDA_VISIBLE_DEVICES": "1", "LOCAL_RANK": "0"})
+        stranger = subprocess.Popen(
+            [_any_users_python(), "-c", "import time; time.sleep(120)", "train.py", "--stranger-claims"],
+            env=env,
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+        )
+        _wait_for(job, "--stranger-claims", 1)
+        # membership is SLURM's word here (proctrack/linuxproc answers listpids), not the environment's
+        from gpudoctor.watch import node
+
+        monkeypatch.setenv("SLURM_CONF", slurm_cluster.env()["SLURM_CONF"])
+        listed = node.listpids(job)
+        assert listed and stranger.pid not in listed, listed
+        code, report, err = _watch(slurm_cluster, job)
+        idle = _by_id(report)["GD-WATCH-001"]
+        assert idle["evidence"]["unused"] == [1, 2, 3, 4, 5, 6, 7], idle
+        assert "1 training process(es) where 8 were meant" in idle["message"], idle
+        assert "--stranger-claims" not in json.dumps(report)
+    finally:
+        if stranger is not None:
+            stranger.kill()
+            stranger.wait()
+        _cancel(slurm_cluster, job)
+
+
+def test_a_job_that_ends_during_the_watch_is_said_to_have_ended(slurm_cluster, tmp_path):
+    """The job ends inside the window (it waits for a file this test writes once the watch's probe runs on the
+    node): the node cannot answer, and the report says the job ended, with its state and end time (issue 35
+    item 7), not only "could not observe"."""
+    stop = tmp_path / "stop"
+    body = f"#SBATCH --ntasks=1\nwhile [ ! -e {stop} ]; do sleep 0.2; done\n"
+    job = _submit(slurm_cluster, tmp_path, "short", body)
+    watch = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it runs (the watch refuses a pending job)
+            r = subprocess.run(
+                ["squeue", "-h", "-j", job, "-o", "%T"], env=slurm_cluster.env(), capture_output=True, text=True
+            )
+            if r.stdout.strip() == "RUNNING":
+                break
+            assert time.monotonic() < deadline, r.stdout + r.stderr
+            time.sleep(0.2)
+        watch = subprocess.Popen(
+            [*GD, "watch", "--job", job, "--for", "60s", "--json"],
+            env=slurm_cluster.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _wait_for(job, "gpudoctor.watch.node", 1, timeout=120)  # the probe runs inside the job: now end it
+        stop.write_text("")
+        out, err = watch.communicate(timeout=180)
+        said = [f for f in json.loads(out)["findings"] if f["id"] == "GD-WATCH-006"]
+        assert said and all("ended during the watch (COMPLETED at " in f["message"] for f in said), said
+        assert said[0]["severity"] == "info" and watch.returncode == 0, (said, err)
+    finally:
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+            watch.communicate()
         _cancel(slurm_cluster, job)
