@@ -445,8 +445,9 @@ def mixed_gpu_models(facts, ctx):
         return passed(f"{len(gpus)} x {next(iter(names))}", models=names)
     models = ", ".join(f"{n} x{len(idx)} (GPU {', '.join(map(str, idx))})" for n, idx in names.items())
     return warn(
-        f"the job's GPUs are different models ({models}): data-parallel steps run at the slowest GPU's pace and "
-        "memory limits differ",
+        f"the job's GPUs are {len(names)} different models: data-parallel steps run at the slowest one's pace",
         None,
         models=names,
+        gpus=models,
+        memory="the memory limits differ too",
     )

@@ -110,9 +110,9 @@ def sbatch_directive_lookalike_not_read(facts, ctx):
             k in GPU_OPTIONS and (k != "gres" or "gpu" in str(v)) for la in slips for k, v in la.options
         ) or any(_names_gpus(d.text) for la in slips for d in sb.late_directives if d.line in la.hides)
         sev = fail if lost_gpus and not any(d.option in GPU_OPTIONS for d in sb.directives) else warn
-        return sev(
-            f"sbatch does not read {len(slips)} line(s) written as #SBATCH directives: " + "; ".join(parts), fix, **ev
-        )
+        ev["why"] = parts
+        lost = ", ".join(f"line {la.line}" for la in slips)
+        return sev(f"sbatch does not read {lost}, written as #SBATCH: its options are lost", fix, **ev)
     # `##SBATCH` is how directives are switched off: said in the pass message, never a finding to act on
     off = [f"line {la.line} `{la.text}` ({_options_text(la.options)} not applied)" for la in disabled]
     said = f"; switched off with a second '#': {'; '.join(off)}" if off else ""

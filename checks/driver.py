@@ -85,7 +85,11 @@ def nvidia_driver_unusable(facts, ctx):
             return skip("no GPUs expected (--expect-gpus 0); no NVIDIA driver found", error=error)
         return fail(
             f"no usable NVIDIA driver: {_nvml_hint(error)}",
-            manual("Install/load the NVIDIA driver (or run with --expect-gpus 0 for a CPU job)", "nvidia-smi"),
+            # nvidia-smi only shows whether a driver is there: the fix loads one (a container gets it from its runtime)
+            manual(
+                "Load the NVIDIA driver (install it if none is; a container: --gpus all; CPU job: --expect-gpus 0)",
+                "sudo modprobe nvidia",
+            ),
             error=error,
         )
     # A GPU NVML may not open belongs to another job's device cgroup (SLURM): not ours, not broken.

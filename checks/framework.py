@@ -203,7 +203,7 @@ def framework_required_variable_missing(facts, ctx):
             value, where = own[row.variable], f"{os.path.basename(program.path or 'the program')} sets it"
         ev[row.variable] = f"{value} ({where})" if value is not None else "not set"
         if value == row.value:
-            out.append(passed(f"{row.variable}={row.value} ({where}) for {how}", **ev))
+            out.append(passed(f"{row.variable}={row.value} ({where}) as {row.framework} needs", **ev))
             continue
         if value is not None and re.search(r"[$`]", value):
             out.append(
@@ -212,16 +212,21 @@ def framework_required_variable_missing(facts, ctx):
             continue
         fix = set_env(row.variable, row.value, f"export {row.variable}={row.value} before the launch line")
         state = f"{row.variable}={value} ({where})" if value is not None else f"{row.variable} is not set"
-        msg = f"{how}: {state}, and {row.framework} needs {row.variable}={row.value}: {row.effect}"
+        msg = f"{state}, and {row.framework} needs {row.variable}={row.value}"
+        ev["effect"] = row.effect
         late = _blackwell_or_later(facts, ctx)
         if applies_here is None:
-            out.append(warn(msg + " (an argument's value is only known at run time)", fix, **ev))
+            ev["unknown"] = "an argument's value is only known at run time"
+            out.append(warn(msg, fix, **ev))
         elif row.blackwell_exempt and late is not False:
             # this source skips the requirement from Blackwell on: a failure only where the GPUs are seen to be older
-            note = "the job's GPUs are Blackwell or later, where it is skipped" if late else "GPUs not seen here"
-            out.append((info if late else warn)(f"{msg} on GPUs before Blackwell ({note})", fix, **ev))
+            ev["blackwell"] = (
+                "the job's GPUs are Blackwell or later, where it is skipped" if late else "GPUs not seen here"
+            )
+            out.append((info if late else warn)(f"{msg} on GPUs before Blackwell", fix, **ev))
         elif late:
-            out.append(warn(f"{msg} (current Megatron-LM skips it on Blackwell GPUs like this job's)", fix, **ev))
+            ev["blackwell"] = "current Megatron-LM skips it on Blackwell GPUs like this job's"
+            out.append(warn(msg, fix, **ev))
         else:
             out.append(fail(msg, fix, **ev))
     return out or skip("no launched framework in the requirements table (checks/framework.py)")

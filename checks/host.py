@@ -109,8 +109,7 @@ def shm_too_small(facts, ctx):
     if total < SHM_MIN_BYTES:
         docker = " (Docker's default)" if total == DOCKER_DEFAULT_SHM else ""
         return warn(
-            f"/dev/shm is only {total / MIB:.0f} MiB{docker}: DataLoader workers will die with 'Bus error' once a few "
-            "batches are in flight",
+            f"/dev/shm is only {total / MIB:.0f} MiB{docker}: DataLoader workers die with 'Bus error' under load",
             fix,
             **evidence,
         )

@@ -212,7 +212,8 @@ def rendezvous_endpoint_computed_per_task(facts, ctx):
         for v, why in problems
     ]
     return fail(
-        f"line {launch.line}: " + "; ".join(parts) + ": the ranks wait at different endpoints and never meet",
+        f"line {launch.line}: each task computes its own {', '.join(sorted({v.setting for v, _ in problems}))}: "
+        "the ranks wait at different endpoints",
         manual(
             "Compute the endpoint once in the batch shell (outside the single quotes) and export it",
             'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -224,5 +225,6 @@ def rendezvous_endpoint_computed_per_task(facts, ctx):
         ],
         nodes=shape.nodes if shape else None,
         tasks=shape.ntasks if shape else None,
+        per_task=parts,
         **evidence,
     )

@@ -105,10 +105,10 @@ def launch_program_unset(facts, ctx):
     if also:
         consequence += f" (${', $'.join(also)} on the line {'is' if len(also) == 1 else 'are'} set nowhere either)"
         ev["also unset"] = also
+    ev["then"] = f"it expands to nothing, so {consequence}"
     if not _inherited(export, name) and not sb.other_sources:
         return fail(
-            f"line {launch.line}'s program is ${name}, which the script never sets, and --export={export} passes "
-            f"nothing from the submitting shell: it expands to nothing, so {consequence}",
+            f"line {launch.line}'s program is ${name}, set nowhere and not passed (--export={export}): it runs nothing",
             fix,
             **ev,
         )
@@ -118,9 +118,10 @@ def launch_program_unset(facts, ctx):
         if sb.other_sources
         else "the script never sets it"
     )
+    ev["where"] = where
+    ev["unless"] = "the submitting shell exports it (sbatch passes its environment, --export=ALL by default)"
     return warn(
-        f"line {launch.line}'s program is ${name}: {where}. Unless the submitting shell exports it (sbatch passes its "
-        f"environment, --export=ALL by default), it expands to nothing and {consequence}",
+        f"line {launch.line}'s program is ${name}, which no line sets: empty unless your shell exports it",
         fix,
         **ev,
     )

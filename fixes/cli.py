@@ -96,7 +96,7 @@ def run(args) -> int:
         sys.stdout.write(text + ("\n" if text else ""))
         for note in envfile.left_out(plan.env_changes):
             print(f"gpudoctor fix: {note}", file=sys.stderr)
-        _summary_line(plan, args, backups, sys.stderr)
+        _summary_line(plan, args, backups, sys.stderr, first=True)
     elif args.json:
         report = redact_strings(to_json(plan, args, backups, env_file_backup, validation))
         sys.stdout.write(json_text(report, indent=2) + "\n")
@@ -214,7 +214,7 @@ def _why_left(plan, finding) -> str:
     if any(f.id == finding.id for f, _ in plan.unsafe_available):
         return "its fix is unsafe (changes what the job does): add --unsafe-fixes"
     if any(f.id == finding.id for f, _ in plan.manual):
-        return "a manual step (see below)"
+        return "a manual step (listed under Manual steps)"
     if finding.fix is None:
         return "no automatic fix"
     return "its fix was not tried (another fix changed the finding)"
@@ -273,8 +273,13 @@ def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> 
     from gpudoctor.redact import redact_text
     from gpudoctor.sanitize import clean
 
+    written = [False]
+
     def w(text: str) -> None:  # the plan quotes the user's files and environment: redacted, and no escape
-        out.write(clean(redact_text(text)))  # sequence reaches the terminal raw
+        if not written[0]:  # sequence reaches the terminal raw; the first section starts the output, no blank
+            text = text.removeprefix("\n")
+        written[0] = written[0] or bool(text)
+        out.write(clean(redact_text(text)))
 
     for p in plan.changed_files:
         w(diff(plan, p))
@@ -313,14 +318,17 @@ def render_text(plan, args, backups: dict, env_file_backup: str | None, out) -> 
         w("\nRemaining:\n")
         for r in status["remaining"]:
             w(f"  {r['id']} {r['severity']}: {r['reason']}\n")
-    _summary_line(plan, args, backups, out)
+    _summary_line(plan, args, backups, out, first=not written[0])
 
 
-def _summary_line(plan, args, backups: dict, out) -> None:
+def _summary_line(plan, args, backups: dict, out, first: bool = False) -> None:
     status = _status(plan)
     files = len(plan.changed_files)
     if args.apply:
         head = f"applied: {len(backups)} file(s) written" if backups else "nothing to write"
     else:
         head = f"dry run: {files} file(s) would change (--apply writes them)" if files else "dry run: no file changes"
-    out.write(f"\ngpudoctor fix: {head}; {len(status['fixed'])} check(s) fixed, {len(status['remaining'])} remaining\n")
+    blank = "" if first else "\n"  # the output's first line is never a blank one
+    out.write(
+        f"{blank}gpudoctor fix: {head}; {len(status['fixed'])} check(s) fixed, {len(status['remaining'])} remaining\n"
+    )

@@ -18,12 +18,23 @@ import sys
 from gpudoctor import __version__
 
 
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option of the parser and of the commands built under it (a misspelled option of `check` is
+    reported by the top parser, which parses what its command left)."""
+    found = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _option_strings(sub)
+    return sorted(set(found))
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not a usage dump
         from gpudoctor.inputs import UsageError
         from gpudoctor.report.usage import did_you_mean
 
-        raise UsageError(f"{self.prog}: {did_you_mean(message)} (see --help)")
+        raise UsageError(f"{self.prog}: {did_you_mean(message, _option_strings(self))} (see --help)")
 
     def _print_message(self, message, file=None):
         # argparse drops a failed write of --help or --version (exit 0, no text); let main() report it
@@ -50,7 +61,7 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-REPORT_FORMATS = ("text", "json", "github", "concise")
+REPORT_FORMATS = ("text", "json", "github", "concise", "sarif")
 
 
 class _Commands(argparse._SubParsersAction):
@@ -155,7 +166,7 @@ def _add_check_outputs(c) -> None:
         help="text (default); json; github: workflow commands (::error file=F,line=N::...) that annotate a pull "
         "request; concise: one `path:line: GD-ID message` line per problem (ruff/flake8 style). github and "
         "concise write the verdict's findings; one with no line of its own goes on line 1 of the script "
-        "(or config), one about no file has none",
+        "(or config), one about no file has none; sarif: a SARIF 2.1.0 log for code scanning",
     )
     c.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     c.add_argument(
@@ -163,8 +174,10 @@ def _add_check_outputs(c) -> None:
         metavar="FILE",
         help="also write the verdict as Prometheus metrics (node_exporter textfile collector), atomically",
     )
-    c.add_argument("-v", "--verbose", action="store_true", help="show every check with its full evidence")
-    c.add_argument("-q", "--quiet", action="store_true", help="only the problems, the next steps and the verdict")
+    c.add_argument(
+        "-v", "--verbose", action="store_true", help="every check with its evidence, and the machine gpudoctor runs on"
+    )
+    c.add_argument("-q", "--quiet", action="store_true", help="only the problems and their fixes")
 
 
 def _add_check_where(c) -> None:

@@ -186,15 +186,41 @@ def run_check(spec: CheckSpec, facts: Facts, ctx: Context) -> list[Finding]:
     return [_finding(spec, o, locate(o, ctx)) for o in outcomes]
 
 
+MESSAGE_LIMIT = 120  # a finding's message: one sentence a person reads at a glance (issue 38)
+# Where a long message may end, strongest first: the clause before it says what is wrong, the rest why.
+_BREAKS = ("; ", " -- ", ": ", " (", ", ")
+
+
+def _balanced(text: str) -> bool:
+    return text.count("(") == text.count(")") and text.count("`") % 2 == 0 and text.count("'") % 2 == 0
+
+
+def one_sentence(message: str, limit: int = MESSAGE_LIMIT) -> tuple[str, str | None]:
+    """(message, detail): a message longer than `limit` ends at its last clause break that fits (and leaves
+    no bracket or quote open); what followed becomes the finding's `detail` evidence (-v, JSON), never lost.
+    A check's own message is written short; this holds the contract for one that is not."""
+    if len(message) <= limit:
+        return message, None
+    for sep in _BREAKS:
+        cuts = [i for i in range(len(message)) if message.startswith(sep, i) and 40 <= i <= limit - 1]
+        for i in reversed(cuts):
+            if _balanced(message[:i]):
+                return message[:i], message[i + len(sep) :].strip()
+    head = message[: limit - 1].rsplit(" ", 1)[0]
+    return head + "…", message
+
+
 def _finding(spec: CheckSpec, o: Outcome, location: Location | None = None) -> Finding:
+    message, detail = one_sentence(o.message)
+    evidence = o.evidence if detail is None else {**o.evidence, "detail": detail}
     return Finding(
         id=spec.id,
         name=spec.name,
         category=spec.category,
         severity=o.severity,
         title=spec.title,
-        message=o.message,
-        evidence=o.evidence,
+        message=message,
+        evidence=evidence,
         fix=o.fix,
         location=location,
     )

@@ -24,7 +24,7 @@ from gpudoctor.model import ExitCode, Severity
 from gpudoctor.sample_train import exits, faults
 from gpudoctor.sample_train.coordinator import Coordinator, Keys, Verdict, read_json
 from gpudoctor.sample_train.judge import baseline, report
-from gpudoctor.sample_train.judge.findings import make, ranks_text
+from gpudoctor.sample_train.judge.findings import build_text, make, ranks_text, visible_text
 from gpudoctor.sample_train.options import SmokeOptions
 from gpudoctor.sample_train.progress import Progress
 from gpudoctor.sample_train.ranks import KILL_GRACE_S, Ranks, fork_is_safe, fork_ranks, gpu_count_without_cuda
@@ -167,11 +167,10 @@ def _run_spawn(opts: SmokeOptions) -> int:
                 "GD-SMOKE-012",
                 Severity.FAIL,
                 f"torch {torch.__version__} sees no CUDA GPU "
-                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}, "
-                f"built for CUDA {torch.version.cuda}); run `gpudoctor check` for the cause, or pass --device cpu to "
-                "test the CPU/gloo path",
+                f"({visible_text(os.environ.get('CUDA_VISIBLE_DEVICES'))}, {build_text(torch.version.cuda)})",
                 torch=torch.__version__,
                 torch_cuda=torch.version.cuda,
+                next="run `gpudoctor check` for the cause, or pass --device cpu to test the CPU/gloo path",
             ),
             started,
         )

@@ -160,7 +160,9 @@ def choose_device(opts: SmokeOptions, world: World) -> tuple[torch.device | None
             record.update(slurm_gpus_var=var, slurm_gpus=allocated)
             break
     if not torch.cuda.is_available():
-        record["device_error"] = f"torch sees no CUDA GPU (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        shown = "unset" if visible is None else repr(visible)
+        record["device_error"] = f"torch sees no CUDA GPU (CUDA_VISIBLE_DEVICES {shown})"
         record["no_cuda"] = True
         return None, record
     count = torch.cuda.device_count()

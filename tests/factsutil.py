@@ -63,3 +63,14 @@ def run(check_id: str, facts: Facts, **ctx):
 def severity(check_id: str, facts: Facts, **ctx) -> Severity:
     findings = run(check_id, facts, **ctx)
     return max(findings, key=lambda f: f.severity.rank).severity
+
+
+def said(finding) -> str:
+    """All a finding says in words: its one-sentence message and the rest of a longer one, which
+    gpudoctor.runner.one_sentence keeps as the `detail` evidence (a Finding, or its JSON dict)."""
+    if isinstance(finding, dict):
+        message, evidence = finding.get("message", ""), finding.get("evidence") or {}
+    else:
+        message, evidence = finding.message, finding.evidence or {}
+    rest = " ".join(str(v) for v in evidence.values())
+    return f"{message} {rest}"

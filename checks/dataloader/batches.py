@@ -128,11 +128,8 @@ def global_batch_not_divisible(facts, ctx):
     )
     stated = settings.describe("global_batch_size")
     if global_batch % rule.unit or global_batch < rule.unit:
-        return sev(
-            f"{stated} is not a multiple of {rule.unit_text} = {rule.unit} ({dp_text}, {lay.world_size.source}){stops}",
-            fix,
-            **evidence,
-        )
+        evidence["world_size_source"] = lay.world_size.source
+        return sev(f"{stated} is not a multiple of {rule.unit_text} = {rule.unit}{stops}", fix, **evidence)
     if rule.exact is not None and rule.exact != global_batch:
         return sev(f"{rule.exact_text} = {rule.exact}, not the stated {stated}{stops}", fix, **evidence)
     if rule.exact is not None:

@@ -198,6 +198,9 @@ def script_exports_loopback_master_addr(facts, ctx):
     addr = env.get("MASTER_ADDR")
     source = env.source("MASTER_ADDR")
     if not addr or source in (None, ENVIRONMENT):
+        own = [a for a in getattr(ctx.sbatch, "assignments", ()) if a.name == "MASTER_ADDR"]
+        if own:  # the script sets it; only its value is not known before the job runs (a command's output)
+            return skip(f"line {own[-1].span.line} sets MASTER_ADDR; its value is known only when the job runs")
         return skip("the script does not export MASTER_ADDR")
     lay = layout(facts, ctx)
     if not _is_loopback_literal(addr):
@@ -205,9 +208,7 @@ def script_exports_loopback_master_addr(facts, ctx):
     if not lay.multi_node:
         return passed(f"MASTER_ADDR={addr} ({source}) on a one-node job: every rank is on this node", **lay.evidence())
     return fail(
-        f"MASTER_ADDR={addr} ({source}) is a loopback address but the job spans {lay.nodes.value} nodes "
-        f"({lay.nodes.source}): every node's ranks look for the store on their own host, so the ranks on the "
-        "other nodes time out in init_process_group",
+        f"MASTER_ADDR={addr} is loopback but the job spans {lay.nodes.value} nodes: the other nodes' ranks time out",
         manual(
             f"Set MASTER_ADDR to the job's first node ({source})",
             'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',

@@ -124,10 +124,10 @@ def _rank_exported_before_srun(facts, ctx):
     model = job_model(facts, ctx)
     program = model.program if model is not None else None
     read = program is not None and program.kind is not None
-    lightning = shape.launcher == "lightning" or (read and program.kind == "lightning")
+    lightning = shape.launcher == "lightning" or (program is not None and program.kind == "lightning")
     if not read and ctx.sbatch.launch is not None:
         lightning = lightning or lightning_cli_args(ctx.sbatch.launch.script_args)
-    if lightning or (read and program.passes_rank):
+    if lightning or (program is not None and program.passes_rank):
         # Lightning picks its cluster environment in order, SLURMEnvironment first (SLURM_NTASKS set under srun:
         # lightning/fabric/connector.py _choose_cluster_environment), takes the rank from SLURM_PROCID and passes it
         # to init_process_group itself; a program that passes its own rank likewise: an exported RANK is not read.
@@ -135,9 +135,7 @@ def _rank_exported_before_srun(facts, ctx):
     lines = [f"line {exports[n].line}: {exports[n].text or n + '=' + exports[n].value}" for n in names]
     values = ", ".join(f"{n}={exports[n].value}" for n in names)
     return fail(
-        f"{', '.join(names)} exported in the batch shell ({'; '.join(lines)}) before line {shape.launch_lineno} starts "
-        f"{shape.ntasks} srun tasks: the batch shell is task 0, so every task inherits the same value "
-        f"({values}) and the ranks collide",
+        f"{', '.join(names)} exported once in the batch shell: all {shape.ntasks} srun tasks get {values} and collide",
         manual(
             "Set the rank variables inside each task, not in the batch shell",
             _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"),
@@ -145,6 +143,7 @@ def _rank_exported_before_srun(facts, ctx):
         exported=lines,
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
         srun_tasks=shape.ntasks,
+        why="the batch shell is task 0: every task inherits its values",
     )
 
 
@@ -192,8 +191,8 @@ def _node_rank_same_on_every_node(facts, ctx):
         given = f"machine_rank: {rank} from {from_config} (no --machine_rank on the line)"
         why = "; the config file is the same on every node"
     return fail(
-        f"line {shape.launch_lineno} starts {launcher} on each of {shape.nodes} nodes with {given}: every node claims "
-        f"node rank {rank or 0} and the static rendezvous never completes{why}",
+        f"line {shape.launch_lineno}: every one of {shape.nodes} nodes starts {launcher} as node rank {rank or 0}: "
+        "the rendezvous never completes",
         manual(
             "Let each task expand its own node rank, or let the rendezvous assign it",
             f"srun bash -c '{launcher if launcher != 'torch.distributed.launch' else 'torchrun'} "
@@ -205,6 +204,7 @@ def _node_rank_same_on_every_node(facts, ctx):
         launch_line=f"line {shape.launch_lineno}: {shape.launch_line}",
         nodes=shape.nodes,
         node_rank=rank,
+        given=given + why,
         rdzv_backend=launch.rdzv_backend or "static (default)",
         **({"machine_rank_from": from_config} if from_config else {}),
     )
@@ -256,11 +256,14 @@ def rank_variables_inconsistent(facts, ctx):
             **evidence,
         )
     missing = _missing(env, set(_script_exports(ctx)))
+    evidence = {
+        **evidence,
+        "srun": "starts one task per rank: the script takes its rank from SLURM_PROCID (as Lightning and most "
+        "cluster examples do) or sets RANK inside each task",
+    }
     if missing and (_per_task_srun_launch(ctx) and missing == ["RANK"]):
         return info(
-            f"WORLD_SIZE={env.get('WORLD_SIZE')} is exported but RANK is not: srun "
-            "starts one task per rank, so the script must take its rank from SLURM_PROCID "
-            "(as Lightning and most cluster examples do) or set RANK inside each task",
+            f"WORLD_SIZE={env.get('WORLD_SIZE')} is exported but RANK is not: the program must read SLURM_PROCID",
             manual(
                 "Map the rank per task if the script expects RANK",
                 _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID"),
@@ -280,8 +283,7 @@ def rank_variables_inconsistent(facts, ctx):
     if not any(k in env for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")):
         if intended_launcher(ctx) == "srun" and in_srun_step(env) and (env_int(env, "SLURM_NTASKS") or 1) > 1:
             return info(
-                "srun sets SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS, not RANK/LOCAL_RANK/WORLD_SIZE: Lightning reads "
-                "SLURM's variables itself, but init_process_group('env://') needs them set inside each task",
+                "srun sets SLURM_PROCID, not RANK/LOCAL_RANK/WORLD_SIZE: init_process_group('env://') needs them",
                 manual(
                     "Map them per task",
                     _per_task_ranks(ctx, "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS"),

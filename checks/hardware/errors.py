@@ -267,9 +267,9 @@ def pcie_corrected_error_flood(facts, ctx):
         return skip("no job GPU to judge")
     if not rates:
         return skip(
-            "no count of corrected PCIe errors for the job's GPUs with a time to turn it into a rate (no AER "
-            "support or /sys in sysfs, no time since boot, and no readable kernel log)",
+            "no rate of corrected PCIe errors for the job's GPUs (no AER counts with a time to divide by)",
             **evidence,
+            missing="no AER support or /sys in sysfs, no time since boot, and no readable kernel log",
         )
     flooded = [r for r in rates if r["per_hour"] > CORRECTED_PER_HOUR_LIMIT]
     if not flooded:

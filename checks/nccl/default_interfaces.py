@@ -141,19 +141,21 @@ def nccl_default_interfaces_include_virtual_nics(facts, ctx):
     active_ib = [p for p in ib_ports(facts) if str(p.get("state") or "").upper() == "ACTIVE"]
     if active_ib and real and first not in bad:
         # data goes over InfiniBand/RoCE; only the bootstrap uses the first socket interface, here a real one
+        evidence = {**evidence, "beside": ", ".join(real), "with InfiniBand/RoCE": f"only the first ({first}) is used"}
         return info(
-            f"NCCL_SOCKET_IFNAME is unset and {version}'s bootstrap candidates include {named} beside "
-            f"{', '.join(real)}; with InfiniBand/RoCE active only the first one ({first}) is used - set "
-            "NCCL_SOCKET_IFNAME if the bootstrap hangs",
+            f"NCCL_SOCKET_IFNAME is unset and {version}'s bootstrap candidates include {named}: set it if it hangs",
             fix,
             **evidence,
         )
     where = f"its bootstrap binds {first}, the first of them" if first in bad else "its socket transport uses them all"
-    return warn(
-        f"NCCL_SOCKET_IFNAME is unset and {version}'s default choice includes {named} beside "
-        f"{', '.join(real) or 'nothing else'}: {where}, and other nodes cannot reach it",
-        fix,
+    evidence = {
         **evidence,
+        "beside": ", ".join(real) or "nothing else",
+        "then": f"{where}, and other nodes cannot reach it",
+    }
+    short = first if first in bad else named
+    return warn(
+        f"NCCL_SOCKET_IFNAME is unset, so {version} may pick {short}, which other nodes cannot reach", fix, **evidence
     )
 
 

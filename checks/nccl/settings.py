@@ -4,14 +4,16 @@ How NCCL and torch read these variables: gpudoctor/readers/ncclenv.py (sources c
 
 from __future__ import annotations
 
+from gpudoctor import shellquote
 from gpudoctor.job.env import job_env
 from gpudoctor.job.layout import layout
-from gpudoctor.model import fail, info, manual, passed, set_env, skip, warn
+from gpudoctor.model import Outcome, fail, info, manual, passed, skip, warn
 from gpudoctor.readers.ncclenv import (
     NCCL_DEBUG_LEVELS,
     nccl_problems,
     torch_nccl_problems,
 )
+from gpudoctor.readers.ncclnames import KNOWN, NCCL_DOCS, TORCH_SOURCE, unread
 from gpudoctor.registry import check
 
 
@@ -79,7 +81,8 @@ def _fmt_nccl(v) -> str:
     why="NCCL_DEBUG=INFO prints dozens of lines per rank at every communicator set-up: right for debugging a "
     "hang, noise in a long run. With NCCL_DEBUG_SUBSYS including COLL (or ALL), NCCL logs every "
     "collective: millions of lines and measurable overhead. WARN is the level for production.",
-    fix="export NCCL_DEBUG=WARN (or unset it) once the set-up works; keep INFO only while debugging.",
+    fix="export NCCL_DEBUG=WARN (or unset it) once the set-up works; keep INFO only while debugging. "
+    "A debugging switch is yours: `gpudoctor fix --apply` never rewrites it.",
 )
 def nccl_debug_logging_left_on(facts, ctx):
     env = job_env(facts, ctx)
@@ -102,19 +105,16 @@ def nccl_debug_logging_left_on(facts, ctx):
         "ALL",
     } and not subsys.startswith("^")
     where = f" to {env['NCCL_DEBUG_FILE']}" if env.get("NCCL_DEBUG_FILE") else ""
+    # A debugging switch is the author's choice: the fix is a command for them, never an edit that
+    # `gpudoctor fix --apply` would make behind their back (issue 38: INFO was rewritten to WARN).
+    lower = manual("When the set-up works, lower NCCL's logging", "export NCCL_DEBUG=WARN")
     if per_collective:
         return warn(
-            f"NCCL_DEBUG={value} with NCCL_DEBUG_SUBSYS={subsys} logs "
-            f"every collective{where}: huge logs and a slower run",
-            set_env("NCCL_DEBUG", "WARN"),
+            f"NCCL_DEBUG={value} with NCCL_DEBUG_SUBSYS={subsys} logs every collective{where}: huge, slow logs",
+            lower,
             **evidence,
         )
-    return info(
-        f"NCCL_DEBUG={value} is on{where}: verbose set-up logs from "
-        "every rank; fine while debugging, use WARN in production",
-        set_env("NCCL_DEBUG", "WARN"),
-        **evidence,
-    )
+    return info(f"NCCL_DEBUG={value} logs every rank's set-up{where}: fine while debugging", lower, **evidence)
 
 
 @check(
@@ -146,3 +146,54 @@ def nccl_env_malformed(facts, ctx):
     if not names:
         return passed("no NCCL_* or TORCH_NCCL_* variables set", **evidence)
     return passed(f"{len(names)} NCCL variable(s) set, all well-formed", **evidence)
+
+
+@check(
+    id="GD-NCCL-013",
+    name="nccl-env-name-unread",
+    category="nccl",
+    title="Every NCCL_*, TORCH_NCCL_* and TORCH_DISTRIBUTED_* variable is one NCCL or PyTorch reads",
+    needs=["env"],
+    scope="job",
+    what="Compares the job's NCCL_*, TORCH_NCCL_* and TORCH_DISTRIBUTED_* variables with the names NCCL "
+    "documents (its user guide's Environment Variables page) and those PyTorch's NCCL process group reads "
+    "(ProcessGroupNCCL.hpp's cvars, TORCH_DISTRIBUTED_DEBUG): the lists and their sources are data in "
+    "gpudoctor/readers/ncclnames.py.",
+    why="Neither NCCL nor PyTorch warns about a variable it does not read: `export NCCL_TIMEOUT=1800` or "
+    "`TORCH_NCCL_TIMEOUT=1800` looks like a 30-minute timeout and sets none (the collectives' timeout is "
+    "init_process_group(timeout=...)), and a misspelled NCCL_SOCKET_IFNAM leaves NCCL choosing the interface.",
+    fix="Use the name NCCL or PyTorch reads (the message names the likely one), or set the value where it is "
+    "read: the process group's timeout is `init_process_group(timeout=timedelta(seconds=1800))`.",
+)
+def nccl_env_name_unread(facts, ctx):
+    env = job_env(facts, ctx)
+    found = unread(env)
+    if not found:
+        return passed("every NCCL/PyTorch variable set is one they read")
+    unsure = [name for name, _, certain in found if not certain]
+    outcomes = [_unread(name, meant, env) for name, meant, certain in found if certain]
+    if unsure:
+        evidence: dict = {name: env[name] for name in unsure}
+        evidence["sources"] = [NCCL_DOCS, TORCH_SOURCE]
+        names = ", ".join(unsure)
+        outcomes.append(
+            info(
+                f"{names}: in neither NCCL's documented list nor PyTorch's (NCCL reads a few undocumented)",
+                None,
+                **evidence,
+            )
+        )
+    return outcomes
+
+
+def _unread(name: str, meant: str | None, env: dict) -> Outcome:
+    """One variable neither reads: the name meant (a typo of a known one), or where its setting really is."""
+    evidence = {name: env[name], "sources": [NCCL_DOCS, TORCH_SOURCE]}
+    if meant in KNOWN:
+        fix = manual(
+            f"Use the name that is read: {meant}", f"export {meant}={shellquote.quote(env[name])}", f"unset {name}"
+        )
+        return warn(f"{name} is read by neither NCCL nor PyTorch: did you mean {meant}?", fix, **evidence)
+    evidence["read_instead"] = meant
+    fix = manual(f"Set the timeout in the program: {meant}", f"unset {name}")
+    return warn(f"{name} is read by neither NCCL nor PyTorch: the timeout is {meant}", fix, **evidence)

@@ -47,6 +47,8 @@ def directive_fix(
         # cannot be placed: drop --ntasks unless it equals nodes x ntasks-per-node.
         if not (str(per_node).isdigit() and shape.ntasks_option == int(per_node) * (shape.nodes or 0)):
             changes = {**changes, "ntasks": None}
+            if "--ntasks " not in title and "--ntasks=" not in title and "--ntasks)" not in title:
+                title += ", without --ntasks"  # the title names every edit the fix makes (issue 38)
     target = _script(shape, facts)
     if target:
         actions = tuple(
@@ -140,3 +142,18 @@ def env_int(env: Mapping[str, str], name: str) -> int | None:
         return slurmfmt.parse_int(env[name], name) if name in env else None
     except slurmfmt.SlurmFormatError:
         return None
+
+
+def known_node_cpus(facts, ctx) -> int | None:
+    """The CPUs of a node the job lands on, only where gpudoctor knows them: the node a --node-snapshot
+    recorded or the one it runs on inside the job, else the fewest of the partition's node types that have
+    GPUs (`scontrol show node` CPUTot). None otherwise: a CPU count for a fix is never guessed (issue 38)."""
+    inside = ctx.sbatch is None and bool(facts.env.get("SLURM_JOB_ID"))  # gpudoctor runs on the job's node
+    if (ctx.node_facts and facts.has("nvidia")) or inside:
+        n = facts.host.get("cpu_count_logical")
+        return n if isinstance(n, int) and n > 0 else None
+    cluster = facts.cluster
+    if not cluster.get("available"):
+        return None
+    types = [t for t in cluster.get("node_types") or [] if t.get("cpus") and t.get("gpus")]
+    return min(t["cpus"] for t in types) if types else None

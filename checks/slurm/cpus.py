@@ -7,10 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpudoctor import versions
-from gpudoctor.checks.slurm._shared import directive_fix, env_int, ranks_per_task, shape_evidence, slurm_shape
+from gpudoctor.checks.slurm._shared import (
+    directive_fix,
+    env_int,
+    known_node_cpus,
+    ranks_per_task,
+    shape_evidence,
+    slurm_shape,
+)
 from gpudoctor.job.env import job_env, probe_env
 from gpudoctor.job.shape import JobShape
-from gpudoctor.model import Fix, Outcome, fail, info, passed, set_env_reference, skip, warn
+from gpudoctor.model import Fix, Outcome, fail, info, manual, passed, set_env_reference, skip, warn
 from gpudoctor.registry import check
 
 FIXED_AGAIN = (23, 11)  # srun reads SLURM_CPUS_PER_TASK again (see the module docstring)
@@ -112,12 +119,11 @@ def _srun_inherits_by_version(
         )
     where = f"line {shape.launch_lineno}: srun" if shape.from_script and shape.launch_lineno else "srun"
     if version is None:
-        return info(
-            f"SLURM version not known here: on SLURM 22.05 to 23.02 {where} does not inherit --cpus-per-task={cpt} "
-            "(SRUN_CPUS_PER_TASK is not set) and each task may get 1 CPU; 23.11 and later inherit it again",
-            fix,
-            **ev,
+        ev["SLURM 22.05 to 23.02"] = (
+            f"{where} does not inherit --cpus-per-task={cpt} (SRUN_CPUS_PER_TASK is not set): each task may get "
+            "1 CPU; 23.11 and later inherit it again"
         )
+        return info(f"on SLURM 22.05-23.02 {where} gets 1 CPU per task, not {cpt} (version not known here)", fix, **ev)
     which = f"SLURM {raw_version}"
     if not shape.from_script and not shape.srun_launch and (shape.tasks_here or 1) <= 1 and (shape.nodes or 1) <= 1:
         return info(
@@ -169,26 +175,40 @@ def cpus_per_task_too_few_for_workers(facts, ctx):
         cpus_per_task=cpus,
         cpus_source=source,
     )
-    if cpus is None:
-        fix = directive_fix(shape, facts, f"Ask for {need} CPUs per task", {"cpus-per-task": str(need)})
+    if cpus is None or cpus < need:
+        fix = _cpus_fix(shape, facts, ctx, need, per_task, workers)
+        if cpus is None:
+            ev["default"] = "SLURM gives 1 CPU per task unless asked (or the cluster sets DefCpuPerGPU)"
+            return warn(
+                f"no --cpus-per-task: 1 CPU per task for {per_task} rank(s) x ({workers} workers + 1)", fix, **ev
+            )
         return warn(
-            f"no --cpus-per-task: SLURM's default is 1 CPU per task (unless the cluster sets DefCpuPerGPU), "
-            f"for {per_task} rank(s) x ({workers} workers + 1) = {need} processes",
-            fix,
-            **ev,
-        )
-    if cpus < need:
-        fix = directive_fix(
-            shape, facts, f"Ask for {need} CPUs per task (or lower num_workers)", {"cpus-per-task": str(need)}
-        )
-        return warn(
-            f"{cpus} CPU(s) per task ({source}) for {per_task} rank(s) x ({workers} workers + 1) = {need} processes: "
-            "the loaders will starve the GPUs",
-            fix,
-            **ev,
+            f"{cpus} CPU(s) per task for {per_task} rank(s) x ({workers} workers + 1) = {need} processes", fix, **ev
         )
     return passed(
         f"{cpus} CPU(s) per task ({source}) for {per_task} rank(s) x ({workers} workers + 1) = {need} processes", **ev
+    )
+
+
+def _cpus_fix(shape: JobShape, facts, ctx, need: int, per_task: int, workers: int) -> Fix:
+    """--cpus-per-task for the loaders, proposed only from a node size gpudoctor knows (the partition's
+    nodes, a --node-snapshot); else what to ask for per rank, for the user to check against the node."""
+    node = known_node_cpus(facts, ctx)
+    tasks = shape.tasks_here or 1
+    if node is None:
+        return manual(
+            f"Ask for {workers + 1} CPUs per rank ({need} per task) if the node has {need * tasks}, "
+            "else lower num_workers",
+            f"#SBATCH --cpus-per-task={need}",
+            "sinfo -o '%P %c'   # the CPUs of each partition's nodes",
+        )
+    if need * tasks <= node:
+        return directive_fix(shape, facts, f"Ask for --cpus-per-task={need}", {"cpus-per-task": str(need)})
+    fit = node // tasks
+    return manual(
+        f"The node's {node} CPUs give {fit} per task: --cpus-per-task={fit} and "
+        f"num_workers={max(fit // per_task - 1, 0)}",
+        f"#SBATCH --cpus-per-task={fit}",
     )
 
 

@@ -127,22 +127,20 @@ def _program_copies_share_gpus(shape: JobShape, facts, ctx, tasks: int, gpus: in
     if program is not None and program.kind == "single" and not program.reads_task_variables:
         # a one-process program that never asks which task it is: every copy trains the same thing
         changes = {"ntasks-per-node": "1", **same_cpus_per_node(shape, tasks, 1)}
+        title = "One task per node, with the same CPUs: " + " and ".join(f"--{k}={v}" for k, v in changes.items())
         return warn(
-            f"srun starts {tasks} identical copies of a one-process program per node ({_gpu_words(shape)}): "
-            f"{program.describe()} and reads no task variable (SLURM_PROCID...), so each copy trains the same "
-            "thing on the shared GPU",
-            directive_fix(shape, facts, "One task per node, with the same CPUs: --ntasks-per-node=1", changes),
-            **ev,
+            f"srun starts {tasks} identical copies of a one-process program per node on the shared GPU(s)",
+            directive_fix(shape, facts, title, changes),
+            **{**ev, "program": f"{program.describe()}; it reads no task variable (SLURM_PROCID...)"},
         )
     what = (
         f"{program.describe()}, so these are {tasks} separate copies of it"
         if program is not None and program.known
         else unknown_note(shape, tasks)
     )
+    ev = {**ev, "gpus": _gpu_words(shape), "program": what}
     return info(
-        f"{tasks} tasks per node share {gpus} GPU(s) per node ({_gpu_words(shape)}): srun starts {tasks} copies of "
-        f"`{_program_words(ctx)}` on them; {what}",
-        **ev,
+        f"{tasks} tasks per node share {gpus} GPU(s): srun starts {tasks} copies of `{_program_words(ctx)}`", **ev
     )
 
 
@@ -152,7 +150,7 @@ def _ranks_share_gpus(shape: JobShape, facts, tasks: int, gpus: int, ev: dict) -
     fix = directive_fix(
         shape,
         facts,
-        f"Request one GPU per task: --{key}={value} (or --ntasks-per-node={gpus} to match the {gpus} GPU(s))",
+        f"Request one GPU per task: --{key}={value}",  # the other way, fewer tasks: `explain GD-SLURM-002`
         {key: value},
     )
     if "ntasks-per-gpu" in {**shape.directives, **(shape.srun_options or {})}:  # it excludes --ntasks-per-node
@@ -191,7 +189,9 @@ def _every_gpu_fix(shape, facts, tasks: int, gpus: int):
     return directive_fix(
         shape,
         facts,
-        f"Use every GPU: --ntasks-per-node={gpus}" + (", started with srun" if add_srun else ""),
+        "Use every GPU: "
+        + ", ".join(f"--{k}={v}" for k, v in changes.items())
+        + (", started with srun" if add_srun else ""),
         changes,
         srun_prefix="" if add_srun else None,
     )
@@ -248,14 +248,15 @@ def allocated_gpus_left_idle(facts, ctx):
     if ranks < gpus and shape.launcher == "python" and shape.from_script:
         return _python_leaves_gpus_idle(shape, facts, tasks, per_task, gpus, why, ev)
     if ranks < gpus:
+        ev["processes"] = f"{tasks} task(s); {why}"
         return warn(
-            f"only {ranks} process(es) per node will train on {gpus} allocated GPU(s) ({tasks} task(s); {why}): "
-            f"{gpus - ranks} GPU(s) stay idle unless the program drives several GPUs itself",
+            f"{ranks} process(es) per node for {gpus} GPU(s): {gpus - ranks} idle unless the program drives several",
             _idle_gpus_fix(shape, facts, tasks, per_task, gpus),
             **ev,
         )
-    more = " (more processes than GPUs: see GD-SLURM-002, GD-SLURM-009 and GD-SLURM-027)" if ranks > gpus else ""
-    return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s); {why}){more}", **ev)
+    if ranks > gpus:
+        ev["more processes than GPUs"] = "see GD-SLURM-002, GD-SLURM-009 and GD-SLURM-027"
+    return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s))", processes=why, **ev)
 
 
 def _no_gpu_requested(shape: JobShape, facts, ctx) -> Outcome:
@@ -267,30 +268,33 @@ def _no_gpu_requested(shape: JobShape, facts, ctx) -> Outcome:
     key, value = gpu_request(shape, want)
     fix = directive_fix(shape, facts, f"Request the GPUs: --{key}={value}", {key: value})
     fix = _gpu_lookalike_repair(ctx.sbatch) or fix  # the request the user wrote, made readable (GD-SLURM-025)
+    unread = _unread_gpu_directives(ctx.sbatch)
     msg = (
-        f"{shape.where} requests no GPU (no --gres=gpu, --gpus, --gpus-per-node or "
-        "--gpus-per-task): the job will run without one" + _unread_gpu_directives(ctx.sbatch)
+        "no GPU requested (--gres=gpu, --gpus*): the job runs without one"
+        + ("; its GPU line is not read" if unread else "")
         if shape.from_script
         else "this SLURM job has no GPU allocated (no SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES)"
     )
+    ev_gpu = shape_evidence(shape, **({"unread GPU request": unread.lstrip("; ")} if unread else {}))
     if shape.from_script and shape.directives.get("exclusive"):
-        msg += " -- unless this cluster hands out a whole node's GPUs with --exclusive and no GPU request"
-        return warn(msg, fix, **shape_evidence(shape))
+        ev_gpu["unless"] = "this cluster hands out a whole node's GPUs with --exclusive and no GPU request"
+        return warn(msg + ", unless --exclusive gives a node's GPUs", fix, **ev_gpu)
     feature = str(shape.directives.get("constraint") or "")
     if shape.from_script and re.search(r"(?i)(?<![a-z0-9])gpu", feature):
         # Sites that select GPU nodes by feature (Cray/CSCS: --constraint=gpu) configure no GPU GRES: the node's
         # GPUs come with it. Elsewhere the request is missing; which one is this cluster's, the script cannot say.
-        msg += (
-            f" -- unless this cluster's nodes with the feature in --constraint={feature} give their GPUs without a "
+        ev_gpu["unless"] = (
+            f"this cluster's nodes with the feature in --constraint={feature} give their GPUs without a "
             "GPU request (as sites that select GPU nodes by feature do); `scontrol show node` shows a Gres= line "
             "where GPUs must be requested"
         )
+        msg += f", unless --constraint={feature} nodes give theirs unasked"
         ask = manual(
             "See whether this cluster's GPU nodes must be asked for their GPUs (a Gres=gpu line: add --gres=gpu:N)",
             f"sinfo --Node --format='%N %f %G' | grep -i {shellquote.quote(feature)}",
         )
-        return warn(msg, ask, **shape_evidence(shape))
-    return (fail if shape.from_script else warn)(msg, fix, **shape_evidence(shape))
+        return warn(msg, ask, **ev_gpu)
+    return (fail if shape.from_script else warn)(msg, fix, **ev_gpu)
 
 
 def _idle_gpus_fix(shape: JobShape, facts, tasks: int, per_task: int, gpus: int) -> Fix:
@@ -313,13 +317,10 @@ def _idle_gpus_fix(shape: JobShape, facts, tasks: int, per_task: int, gpus: int)
                 Safety.UNSAFE,
                 (Action(ActionKind.OVERRIDE_SET, shape.script, value=str(gpus // tasks), key=flag.lstrip("-")),),
             )
-    hint = (
-        f"--ntasks-per-node={gpus}"
-        if per_task == 1
-        else f"{launcher} with {gpus // max(tasks, 1)} process(es) per task"
+    key, value = gpu_request(shape, ranks)  # the processes' own count is the program's: ask for what they use
+    return directive_fix(
+        shape, facts, f"Request only the {ranks} GPU(s) the processes use: --{key}={value}", {key: value}
     )
-    key, value = gpu_request(shape, ranks)
-    return directive_fix(shape, facts, f"Use every GPU ({hint}), or request only {ranks}", {key: value})
 
 
 def _program_ev(shape: JobShape) -> dict:
@@ -333,12 +334,14 @@ def _python_leaves_gpus_idle(shape: JobShape, facts, tasks: int, per_task: int, 
     ranks = tasks * per_task
     program = program_of(shape)
     ev = {**ev, **_program_ev(shape)}
-    idle = f"only {ranks} process(es) per node will train on {gpus} allocated GPU(s) ({tasks} task(s); {why})"
+    idle = f"{ranks} process(es) per node for {gpus} allocated GPU(s): {gpus - ranks} stay idle"
+    ev = {**ev, "processes": f"{tasks} task(s); {why}"}
     if program is None or not program.known or (program.kind == "spawn" and program.processes is None):
-        return info(f"{ranks} process(es) per node for {gpus} allocated GPU(s): {unknown_note(shape, gpus)}", **ev)
+        ev["no fix"] = unknown_note(shape, gpus)
+        return info(f"{ranks} process(es) per node for {gpus} GPU(s): the program is not known, so no fix", **ev)
     if one_rank_per_task_under_srun(shape):
         fix = _every_gpu_fix(shape, facts, tasks, gpus)
-        return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
+        return warn(idle, fix, **ev)
     if wants_torchrun(shape) and (shape.nodes or 1) == 1 and shape.script is not None:
         entry = program.path.rsplit("/", 1)[-1] if program.path else "the program"
         fix = manual(
@@ -346,7 +349,7 @@ def _python_leaves_gpus_idle(shape: JobShape, facts, tasks: int, per_task: int, 
             "does not set)",
             f"torchrun --standalone --nproc-per-node={gpus} {entry} ...  (line {shape.launch_lineno})",
         )
-        return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
+        return warn(idle, fix, **ev)
     key, value = gpu_request(shape, ranks)
     fix = directive_fix(shape, facts, f"Request only the GPU(s) the program uses: --{key}={value}", {key: value})
     return warn(f"{idle}: {gpus - ranks} GPU(s) stay idle", fix, **ev)
@@ -437,7 +440,7 @@ def _exported_in_script(shape: JobShape, script: str) -> Outcome:
     same = named is not None and named == gpus
     what = "the export" if not exp.command_only else "the assignment"
     fix = Fix(
-        f"Drop {what} of CUDA_VISIBLE_DEVICES={exp.value} (line {exp.line} of {shape.where}); SLURM sets it",
+        f"Drop line {exp.line}'s {what.removeprefix('the ')} of CUDA_VISIBLE_DEVICES; SLURM sets it",
         Safety.SAFE if same else Safety.UNSAFE,
         (Action(ActionKind.EXPORT_REMOVE, script, key="CUDA_VISIBLE_DEVICES"),),
     )
@@ -464,9 +467,9 @@ def _exported_in_script(shape: JobShape, script: str) -> Outcome:
             fix,
             **ev,
         )
+    ev = {**ev, "export": f"line {exp.line} {exp.described()}"}
     return warn(
-        f"line {exp.line} {exp.described()}, replacing the GPUs SLURM assigns: on a shared node those indices "
-        "can be another job's GPUs",
+        f"line {exp.line} sets CUDA_VISIBLE_DEVICES over SLURM's choice: on a shared node, another job's GPUs",
         fix,
         **ev,
     )

@@ -4,7 +4,13 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.slurm._shared import directive_fix, same_cpus_per_node, shape_evidence, slurm_shape
+from gpudoctor.checks.slurm._shared import (
+    directive_fix,
+    known_node_cpus,
+    same_cpus_per_node,
+    shape_evidence,
+    slurm_shape,
+)
 from gpudoctor.job.process_model import (
     one_rank_per_task_under_srun,
     program_of,
@@ -144,8 +150,7 @@ def launcher_inside_multi_task_srun(facts, ctx):
             fix = directive_fix(
                 shape,
                 facts,
-                f"One {launcher} per node starting all ranks: --ntasks-per-node=1 and "
-                f"--nproc-per-node={count} (or bind each task to its GPU with --gpus-per-task=1)",
+                f"One {launcher} per node starting all ranks: --ntasks-per-node=1",  # the rest named below
                 {"ntasks-per-node": "1", **same_cpus_per_node(shape, tasks, 1)},
             )
             flag = LAUNCHER_TABLE[launcher].process_count_flag
@@ -158,22 +163,20 @@ def launcher_inside_multi_task_srun(facts, ctx):
                 if launch is not None and launch.nnodes and str(launch.nnodes) != nnodes:
                     # N one-process torchruns per node posed as N "nodes": one per node now, so --nnodes = nodes
                     extra += (Action(ActionKind.OVERRIDE_SET, shape.script, value=nnodes, key="nnodes"),)
-                fix = Fix(fix.title, fix.safety, fix.actions + extra)
+                named = ", ".join(f"--{a.key}={a.value}" for a in extra)
+                fix = Fix(f"{fix.title} and {launcher} {named}", fix.safety, fix.actions + extra)
+            ev["why"] = (
+                f"every task sees all {shared} GPUs and each {launcher} sets LOCAL_RANK=0, so ranks that select "
+                "cuda:LOCAL_RANK all land on GPU 0 (NCCL 'Duplicate GPU detected'); only a script that picks its "
+                "GPU from SLURM_LOCALID or RANK avoids it"
+            )
             return warn(
-                f"srun starts {tasks} tasks per node, each a {launcher} with one worker, and "
-                f"every task sees all {shared} GPUs: each {launcher} sets LOCAL_RANK=0, so "
-                "ranks that select cuda:LOCAL_RANK all land on GPU 0 (NCCL 'Duplicate GPU "
-                "detected'); only a script that picks its GPU from SLURM_LOCALID or RANK avoids it",
+                f"srun starts {tasks} one-worker {launcher}s per node, each with LOCAL_RANK=0: all on GPU 0",
                 fix,
                 **ev,
             )
         return passed(f"{launcher} starts one process in each of the {tasks} tasks per node", **ev)
-    fix = directive_fix(
-        shape,
-        facts,
-        f"One {launcher} per node: --ntasks-per-node=1 (and --cpus-per-task for all its ranks)",
-        {"ntasks-per-node": "1"},
-    )
+    fix = _one_launcher_per_node(shape, facts, ctx, launcher, tasks, per)
     total = (
         f"{tasks} x {per} = {tasks * per}" if per else f"{tasks} x its {LAUNCHER_TABLE[launcher].process_count_flag}"
     )
@@ -181,18 +184,33 @@ def launcher_inside_multi_task_srun(facts, ctx):
     if shape.srun_launch is None:
         # srun takes the job's SLURM_NTASKS as its task count and ignores a lone --ntasks-per-node against it.
         nodes = shape.nodes or 1
+        ev["start the launcher with"] = f"srun -N {nodes} -n {nodes} --ntasks-per-node=1"
         return warn(
-            f"{tasks} tasks per node and the launcher is {launcher}: started with plain srun, that is {total} "
-            f"processes{gpus}; start the launcher with `srun -N {nodes} -n {nodes} --ntasks-per-node=1`",
-            fix,
-            **ev,
+            f"{tasks} tasks per node each start {launcher} under plain srun: {total} processes{gpus}", fix, **ev
         )
-    return fail(
-        f"srun starts {tasks} tasks per node and each runs {launcher}: {total} processes{gpus} in separate worlds "
-        "(NCCL 'Duplicate GPU detected', or the rendezvous hangs)",
-        fix,
-        **ev,
-    )
+    ev["consequence"] = "separate worlds: NCCL 'Duplicate GPU detected', or the rendezvous hangs"
+    return fail(f"srun starts {tasks} tasks per node, each a {launcher}: {total} processes{gpus}", fix, **ev)
+
+
+def _one_launcher_per_node(shape: JobShape, facts, ctx, launcher: str, tasks: int, per: int | None) -> Fix:
+    """--ntasks-per-node=1 with the CPUs of the node's tasks kept for its one launcher (issue 38: changing the
+    task count alone left the launcher one task's CPUs): the job's own per-node CPUs when it states
+    --cpus-per-task, else the node's CPUs where gpudoctor knows the node; else what to ask for, by hand."""
+    cpus = same_cpus_per_node(shape, tasks, 1)
+    if not cpus and not shape.directives.get("cpus-per-task"):
+        node = known_node_cpus(facts, ctx)
+        cpus = {"cpus-per-task": str(node)} if node else {}
+        if not node:
+            ranks = f"its {per} ranks" if per else "its ranks"
+            return manual(
+                f"One {launcher} per node: --ntasks-per-node=1, with --cpus-per-task for {ranks} "
+                "(the node's CPUs are not known here)",
+                "#SBATCH --ntasks-per-node=1",
+                f"#SBATCH --cpus-per-task=<CPUs for {ranks}: (num_workers + 1) each>",
+            )
+    changes = {"ntasks-per-node": "1", **cpus}
+    title = f"One {launcher} per node: " + " and ".join(f"--{k}={v}" for k, v in changes.items())
+    return directive_fix(shape, facts, title, changes)
 
 
 def _tasks_bound_to_own_gpus(shape: JobShape) -> bool:
@@ -248,47 +266,42 @@ def multi_task_job_without_srun(facts, ctx):
     if python_not_ranked and nodes > 1:
         # srun would start one copy per task of a program not known to be distributed (README: do no harm)
         return warn(
-            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node "
-            f"only and the other node(s) stay idle; {program_status(shape)}",
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: the other node(s) stay idle",
             manual(
                 f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
                 f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",
             ),
-            **ev,
+            **{**ev, "program": program_status(shape)},
         )
     if nodes > 1 and shape.launcher != "deepspeed":
         return fail(
-            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: it runs on the first node only"
-            + (
-                "; torchrun waits for the other nodes forever"
-                if shape.launcher in ("torchrun", "torch.distributed.launch")
-                else ""
-            ),
+            f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: only the first node runs it"
+            + ("; torchrun waits forever" if shape.launcher in ("torchrun", "torch.distributed.launch") else ""),
             fix,
             **ev,
         )
     tasks = shape.ntasks or 1
     if tasks > 1 and shape.launcher == "python":
-        once = (
-            f"{tasks} tasks allocated but line {shape.launch_lineno} runs plain `{line}` without srun: the batch "
-            "shell runs it once, one process with the CPUs the job holds on its first node"
-        )
+        once = f"{tasks} tasks allocated but line {shape.launch_lineno} runs `{line}` once, without srun"
+        ev["batch shell"] = "runs it once: one process with the CPUs the job holds on its first node"
         program = program_of(shape)
+        if program is not None and program.known:
+            ev["program"] = program.describe()
         if one_rank_per_task_under_srun(shape):
-            return warn(f"{once}; {program.describe()}, so {tasks - 1} rank(s) never start", fix, **ev)
+            return warn(f"{once}: {tasks - 1} rank(s) never start", fix, **ev)
         if wants_torchrun(shape):
             return warn(
-                f"{once}; {program.describe()}: start it with torchrun (srun does not set RANK/LOCAL_RANK)",
+                f"{once}: the program needs torchrun (srun does not set RANK/LOCAL_RANK)",
                 manual(f"Start line {shape.launch_lineno} with torchrun --nproc-per-node=<GPUs>"),
                 **ev,
             )
         if program is not None and program.known:
-            return info(
-                f"{once}, which fits the program: {program.describe()} (srun would start {tasks} copies of it)",
-                **ev,
-            )
+            # fits: the one process gets the CPUs of all the tasks on the first node (a note, shown by default)
+            ev["with srun"] = f"srun would start {tasks} copies of it"
+            return info(f"{once}: fits a one-process program, which gets the {tasks} tasks' CPUs", **ev)
         if not shape.gpus_per_node or shape.gpus_per_node < 2:  # tasks asked for their CPUs: one program may use them
-            return info(f"{once}; {unknown_note(shape, tasks)}", **ev)
+            ev["no fix"] = unknown_note(shape, tasks)
+            return info(f"{once}; the program is not known, so no fix", **ev)
         # Several GPUs and tasks, one process: inconsistent whatever the program does. One process that drives the
         # GPUs itself wants one task; one rank per task wants srun. Which is right is the program's, so both
         # corrections are said and none is made.

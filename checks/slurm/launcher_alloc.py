@@ -169,18 +169,15 @@ def deepspeed_without_hostfile_on_several_nodes(facts, ctx):
         else ""
     )
     if asked and asked > 1:
-        return fail(
-            f"line {launch.line}: deepspeed --num_nodes {asked} without --hostfile{via}: DeepSpeed stops with "
-            "'Num nodes is >1 but no extra nodes available via hostfile' (it reads nodes only from a hostfile, "
-            "default /job/hostfile, which SLURM does not write)",
-            fix,
-            **ev,
+        ev["deepspeed"] = (
+            f"stops with 'Num nodes is >1 but no extra nodes available via hostfile': it reads nodes only from a "
+            f"hostfile, default /job/hostfile, which SLURM does not write{via}"
         )
+        return fail(f"line {launch.line}: deepspeed --num_nodes {asked} without --hostfile stops at start", fix, **ev)
     if launch.srun is not None:
+        ev["deepspeed"] = "proceeds 'with local resources only' and master_addr 127.0.0.1 on each node"
         return fail(
-            f"line {launch.line}: srun starts deepspeed on each of the {nodes} nodes without a hostfile: each one "
-            "proceeds 'with local resources only' and master_addr 127.0.0.1, so every node trains a world of its "
-            "own instead of one job",
+            f"line {launch.line}: srun starts deepspeed on {nodes} nodes without a hostfile: each trains alone",
             fix,
             **ev,
         )

@@ -62,22 +62,19 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
         SLURM_NTASKS=shape.ntasks if shape.ntasks_in_env else None,
     )
     per_node_fix = _per_task_fix(shape, facts, plan)
+    if note:
+        ev["lightning_version_judged"] = note.strip(" ()")
     if plan.errors:
         who = f"Lightning {major}.x" if major else "Lightning 2.x"
-        msg = f"{who} will refuse to start: " + " / ".join(f"'{e}'" for e in plan.errors)
+        ev["lightning_error"] = plan.errors  # Lightning's own words, with its HINT
+        hints = "; ".join(e.split("HINT: ", 1)[-1].rstrip(".") for e in plan.errors)
+        msg = f"{who} will refuse to start with a ValueError (its hint: {hints})"
         if plan.version_dependent:  # 1.x starts its own processes instead; which one is installed is not known
-            return warn(
-                msg
-                + (
-                    f" (Lightning 1.x would start its own {plan.devices} process(es) per task instead; installed "
-                    "version unknown)"
-                ),
-                per_node_fix,
-                **ev,
-            )
-        return fail(msg + note, per_node_fix, **ev)
+            ev["lightning_1x"] = f"would start its own {plan.devices} process(es) per task instead"
+            return warn(f"{msg}; installed version unknown", per_node_fix, **ev)
+        return fail(msg, per_node_fix, **ev)
     if plan.hang:
-        return fail(plan.hang + note, per_node_fix, **ev)
+        return fail(plan.hang, per_node_fix, **ev)
     if not plan.slurm_detected:
         return _slurm_not_detected(shape, plan, ev)
     ranks = plan.ranks_per_node
@@ -90,7 +87,7 @@ def lightning_devices_mismatch_slurm_tasks(facts, ctx):
             **ev,
         )
     if wanted is not None and ranks is not None and ranks < wanted:
-        return _fewer_tasks_than_devices(shape, plan, major, note, per_node_fix, ev)
+        return _fewer_tasks_than_devices(shape, plan, major, per_node_fix, ev)
     if plan.unknown:  # a Trainer argument the program sets, not shown here: a note, never a guessed failure
         return info(
             f"SLURM starts {ranks} task(s) per node on {shape.nodes} node(s); not judged: " + "; ".join(plan.unknown),
@@ -116,36 +113,26 @@ def _slurm_not_detected(shape: JobShape, plan: LightningPlan, ev: dict) -> Outco
     return passed(f"{why}, so Lightning starts its own {count} per node ({plan.devices_source})", **ev)
 
 
-def _fewer_tasks_than_devices(
-    shape: JobShape, plan: LightningPlan, major: int, note: str, fix: Fix, ev: dict
-) -> Outcome:
+def _fewer_tasks_than_devices(shape: JobShape, plan: LightningPlan, major: int, fix: Fix, ev: dict) -> Outcome:
     """SLURM starts fewer tasks per node than Lightning's devices: 2.x trains on that many GPUs (the world size is
     SLURM_NTASKS), 1.x started the rest itself."""
     ranks, wanted = plan.ranks_per_node, plan.devices
-    detail = (
-        f"SLURM starts {ranks} task(s) per node (world size SLURM_NTASKS={shape.ntasks}) but Lightning is given "
-        f"{plan.devices_source}"
+    ev["why"] = (
+        f"SLURM starts {ranks} task(s) per node (world size SLURM_NTASKS={shape.ntasks}) and Lightning is given "
+        f"{plan.devices_source}; Lightning 2.x takes the world size from SLURM_NTASKS"
     )
     if shape.srun_launch is not True and shape.ntasks_option is not None and (shape.nodes or 1) == 1:
-        alt = (
-            f"; on one node, dropping --ntasks={shape.ntasks_option} (SLURM_NTASKS then stays unset) also lets "
+        ev["or"] = (
+            f"on one node, dropping --ntasks={shape.ntasks_option} (SLURM_NTASKS then stays unset) also lets "
             "Lightning start them"
         )
-    else:
-        alt = ""
     if plan.spawns is None:
         return warn(
-            f"{detail}: Lightning 1.x would start the {wanted} processes itself, Lightning 2.x trains on {ranks} "
-            f"GPU(s) per node and leaves the rest idle (installed version unknown){alt}",
+            f"Lightning 2.x would train on {ranks} of {wanted} GPU(s) per node (1.x starts the rest; version unknown)",
             fix,
             **ev,
         )
-    return fail(
-        f"{detail}: Lightning {major}.x uses SLURM_NTASKS as the world size and trains on {ranks} of {wanted} "
-        f"GPU(s) per node, silently{alt}{note}",
-        fix,
-        **ev,
-    )
+    return fail(f"Lightning {major}.x trains on {ranks} of {wanted} GPU(s) per node, silently", fix, **ev)
 
 
 def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
@@ -193,12 +180,11 @@ def _per_task_fix(shape: JobShape, facts, plan) -> Fix:
         changes["ntasks"] = None
     changes.update(same_cpus_per_node(shape, 1 if shape.srun_launch is False else shape.tasks_here, int(devices)))
     nodes_text = f", --nodes={plan.num_nodes}" if plan.num_nodes is not None else ""
-    title = f"One SLURM task per GPU: --ntasks-per-node={devices}{nodes_text}, and start training with `srun`"
-    if "cpus-per-task" in changes:
-        title += f" (--cpus-per-task={changes['cpus-per-task']}: the same CPUs per node)"
+    cpus = f", --cpus-per-task={changes['cpus-per-task']}" if "cpus-per-task" in changes else ""  # same CPUs per node
     add_srun = shape.from_script and shape.srun_launch is False
+    title = f"One SLURM task per GPU: --ntasks-per-node={devices}{nodes_text}{cpus}"
     if add_srun and shape.launch_line:  # a script's launch line is a command, never blank
-        title += f" (line {shape.launch_lineno}: `srun {shape.launch_line.split()[0]} ...`)"
+        title += f", `srun` before line {shape.launch_lineno}"
     return directive_fix(shape, facts, title, changes, srun_prefix="" if add_srun else None)
 
 

@@ -137,20 +137,21 @@ def rendezvous_port_fixed_on_shared_node(facts, ctx):
         gpus = shape.gpus_per_node
         if c10d and same_id and not (gpus and gpus >= WHOLE_GPU_NODE):
             return info(
-                f"line {launch.line}: the rendezvous listens on fixed port {port} ({how}) with an id every run of "
-                "this script shares: should another job on the first node use the same port and id, the two join "
-                "one rendezvous; fine while the job holds that node's GPUs alone",
+                f"line {launch.line}: every run shares rendezvous port {port} and id: two jobs on one node would meet",
                 manual(
                     "Give each job its own rendezvous id (and port)",
                     f'--rdzv-id="$SLURM_JOB_ID" --rdzv-endpoint="$MASTER_ADDR:{JOB_PORT}"',
                 ),
                 port=port,
+                endpoint=how,
+                detail="fine while the job holds that node's GPUs alone",
             )
         return passed(
-            f"line {launch.line}: the rendezvous listens on fixed port {port} ({how}) on the first node: fine while "
-            "no other job on that node uses the port; a job sharing its node should derive the port from "
-            "SLURM_JOB_ID",
+            f"line {launch.line}: the rendezvous listens on fixed port {port} on the first node",
             port=port,
+            endpoint=how,
+            detail="fine while no other job on that node uses the port; a job sharing its node should derive the "
+            "port from SLURM_JOB_ID",
         )
     shared = (
         f"--exclusive={exclusive} still shares the node with other jobs of that {exclusive}"
@@ -172,11 +173,13 @@ def rendezvous_port_fixed_on_shared_node(facts, ctx):
             "when another job on the node listens there first, the store fails with EADDRINUSE ('address already in "
             "use') and the job does not start"
         )
-    ev = {"launch line": f"line {launch.line}: {launch.text[:160]}", "port": port, "nodes": nodes}
-    msg = (
-        f"line {launch.line}: the rendezvous listens on fixed port {port} ({how}) and {shared}: {effect} -- unless "
-        "the partition gives out whole nodes (OverSubscribe=EXCLUSIVE)"
-    )
+    ev = {"launch line": f"line {launch.line}: {launch.text[:160]}", "port": port, "nodes": nodes, "endpoint": how}
+    ev |= {
+        "shared": shared,
+        "effect": effect,
+        "unless": "the partition gives out whole nodes (OverSubscribe=EXCLUSIVE)",
+    }
+    msg = f"line {launch.line}: fixed rendezvous port {port} on a node other jobs may share: another job can take it"
     return warn(msg, _fix(sb, launch, nodes, shape, how), **ev)
 
 

@@ -106,9 +106,9 @@ def sbatch_backslash_before_comment(facts, ctx):
         evidence[f"line {b.line}"] = b.text
         evidence[f"line {b.next_line}"] = b.next_text
     fix = manual(
-        "Delete what follows the backslash on "
-        + ", ".join(f"line {b.line}" for b in broken)
-        + " (move the comment above the command)",
+        f"Nothing after the backslash on line{'s' if len(broken) > 1 else ''} "
+        + ", ".join(str(b.line) for b in broken)
+        + " (comments go above)",
         *commands,
     )
     if path:
@@ -116,7 +116,15 @@ def sbatch_backslash_before_comment(facts, ctx):
         fix = Fix(
             fix.title, Safety.UNSAFE, tuple(Action(ActionKind.CONTINUATION_REPAIR, path, value=b.text) for b in broken)
         )
-    return fail("; ".join(parts), fix, **evidence)
+    first = broken[0]
+    lines = ", ".join(str(b.line) for b in broken)
+    evidence["what bash does"] = parts
+    return fail(
+        f"line{'s' if len(broken) > 1 else ''} {lines}: a blank after the backslash ends the command, "
+        f"so bash runs line {first.next_line} on its own",
+        fix,
+        **evidence,
+    )
 
 
 @check(

@@ -48,15 +48,12 @@ def slurm_job_values_unreadable(facts, ctx):
             title = "Correct the option name(s): " + ", ".join(f"{a.key} -> --{a.value}" for a in renames)
             actions = tuple(Action(ActionKind.SBATCH_RENAME, shape.script, value=a.value, key=a.key) for a in renames)
             fix = Fix(title, Safety.UNSAFE, actions)
-        return warn(
-            f"{len(problems)} SLURM value(s) could not be read or disagree: " + "; ".join(problems),
-            fix,
-            problems=problems,
-            **shape_evidence(shape),
-        )
+        first = problems[0] if len(problems) == 1 else f"{len(problems)} SLURM values could not be read or disagree"
+        return warn(first, fix, problems=problems, **shape_evidence(shape, job=summary))
     notes = shape.notes + site_options
-    if notes:
-        return info(f"{shape.where}: {summary}; " + "; ".join(notes), **shape_evidence(shape, notes=notes))
+    if notes:  # the note is the point; the job's shape is evidence
+        more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
+        return info(notes[0] + more, **shape_evidence(shape, notes=notes, job=summary))
     return passed(f"{shape.where}: {summary}", **shape_evidence(shape))
 
 

@@ -216,7 +216,7 @@ def _more_nodes_than_nnodes(model: JobModel) -> tuple[str, tuple[str, ...]] | No
     if len(agents) < 2 or any(t.launcher.standalone or not known(t.launcher.nnodes) for t in agents):
         return None
     nnodes = agents[0].launcher.nnodes
-    if nnodes is None or any(t.launcher.nnodes != nnodes for t in agents):
+    if not isinstance(nnodes, tuple) or any(t.launcher.nnodes != nnodes for t in agents):
         return None
     nodes = {t.node for t in agents}
     if len(nodes) != len(agents) or len(nodes) <= nnodes[1]:

@@ -178,9 +178,8 @@ def lightning_plan(shape: JobShape, major: int | None) -> LightningPlan:
         return plan
     plan.ranks_per_node = 1 if shape.srun_launch is False else shape.tasks_here
     if shape.srun_launch is False and (ntasks or 1) > 1:
-        plan.hang = (
-            f"Lightning takes the world size from SLURM_NTASKS={ntasks} but without srun only the batch shell's "
-            "one process starts: rank 0 waits for ranks that never come"
+        plan.hang = (  # the world size is SLURM_NTASKS; without srun only the batch shell's one process starts
+            f"without srun 1 of the SLURM_NTASKS={ntasks} ranks Lightning waits for starts: rank 0 waits forever"
         )
     if (ntasks or 1) > 1 and shape.ntasks_per_node is None:
         plan.errors.append(

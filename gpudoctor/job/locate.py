@@ -13,6 +13,8 @@ Spans come from the reader (gpudoctor/readers/sbatch/script.py: Span lines 1-bas
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from gpudoctor.edit import CONFIG, ENV, KINDS
@@ -107,5 +109,26 @@ def _in_script(outcome: Outcome, ctx: Context) -> Location | None:
         if span is not None:
             return _at(path, span)
     if LAUNCH_EVIDENCE in outcome.evidence and script.launch is not None:
+        return _at(path, script.launch.span)
+    return _named_line(outcome, script, path)
+
+
+def _named_line(outcome: Outcome, script: Any, path: str) -> Location | None:
+    """What the outcome names in data: a script line its evidence quotes ("line 16: srun ...", "job.slurm
+    line 14") or its message starts with ("line 16 starts ..."), a variable of its evidence the script
+    assigns (`export WORLD_SIZE=2`); else, for a fix that sets the job's environment, the launch line it
+    exports before. A line of another file (the program's) is never taken for the script's."""
+    own = re.compile(rf"^line (\d+):|\b{re.escape(os.path.basename(path))} line (\d+)\b")
+    texts: list[str] = []
+    for value in outcome.evidence.values():
+        texts.extend(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str))
+    for m in [*(own.search(t) for t in texts), re.match(r"line (\d+)\b", outcome.message)]:
+        if m:
+            return Location(path, int(next(g for g in m.groups() if g)))
+    assigned = [a for a in script.assignments if a.name in outcome.evidence]
+    if assigned:
+        return _at(path, assigned[-1].span)
+    sets_env = any(KINDS[ActionKind(a.kind)].place == ENV for a in (outcome.fix.actions if outcome.fix else ()))
+    if sets_env and script.launch is not None:
         return _at(path, script.launch.span)
     return None

@@ -17,14 +17,15 @@ How each layer is read, and whose rule it follows:
   ENVIRONMENT VARIABLES; readers/sbatch/body.py keeps those references unexpanded);
 - wrappers (srun, env, singularity/apptainer, docker/podman, enroot, conda/uv run, numactl, taskset, nsys,
   timeout, exec, `set -- ...; exec "$@"`) are peeled by readers/sbatch/launch.WRAPPERS, by their synopsis;
-- each launcher's processes, as its own code starts them (LAUNCHER_RULES below): torchrun
-  (torch/distributed/run.py: --nnodes MIN:MAX default 1:1, --nproc-per-node default 1, --node-rank default 0,
-  --rdzv-backend default static at --master-addr (default 127.0.0.1):--master-port (default 29500), --standalone
-  = c10d at localhost with a fresh run id; workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-  MASTER_PORT: a static rendezvous's, else the rank-0 agent's host and a free port it picks), torch.distributed.launch (the same, --local-rank on argv), deepspeed (one process per visible GPU
-  by default, on its own node without a hostfile), accelerate (readers/accelerate.accelerate_plan), Lightning
-  (one rank per SLURM task: lightning.fabric.plugins.environments.slurm), torch.multiprocessing.spawn in the
-  program (readers/program.py), a plain program (one process per task);
+- each launcher's processes, as its own code starts them (LAUNCHER_RULES below): torchrun (torch/distributed/run.py:
+  --nnodes MIN:MAX default 1:1, --nproc-per-node default 1, --node-rank default 0, --rdzv-backend default static at
+  --master-addr (default 127.0.0.1):--master-port (default 29500), --standalone = c10d at localhost with a fresh run
+  id; workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT: a static rendezvous's,
+  else the rank-0 agent's host and a free port it picks), torch.distributed.launch (the same, --local-rank on argv),
+  deepspeed (one process per visible GPU by default, on its own node without a hostfile), accelerate
+  (readers/accelerate.accelerate_plan), Lightning (one rank per SLURM task:
+  lightning.fabric.plugins.environments.slurm), torch.multiprocessing.spawn in the program (readers/program.py), a
+  plain program (one process per task);
 - CUDA_VISIBLE_DEVICES as CUDA parses it (readers/cudavis.py): `export CUDA_VISIBLE_DEVICES=0, 1` is split by
   bash into `0,` (one GPU) and a failing `export 1`; srun replaces it in each task of a step that has GPUs
   (SLURM's gres/gpu plugin sets it per step), the batch shell keeps it;

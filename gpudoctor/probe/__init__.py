@@ -17,10 +17,7 @@ DEFAULT_PROBE_TIMEOUT = 15.0
 DEFAULT_TORCH_TIMEOUT = 60.0
 # Why torch was left alone (the torch_meta section says it, the runner's skips repeat it): before submission
 # the job's torch is the training environment's, which this interpreter's need not be.
-TORCH_NOT_ASKED = (
-    "before submission this interpreter's torch is not the job's; give --python PATH "
-    "(the training environment's interpreter) or --local-torch to judge this one"
-)
+TORCH_NOT_ASKED = "before submission this torch is not the job's (--python PATH, --local-torch: judge one)"
 
 
 def _env_probe() -> dict:

@@ -17,7 +17,12 @@ import shutil
 from gpudoctor.probe.slurm import _run, parse_scontrol_record
 from gpudoctor.readers.ints import small_int
 
-COMMAND_TIMEOUT = 5.0
+COMMAND_TIMEOUT = 5.0  # a controller that answered once: the node listing may be large
+FIRST_TIMEOUT = 1.5  # the first question: a controller answers it in milliseconds, a hook must stay fast
+# A controller that did not answer is not asked again in this process (the pre-commit hook checks many
+# scripts in one): its reason, said once, then reused; kept per SLURM_CONF (the controller it names).
+_unreachable: dict[str, str] = {}
+_UNREACHABLE = re.compile(r"did not answer within|Unable to contact slurm controller|Could not establish", re.I)
 PARTITION_FIELDS = (
     "PartitionName",
     "Default",
@@ -49,10 +54,16 @@ def _one_line(text: str) -> str:
 
 def _partition(name: str | None) -> tuple[dict | None, str | None]:
     """(partition record, error). name None: the cluster's default partition (Default=YES)."""
+    conf = os.environ.get("SLURM_CONF", "")
+    if conf in _unreachable:
+        return None, _unreachable[conf]
     cmd = ["scontrol", "show", "partition", "--oneliner"] + ([name] if name else [])
-    rc, out, err = _run(cmd, COMMAND_TIMEOUT)
+    rc, out, err = _run(cmd, FIRST_TIMEOUT)
     if rc != 0 or not out.strip():
-        return None, _one_line(err or out) or f"{' '.join(cmd)} exited {rc}"
+        error = _one_line(err or out) or f"{' '.join(cmd)} exited {rc}"
+        if _UNREACHABLE.search(error):
+            _unreachable[conf] = f"{error} (not asked again in this run)"
+        return None, error
     records = _records(out)
     if name:
         return records[0], None

@@ -475,10 +475,24 @@ def _overridden(found: Found, overrides, config: dict) -> Found:
 def from_context(ctx, env: dict | None = None) -> LoaderSettings | None:
     """The settings of --config (or of a live DataLoader, see gpudoctor.api); None without either."""
     if ctx.config is None:
-        return None
+        return program_settings(ctx)
     if ctx.config_path == LIVE_SOURCE:
         return live_settings(ctx.config)
     return find_settings(ctx.config, ctx.config_path or "config", env, getattr(ctx, "overrides", None))
+
+
+def program_settings(ctx) -> LoaderSettings | None:
+    """The DataLoader(...) literals of the batch script's launched program (readers/program.py), when no config
+    is given: `DataLoader(ds, num_workers=10)` is read, not 'not known' (issue 38)."""
+    program = getattr(getattr(ctx, "sbatch", None), "program", None)
+    loader = getattr(program, "dataloader", None)
+    if not loader:
+        return None
+    first = next(iter(loader.values()))[1]  # "train.py:30: DataLoader(num_workers=10)"
+    settings = LoaderSettings(source=first.split(": ", 1)[0])
+    for name, (value, _where) in loader.items():
+        settings.found[name] = Found(name, value, f"DataLoader.{name}", raw=value)
+    return settings
 
 
 # A DataLoader object read by gpudoctor.audit_dataloader travels in Context.config under this source.

@@ -69,6 +69,8 @@ RANK_FROM_SLURM = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEI
 RANK_FROM_LAUNCHER = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 _LIGHTNING_MODULES = ("lightning", "pytorch_lightning", "lightning.pytorch", "lightning.fabric")
 _LIGHTNING_KEYS = ("devices", "num_nodes", "strategy", "accelerator", "gpus")
+# DataLoader(...) arguments the dataloader checks judge, read where the program writes them as literals
+_LOADER_KEYS = ("num_workers", "batch_size", "pin_memory", "persistent_workers", "prefetch_factor")
 # Script options that name GPUs: `--gpu_devices 0 1`, `--gpus 0,1`, `--gpu-ids 0 1 2 3`, `--world_size 2`.
 _DEVICE_OPTION = re.compile(r"--?(gpu[_-]?devices|gpu[_-]?ids|gpus|devices|n[_-]?gpus|num[_-]?gpus|world[_-]?size)$")
 
@@ -158,6 +160,8 @@ class ProgramModel:
     rank_source: str | None = None  # rank_per_process: "SLURM" | "launcher" (torchrun/accelerate env)
     lightning: Mapping[str, tuple] = field(default_factory=lambda: MappingProxyType({}))
     lightning_cli: bool = False  # LightningCLI: Trainer arguments come from the command line / config
+    # DataLoader(...) literals: {"num_workers": (10, "train.py:30: DataLoader(num_workers=10)")}, first call's
+    dataloader: Mapping[str, tuple] = field(default_factory=lambda: MappingProxyType({}))
     imports: frozenset[str] = frozenset()  # top-level packages imported
     env_sets: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # os.environ[K] = "v"
     env_reads: frozenset[str] = frozenset()  # variables it reads (os.environ[K], .get, os.getenv)
@@ -277,6 +281,9 @@ class _Reader(ast.NodeVisitor):
         self.assigned: dict[str, ast.AST] = {}  # simple `name = expr` at any level (last wins)
         self.spawn_counts: list[ast.AST | None] = []
         self.lightning: dict[str, tuple] = {}
+        self.lightning_args: dict[str, str] = {}  # Trainer key -> the argparse dest it is given (args.nodes)
+        self.dataloader: dict[str, tuple] = {}  # DataLoader(...) literal arguments of the first call
+        self.arg_defaults: dict[str, object] = {}  # argparse dest -> its literal default (add_argument)
         self.lightning_cli = False
         self.passes_rank = False
         self.init_method: str | None = None
@@ -395,9 +402,26 @@ class _Reader(ast.NodeVisitor):
                     value = _literal(kwargs[key])
                     where = f"{os.path.basename(self.path)}:{node.lineno}: {last}({key}={_short(kwargs[key], 40)})"
                     self.lightning.setdefault(key, (None if value is _UNKNOWN else value, where))
+                    given = kwargs[key]
+                    if value is _UNKNOWN and isinstance(given, ast.Attribute):  # Trainer(num_nodes=args.nodes)
+                        self.lightning_args.setdefault(key, given.attr)
             if any(k.arg is None for k in node.keywords):  # Trainer(**cfg): every argument may be set there
                 self.lightning.setdefault("**", (None, f"{os.path.basename(self.path)}:{node.lineno}: {last}(**...)"))
             self.lightning.setdefault("_call", (None, f"{os.path.basename(self.path)}:{node.lineno}"))
+        elif last == "DataLoader" and name.startswith("torch") and not self.dataloader:
+            for key in _LOADER_KEYS:
+                value = _literal(kwargs[key]) if key in kwargs else _UNKNOWN
+                if value is not _UNKNOWN:
+                    where = f"{os.path.basename(self.path)}:{node.lineno}: DataLoader({key}={_short(kwargs[key], 20)})"
+                    self.dataloader[key] = (value, where)
+        elif last == "add_argument" and node.args:  # argparse: the dest and literal default of an option
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            long = next((f for f in flags if f.startswith("--")), flags[0] if flags else "")
+            named = kwargs.get("dest")
+            dest = named.value if isinstance(named, ast.Constant) else long.lstrip("-")
+            default = _literal(kwargs["default"]) if "default" in kwargs else _UNKNOWN
+            if dest and default is not _UNKNOWN:
+                self.arg_defaults.setdefault(str(dest).replace("-", "_"), default)
         elif last == "LightningCLI" and name.startswith(_LIGHTNING_MODULES):
             self.fact("lightning", node)
             self.lightning_cli = True
@@ -437,9 +461,30 @@ def _count(node: ast.AST | None, reader: _Reader, argv: tuple[str, ...], depth: 
     return None
 
 
-def _option_values(argv: tuple[str, ...], dest: str) -> list[str] | None:
-    """The values of `--dest v1 v2` / `--dest=v` on argv (argparse's dest: '-' read as '_')."""
-    for i, word in enumerate(argv):
+def _resolve_trainer_args(lightning: dict, readers: list, argv: tuple[str, ...]) -> None:
+    """A Trainer argument given as `args.X` takes the launch line's --X (argparse's last wins), else the
+    add_argument default the program writes; each said with where it came from."""
+    defaults: dict = {}
+    for r in readers:
+        for dest, value in r.arg_defaults.items():
+            defaults.setdefault(dest, value)
+    for r in readers:
+        for key, dest in r.lightning_args.items():
+            value, where = lightning.get(key, (None, ""))
+            if value is not None:
+                continue
+            given = _option_values(argv, dest, last=True)
+            if given is not None and len(given) == 1 and given[0].isdigit():
+                lightning[key] = (int(given[0]), f"{where}, --{dest.replace('_', '-')}={given[0]} on the launch line")
+            elif given is None and isinstance(defaults.get(dest), int) and not isinstance(defaults[dest], bool):
+                lightning[key] = (defaults[dest], f"{where}, argparse default {defaults[dest]}")
+
+
+def _option_values(argv: tuple[str, ...], dest: str, last: bool = False) -> list[str] | None:
+    """The values of `--dest v1 v2` / `--dest=v` on argv (argparse's dest: '-' read as '_'); last: the last
+    time the option is given, as argparse keeps it (default: the first, for a list option's values)."""
+    order = list(enumerate(argv))
+    for i, word in reversed(order) if last else order:
         name, eq, value = word.partition("=")
         if name.lstrip("-").replace("-", "_") != dest or not name.startswith("-"):
             continue
@@ -526,13 +571,16 @@ def read_program(
     for r in readers:
         for k, v in r.lightning.items():
             lightning.setdefault(k, v)
+    _resolve_trainer_args(lightning, readers, argv)
     device_args = tuple(
         f"{w} {' '.join(_option_values(argv, w.lstrip('-').replace('-', '_')) or [])}".strip()
         for w in argv
         if _DEVICE_OPTION.match(w.partition("=")[0]) and "=" not in w
     ) + tuple(w for w in argv if "=" in w and _DEVICE_OPTION.match(w.partition("=")[0]))
+    loader = next((r.dataloader for r in readers if r.dataloader), {})
     base = ProgramModel(
         path,
+        dataloader=MappingProxyType(dict(loader)),
         facts=facts,
         imports=imports,
         env_sets=MappingProxyType(env_sets),

@@ -63,8 +63,18 @@ def github_line(finding: Finding, ctx: Context) -> str:
     return f"::{GITHUB_COMMAND[finding.severity]} {shown}::{escape_data(finding.message)}"
 
 
+def _by_place(findings: list[Finding], ctx: Context) -> list[Finding]:
+    """In the order of the file, as ruff and compilers list them: by file, then line (no line: first)."""
+
+    def place(f: Finding) -> tuple:
+        loc = where(f, ctx)
+        return (loc.file, loc.line or 0) if loc is not None else ("", 0)
+
+    return sorted(findings, key=place)
+
+
 def github(findings: list[Finding], ctx: Context) -> str:
-    return "".join(github_line(f, ctx) + "\n" for f in findings if f.severity in GITHUB_COMMAND)
+    return "".join(github_line(f, ctx) + "\n" for f in _by_place(findings, ctx) if f.severity in GITHUB_COMMAND)
 
 
 def concise_line(finding: Finding, ctx: Context) -> str:
@@ -76,7 +86,7 @@ def concise_line(finding: Finding, ctx: Context) -> str:
 
 
 def concise(findings: list[Finding], ctx: Context) -> str:
-    return "".join(concise_line(f, ctx) + "\n" for f in findings if f.severity in PROBLEMS)
+    return "".join(concise_line(f, ctx) + "\n" for f in _by_place(findings, ctx) if f.severity in PROBLEMS)
 
 
 def render_github(result: Result) -> str:

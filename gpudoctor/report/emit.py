@@ -20,6 +20,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "json": ("json_report", "render"),
     "github": ("annotations", "render_github"),
     "concise": ("annotations", "render_concise"),
+    "sarif": ("sarif", "render"),  # SARIF 2.1.0 for code scanning
     "junit": ("junit", "render"),
     "prometheus": ("prometheus", "render"),
 }

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpudoctor.report.result import Result
-from gpudoctor.sanitize import clean
-
-_MARK = {"fail": "✗", "error": "E", "warn": "!", "info": "i", "pass": "✓", "skip": "-"}
+from gpudoctor.report.screen import finding_head, terminal_width, wrap
 
 
 def render(result: Result) -> str:
@@ -19,8 +17,10 @@ def render(result: Result) -> str:
     nodes = sorted({m["node"] for m in members})
     lines: list[str] = []
 
-    def say(text: str) -> None:  # every line through the one sanitiser: node names come from other machines
-        lines.append(clean(text) + "\n")
+    width = result.width or terminal_width()
+
+    def say(text: str, indent: int = 0, hang: int = 2) -> None:  # wrap() cleans: node names come from elsewhere
+        lines.extend(line + "\n" for line in wrap(text, width, indent, hang))
 
     say(header + f" · {len(members)} rank(s) on {len(nodes)} node(s)")
     order = {"fail": 0, "error": 1, "warn": 2, "info": 3, "pass": 4, "skip": 5}
@@ -28,17 +28,21 @@ def render(result: Result) -> str:
         sev = f.severity.value
         if sev in ("pass", "skip") and not verbose:
             continue
-        say(f"[{_MARK[sev]}] {sev} {f.id} {f.title}")
-        for line in f.message.splitlines():
-            say(f"      {line}")
+        say(finding_head(f), 0, 4)
+        if f.evidence.get("detail"):  # the rest of a long message: which node has what (two lines; all with -v)
+            rows = wrap(str(f.evidence["detail"]), width, 4, 6)
+            lines.extend(r + "\n" for r in rows[: None if verbose else 2])
+            if len(rows) > 2 and not verbose:
+                lines[-1] = lines[-1].rstrip("\n")[: width - 6] + " (-v)\n"
         if f.fix:
-            say(f"      fix ({f.fix.safety.value}): {f.fix.title}")
+            say(f"fix ({f.fix.safety.value}): {f.fix.title}", 2, 6)
     counts: dict = defaultdict(int)
     for f in findings:
         counts[f.severity.value] += 1
     verdict = "problems found" if counts["fail"] else ("warnings" if counts["warn"] else "no problems found")
     summary = ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "error", "info", "pass", "skip") if counts[s])
-    say(f"\n{verdict}: {summary or 'no checks ran'}; {nodes_summary(nodes, findings)}")
+    lines.append("\n")
+    say(f"{verdict}: {summary or 'no checks ran'}; {nodes_summary(nodes, findings)}")
     return "".join(lines)
 
 

@@ -120,7 +120,9 @@ def view(version: str, facts: Facts, ctx, target, args, rank_env: dict) -> View:
     machine = machine_line(facts)
     if machine and target.machine_in_verdict:
         lines.append(machine)
-    lines.extend(node_lines(facts, target, ctx))
+    nodes = node_lines(facts, target, ctx)
+    unknown = [line for line in nodes if line.startswith("nodes: not known")]  # GD-SLURM-020 says it too
+    lines.extend(line for line in nodes if line not in unknown)
     from gpudoctor.job.target import in_job_environment
 
     lone = target.kind == "machine" and not in_job_environment(facts.env) and not getattr(args, "snapshot", None)
@@ -129,6 +131,7 @@ def view(version: str, facts: Facts, ctx, target, args, rank_env: dict) -> View:
     return View(
         header=header(version, facts, target, getattr(args, "snapshot", None)),
         lines=lines,
+        more_lines=unknown,
         target=target,
         fix_command=fix_command(ctx, getattr(args, "python", None)),
         subject="this task" if rank_label(rank_env, None) else None,

@@ -20,6 +20,7 @@ class View:
 
     header: str = ""
     lines: list[str] = field(default_factory=list)  # under the header: what is judged, where the node facts come from
+    more_lines: list[str] = field(default_factory=list)  # under the header with -v only (what is not known)
     target: Target | None = None
     fix_command: str | None = None  # `gpudoctor fix ...` with this run's inputs, for file edits
     label: str | None = None  # "rank 3/8 on gpu07": prefixed to every line under a launcher
@@ -49,3 +50,4 @@ class Result:
     seconds: float | None = None  # health's text: how long the run took
     metric_prefix: str = "gpudoctor"  # Prometheus: gpudoctor_watch for a watch
     color: bool = False  # text: set by emit for a terminal
+    width: int | None = None  # text: the terminal's columns (None: $COLUMNS, else 80)

@@ -1,13 +1,17 @@
-"""The text report, in the spirit of `flutter doctor`: one screen that says what is judged, one line per
-category with its worst verdict, details only where something is wrong, and the exact commands to run.
+"""The text report, in the spirit of `flutter doctor` and ruff: one screen that says what is wrong, where, and
+what to do. A job with up to four problems fits 24 lines of an 80-column terminal (issue 38;
+tests/report/test_one_screen.py holds it on every fixture script).
 
 Three levels (`gpudoctor check`, `-q`, `-v`):
-- default: one line per category; warn/fail/error findings with their message, a little evidence and the fix;
-  passes and skips folded into counts (the reason a category does not apply said once); the machine
-  gpudoctor runs on in a short section of its own when it is not the target (gpudoctor.job.target);
-  a closing "next steps" list of copy-pasteable commands; the verdict.
-- `-q`: only the problems, the next steps and the verdict.
-- `-v`: every finding with its full evidence.
+- default: the header; one line per problem, what stops the job first (fail, error, warn; then by line):
+  `mark file:line: message  ID`, its fix on the next line(s) (the commands to run verbatim; file edits are
+  `gpudoctor fix`'s); the notes while the screen has room; one summary line (passed, not applicable, notes
+  left out, the machine gpudoctor runs on when it is not where the job runs); the safety legend, once; the
+  `gpudoctor fix` command; the verdict. Evidence is -v's.
+- `-q`: the problems and their fixes only.
+- `-v`: every check by category with its full evidence and every edit of its fix, and the machine section.
+Every line is wrapped to the terminal with a hanging indent under its finding (report/screen.py); a shell
+command is broken only where the shell reads the same command back.
 
 Everything printed that came from outside (hostnames, GPU names, messages quoting env values) goes through
 `clean()`: terminal escape sequences are removed and other control characters shown as \\xNN, so a replayed
@@ -25,6 +29,7 @@ from collections import Counter
 from gpudoctor.edit import FILE_EDITS  # the kinds that edit a file (the kinds table)
 from gpudoctor.model import CATEGORIES, ActionKind, Finding, Fix, Safety, Severity, worst
 from gpudoctor.report.result import Result, View
+from gpudoctor.report.screen import SCREEN_LINES, Screen, finding_head, terminal_width
 from gpudoctor.sanitize import clean
 
 MARKS = {
@@ -37,13 +42,12 @@ MARKS = {
 }
 ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 PROBLEMS = (Severity.FAIL, Severity.ERROR, Severity.WARN)
-# {fix}: the view's `gpudoctor fix` line with this run's inputs (watch: the job's batch script), so the legend
-# names the command that writes these fixes, never a bare one that would fix this machine instead.
-SAFETY_MEANING = {
-    Safety.SAFE: "safe: reversible, changes only the job's environment or a file gpudoctor backs up; `{fix}` writes it",
-    Safety.UNSAFE: "unsafe: changes what the job does (GPUs, tasks, batch size, workers); "
-    "written only with `{fix} --unsafe-fixes`",
-    Safety.MANUAL: "manual: a command for you to run; gpudoctor never runs it",
+# {fix}: the view's `gpudoctor fix` command when short (watch: the job's batch script), so the legend names the
+# command that writes these fixes, never a bare one that would fix this machine instead; else the `next:` line.
+SAFETY_MEANING = {  # the legend, said once under the findings (one line at 80 columns with all three)
+    Safety.SAFE: "safe: {fix} writes it",
+    Safety.UNSAFE: "unsafe: needs --unsafe-fixes",
+    Safety.MANUAL: "manual: you run it",
 }
 DEFAULT_EVIDENCE_LINES = 2
 VALUE_LIMIT = 120
@@ -207,104 +211,99 @@ def _counts(items: list[Finding], detail: str) -> str:
     return " · ".join(parts)
 
 
-class _Renderer:
-    def __init__(self, out: _Out, detail: str, fix_command: str | None = None):
-        self.out = out
-        self.detail = detail  # "default" | "all" | "problems"
-        self.fix_command = fix_command or "gpudoctor fix --apply"
-        self.explained: set[Safety] = set()
-        self.seen: set[tuple[str, str]] = set()  # evidence already shown (the same #SBATCH lines under every finding)
+def _rank(f: Finding) -> tuple:
+    """What stops the job first: fail, error, warn, note; then by file and line."""
+    loc = f.location
+    return (-f.severity.rank, (loc.file if loc else ""), (loc.line or 0) if loc else 0, f.id)
 
-    def finding(self, f: Finding, indent: int = 4) -> None:
-        mark, style = MARKS[f.severity]
-        where = f"  {f.location.file}:{f.location.line}" if f.location and f.location.line else ""
-        self.out.text(indent, f"{mark} {f.title}  {f.id}{where}", style if f.severity in PROBLEMS else None)
-        self.out.text(indent + 4, f.message)
-        limit = None if self.detail == "all" else DEFAULT_EVIDENCE_LINES
-        if f.severity in PROBLEMS or self.detail == "all":  # a note with advice: its message and fix suffice
-            for ev in evidence_lines(f.evidence, limit, f.message, self.seen):
-                self.out.text(indent + 4, ev, "dim")
+
+class _Renderer:
+    def __init__(self, screen: Screen, detail: str, fix_command: str | None = None):
+        self.screen = screen
+        self.detail = detail  # "default" | "all" | "problems" | "notes"
+        self.safeties: set[Safety] = set()  # the kinds of fix shown: the legend says each once
+        # the command the legend names: this run's `gpudoctor fix` when it is short, else the `next:` line's
+        command = fix_command or "gpudoctor fix --apply"
+        self.fix_command = f"`{command}`" if len(command) <= 30 else "`next:`"
+
+    def finding(self, f: Finding, indent: int = 0) -> None:
+        style = MARKS[f.severity][1] if f.severity in PROBLEMS else None
+        self.screen.add(finding_head(f), indent, indent + 4, style)
+        if self.detail == "all":
+            for ev in evidence_lines(f.evidence, None):
+                self.screen.add(ev, indent + 4, indent + 6, "dim")
         if f.fix is not None:
-            self.fix(f.fix, indent + 4, compact=f.severity is Severity.INFO and self.detail == "default")
+            self.fix(f.fix, indent + 2, compact=f.severity is Severity.INFO and self.detail == "default")
 
     def fix(self, fix: Fix, indent: int, compact: bool = False) -> None:
-        """compact (a note's advice in the default view, which must keep a healthy job on one screen): the
-        commands stand for the fix's title, the first on the `fix (...)` line; -v shows the title."""
-        label = fix.safety.value
-        if fix.safety not in self.explained:
-            label = SAFETY_MEANING[fix.safety].format(fix=self.fix_command)
-            self.explained.add(fix.safety)
-        lines = action_lines(fix)
+        """`fix (safety): title`, then the commands to run (all the edits too with -v); the meaning of the
+        safety is said once, in the legend under the findings. compact (a note's advice in the default view):
+        the commands stand for the title, the first on the `fix (...)` line; -v shows the title."""
+        self.safeties.add(fix.safety)
+        lines = action_lines(fix) if self.detail == "all" else shell_commands(fix)
         if compact and lines:
-            self.out.text(indent, f"fix ({label}): {lines[0]}")
+            self.screen.command(f"fix ({fix.safety.value}): {lines[0]}", indent)
             lines = lines[1:]
         else:
-            self.out.text(indent, f"fix ({label}): {fix.title}")
+            self.screen.add(f"fix ({fix.safety.value}): {fix.title}", indent, indent + 4)
         for line in lines:
-            self.out.text(indent + 2, line)
+            self.screen.command(line, indent + 2)
 
     def category(self, category: str, items: list[Finding]) -> None:
         mark, style = MARKS[worst(items)]
-        self.out.line(
-            (f"[{mark}]", style), (" ", None), (f"{category:<12}", "bold"), (" " + _counts(items, self.detail), "dim")
-        )
+        self.screen.add(f"[{mark}] {category:<12} {_counts(items, self.detail)}", 0, 17, style)
         for f in items:
-            if _advice(f) or self.detail == "all" or (self.detail == "notes" and f.severity is Severity.INFO):
-                self.finding(f)
+            self.finding(f, 4)
+
+    def legend(self) -> str | None:
+        shown = [
+            SAFETY_MEANING[s].format(fix=self.fix_command)
+            for s in (Safety.SAFE, Safety.UNSAFE, Safety.MANUAL)
+            if s in self.safeties
+        ]
+        return " · ".join(shown) if shown else None
 
 
 def next_steps(findings: list[Finding], fix_command: str | None) -> list[str]:
-    """The commands that fix the problems, in order (fail first), each once; file edits as one `gpudoctor fix` line."""
-    steps: list[str] = []
+    """The one `gpudoctor fix` command that writes the problems' file edits (with --unsafe-fixes when one of
+    them is unsafe); the commands a person runs are printed under their finding."""
     edits_unsafe = None
-    for f in sorted(findings, key=lambda f: -f.severity.rank):
+    for f in findings:
         if f.severity not in PROBLEMS or f.fix is None:
             continue
-        for cmd in shell_commands(f.fix):
-            if cmd not in steps:
-                steps.append(cmd)
         if any(ActionKind(a.kind) in FILE_EDITS for a in f.fix.actions):
             edits_unsafe = bool(edits_unsafe) or f.fix.safety is Safety.UNSAFE
-    if edits_unsafe is not None:
-        cmd = fix_command or "gpudoctor fix --apply"
-        if edits_unsafe and "--unsafe-fixes" not in cmd:
-            cmd += " --unsafe-fixes"
-        steps.insert(0, f"{cmd}   # writes the file edits above (backup kept); run without --apply to see the diff")
-    return steps
+    if edits_unsafe is None:
+        return []
+    cmd = fix_command or "gpudoctor fix --apply"
+    if edits_unsafe and "--unsafe-fixes" not in cmd:
+        cmd += " --unsafe-fixes"
+    return [cmd]
 
 
-def _machine_section(r: _Renderer, out: _Out, findings: list[Finding], target) -> None:
+def _machine_line(findings: list[Finding], target) -> str | None:
+    """The machine gpudoctor runs on, when it is not where the job runs: a few words on the summary line,
+    and only when it has something to say (its findings are with -v, outside the verdict)."""
+    c = Counter(f.severity for f in findings if f.severity in PROBLEMS)
+    if not c:
+        return None
+    host = getattr(target, "hostname", None) or "this machine"
+    parts = ", ".join(f"{c[s]} {s.value}" for s in (Severity.FAIL, Severity.ERROR, Severity.WARN) if c[s])
+    return f"{host}, not the job's node: {parts}, not counted"
+
+
+def _machine_section(r: _Renderer, findings: list[Finding], target) -> None:
+    """-v: the machine gpudoctor runs on, every check, apart from the job's."""
     host = getattr(target, "hostname", "this machine")
-    out.line()
-    out.text(0, f"this machine: {host} (not where the job runs; not in the verdict)", "bold")
-    groups = _by_category(findings)
-    quiet = []
-    for category, items in groups:
-        if r.detail == "all":
-            r.category(category, items)
-            continue
-        advice = [f for f in items if _advice(f)]
-        if not advice:
-            quiet.append(category)
-            continue
-        first = max(advice, key=lambda f: f.severity.rank)
-        mark, style = MARKS[first.severity]
-        more = len(advice) - 1
-        out.text(
-            4,
-            f"{mark} {category}: {_short(first.message, 140)}" + (f" (+{more} more, -v)" if more > 0 else ""),
-            style if first.severity in PROBLEMS else None,
-        )
-        for f in advice:
-            if f.fix is not None:
-                for cmd in action_lines(f.fix):
-                    out.text(8, cmd)
-    if quiet:
-        out.text(4, f"{', '.join(quiet)}: fine or not applicable here", "dim")
-    out.text(
-        4,
+    r.screen.blank()
+    r.screen.add(f"this machine: {host} (not where the job runs; not in the verdict)", 0, 2, "bold")
+    for category, items in _by_category(findings):
+        r.category(category, items)
+    r.screen.add(
         "run `srun gpudoctor check` inside the job (or give --node-snapshot F recorded on a compute node) "
         "to judge the node itself",
+        4,
+        6,
         "dim",
     )
 
@@ -357,42 +356,83 @@ def write(findings: list[Finding], header: str = "", verbose=False, file=None, v
     file.flush()
 
 
+def _summary(verdict: list[Finding], shown: set[int]) -> str | None:
+    """One line for what the default report does not detail: passed, not applicable, notes left out."""
+    rest = [f for f in verdict if id(f) not in shown]
+    c = Counter(f.severity for f in rest)
+    parts = []
+    if c[Severity.PASS]:
+        parts.append(f"{c[Severity.PASS]} passed")
+    if c[Severity.SKIP]:
+        parts.append(f"{c[Severity.SKIP]} not applicable")
+    if c[Severity.INFO]:
+        parts.append(f"{c[Severity.INFO]} note{'s' if c[Severity.INFO] > 1 else ''}")
+    return " · ".join(parts) if parts else None
+
+
 def _check_text(result: Result) -> str:
+    """The check layout. Default: header, one line per problem (`mark file:line: message  ID`) with its fix
+    on the next line(s), the notes that bring something to do while the screen allows, one summary line,
+    the safety legend once, the `gpudoctor fix` command, the verdict; every line wrapped to the terminal
+    with a hanging indent. -q: the problems and their fixes only. -v: every check by category, with its
+    evidence, the machine gpudoctor runs on, and the fix's every edit."""
     view = result.view
     detail = result.detail
     if view.notes and detail == "default":
         detail = "notes"
-    out = _Out(result.color)
-    r = _Renderer(out, detail, view.fix_command)
+    prefix = f"[{clean(view.label)}] " if view.label else ""
+    width = max(40, (result.width or terminal_width()) - len(prefix))
+    screen = Screen(width)
+    r = _Renderer(screen, detail, view.fix_command)
     target = result.target if result.target is not None else view.target
     verdict, machine = result.verdict, result.outside
-    if view.header:
-        out.text(0, view.header, "bold")
-    for line in view.lines:
-        out.text(2, line)
-    groups = _by_category(verdict)
-    if detail == "problems":
-        for _category, items in groups:
-            for f in items:
-                if f.severity in PROBLEMS:
-                    r.finding(f, indent=0)
-    else:
-        for category, items in groups:
+    quiet = detail == "problems"
+    if not quiet:
+        if view.header:
+            screen.add(view.header, 0, 2, "bold")
+        for line in [*view.lines, *(view.more_lines if detail == "all" else [])]:
+            screen.add(line, 2, 4)
+    shown: set[int] = set()
+    if detail == "all":
+        for category, items in _by_category(verdict):
             r.category(category, items)
         if machine:
-            _machine_section(r, out, machine, target)
+            _machine_section(r, machine, target)
+    else:
+        for f in sorted((f for f in verdict if f.severity in PROBLEMS), key=_rank):
+            r.finding(f)
+            shown.add(id(f))
+        # the notes, those with something to do first, while the screen has room (the rest: counted, -v)
+        notes = sorted((f for f in verdict if f.severity is Severity.INFO), key=lambda f: (f.fix is None, _rank(f)))
+        tail = 6  # blank, summary, machine, legend, next step, verdict (their most)
+        for f in notes if not quiet else []:
+            before, safeties = len(screen.rows), set(r.safeties)
+            r.finding(f)
+            if detail != "notes" and len(screen.rows) + tail > SCREEN_LINES:
+                del screen.rows[before:]  # no room: the note is counted in the summary (-v)
+                r.safeties = safeties
+                continue
+            shown.add(id(f))
     steps = next_steps(verdict, view.fix_command)
-    if steps:
-        out.line()
-        out.text(0, "next steps", "bold")
-        for i, step in enumerate(steps, 1):
-            out.text(2, f"{i}. {step}")
-    if detail != "problems" or any(f.severity in PROBLEMS for f in verdict):
-        out.line()
-    text, style = _verdict(verdict, target, view.subject, view.fails_mean, view.warns_mean)
-    out.text(0, text, style)
+    if not quiet:
+        screen.blank()
+        summary = _summary(verdict, shown) if detail != "all" else None
+        machine_said = _machine_line(machine, target) if machine and detail != "all" else None
+        parts = [p for p in (summary, machine_said) if p]
+        if parts:
+            screen.add(" · ".join(parts) + " (-v)", 0, 2, "dim")
+    legend = r.legend()
+    if legend and not quiet:
+        screen.add(legend, 0, 2, "dim")
+    for i, step in enumerate(steps):
+        screen.command(("next: " if i == 0 else "      ") + step, 0)
+    if not quiet:
+        text, style = _verdict(verdict, target, view.subject, view.fails_mean, view.warns_mean)
+        screen.add(text, 0, 2, style)
+    out = _Out(result.color)
+    for row, row_style in screen.rows:
+        out.text(0, row, row_style)
     body = out.buf.getvalue()
-    if view.label:
-        prefix = f"[{clean(view.label)}] "
+    if prefix:
         body = "".join(prefix + line for line in body.splitlines(keepends=True))
     return body

@@ -9,18 +9,36 @@ import signal
 SIGTERM_EXIT = 128 + signal.SIGTERM  # 143, what a shell reports for a process ended by SIGTERM
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<given>.*)")
+# What people write for a choice that is spelled otherwise: the meaning, not the letters (`--device gpu` is cuda,
+# though 'cpu' is one letter away).
+SYNONYMS = {"gpu": "cuda", "gpus": "cuda", "nvidia": "cuda", "cuda:0": "cuda", "host": "cpu"}
 
 
-def did_you_mean(message: str) -> str:
-    """argparse's 'invalid choice' message with the closest choice suggested."""
+def did_you_mean(message: str, options: list[str] | tuple[str, ...] = ()) -> str:
+    """argparse's 'invalid choice' message with the choice meant (a synonym, else the closest by edit
+    distance), and its 'unrecognized arguments' with the closest of the command's options (`--sbtach`)."""
     import difflib  # here, not at the top: every command imports this module, only a mistyped one needs difflib
 
     m = _INVALID_CHOICE.search(message)
-    if not m:
-        return message
-    choices = [c.strip().strip("'\"") for c in m.group("choices").split(",")]
-    close = difflib.get_close_matches(m.group("given").lower(), choices, n=1, cutoff=0.5)
-    return f"{message}; did you mean '{close[0]}'?" if close else message
+    if m:
+        choices = [c.strip().strip("'\"") for c in m.group("choices").split(",")]
+        given = m.group("given").lower()
+        meant = SYNONYMS.get(given)
+        close = [meant] if meant in choices else difflib.get_close_matches(given, choices, n=1, cutoff=0.5)
+        return f"{message}; did you mean '{close[0]}'?" if close else message
+    m = _UNRECOGNIZED.search(message)
+    if m and options:
+        hints = []
+        for word in m.group("given").split():
+            name = word.split("=", 1)[0]
+            if name.startswith("-") and name not in options:
+                close = difflib.get_close_matches(name, options, n=1, cutoff=0.7)
+                if close:
+                    hints.append(f"'{close[0]}'" + (f" for '{name}'" if len(m.group("given").split()) > 1 else ""))
+        if hints:
+            return f"{message}; did you mean {', '.join(hints)}?"
+    return message
 
 
 class Terminated(KeyboardInterrupt):

@@ -22,3 +22,15 @@ def ranks_text(ranks) -> str:
 
 def failed(findings: list[Finding]) -> bool:
     return any(f.severity in (Severity.FAIL, Severity.ERROR) for f in findings)
+
+
+def visible_text(value) -> str:
+    """CUDA_VISIBLE_DEVICES as a person reads it: unset (every GPU), set empty (none), or its value."""
+    if value is None:
+        return "CUDA_VISIBLE_DEVICES unset"
+    return "CUDA_VISIBLE_DEVICES set empty (no GPU)" if value == "" else f"CUDA_VISIBLE_DEVICES={value}"
+
+
+def build_text(cuda) -> str:
+    """torch.version.cuda as a person reads it: None is a CPU-only build."""
+    return "a CPU-only build" if cuda is None else f"built for CUDA {cuda}"

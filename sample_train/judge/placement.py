@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpudoctor.model import Severity, manual
-from gpudoctor.sample_train.judge.findings import make, ranks_text
+from gpudoctor.sample_train.judge.findings import make, ranks_text, visible_text
 
 
 def check(joins: dict[int, dict]) -> list:
@@ -28,10 +28,10 @@ def check(joins: dict[int, dict]) -> list:
                 "GD-SMOKE-012",
                 Severity.FAIL,
                 f"{ranks_text(r['rank'] for r in blind)} on {', '.join(sorted({r['host'] for r in blind}))}: torch "
-                f"sees no CUDA GPU (CUDA_VISIBLE_DEVICES={blind[0].get('cuda_visible_devices')!r}, "
-                f"torch {blind[0].get('torch')}). "
-                "Run `gpudoctor check` there for the cause, or pass --device cpu to test the CPU/gloo path.",
+                f"sees no CUDA GPU ({visible_text(blind[0].get('cuda_visible_devices'))}, "
+                f"torch {blind[0].get('torch')})",
                 ranks=[r["rank"] for r in blind],
+                next="run `gpudoctor check` there for the cause, or pass --device cpu to test the CPU/gloo path",
             ),
         )
     return findings

@@ -3,7 +3,7 @@ import pytest
 from gpudoctor.model import Severity
 from gpudoctor.readers.allocconf import effective_variable, parse_alloc_conf, suggest_correction
 from gpudoctor.registry import load_all
-from tests.factsutil import DELETE, RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import DELETE, RECORDED_CPU, make_facts, run, said, severity
 
 HEALTHY_TORCH = (2, 3)  # the healthy fixture's torch 2.3.1
 
@@ -135,12 +135,12 @@ def test_large_segment_size_is_a_key_of_torch_2_13():
 
 def test_navsim_max_split_size_512_is_valid():
     (f,) = run("GD-ALLOC-001", facts({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}))
-    assert f.severity is Severity.PASS and "valid for torch 2.3" in f.message
+    assert f.severity is Severity.PASS and "valid for torch 2.3" in said(f)
 
 
 def test_garbage_value_fails():
     (f,) = run("GD-ALLOC-001", facts({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:abc"}))
-    assert f.severity is Severity.FAIL and "max_split_size_mb:abc" in f.message
+    assert f.severity is Severity.FAIL and "max_split_size_mb:abc" in said(f)
 
 
 def test_lower_case_bool_fails_with_a_safe_corrected_value():
@@ -178,20 +178,20 @@ def test_without_torch_version_both_variables_are_checked():
 
 def test_new_variable_on_old_torch_is_ignored_and_fix_copies_it():
     (f,) = run("GD-ALLOC-002", facts({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, torch="2.5.1"))
-    assert f.severity is Severity.WARN and "ignored" in f.message
+    assert f.severity is Severity.WARN and "ignored" in said(f)
     assert (f.fix.actions[0].target, f.fix.actions[0].value) == ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 
 def test_old_variable_shadowed_on_new_torch_warns():
     env = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:256", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     (f,) = run("GD-ALLOC-002", facts(env, torch="2.10.0"))
-    assert f.severity is Severity.WARN and f.fix.actions[0].kind == "unset_env" and "only one" in f.message
+    assert f.severity is Severity.WARN and f.fix.actions[0].kind == "unset_env" and "only one" in said(f)
 
 
 def test_both_set_on_torch_2_13_the_old_name_wins():
     env = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:256", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     (f,) = run("GD-ALLOC-002", facts(env, torch="2.13.0"))
-    assert f.severity is Severity.WARN and "ignores PYTORCH_ALLOC_CONF" in f.message
+    assert f.severity is Severity.WARN and "ignores PYTORCH_ALLOC_CONF" in said(f)
     # a typo in the variable torch 2.13 ignores is harmless; one in the variable it reads is not
     assert severity("GD-ALLOC-001", facts({**env, "PYTORCH_ALLOC_CONF": "bogus:1"}, torch="2.13.0")) is Severity.PASS
     assert (
@@ -228,7 +228,7 @@ def test_no_caching_1_warns():
 
 def test_no_caching_0_still_disables_caching_before_torch_2_7():
     (f,) = run("GD-ALLOC-003", facts({"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"}, torch="2.5.1"))
-    assert f.severity is Severity.WARN and "even when it is 0" in f.message
+    assert f.severity is Severity.WARN and "even when it is 0" in said(f)
 
 
 def test_no_caching_0_is_off_from_torch_2_7():
@@ -248,7 +248,7 @@ def test_launch_blocking_1_warns():
 
 def test_launch_blocking_0_is_off():  # the navsim guide's CUDA_LAUNCH_BLOCKING=0: no false alarm
     (f,) = run("GD-ALLOC-004", facts({"CUDA_LAUNCH_BLOCKING": "0"}))
-    assert f.severity is Severity.PASS and "off" in f.message
+    assert f.severity is Severity.PASS and "off" in said(f)
 
 
 def test_launch_blocking_other_values_are_info():
@@ -260,7 +260,7 @@ def test_launch_blocking_other_values_are_info():
 
 def test_torch_use_cuda_dsa_at_runtime_is_info_with_unset():  # the navsim guide's TORCH_USE_CUDA_DSA=1
     (f,) = run("GD-ALLOC-005", facts({"TORCH_USE_CUDA_DSA": "1"}))
-    assert f.severity is Severity.INFO and "PYTORCH_USE_CUDA_DSA" in f.message
+    assert f.severity is Severity.INFO and "PYTORCH_USE_CUDA_DSA" in said(f)
     assert f.fix.actions[0].target == "TORCH_USE_CUDA_DSA"
 
 
@@ -286,7 +286,7 @@ def test_no_dsa_flags_pass():
 )
 def test_debug_tools_warn(env, words):
     (f,) = run("GD-ALLOC-006", facts(env))
-    assert f.severity is Severity.WARN and words in f.message
+    assert f.severity is Severity.WARN and words in said(f)
 
 
 def test_error_only_logging_and_plain_ld_preload_pass():
@@ -339,7 +339,7 @@ def test_torch_distributed_debug(value, expected):
 
 def test_eager_module_loading_is_info_and_lazy_passes():
     (f,) = run("GD-ALLOC-006", facts({"CUDA_MODULE_LOADING": "EAGER"}))
-    assert f.severity is Severity.INFO and "start-up" in f.message
+    assert f.severity is Severity.INFO and "start-up" in said(f)
     assert severity("GD-ALLOC-006", facts({"CUDA_MODULE_LOADING": "LAZY"})) is Severity.PASS
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from gpudoctor.model import Safety, Severity
-from tests.factsutil import RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import RECORDED_CPU, make_facts, run, said, severity
 
 WHEEL = "/opt/conda/lib/python3.11/site-packages/nvidia"
 CUDA_IDS = [f"GD-CUDA-00{i}" for i in range(1, 8)]
@@ -46,8 +46,8 @@ def test_import_error_fails_with_the_message_and_a_hint():
     )
     finding = one("GD-CUDA-001", f)
     assert finding.severity is Severity.FAIL
-    assert "libcudnn.so.9: cannot open shared object file" in finding.message
-    assert "missing" in finding.message
+    assert "libcudnn.so.9: cannot open shared object file" in said(finding)
+    assert "missing" in said(finding)
     assert finding.fix.safety is Safety.MANUAL
 
 
@@ -63,7 +63,7 @@ def test_undefined_symbol_points_at_ld_library_path():
         env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/lib64"},
     )
     finding = one("GD-CUDA-001", f)
-    assert "LD_LIBRARY_PATH" in finding.message
+    assert "LD_LIBRARY_PATH" in said(finding)
     assert finding.evidence["ld_library_path"] == "/usr/local/cuda-12.1/lib64"
 
 
@@ -73,14 +73,14 @@ def test_timeout_in_import_and_in_cuda_init_are_told_apart():
         "GD-CUDA-001",
         make_facts(patch={"torch": {**base, "stage": "import", "error": "importing torch did not finish within 2 s"}}),
     )
-    assert imp.severity is Severity.FAIL and "--torch-timeout" in imp.message
+    assert imp.severity is Severity.FAIL and "--torch-timeout" in said(imp)
     init = one(
         "GD-CUDA-001",
         make_facts(
             patch={"torch": {**base, "stage": "cuda_init", "error": "initialising CUDA did not finish within 2 s"}}
         ),
     )
-    assert init.severity is Severity.FAIL and "driver" in init.message
+    assert init.severity is Severity.FAIL and "driver" in said(init)
 
 
 def test_crash_names_the_signal():
@@ -96,7 +96,7 @@ def test_crash_names_the_signal():
     )
     finding = one("GD-CUDA-001", f)
     assert finding.severity is Severity.FAIL
-    assert "SIGILL" in finding.message and "instruction" in finding.message
+    assert "SIGILL" in said(finding) and "instruction" in said(finding)
 
 
 def test_missing_torch_fails_when_gpus_expected_and_warns_with_expect_gpus_0():
@@ -113,13 +113,13 @@ def test_missing_torch_fails_when_gpus_expected_and_warns_with_expect_gpus_0():
     assert severity("GD-CUDA-001", f) is Severity.FAIL
     finding = one("GD-CUDA-001", f, expect_gpus=0)
     assert finding.severity is Severity.WARN
-    assert "--python" in finding.message
+    assert "--python" in said(finding)
 
 
 def test_torch_that_imports_passes():
     finding = one("GD-CUDA-001", make_facts(RECORDED_CPU))
     assert finding.severity is Severity.PASS
-    assert "2.13.0+cpu" in finding.message
+    assert "2.13.0+cpu" in said(finding)
 
 
 def test_other_cuda_checks_skip_when_torch_is_broken():
@@ -135,7 +135,7 @@ def test_cpu_build_on_gpu_node_fails_with_the_index_url_for_the_driver():
     f = make_facts(patch={"torch.cuda": None, "torch.version": "2.3.1+cpu", "torch.cuda_available": False})
     finding = one("GD-CUDA-002", f)
     assert finding.severity is Severity.FAIL
-    assert "8 NVIDIA GPU(s)" in finding.message
+    assert "8 NVIDIA GPU(s)" in said(finding)
     commands = [a.target for a in finding.fix.actions]
     # driver 550 supports CUDA 12.4: the newest wheel index it can run
     assert commands == ["pip install --force-reinstall torch==2.3.1 --index-url https://download.pytorch.org/whl/cu124"]
@@ -153,7 +153,7 @@ def test_cpu_build_without_any_gpu_warns_when_gpus_expected():
 def test_rocm_build_on_nvidia_node_fails():
     f = make_facts(patch={"torch.cuda": None, "torch.hip": "6.0.32830"})
     finding = one("GD-CUDA-002", f)
-    assert finding.severity is Severity.FAIL and "ROCm" in finding.message
+    assert finding.severity is Severity.FAIL and "ROCm" in said(finding)
 
 
 def test_cuda_build_passes():
@@ -173,7 +173,7 @@ def test_cuda_init_failure_with_error_802_names_the_fabric_manager():
     )
     finding = one("GD-CUDA-003", f)
     assert finding.severity is Severity.FAIL
-    assert "fabricmanager" in finding.message
+    assert "fabricmanager" in said(finding)
     assert finding.evidence["cuda_error"] == err
     assert "systemctl start nvidia-fabricmanager" in [a.target for a in finding.fix.actions]
 
@@ -189,7 +189,7 @@ def test_cuda_visible_devices_hiding_all_gpus_is_named():
     )
     finding = one("GD-CUDA-003", f)
     assert finding.severity is Severity.FAIL
-    assert "CUDA_VISIBLE_DEVICES=''" in finding.message
+    assert "CUDA_VISIBLE_DEVICES=''" in said(finding)
 
 
 def test_cuda_visible_devices_naming_a_missing_gpu_is_left_to_the_devices_check():
@@ -201,16 +201,16 @@ def test_cuda_visible_devices_naming_a_missing_gpu_is_left_to_the_devices_check(
     )
     alone = one("GD-CUDA-003", f)
     assert alone.severity is Severity.FAIL
-    assert "CUDA_VISIBLE_DEVICES='1' leaves this process no GPU" in alone.message
+    assert "CUDA_VISIBLE_DEVICES='1' leaves this process no GPU" in said(alone)
     in_a_run = one("GD-CUDA-003", f, running=frozenset({"GD-CUDA-003", "GD-DEV-001"}))
-    assert in_a_run.severity is Severity.SKIP and "GD-DEV-001" in in_a_run.message
+    assert in_a_run.severity is Severity.SKIP and "GD-DEV-001" in said(in_a_run)
     assert severity("GD-DEV-001", f) is Severity.FAIL
 
 
 def test_cuda_unavailable_without_a_message_still_fails():
     finding = one("GD-CUDA-003", make_facts(patch={"torch.cuda_available": False, "torch.device_count": 0}))
     assert finding.severity is Severity.FAIL
-    assert "without an error message" in finding.message
+    assert "without an error message" in said(finding)
 
 
 def test_cuda_unavailable_is_only_info_when_no_gpus_are_expected():
@@ -234,8 +234,8 @@ def test_blackwell_on_a_cu121_torch_fails_with_no_kernel_image():
     f = make_facts(each_gpu={"compute_capability": [10, 0], "name": "NVIDIA B200"})
     finding = one("GD-CUDA-004", f)
     assert finding.severity is Severity.FAIL
-    assert "no kernel image is available for execution on the device" in finding.message
-    assert "GPU 0,1,2,3,4,5,6,7 (NVIDIA B200, compute capability 10.0)" in finding.message
+    assert "no kernel image is available for execution on the device" in said(finding)
+    assert "GPU 0,1,2,3,4,5,6,7 (NVIDIA B200, compute capability 10.0)" in said(finding)
     assert "12.8" in finding.fix.title
 
 
@@ -267,7 +267,7 @@ def test_ptx_only_coverage_warns_about_jit_time():
     )
     finding = one("GD-CUDA-004", f)
     assert finding.severity is Severity.WARN
-    assert "JIT" in finding.message
+    assert "JIT" in said(finding)
 
 
 def test_arch_specific_machine_code_runs_only_on_that_gpu():
@@ -299,7 +299,7 @@ def test_cudnn_version_incompatibility_fails_and_drops_the_folder_from_ld_librar
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.FAIL
-    assert "version incompatibility" in finding.message and "/usr/local/cuda/lib64/libcudnn.so.9" in finding.message
+    assert "version incompatibility" in said(finding) and "/usr/local/cuda/lib64/libcudnn.so.9" in said(finding)
     assert finding.fix.safety is Safety.SAFE
     (action,) = finding.fix.actions
     assert (action.kind, action.target, action.value) == ("set_env", "LD_LIBRARY_PATH", "/opt/slurm/lib")
@@ -318,7 +318,7 @@ def test_cudnn_loaded_from_ld_library_path_instead_of_the_wheel_warns():
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.WARN
-    assert "instead of the copy its wheels installed" in finding.message
+    assert "instead of the copy its wheels installed" in said(finding)
     assert finding.fix.actions[0].kind == "unset_env"  # LD_LIBRARY_PATH held nothing else
 
 
@@ -334,7 +334,7 @@ def test_same_major_cudnn_on_ld_library_path_warns_even_when_torch_loaded_its_ow
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.WARN
-    assert "SUBLIBRARY_VERSION_MISMATCH" in finding.message
+    assert "SUBLIBRARY_VERSION_MISMATCH" in said(finding)
     assert finding.evidence["other_copies"] == ["/opt/cudnn-8.6/lib/libcudnn.so.8.6.0"]
 
 
@@ -350,7 +350,7 @@ def test_other_major_cudnn_on_ld_library_path_is_only_info():
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.INFO
-    assert "cannot replace" in finding.message
+    assert "cannot replace" in said(finding)
 
 
 def test_ld_library_path_entry_that_is_a_symlink_to_the_loaded_folder_is_not_another_copy():
@@ -384,13 +384,13 @@ def test_cudnn_sub_libraries_from_two_folders_warn():
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.WARN
-    assert "several folders" in finding.message
+    assert "several folders" in said(finding)
 
 
 def test_cudnn_passes_on_healthy_node_and_names_the_folder():
     finding = one("GD-CUDA-005", make_facts())
     assert finding.severity is Severity.PASS
-    assert f"{WHEEL}/cudnn/lib" in finding.message
+    assert f"{WHEEL}/cudnn/lib" in said(finding)
 
 
 def test_newer_cudnn_from_the_ld_so_cache_than_torch_was_built_with_warns_and_puts_the_wheel_first():
@@ -414,8 +414,8 @@ def test_newer_cudnn_from_the_ld_so_cache_than_torch_was_built_with_warns_and_pu
     )
     finding = one("GD-CUDA-005", f)
     assert finding.severity is Severity.WARN, finding.message
-    assert "the the" not in finding.message
-    assert "found through the ld.so cache" in finding.message and "built with 9.1" in finding.message
+    assert "the the" not in said(finding)
+    assert "found through the ld.so cache" in said(finding) and "built with 9.1" in said(finding)
     assert finding.evidence["found_through"] == "the ld.so cache"
     (action,) = finding.fix.actions
     assert (action.target, action.value) == ("LD_LIBRARY_PATH", f"{WHEEL}/cudnn/lib:/opt/mpi/lib")
@@ -467,7 +467,7 @@ def test_cublas_loaded_from_a_toolkit_instead_of_the_wheel_warns():
     )
     finding = one("GD-CUDA-006", f)
     assert finding.severity is Severity.WARN
-    assert "cuBLAS" in finding.message and "/usr/local/cuda-12.1/lib64" in finding.message
+    assert "cuBLAS" in said(finding) and "/usr/local/cuda-12.1/lib64" in said(finding)
     assert finding.fix.actions[0].value == "/opt/mpi/lib"
 
 
@@ -482,7 +482,7 @@ def test_two_cuda_runtime_majors_in_one_process_warn():
     )
     finding = one("GD-CUDA-006", f)
     assert finding.severity is Severity.WARN
-    assert "several major versions" in finding.message
+    assert "several major versions" in said(finding)
 
 
 def test_other_major_runtime_on_ld_library_path_is_info_not_a_warning():
@@ -497,7 +497,7 @@ def test_other_major_runtime_on_ld_library_path_is_info_not_a_warning():
     )
     finding = one("GD-CUDA-006", f)
     assert finding.severity is Severity.INFO
-    assert "cannot replace" in finding.message
+    assert "cannot replace" in said(finding)
 
 
 def test_wheel_folders_reported_by_the_target_interpreter_count_as_torchs_own():
@@ -542,7 +542,7 @@ def toolkit(version, nvcc="/usr/local/cuda/bin/nvcc", found_via="PATH", home="/u
 def test_nvcc_of_another_major_warns_with_cpp_extension_error():
     finding = one("GD-CUDA-007", make_facts(patch=toolkit("11.8")))
     assert finding.severity is Severity.WARN
-    assert "mismatches the version" in finding.message
+    assert "mismatches the version" in said(finding)
     assert "CUDA_HOME" in finding.fix.title
 
 
@@ -554,7 +554,7 @@ def test_nvcc_minor_difference_is_info_and_same_version_passes():
 def test_cuda_home_without_nvcc_warns():
     f = make_facts(patch=toolkit(None, nvcc=None, found_via="CUDA_HOME", home="/opt/cuda-missing"))
     finding = one("GD-CUDA-007", f)
-    assert finding.severity is Severity.WARN and "/opt/cuda-missing" in finding.message
+    assert finding.severity is Severity.WARN and "/opt/cuda-missing" in said(finding)
 
 
 def test_no_nvcc_is_info():
@@ -598,8 +598,8 @@ def test_older_cublas_through_an_ld_library_path_symlink_fails_and_names_the_ent
     )
     finding = one("GD-CUDA-006", f)
     assert finding.severity is Severity.FAIL, finding.message
-    assert "cuBLAS 12.1.3.1" in finding.message and "built with 12.4" in finding.message
-    assert "LD_LIBRARY_PATH entry /usr/local/cuda/lib64" in finding.message
+    assert "cuBLAS 12.1.3.1" in said(finding) and "built with 12.4" in said(finding)
+    assert "LD_LIBRARY_PATH entry /usr/local/cuda/lib64" in said(finding)
     (action,) = finding.fix.actions
     assert (action.target, action.value) == ("LD_LIBRARY_PATH", "/opt/mpi/lib")
 
@@ -633,7 +633,7 @@ def test_file_versions_and_build_versions():
 @pytest.mark.parametrize("value", ["1", "0", ""])
 def test_kineto_use_daemon_set_to_any_value_warns(value):
     (f,) = run("GD-CUDA-009", make_facts(env={"PATH": "/usr/bin", "KINETO_USE_DAEMON": value}))
-    assert f.severity is Severity.WARN and "initialization error" in f.message
+    assert f.severity is Severity.WARN and "initialization error" in said(f)
     assert f.fix.actions[0].target == "KINETO_USE_DAEMON" and f.fix.safety.value == "safe"
 
 

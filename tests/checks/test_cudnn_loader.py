@@ -18,7 +18,7 @@ import pytest
 from gpudoctor.facts import Facts
 from gpudoctor.model import Severity
 from gpudoctor.probe import libraries
-from tests.factsutil import load_fixture, make_facts, run
+from tests.factsutil import load_fixture, make_facts, run, said
 
 RECORDED_H200 = "recorded-h200x1-driver580-torch2.11-cu130"  # gpudoctor snapshot on a lent H200 (2026-11-26)
 WHEEL8 = "/venv/lib/python3.10/site-packages/nvidia/cudnn/lib"
@@ -89,8 +89,8 @@ def test_cudnn8_helpers_without_runpath_take_the_system_copy_from_the_cache_warn
     )
     (f,) = run("GD-CUDA-005", facts)
     assert f.severity is Severity.WARN, f.message
-    assert "libcudnn_ops_infer.so.8 (NEEDED of libcudnn_cnn_infer.so.8)" in f.message
-    assert f"{SYS}/libcudnn_ops_infer.so.8 (cuDNN 8.9.2, through the ld.so cache" in f.message
+    assert "libcudnn_ops_infer.so.8 (NEEDED of libcudnn_cnn_infer.so.8)" in said(f)
+    assert f"{SYS}/libcudnn_ops_infer.so.8 (cuDNN 8.9.2, through the ld.so cache" in said(f)
     assert f.fix.actions[0].target == "LD_LIBRARY_PATH" and f.fix.actions[0].value == WHEEL8
 
 
@@ -102,7 +102,7 @@ def test_cudnn8_with_helpers_that_find_their_own_folder_stays_a_note():
         [f"{WHEEL8}/libcudnn.so.8"],
     )
     (f,) = run("GD-CUDA-005", facts)
-    assert f.severity is Severity.INFO and "not used" in f.message
+    assert f.severity is Severity.INFO and "not used" in said(f)
 
 
 def test_a_system_copy_of_the_same_version_is_no_mix():
@@ -130,7 +130,7 @@ def test_a_shim_with_a_dt_rpath_is_searched_before_ld_library_path():
     shim = facts.sections["libraries"]["cudnn_loader"]["bundle"][0]["files"][0]["dynamic"]
     shim["runpath"] = "$ORIGIN"  # RUNPATH: LD_LIBRARY_PATH comes first
     (f,) = run("GD-CUDA-005", facts)
-    assert f.severity is Severity.WARN and "LD_LIBRARY_PATH is searched before the RUNPATH" in f.message
+    assert f.severity is Severity.WARN and "LD_LIBRARY_PATH is searched before the RUNPATH" in said(f)
     assert f.fix.actions[0].value == WHEEL8  # the foreign entry dropped, torch's folder first
     shim["runpath"], shim["rpath"] = None, "$ORIGIN"  # DT_RPATH without RUNPATH: before LD_LIBRARY_PATH
     assert run("GD-CUDA-005", facts)[0].severity is not Severity.WARN
@@ -151,15 +151,15 @@ def test_a_sub_library_torchs_wheel_lacks_is_taken_from_a_newer_system_cudnn9():
     facts = _facts(wheel, cache, 92000, [f"{WHEEL8}/libcudnn.so.9", f"{WHEEL8}/libcudnn_graph.so.9"])
     (f,) = run("GD-CUDA-005", facts)
     assert f.severity is Severity.WARN
-    assert "torch's folder has no libcudnn_engines_tensor_ir.so.9" in f.message
-    assert "libcudnn_ops.so.9" not in f.message  # found in torch's own folder first (RUNPATH $ORIGIN)
+    assert "torch's folder has no libcudnn_engines_tensor_ir.so.9" in said(f)
+    assert "libcudnn_ops.so.9" not in said(f)  # found in torch's own folder first (RUNPATH $ORIGIN)
     assert f.fix.safety.value == "manual"
 
 
 def test_recorded_h200_system_cudnn_914_beside_torchs_919_stays_a_note():
     # recorded before the loader facts existed: the system copy is named, as a note
     (f,) = run("GD-CUDA-005", Facts.from_dict(load_fixture(RECORDED_H200)))
-    assert f.severity is Severity.INFO and "libcudnn.so.9.14.0" in f.message
+    assert f.severity is Severity.INFO and "libcudnn.so.9.14.0" in said(f)
 
 
 def test_recorded_h200_with_its_wheels_runpath_stays_a_note():
@@ -185,7 +185,7 @@ def test_recorded_h200_with_its_wheels_runpath_stays_a_note():
         "bundle": [{"dir": wheel, "files": files}],
     }
     (f,) = run("GD-CUDA-005", Facts.from_dict(data))
-    assert f.severity is Severity.INFO and "not used" in f.message, f.message
+    assert f.severity is Severity.INFO and "not used" in said(f), f.message
 
 
 # ------------------------------------------------------------------ the real loader
@@ -303,6 +303,6 @@ def _without_loader_facts(system_version: str, cudnn: int = 8500):
 
 def test_an_older_snapshot_with_a_system_cudnn8_of_another_version_warns_by_cudnn8s_missing_runpath():
     (f,) = run("GD-CUDA-005", _without_loader_facts("8.9.2"))
-    assert f.severity is Severity.WARN and "cuDNN 8.9.2" in f.message and "no RUNPATH" in f.message
+    assert f.severity is Severity.WARN and "cuDNN 8.9.2" in said(f) and "no RUNPATH" in said(f)
     assert f.fix.actions[0].value == WHEEL8
     assert run("GD-CUDA-005", _without_loader_facts("8.5.0"))[0].severity is Severity.INFO

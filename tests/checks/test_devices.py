@@ -2,7 +2,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from gpudoctor.readers.cudavis import parse_visible_devices, strtoul_prefix
-from tests.factsutil import RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import RECORDED_CPU, make_facts, run, said, severity
 
 MIXED = "synthetic-mixed-a100-h100-pcie"
 MIG = "synthetic-a100x2-mig"
@@ -114,7 +114,7 @@ def test_unset_visible_devices_passes():
 
 def test_valid_subset_passes():
     (f,) = run("GD-DEV-001", make_facts(env={"CUDA_VISIBLE_DEVICES": "4,3"}))
-    assert f.severity is Severity.PASS and "[4, 3]" in f.message
+    assert f.severity is Severity.PASS and "[4, 3]" in said(f)
 
 
 def test_slurm_local_indices_under_device_cgroup_pass():
@@ -124,18 +124,18 @@ def test_slurm_local_indices_under_device_cgroup_pass():
     }
     f = make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1"}, patch=hidden)
     (finding,) = run("GD-DEV-001", f)
-    assert finding.severity is Severity.PASS and "[4, 5]" in finding.message
+    assert finding.severity is Severity.PASS and "[4, 5]" in said(finding)
     assert severity("GD-DEV-002", f, expect_gpus=2) is Severity.PASS
 
 
 def test_mixed_index_and_uuid_forms_are_info():
     (f,) = run("GD-DEV-001", make_facts(env={"CUDA_VISIBLE_DEVICES": f"4,{UUID3}"}))
-    assert f.severity is Severity.INFO and "[4, 3]" in f.message and "mixed" in f.message
+    assert f.severity is Severity.INFO and "[4, 3]" in said(f) and "mixed" in said(f)
 
 
 def test_empty_visible_devices_fails_when_gpus_expected():
     (f,) = run("GD-DEV-001", make_facts(env={"CUDA_VISIBLE_DEVICES": ""}))
-    assert f.severity is Severity.FAIL and "empty" in f.message
+    assert f.severity is Severity.FAIL and "empty" in said(f)
 
 
 def test_empty_visible_devices_is_fine_for_cpu_job():
@@ -145,13 +145,13 @@ def test_empty_visible_devices_is_fine_for_cpu_job():
 def test_index_beyond_last_gpu_fails_and_names_dropped_entries():
     (f,) = run("GD-DEV-001", make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1,8,2"}))
     assert f.severity is Severity.FAIL
-    assert "no GPU 8" in f.message and "'2'" in f.message
+    assert "no GPU 8" in said(f) and "'2'" in said(f)
     assert "CUDA_VISIBLE_DEVICES=0,1" in f.fix.title
 
 
 def test_slurm_nodevfiles_is_explained():
     (f,) = run("GD-DEV-001", make_facts(env={"CUDA_VISIBLE_DEVICES": "NoDevFiles"}))
-    assert f.severity is Severity.FAIL and "gres.conf" in f.message
+    assert f.severity is Severity.FAIL and "gres.conf" in said(f)
 
 
 def test_unknown_uuid_fails():
@@ -175,7 +175,7 @@ def test_expected_count_matches():
 
 def test_fewer_gpus_than_expected_fails():
     (f,) = run("GD-DEV-002", make_facts(env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"}), expect_gpus=8)
-    assert f.severity is Severity.FAIL and "expects 8" in f.message and "see 4" in f.message
+    assert f.severity is Severity.FAIL and "expects 8" in said(f) and "see 4" in said(f)
 
 
 def test_no_visible_gpu_fails_by_default_and_passes_for_cpu_job():
@@ -229,7 +229,7 @@ def test_same_models_need_no_device_order():
 
 def test_several_gpus_expected_on_mig_fails():
     (f,) = run("GD-DEV-004", make_facts(MIG), expect_gpus=2)
-    assert f.severity is Severity.FAIL and "only one" in f.message
+    assert f.severity is Severity.FAIL and "only one" in said(f)
 
 
 def test_one_mig_device_per_process_passes():
@@ -254,7 +254,7 @@ def test_no_mig_passes():
 
 def test_prohibited_fails():
     (f,) = run("GD-DEV-005", make_facts(patch={"nvidia.gpus.2.compute_mode": "Prohibited"}))
-    assert f.severity is Severity.FAIL and "[2]" in f.message
+    assert f.severity is Severity.FAIL and "[2]" in said(f)
 
 
 def test_prohibited_gpu_outside_the_job_is_ignored():
@@ -301,7 +301,7 @@ def test_idle_gpus_with_driver_reservation_pass():
 def test_memory_in_use_without_visible_pids_warns():
     f = make_facts(patch={"nvidia.gpus.1.memory_used_bytes": 12 << 30})
     (finding,) = run("GD-DEV-007", f)
-    assert finding.severity is Severity.WARN and "GPU 1" in finding.message
+    assert finding.severity is Severity.WARN and "GPU 1" in said(finding)
 
 
 def test_half_full_gpu_fails():
@@ -314,7 +314,7 @@ def test_half_full_gpu_fails():
             }
         ),
     )
-    assert f.severity is Severity.FAIL and "777" in f.message
+    assert f.severity is Severity.FAIL and "777" in said(f)
 
 
 def test_busy_gpu_outside_the_job_is_ignored():
@@ -327,7 +327,7 @@ def test_busy_gpu_outside_the_job_is_ignored():
 
 def test_mixed_models_warn():
     (f,) = run("GD-DEV-008", make_facts(MIXED))
-    assert f.severity is Severity.WARN and "A100" in f.message and "H100" in f.message
+    assert f.severity is Severity.WARN and "A100" in said(f) and "H100" in said(f)
 
 
 def test_one_model_selected_from_mixed_machine_passes():

@@ -2,16 +2,17 @@
 
 from gpudoctor.model import ActionKind, Safety, Severity
 from tests.checks.test_slurm_checks import one, sb_run, script
+from tests.factsutil import said
 
 
 def test_025_a_stray_bang_loses_the_signal_and_every_directive_below():
     sb = script("#SBATCH --nodes=1\n!#SBATCH --signal=SIGUSR1@90\n#SBATCH --gres=gpu:4\nsrun python train.py\n")
     f = one(sb_run("GD-SLURM-025", sb))
     assert f.severity is Severity.FAIL  # the --gres below it is ignored too
-    assert "no SIGUSR1 90 s before its time limit" in f.message and "line(s) 4:" in f.message
+    assert "no SIGUSR1 90 s before its time limit" in said(f) and "line(s) 4:" in said(f)
     assert f.fix.actions[0].kind is ActionKind.DIRECTIVE_REPAIR
     late = one(sb_run("GD-SLURM-011", sb))
-    assert "line 3, `!#SBATCH --signal=SIGUSR1@90`" in late.message
+    assert "line 3, `!#SBATCH --signal=SIGUSR1@90`" in said(late)
 
 
 def test_025_a_lost_signal_alone_is_a_warn_with_a_safe_repair_naming_lightning():
@@ -22,7 +23,7 @@ def test_025_a_lost_signal_alone_is_a_warn_with_a_safe_repair_naming_lightning()
         )
     )
     assert f.severity is Severity.WARN and f.fix.safety is Safety.SAFE
-    assert "Lightning never gets its pre-timeout signal" in f.message
+    assert "Lightning never gets its pre-timeout signal" in said(f)
 
 
 def test_025_each_slip_is_named():
@@ -33,7 +34,7 @@ def test_025_each_slip_is_named():
     f = one(sb_run("GD-SLURM-025", text))
     assert f.severity is Severity.WARN  # the job still has what it needs to start; what it loses is named
     for line in (3, 4, 5, 6, 7):
-        assert f"line {line} " in f.message
+        assert f"line {line} " in said(f)
     assert f.fix.safety is Safety.UNSAFE  # --time and --cpus-per-task are resource requests
 
 
@@ -50,7 +51,7 @@ def test_025_disabled_directives_prose_and_usage_notes_are_no_slip():
         "#SBATCH --gres=gpu:1\n##SBATCH --gres=gpu:2\n# #SBATCH --time=1:00\nsrun python t.py\n"
     )
     f = one(sb_run("GD-SLURM-025", text))
-    assert f.severity is Severity.PASS and f.fix is None and "line 6" in f.message and "line 7" in f.message
+    assert f.severity is Severity.PASS and f.fix is None and "line 6" in said(f) and "line 7" in said(f)
     clean = one(sb_run("GD-SLURM-025", "#SBATCH --gres=gpu:1\n#SBATCH --time=1:00\nsrun python t.py\n"))
     assert clean.severity is Severity.PASS
 
@@ -59,7 +60,7 @@ def test_025_old_slurm_marker_is_read_and_noted():
     sb = script("#SLURM --gres=gpu:2\n#SBATCH--time=1:00\nsrun python t.py\n")
     assert sb.options == {"gres": "gpu:2", "time": "1:00"}
     f = one(sb_run("GD-SLURM-025", sb))
-    assert f.severity is Severity.INFO and "#SLURM" in f.message
+    assert f.severity is Severity.INFO and "#SLURM" in said(f)
 
 
 def test_025_lines_below_the_first_command_are_011s():
@@ -69,7 +70,7 @@ def test_025_lines_below_the_first_command_are_011s():
 
 def test_001_a_word_glued_to_sbatch_is_refused():
     f = one(sb_run("GD-SLURM-001", "#SBATCHx --gres=gpu:1\nsrun python t.py\n"))
-    assert f.severity is Severity.WARN and "Invalid directive found in batch script: x" in f.message
+    assert f.severity is Severity.WARN and "Invalid directive found in batch script: x" in said(f)
 
 
 def test_025_lines_a_stray_bang_hides_are_scanned_as_the_repaired_header_would_be():
@@ -82,15 +83,15 @@ def test_025_lines_a_stray_bang_hides_are_scanned_as_the_repaired_header_would_b
         (4, "misspelt", ()),
     ]
     f = one(sb_run("GD-SLURM-025", sb))
-    assert f.severity is Severity.FAIL and "line(s) 5:" in f.message  # its only GPU request is hidden
+    assert f.severity is Severity.FAIL and "line(s) 5:" in said(f)  # its only GPU request is hidden
 
 
 def test_001_banner_lines_on_the_directive_marker_are_refused():
-    for line, said in (("#SBATCH ==========", "Invalid directive"), ("#SBATCH ----------", "unrecognized option")):
+    for line, words in (("#SBATCH ==========", "Invalid directive"), ("#SBATCH ----------", "unrecognized option")):
         f = one(sb_run("GD-SLURM-001", f"{line}\n#SBATCH --gres=gpu:1\nsrun python t.py\n"))
-        assert f.severity is Severity.WARN and said in f.message and "refuses" in f.message
+        assert f.severity is Severity.WARN and words in said(f) and "refuses" in said(f)
     prose = one(sb_run("GD-SLURM-001", "#SLURM settings below\n#SBATCH --gres=gpu:1\nsrun python t.py\n"))
-    assert "Invalid directive found in batch script: settings" in prose.message
+    assert "Invalid directive found in batch script: settings" in said(prose)
 
 
 def test_003_restores_the_gpu_request_the_user_wrote():

@@ -6,7 +6,7 @@ import pytest
 from gpudoctor.model import Severity
 from gpudoctor.probe import rendezvous
 from gpudoctor.readers.sbatch import parse_sbatch
-from tests.factsutil import DELETE, RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import DELETE, RECORDED_CPU, make_facts, run, said, severity
 
 TORCHRUN_RANK3 = {
     "RANK": "3",
@@ -44,26 +44,26 @@ def test_no_rank_variables_before_launch_is_skipped():
 def test_torchrun_worker_variables_pass():
     (f,) = run("GD-DIST-001", make_facts(env=TORCHRUN_RANK3))
     assert f.severity is Severity.PASS
-    assert "RANK=3" in f.message
+    assert "RANK=3" in said(f)
 
 
 def test_rank_not_below_world_size_fails():
     (f,) = run("GD-DIST-001", make_facts(env={**TORCHRUN_RANK3, "RANK": "16"}))
     assert f.severity is Severity.FAIL
-    assert "RANK=16 is not below WORLD_SIZE=16" in f.message
+    assert "RANK=16 is not below WORLD_SIZE=16" in said(f)
 
 
 def test_non_integer_rank_fails():
     (f,) = run("GD-DIST-001", make_facts(env={**TORCHRUN_RANK3, "LOCAL_RANK": "0.0"}))
     assert f.severity is Severity.FAIL
-    assert "LOCAL_RANK='0.0' is not an integer" in f.message
+    assert "LOCAL_RANK='0.0' is not an integer" in said(f)
 
 
 def test_local_world_size_larger_than_world_size_fails():
     env = {**TORCHRUN_RANK3, "WORLD_SIZE": "4", "RANK": "3"}
     (f,) = run("GD-DIST-001", make_facts(env=env))
     assert f.severity is Severity.FAIL
-    assert "LOCAL_WORLD_SIZE=8 is larger than WORLD_SIZE=4" in f.message
+    assert "LOCAL_WORLD_SIZE=8 is larger than WORLD_SIZE=4" in said(f)
 
 
 def test_rank_exported_in_batch_script_disagrees_with_srun_task():
@@ -71,8 +71,8 @@ def test_rank_exported_in_batch_script_disagrees_with_srun_task():
     env = {**SRUN_TASK3, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "16"}
     (f,) = run("GD-DIST-001", make_facts(env=env), launcher="srun")
     assert f.severity is Severity.FAIL
-    assert "RANK=0 but SLURM_PROCID=3" in f.message
-    assert "LOCAL_RANK=0 but SLURM_LOCALID=3" in f.message
+    assert "RANK=0 but SLURM_PROCID=3" in said(f)
+    assert "LOCAL_RANK=0 but SLURM_LOCALID=3" in said(f)
 
 
 def test_rank_set_per_srun_task_passes():
@@ -88,7 +88,7 @@ def test_torchrun_inside_srun_may_differ_from_slurm_procid():
 def test_rank_without_master_addr_warns():
     (f,) = run("GD-DIST-001", make_facts(env={"RANK": "0", "WORLD_SIZE": "2"}))
     assert f.severity is Severity.WARN
-    assert "MASTER_ADDR" in f.message and "MASTER_PORT" in f.message
+    assert "MASTER_ADDR" in said(f) and "MASTER_PORT" in said(f)
 
 
 def test_minus_one_means_not_distributed_and_one_process_needs_no_master():
@@ -101,7 +101,7 @@ def test_srun_launcher_without_rank_variables_is_explained():
     env = {k: v for k, v in SRUN_TASK3.items() if not k.startswith("MASTER")}
     (f,) = run("GD-DIST-001", make_facts(env=env), launcher="srun")
     assert f.severity is Severity.INFO
-    assert "SLURM_PROCID" in f.message
+    assert "SLURM_PROCID" in said(f)
 
 
 # --- GD-DIST-002 ---------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_master_port_zero_works_only_for_one_process(world, expected):
 def test_empty_master_addr_counts_as_missing():
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "", "MASTER_PORT": "29500"}
     (f,) = run("GD-DIST-001", make_facts(env=env))
-    assert f.severity is Severity.WARN and "MASTER_ADDR (set but empty)" in f.message
+    assert f.severity is Severity.WARN and "MASTER_ADDR (set but empty)" in said(f)
 
 
 def test_master_port_unset_is_skipped():
@@ -159,13 +159,13 @@ def _rdv(**fields):
 def test_rendezvous_not_probed_is_skipped():
     # The shipped fixtures predate the rendezvous probe: the runner skips, it does not crash.
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": "x"}))
-    assert f.severity is Severity.SKIP and "rendezvous" in f.message
+    assert f.severity is Severity.SKIP and "rendezvous" in said(f)
 
 
 def test_resolvable_master_with_free_port_passes():
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": "gpu-node-01"}, patch=_rdv()))
     assert f.severity is Severity.PASS
-    assert "10.0.3.11" in f.message and "free" in f.message
+    assert "10.0.3.11" in said(f) and "free" in said(f)
 
 
 def test_unresolvable_master_addr_fails():
@@ -176,7 +176,7 @@ def test_unresolvable_master_addr_fails():
     )
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": "gpu-node-99"}, patch=patch))
     assert f.severity is Severity.FAIL
-    assert "does not resolve" in f.message and "Name or service not known" in f.message
+    assert "does not resolve" in said(f) and "Name or service not known" in said(f)
 
 
 @pytest.mark.parametrize(
@@ -190,7 +190,7 @@ def test_unresolvable_master_addr_says_what_is_wrong_with_its_form(addr, hint):
         resolved=[],
     )
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": addr}, patch=patch))
-    assert f.severity is Severity.FAIL and hint in f.message
+    assert f.severity is Severity.FAIL and hint in said(f)
 
 
 def test_loopback_master_on_multi_node_job_fails():
@@ -198,7 +198,7 @@ def test_loopback_master_on_multi_node_job_fails():
     env = {"MASTER_ADDR": "localhost", "SLURM_NNODES": "2", "SLURM_JOB_ID": "5"}
     (f,) = run("GD-DIST-003", make_facts(env=env, patch=patch))
     assert f.severity is Severity.FAIL
-    assert "loopback" in f.message and "2 nodes" in f.message
+    assert "loopback" in said(f) and "2 nodes" in said(f)
 
 
 def test_loopback_master_on_one_node_passes():
@@ -212,7 +212,7 @@ def test_port_in_use_where_it_is_bound_fails():
     )
     (f,) = run("GD-DIST-003", make_facts(env={"MASTER_ADDR": "gpu-node-01"}, patch=patch))
     assert f.severity is Severity.FAIL
-    assert "29500" in f.message and "another process" in f.message
+    assert "29500" in said(f) and "another process" in said(f)
 
 
 def test_rank0_on_another_host_than_master_addr_warns():
@@ -220,7 +220,7 @@ def test_rank0_on_another_host_than_master_addr_warns():
     env = {"MASTER_ADDR": "gpu-node-02", "RANK": "0", "WORLD_SIZE": "16"}
     (f,) = run("GD-DIST-003", make_facts(env=env, patch=patch))
     assert f.severity is Severity.WARN
-    assert "rank 0" in f.message
+    assert "rank 0" in said(f)
 
 
 def test_rank0_elsewhere_is_fine_under_torchrun():
@@ -283,7 +283,7 @@ def test_legacy_launch_in_batch_script_warns():
     sbatch = _script("python -m torch.distributed.launch --nproc_per_node=8 train.py\n")
     (f,) = run("GD-DIST-004", make_facts(), sbatch=sbatch, sbatch_path="job.slurm")
     assert f.severity is Severity.WARN
-    assert "--local-rank" in f.message
+    assert "--local-rank" in said(f)
     assert f.evidence["lines"] == ["line 4: python -m torch.distributed.launch --nproc_per_node=8 train.py"]
 
 
@@ -300,7 +300,7 @@ def test_torchrun_batch_script_passes():
 def test_master_port_exported_by_the_batch_script_is_checked():
     sbatch = _script("export MASTER_PORT=443\nsrun python train.py\n")
     (f,) = run("GD-DIST-002", make_facts(env={}), sbatch=sbatch)
-    assert f.severity is Severity.WARN and "443" in f.message
+    assert f.severity is Severity.WARN and "443" in said(f)
 
 
 def test_legacy_launch_check_skips_without_batch_script():
@@ -313,14 +313,14 @@ def test_legacy_launch_check_skips_without_batch_script():
 def test_old_async_error_handling_name_on_new_torch_is_info_with_a_rename_fix():
     (f,) = run("GD-DIST-005", make_facts(env={"NCCL_ASYNC_ERROR_HANDLING": "1"}))  # fixture torch 2.3.1
     assert f.severity is Severity.INFO
-    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" in f.message
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" in said(f)
     assert [a.kind for a in f.fix.actions] == ["set_env", "unset_env"]
 
 
 def test_old_and_new_names_disagreeing_warns():
     env = {"NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_BLOCKING_WAIT": "0"}
     (f,) = run("GD-DIST-005", make_facts(env=env))
-    assert f.severity is Severity.WARN and "disagree" in f.message
+    assert f.severity is Severity.WARN and "disagree" in said(f)
 
 
 def test_new_name_on_torch_older_than_2_2_has_no_effect():
@@ -330,7 +330,7 @@ def test_new_name_on_torch_older_than_2_2_has_no_effect():
     )
     (finding,) = run("GD-DIST-005", f)
     assert finding.severity is Severity.WARN
-    assert "no effect" in finding.message
+    assert "no effect" in said(finding)
 
 
 def test_new_names_on_new_torch_pass():
@@ -378,7 +378,7 @@ def test_real_srun_tasks_with_rank_exported_before_srun_fail(slurm_cluster, tmp_
     assert _finding(reports[0], "GD-DIST-001")["severity"] == "pass"
     task1 = _finding(reports[1], "GD-DIST-001")
     assert task1["severity"] == "fail"
-    assert "RANK=0 but SLURM_PROCID=1" in task1["message"]
+    assert "RANK=0 but SLURM_PROCID=1" in said(task1)
 
 
 @pytest.mark.slurm
@@ -403,7 +403,7 @@ def test_real_srun_tasks_with_rank_set_per_task_pass(slurm_cluster, tmp_path):
         assert _finding(reports[n], "GD-DIST-001")["severity"] == "pass"
         # Both tasks share this machine's CPUs: 2 ranks x (8 workers + 1) does not fit.
         dl = _finding(reports[n], "GD-DL-001")
-        assert dl["severity"] == "warn" and "2 rank(s) x (8 workers + 1 main process)" in dl["message"]
+        assert dl["severity"] == "warn" and "2 rank(s) x (8 workers + 1 main process)" in said(dl)
         assert dl["evidence"]["ranks_on_node"] == "2 (SLURM tasks on this node)"
 
 
@@ -419,7 +419,8 @@ def test_006_script_exporting_loopback_master_on_several_nodes_fails_before_subm
     facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
     (f,) = run("GD-DIST-006", facts, sbatch=_loopback_script(4, addr), sbatch_path="job.slurm")
     assert f.severity is Severity.FAIL
-    assert f"MASTER_ADDR={addr} (job.slurm line 5)" in f.message and "4 nodes" in f.message
+    assert f"MASTER_ADDR={addr} is loopback" in f.message and "4 nodes" in f.message
+    assert f.evidence["MASTER_ADDR_source"] == "job.slurm line 5" and f.location.line == 5
     assert "scontrol show hostnames" in f.fix.actions[0].target
 
 
@@ -448,4 +449,18 @@ def test_a_live_check_probes_the_rendezvous_it_judges():
     env = dict(RANK="0", WORLD_SIZE="16", LOCAL_WORLD_SIZE="8", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
     r = run_gpudoctor_here("check", "--select", "GD-DIST-003", "--json", env=env)
     (finding,) = json.loads(r.stdout)["findings"]
-    assert finding["severity"] == "fail" and "loopback" in finding["message"], finding
+    assert finding["severity"] == "fail" and "loopback" in said(finding), finding
+
+
+def test_006_a_master_addr_set_by_a_command_is_said_to_be_set():
+    """Issue 38: `export MASTER_ADDR=$(scontrol ...)` is set by the script; only its value is not known yet."""
+    from gpudoctor.readers.sbatch import parse_sbatch
+
+    text = (
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:4\n"
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\nsrun python t.py\n'
+    )
+    facts = make_facts(env={}, patch={"rendezvous": {"master_addr": None}})
+    (f,) = run("GD-DIST-006", facts, sbatch=parse_sbatch(text, "job.slurm"), sbatch_path="job.slurm")
+    assert f.severity is Severity.SKIP and f.message.startswith("line 4 sets MASTER_ADDR")
+    assert "does not export" not in f.message

@@ -1,12 +1,12 @@
 from gpudoctor.model import Severity
-from tests.factsutil import RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import RECORDED_CPU, make_facts, run, said, severity
 
 
 def test_recorded_cpu_machine_fails_when_gpus_expected():
     f = make_facts(RECORDED_CPU)
     (finding,) = run("GD-DRV-001", f)
     assert finding.severity is Severity.FAIL
-    assert "libnvidia-ml" in finding.message
+    assert "libnvidia-ml" in said(finding)
     assert finding.fix is not None
 
 
@@ -25,7 +25,7 @@ def test_driver_library_mismatch_is_explained():
     )
     (finding,) = run("GD-DRV-001", f)
     assert finding.severity is Severity.FAIL
-    assert "upgrade without a reboot" in finding.message
+    assert "upgrade without a reboot" in said(finding)
 
 
 def test_gpu_fallen_off_the_bus_fails():
@@ -47,7 +47,7 @@ def test_driver_older_major_than_torch_cuda_fails_with_found_version():
     )
     (finding,) = run("GD-DRV-002", f)
     assert finding.severity is Severity.FAIL
-    assert "found version 11040" in finding.message
+    assert "found version 11040" in said(finding)
     works = make_facts(patch={"nvidia.cuda_driver_version": 11040, "nvidia.driver_version": "470.223.02"})
     assert severity("GD-DRV-002", works) is Severity.INFO
 
@@ -75,7 +75,7 @@ def test_forward_compat_libcuda_counts():
     )
     (finding,) = run("GD-DRV-002", f)
     assert finding.severity is Severity.PASS
-    assert "forward" in finding.message
+    assert "forward" in said(finding)
 
 
 def test_cpu_only_torch_skips_driver_version_check():

@@ -17,7 +17,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from tests.cliutil import run_gpudoctor_here
-from tests.factsutil import make_facts, run
+from tests.factsutil import make_facts, run, said
 from tests.thismachine import torch_release_here
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,7 +238,7 @@ def test_findings_name_their_evidence_and_a_fix():
     """Every non-pass verdict names the variable it is about and, where one exists, a fix."""
     facts = make_facts(env={"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0,1,-1,2"})
     (f,) = run("GD-DEV-001", facts)
-    assert f.severity is Severity.FAIL and "'2'" in f.message and f.fix is not None
+    assert f.severity is Severity.FAIL and "'2'" in said(f) and f.fix is not None
     got = _live({"TORCH_DISTRIBUTED_DEBUG": "1"}, ["GD-ALLOC-006"])
     assert got == {"GD-ALLOC-006": FAIL}
 
@@ -249,4 +249,4 @@ def test_both_allocator_variables_on_torch_2_13_name_the_one_it_reads():
     env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}
     r = run_gpudoctor_here("check", "--select", "GD-ALLOC-002", "--json", env=env, drop=SCRUB, cwd=ROOT)
     (f,) = json.loads(r.stdout)["findings"]
-    assert f["severity"] == WARN and "ignores PYTORCH_ALLOC_CONF" in f["message"]
+    assert f["severity"] == WARN and "ignores PYTORCH_ALLOC_CONF" in said(f)

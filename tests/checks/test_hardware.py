@@ -5,7 +5,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from gpudoctor.probe import nvidia as nvprobe
-from tests.factsutil import RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import RECORDED_CPU, make_facts, run, said, severity
 
 MIXED = "synthetic-mixed-a100-h100-pcie"
 
@@ -18,7 +18,7 @@ def test_volatile_uncorrected_ecc_fails():
         "GD-HW-001",
         make_facts(patch={"nvidia.gpus.3.ecc.uncorrected_volatile": 2, "nvidia.gpus.3.ecc.uncorrected_aggregate": 2}),
     )
-    assert f.severity is Severity.FAIL and "[3]" in f.message
+    assert f.severity is Severity.FAIL and "[3]" in said(f)
     assert any("nvidia-smi -r -i 3" in a.target for a in f.fix.actions)
 
 
@@ -41,12 +41,12 @@ def test_ecc_errors_on_gpu_outside_the_job_do_not_count():
 
 def test_row_remap_pending_fails_with_reset():
     (f,) = run("GD-HW-002", make_facts(patch={"nvidia.gpus.6.remapped_rows.pending": True}))
-    assert f.severity is Severity.FAIL and "reset" in f.message
+    assert f.severity is Severity.FAIL and "reset" in said(f)
 
 
 def test_row_remap_failure_fails_with_rma():
     (f,) = run("GD-HW-002", make_facts(patch={"nvidia.gpus.6.remapped_rows.failed": True}))
-    assert f.severity is Severity.FAIL and "RMA" in f.message
+    assert f.severity is Severity.FAIL and "RMA" in said(f)
 
 
 def test_retired_pages_pending_fails():
@@ -83,7 +83,7 @@ def test_idle_is_not_throttling():
 
 def test_narrow_link_warns():
     (f,) = run("GD-HW-004", make_facts(patch={"nvidia.gpus.2.pcie.width_current": 8}))
-    assert f.severity is Severity.WARN and "GPU 2 x8 of x16" in f.message
+    assert f.severity is Severity.WARN and "GPU 2 x8 of x16" in said(f)
 
 
 def test_low_generation_at_idle_is_not_an_alarm():
@@ -97,13 +97,13 @@ def test_low_generation_at_idle_is_not_an_alarm():
 def test_some_links_down_warns():
     f = make_facts(patch={"nvidia.gpus.1.nvlink.3.active": False, "nvidia.gpus.1.nvlink.4.active": False})
     (finding,) = run("GD-HW-005", f)
-    assert finding.severity is Severity.WARN and "GPU 1: 16 of 18" in finding.message
+    assert finding.severity is Severity.WARN and "GPU 1: 16 of 18" in said(finding)
 
 
 def test_gpu_with_all_links_down_among_linked_peers_warns():
     f = make_facts(patch={"nvidia.gpus.5.nvlink": [{"link": i, "active": False} for i in range(18)]})
     (finding,) = run("GD-HW-005", f)
-    assert finding.severity is Severity.WARN and "GPU 5" in finding.message
+    assert finding.severity is Severity.WARN and "GPU 5" in said(finding)
 
 
 def test_pcie_only_machine_passes():
@@ -116,7 +116,7 @@ def test_pcie_only_machine_passes():
 
 def test_nvswitch_without_fabric_manager_fails_with_802():
     (f,) = run("GD-HW-006", make_facts(patch={"nvidia.nvswitch.fabric_manager_running": False}))
-    assert f.severity is Severity.FAIL and "802" in f.message
+    assert f.severity is Severity.FAIL and "802" in said(f)
 
 
 def test_gpu_fabric_not_started_fails_even_when_switches_are_invisible():

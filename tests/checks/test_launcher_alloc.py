@@ -5,6 +5,7 @@ import pytest
 
 from gpudoctor.model import ActionKind, Safety, Severity
 from tests.checks.test_slurm_checks import one, sb_run
+from tests.factsutil import said
 
 # ---------------------------------------------------------------- GD-SLURM-026
 
@@ -22,7 +23,7 @@ from tests.checks.test_slurm_checks import one, sb_run
 )
 def test_026_fixed_rendezvous_port_on_a_shared_node_warns(body, port):
     f = one(sb_run("GD-SLURM-026", f"#SBATCH --gres=gpu:4\n#SBATCH --ntasks-per-node=1\n{body}\n"))
-    assert f.severity is Severity.WARN and f"fixed port {port}" in f.message
+    assert f.severity is Severity.WARN and f"fixed rendezvous port {port}" in f.message
 
 
 @pytest.mark.parametrize(
@@ -43,7 +44,7 @@ def test_026_exclusive_nodes_pass_but_exclusive_user_still_shares():
     body = "torchrun --nproc_per_node=4 t.py\n"
     assert one(sb_run("GD-SLURM-026", "#SBATCH --exclusive\n#SBATCH --gres=gpu:4\n" + body)).severity is Severity.PASS
     f = one(sb_run("GD-SLURM-026", "#SBATCH --exclusive=user\n#SBATCH --gres=gpu:4\n" + body))
-    assert f.severity is Severity.WARN and "--exclusive=user" in f.message
+    assert f.severity is Severity.WARN and "--exclusive=user" in said(f)
 
 
 def test_026_fixes_fit_the_launcher():
@@ -54,7 +55,7 @@ def test_026_fixes_fit_the_launcher():
         )
     )
     assert c10d.fix.safety is Safety.SAFE and c10d.fix.actions[0].value == "localhost:0"
-    assert "joins or breaks" in c10d.message
+    assert "joins or breaks" in said(c10d)
     static = one(sb_run("GD-SLURM-026", "#SBATCH --gres=gpu:4\ntorchrun --nproc_per_node=4 t.py\n"))
     assert static.fix.safety is Safety.MANUAL and "--standalone" in static.fix.actions[0].target
     multi = one(
@@ -66,7 +67,7 @@ def test_026_fixes_fit_the_launcher():
         )
     )
     # several nodes: they usually hold their GPUs whole; the fixed port is said, not warned
-    assert multi.severity is Severity.PASS and "fixed port 29500" in multi.message
+    assert multi.severity is Severity.PASS and "fixed port 29500" in said(multi)
     acc = one(sb_run("GD-SLURM-026", "#SBATCH --gres=gpu:4\naccelerate launch --main_process_port 29500 t.py\n"))
     assert acc.fix.safety is Safety.SAFE and acc.fix.actions[0].value == "0"
     exported = one(sb_run("GD-SLURM-026", "#SBATCH --gres=gpu:4\nexport MASTER_PORT=6000\nsrun python t.py\n"))
@@ -88,7 +89,7 @@ def test_026_fixes_fit_the_launcher():
 )
 def test_027_more_workers_than_gpus_fails(launch):
     f = one(sb_run("GD-SLURM-027", f"#SBATCH --gres=gpu:2\n{launch}\n"))
-    assert f.severity is Severity.FAIL and "invalid device ordinal" in f.message
+    assert f.severity is Severity.FAIL and "invalid device ordinal" in said(f)
     assert f.fix.safety is Safety.UNSAFE and f.fix.actions[0].value == "2"
 
 
@@ -124,11 +125,11 @@ def test_027_accelerate_counts_per_machine():
 def test_028_deepspeed_over_nodes_needs_a_hostfile():
     head = "#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
     stops = one(sb_run("GD-SLURM-028", head + "deepspeed --launcher slurm --num_nodes 2 --num_gpus 4 t.py\n"))
-    assert stops.severity is Severity.FAIL and "Num nodes is >1" in stops.message
+    assert stops.severity is Severity.FAIL and "Num nodes is >1" in said(stops)
     alone = one(sb_run("GD-SLURM-028", head + "deepspeed t.py\n"))
-    assert alone.severity is Severity.FAIL and "other 1 node(s) stay idle" in alone.message
+    assert alone.severity is Severity.FAIL and "other 1 node(s) stay idle" in said(alone)
     apart = one(sb_run("GD-SLURM-028", head + "srun deepspeed t.py\n"))
-    assert apart.severity is Severity.FAIL and "world of its own" in apart.message
+    assert apart.severity is Severity.FAIL and "each trains alone" in apart.message
     given = head + "deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 4 t.py\n"
     assert one(sb_run("GD-SLURM-028", given)).severity is Severity.PASS
     single = "#SBATCH --gres=gpu:4\ndeepspeed --num_gpus 4 t.py\n"
@@ -142,7 +143,7 @@ def test_029_gpus_total_over_nodes():
     head = "#SBATCH -N {n}\n#SBATCH --gpus={g}\n#SBATCH --ntasks-per-node=1\n"
     fixed = "srun torchrun --nnodes={n} --nproc_per_node={p} t.py\n"
     never = one(sb_run("GD-SLURM-029", head.format(n=3, g=8) + fixed.format(n=3, p=3)))
-    assert never.severity is Severity.FAIL and "cannot be split equally" in never.message
+    assert never.severity is Severity.FAIL and "cannot be split equally" in said(never)
     maybe = one(sb_run("GD-SLURM-029", head.format(n=2, g=8) + fixed.format(n=2, p=4)))
     assert maybe.severity is Severity.WARN and maybe.fix.safety is Safety.UNSAFE
     assert [a.kind for a in maybe.fix.actions] == [ActionKind.SBATCH_SET, ActionKind.SBATCH_REMOVE]

@@ -6,7 +6,7 @@ import pytest
 
 from gpudoctor.model import Severity
 from gpudoctor.readers.sbatch import parse_sbatch
-from tests.factsutil import make_facts, run
+from tests.factsutil import make_facts, run, said
 
 HEADER = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
 TEMPLATE = 'LAUNCHER="torchrun --nnodes 2 --nproc_per_node 4"\nCMD="$LAUNCHER $PYTHON_FILE --lr 1"\nsrun $CMD\n'
@@ -21,20 +21,20 @@ def judge(body: str, header: str = HEADER, arguments=None):
 def test_never_set_and_not_inherited_fails():
     f = judge(TEMPLATE, HEADER + "#SBATCH --export=NONE\n")
     assert f.severity is Severity.FAIL
-    assert "$PYTHON_FILE" in f.message and "torchrun gets no program (`--lr` takes its place)" in f.message
+    assert "$PYTHON_FILE" in said(f) and "torchrun gets no program (`--lr` takes its place)" in said(f)
 
 
 @pytest.mark.parametrize(
-    ("extra_header", "before", "said"),
+    ("extra_header", "before", "words"),
     [
-        ("", "", "Unless the submitting shell exports it"),  # --export=ALL by default
-        ("#SBATCH --export=NONE,PYTHON_FILE\n", "", "Unless the submitting shell exports it"),
+        ("", "", "unless your shell exports it"),  # --export=ALL by default
+        ("#SBATCH --export=NONE,PYTHON_FILE\n", "", "unless your shell exports it"),
         ("#SBATCH --export=NONE\n", "source env.sh\n", "line 6 (source, eval, module) may"),
     ],
 )
-def test_maybe_inherited_or_sourced_warns(extra_header, before, said):
+def test_maybe_inherited_or_sourced_warns(extra_header, before, words):
     f = judge(before + TEMPLATE, HEADER + extra_header)
-    assert f.severity is Severity.WARN and said in f.message, f.message
+    assert f.severity is Severity.WARN and words in said(f), f.message
 
 
 @pytest.mark.parametrize(
@@ -55,12 +55,12 @@ def test_a_program_the_script_names_passes(body):
 
 def test_python_without_a_program_runs_nothing():
     f = judge("python $PYTHON_FILE\n", HEADER + "#SBATCH --export=NONE\n")
-    assert f.severity is Severity.FAIL and "exits 0 having trained nothing" in f.message
+    assert f.severity is Severity.FAIL and "exits 0 having trained nothing" in said(f)
 
 
 def test_a_script_argument_as_the_program_is_unknown_not_judged_empty():
     f = judge("srun python $1 --lr 1\n")
-    assert f.severity is Severity.INFO and "first argument: unknown before submission" in f.message
+    assert f.severity is Severity.INFO and "first argument" in f.message and "unknown before submission" in said(f)
     assert judge("srun python $1 --lr 1\n", arguments=("train.py",)).severity is Severity.PASS
 
 

@@ -4,7 +4,7 @@ from gpudoctor.job.layout import SEVERAL_HOSTS_ONLY
 from gpudoctor.model import Severity
 from gpudoctor.readers.ncclenv import c_strtoll, p2p_disabled, parse_prefix_list, select_names
 from gpudoctor.readers.sbatch import parse_sbatch
-from tests.factsutil import RECORDED_CPU, make_facts, run, severity
+from tests.factsutil import RECORDED_CPU, make_facts, run, said, severity
 
 EIGHT_RANKS = {"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "8", "RANK": "0", "LOCAL_RANK": "0"}
 TWO_NODES = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2"}
@@ -59,13 +59,13 @@ def test_p2p_disable_reads_exactly_one():
 
 def test_multi_gpu_job_with_nccl_passes():
     (f,) = run("GD-NCCL-001", make_facts(env=EIGHT_RANKS))
-    assert f.severity is Severity.PASS and "2.20.5" in f.message
+    assert f.severity is Severity.PASS and "2.20.5" in said(f)
 
 
 def test_multi_gpu_job_without_nccl_fails():
     (f,) = run("GD-NCCL-001", make_facts(env=EIGHT_RANKS, patch={"torch.nccl_available": False}))
     assert f.severity is Severity.FAIL
-    assert "doesn't have NCCL built in" in f.message
+    assert "doesn't have NCCL built in" in said(f)
 
 
 def test_expected_gpu_count_makes_it_multi_process():
@@ -95,8 +95,8 @@ def test_socket_ifname_prefix_selecting_eth0_passes():
 def test_socket_ifname_naming_a_missing_interface_fails_on_a_multi_gpu_job():
     (f,) = run("GD-NCCL-002", make_facts(env={"NCCL_SOCKET_IFNAME": "=ens1f0", **EIGHT_RANKS}))
     assert f.severity is Severity.FAIL
-    assert "no socket interface found" in f.message
-    assert "eth0" in f.message  # names what this host does have
+    assert "no socket interface found" in said(f)
+    assert "eth0" in said(f)  # names what this host does have
     assert f.fix.actions[0].kind == "unset_env"
 
 
@@ -107,7 +107,7 @@ def test_socket_ifname_missing_interface_on_single_process_warns():
 def test_loopback_only_on_multi_node_job_fails():
     (f,) = run("GD-NCCL-002", make_facts(env={"NCCL_SOCKET_IFNAME": "lo", **TWO_NODES}))
     assert f.severity is Severity.FAIL
-    assert "2-node job" in f.message
+    assert "2-node job" in said(f)
 
 
 def test_excluding_every_real_interface_on_multi_node_fails():
@@ -124,7 +124,7 @@ def test_loopback_on_one_node_is_fine():
 def test_partly_wrong_list_is_info():
     (f,) = run("GD-NCCL-002", make_facts(RECORDED_CPU, env={"NCCL_SOCKET_IFNAME": "=eth0,ib0"}))
     assert f.severity is Severity.INFO
-    assert "ib0 matches no interface" in f.message
+    assert "ib0 matches no interface" in said(f)
 
 
 def test_down_interface_does_not_count():
@@ -145,7 +145,7 @@ def test_socket_ifname_unset_is_skipped():
 def test_ib_disabled_with_active_ib_on_multi_node_warns():
     (f,) = run("GD-NCCL-003", make_facts(env={"NCCL_IB_DISABLE": "1", **TWO_NODES}))
     assert f.severity is Severity.WARN
-    assert "TCP sockets" in f.message and "mlx5_0:1" in f.message
+    assert "TCP sockets" in said(f) and "mlx5_0:1" in said(f)
     assert f.fix.actions[0].kind == "unset_env" and f.fix.actions[0].target == "NCCL_IB_DISABLE"
     assert f.evidence[SEVERAL_HOSTS_ONLY] is True  # requires="several-hosts": `check --job` drops it on one host
 
@@ -182,7 +182,7 @@ def test_ib_disable_on_single_node_does_not_matter():
 def test_no_ib_hardware_on_multi_node_is_info():
     (f,) = run("GD-NCCL-003", make_facts(RECORDED_CPU, env={"NCCL_IB_DISABLE": "1", **TWO_NODES}))
     assert f.severity is Severity.INFO
-    assert "harmless" in f.message
+    assert "harmless" in said(f)
 
 
 def test_ib_ports_all_down_on_multi_node_warns():
@@ -198,7 +198,7 @@ def test_ib_ports_all_down_on_multi_node_warns():
     ]
     (f,) = run("GD-NCCL-003", make_facts(env=TWO_NODES, patch={"network.infiniband": ports}))
     assert f.severity is Severity.WARN
-    assert "mlx5_0:1 DOWN" in f.message
+    assert "mlx5_0:1 DOWN" in said(f)
 
 
 def test_ib_hca_naming_no_active_device_warns():
@@ -223,7 +223,7 @@ def test_efa_devices_are_not_the_ib_transport():
 def test_p2p_disabled_on_nvlink_gpus_warns():
     (f,) = run("GD-NCCL-004", make_facts(env={"NCCL_P2P_DISABLE": "1"}))
     assert f.severity is Severity.WARN
-    assert "NVLink" in f.message and "0, 1, 2" in f.message
+    assert "NVLink" in said(f) and "0, 1, 2" in said(f)
 
 
 def test_p2p_level_loc_on_nvlink_warns():
@@ -238,7 +238,7 @@ def test_p2p_on_passes():
 def test_p2p_disabled_without_nvlink_is_a_known_workaround():
     (f,) = run("GD-NCCL-004", make_facts(env={"NCCL_P2P_DISABLE": "1"}, each_gpu={"nvlink": []}))
     assert f.severity is Severity.INFO
-    assert "workaround" in f.message
+    assert "workaround" in said(f)
 
 
 def test_p2p_disabled_with_one_visible_gpu_is_not_a_loss():
@@ -276,19 +276,19 @@ def test_nccl_debug_levels(env, expected):
 def test_ib_disable_true_is_read_as_zero():
     (f,) = run("GD-NCCL-006", make_facts(env={"NCCL_IB_DISABLE": "true"}))
     assert f.severity is Severity.WARN
-    assert "does NOT turn the feature off" in f.message
+    assert "does NOT turn the feature off" in said(f)
 
 
 def test_buffsize_with_unit_is_read_as_a_few_bytes():
     (f,) = run("GD-NCCL-006", make_facts(env={"NCCL_BUFFSIZE": "4MB"}))
     assert f.severity is Severity.WARN
-    assert "only the leading number, 4" in f.message
+    assert "only the leading number, 4" in said(f)
 
 
 def test_lower_case_p2p_level_is_ignored_by_nccl():
     (f,) = run("GD-NCCL-006", make_facts(env={"NCCL_P2P_LEVEL": "nvl"}))
     assert f.severity is Severity.WARN
-    assert "case-sensitive: NVL" in f.message
+    assert "case-sensitive: NVL" in said(f)
 
 
 @pytest.mark.parametrize(
@@ -310,7 +310,7 @@ def test_other_values_nccl_ignores_warn(env):
 def test_values_torch_cannot_parse_fail(env):
     (f,) = run("GD-NCCL-006", make_facts(env=env))
     assert f.severity is Severity.FAIL
-    assert "raises" in f.message
+    assert "raises" in said(f)
 
 
 def test_well_formed_values_pass():
@@ -332,7 +332,7 @@ def test_well_formed_values_pass():
 
 def test_unknown_algorithm_name_warns_and_known_forms_pass():
     (f,) = run("GD-NCCL-006", make_facts(env={"NCCL_ALGO": "Ring,Trees"}))
-    assert f.severity is Severity.WARN and "'Trees'" in f.message
+    assert f.severity is Severity.WARN and "'Trees'" in said(f)
     for value in ("ring", "^NVLS,CollnetDirect", "allreduce:tree;broadcast:ring"):
         assert severity("GD-NCCL-006", make_facts(env={"NCCL_ALGO": value})) is Severity.PASS, value
     assert severity("GD-NCCL-006", make_facts(env={"NCCL_PROTO": "^LL128"})) is Severity.PASS
@@ -340,5 +340,33 @@ def test_unknown_algorithm_name_warns_and_known_forms_pass():
 
 def test_async_error_handling_out_of_range_warns_because_torch_does_not_reject_it():
     (f,) = run("GD-NCCL-006", make_facts(env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "5"}))
-    assert f.severity is Severity.WARN and "neither tears down" in f.message
+    assert f.severity is Severity.WARN and "neither tears down" in said(f)
     assert severity("GD-NCCL-006", make_facts(env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"})) is Severity.PASS
+
+
+# --- GD-NCCL-013 ---------------------------------------------------------------------------
+
+
+def test_a_variable_neither_nccl_nor_torch_reads_is_named_with_what_was_meant():
+    """Issue 38: `export NCCL_TIMEOUT=1800` and TORCH_NCCL_TIMEOUT set no timeout; a typo names the real one."""
+    env = {"NCCL_TIMEOUT": "1800", "TORCH_NCCL_TIMEOUT": "1800", "NCCL_SOCKET_IFNAM": "ib0", "NCCL_DEBUG": "WARN"}
+    found = {f.message.split()[0]: f for f in run("GD-NCCL-013", make_facts(env=env))}
+    assert set(found) == {"NCCL_TIMEOUT", "TORCH_NCCL_TIMEOUT", "NCCL_SOCKET_IFNAM"}
+    assert all(f.severity is Severity.WARN and len(f.message) <= 120 for f in found.values())
+    assert "init_process_group(timeout=...)" in found["NCCL_TIMEOUT"].message
+    assert "did you mean NCCL_SOCKET_IFNAME?" in found["NCCL_SOCKET_IFNAM"].message
+    assert "export NCCL_SOCKET_IFNAME=ib0" in [a.target for a in found["NCCL_SOCKET_IFNAM"].fix.actions]
+
+
+def test_names_nccl_or_torch_read_pass_and_an_undocumented_one_is_a_note():
+    known = {"NCCL_IB_TIMEOUT": "22", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_ASYNC_ERROR_HANDLING": "1"}
+    known |= {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "NCCL_VERSION": "2.21.5", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "600"}
+    assert severity("GD-NCCL-013", make_facts(env=known)) is Severity.PASS
+    assert severity("GD-NCCL-013", make_facts(env={"NCCL_SOMETHING_NEW": "1"})) is Severity.INFO
+
+
+def test_an_unread_variable_points_at_its_export_line():
+    script = "#!/bin/bash\n#SBATCH --gres=gpu:1\nexport NCCL_DEBUG=WARN\nexport NCCL_TIMEOUT=1800\nsrun python t.py\n"
+    sb = parse_sbatch(script, "job.slurm")
+    (f,) = run("GD-NCCL-013", make_facts(RECORDED_CPU, env={}), sbatch=sb, sbatch_path="job.slurm")
+    assert f.severity is Severity.WARN and f.location is not None and f.location.line == 4

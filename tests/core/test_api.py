@@ -10,7 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Rando
 import gpudoctor
 from gpudoctor.api import AuditError, loader_settings
 from gpudoctor.model import Severity
-from tests.factsutil import HEALTHY_GPU, make_facts
+from tests.factsutil import HEALTHY_GPU, make_facts, said
 from tests.thismachine import torch_sees_gpu
 
 # torch warns about worker counts above this 2-CPU test machine; the loaders are never iterated.
@@ -87,21 +87,21 @@ def test_too_many_workers_for_the_ranks_warns_with_an_unsafe_fix():
     facts = make_facts(HEALTHY_GPU, env={}, patch={"host.cpus_allowed_count": 96})
     f = by_id(gpudoctor.audit_dataloader(loader, local_ranks=8, facts=facts, expect_gpus=True))["GD-DL-001"]
     assert f.severity is Severity.WARN
-    assert "8 rank(s) x (32 workers + 1 main process) = 264 processes" in f.message
+    assert "8 rank(s) x (32 workers + 1 main process) = 264 processes" in said(f)
     assert f.fix.safety.value == "unsafe" and "num_workers=11" in f.fix.title
 
 
 def test_random_sampler_on_several_ranks_warns():
     loader = DataLoader(DATA, batch_size=16, shuffle=True)
     f = by_id(gpudoctor.audit_dataloader(loader, world_size=4, facts=make_facts(HEALTHY_GPU, env={})))["GD-DL-009"]
-    assert f.severity is Severity.WARN and "RandomSampler on 4 ranks" in f.message
+    assert f.severity is Severity.WARN and "RandomSampler on 4 ranks" in said(f)
 
 
 def test_small_shm_warns_for_a_worker_loader():
     loader = DataLoader(DATA, batch_size=16, num_workers=4, persistent_workers=True)
     facts = make_facts(HEALTHY_GPU, env={}, patch={"host.shm": {"total_bytes": 64 << 20, "free_bytes": 60 << 20}})
     f = by_id(gpudoctor.audit_dataloader(loader, local_ranks=8, facts=facts))["GD-DL-005"]
-    assert f.severity is Severity.WARN and "64 batches in flight" in f.message
+    assert f.severity is Severity.WARN and "64 batches in flight" in said(f)
 
 
 def test_probing_this_host_for_real():
@@ -158,14 +158,12 @@ def test_custom_batch_sampler_is_what_chooses_the_samples():
     loader = DataLoader(DATA, batch_sampler=_BucketBatchSampler(), num_workers=2)
     assert loader_settings(loader)["sampler"].endswith("_BucketBatchSampler")
     f = audit8(loader, expect_gpus=True)["GD-DL-009"]
-    assert (
-        f.severity is Severity.INFO and "_BucketBatchSampler" in f.message
-    )  # not the unused default SequentialSampler
+    assert f.severity is Severity.INFO and "_BucketBatchSampler" in said(f)  # not the unused default SequentialSampler
 
 
 def test_iterable_dataset_is_not_judged_by_a_sampler():
     f = audit8(DataLoader(_Stream(), batch_size=4, num_workers=2), expect_gpus=True)["GD-DL-009"]
-    assert f.severity is Severity.INFO and "IterableDataset" in f.message and f.fix is not None
+    assert f.severity is Severity.INFO and "IterableDataset" in said(f) and f.fix is not None
 
 
 def test_unbatched_and_spawn_context_loaders_are_audited():

@@ -4,6 +4,7 @@ issue thread it comes from and the cause that thread established). Fast: no proc
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -487,7 +488,8 @@ def test_the_cause_is_joined_to_the_batch_script_line_to_change():
     assert first["evidence"]["before_submission"].startswith("GD-SLURM-027: line 9: torchrun starts 4 worker(s)")
     assert first["fix"]["title"].startswith("Start one worker per GPU: --nproc-per-node=2")
     text = run_gpudoctor("diagnose", str(LOGS / "issues" / "invalid_device_ordinal_vim.log"), "--sbatch", str(script))
-    assert f"gpudoctor fix --apply --sbatch {script}" in text.stdout
+    joined = re.sub(r" \\\n *", " ", text.stdout).replace("\\\n", "")  # a wrapped command, as bash reads it
+    assert f"gpudoctor fix --apply --sbatch {script}" in joined
 
 
 def test_without_the_script_the_fix_is_the_rows_own():

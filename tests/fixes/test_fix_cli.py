@@ -173,7 +173,8 @@ def test_malformed_script_is_exit_2_and_untouched(tmp_path, capsys, content, why
 def test_dos_line_breaks_are_converted_with_a_backup_then_the_rest_is_fixed(tmp_path, capsys):
     """sbatch 22.05 refuses the file ("Batch script contains DOS line breaks (\\r\\n)"): the conversion is a fix."""
     p = tmp_path / "job.slurm"
-    original = b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\nexport NCCL_DEBUG=INFO\r\npython train.py\r\n"
+    original = b"#!/bin/bash\r\n#SBATCH --gres=gpu:1\r\nexport PYTORCH_CUDA_ALLOC_CONF=expandable_segments:true\r\n"
+    original += b"python train.py\r\n"
     p.write_bytes(original)
     assert fix("--sbatch", str(p)) == 1  # the plan: nothing written
     assert "4 DOS line break(s)" in capsys.readouterr().err and p.read_bytes() == original
@@ -181,7 +182,7 @@ def test_dos_line_breaks_are_converted_with_a_backup_then_the_rest_is_fixed(tmp_
     assert "converted 4 DOS line break(s)" in capsys.readouterr().err
     assert (tmp_path / "job.slurm.gpudoctor.bak").read_bytes() == original
     text = p.read_text()
-    assert "\r" not in text and "export NCCL_DEBUG=WARN" in text  # then judged and fixed as usual
+    assert "\r" not in text and "expandable_segments:True" in text  # then judged and fixed as usual
     assert fix("--sbatch", str(p), "--apply") == 0  # a second --apply changes nothing
     assert sorted(os.listdir(tmp_path)) == ["job.slurm", "job.slurm.gpudoctor.bak", "job.slurm.gpudoctor.bak.1"]
 
@@ -265,7 +266,7 @@ def test_shell_lines_fix_the_environment_they_judge(tmp_path):
     r = subprocess.run(
         ["bash", "-c", script, "bash", lines], env=clean_env(wrong), capture_output=True, text=True, timeout=120
     )
-    assert r.stdout.startswith("NCCL_DEBUG=WARN\n"), r.stdout + r.stderr
+    assert r.stdout.startswith("NCCL_DEBUG=INFO\n"), r.stdout + r.stderr  # a debugging switch is the user's (#38)
     fixed = dict(v.split("=", 1) for v in r.stdout.split("\n", 1)[1].split("\0") if v)
     after = run_gpudoctor_here("check", "--select", "allocator,nccl", "--json", env=fixed, cwd=tmp_path)
     findings = json.loads(after.stdout)["findings"]
@@ -274,15 +275,22 @@ def test_shell_lines_fix_the_environment_they_judge(tmp_path):
 
 
 def test_env_file_is_written_and_sourceable(tmp_path):
-    env = clean_env({"NCCL_DEBUG": "INFO"})
+    wrong = {"NCCL_DEBUG": "INFO", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:true"}
+    env = clean_env(wrong)
     target = tmp_path / "gpudoctor.env"
-    r = run_gpudoctor_here("fix", "--select", "nccl", "--env-file", str(target), env={"NCCL_DEBUG": "INFO"})
+    r = run_gpudoctor_here("fix", "--select", "allocator,nccl", "--env-file", str(target), env=wrong)
     assert r.returncode == 0, r.stderr
-    assert "export NCCL_DEBUG=WARN" in target.read_text()
+    written = target.read_text()
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in written
+    assert "NCCL_DEBUG" not in written  # NCCL_DEBUG=INFO is a debugging switch: a note, never rewritten (#38)
     r = subprocess.run(
-        ["bash", "-c", f"source {target} && echo $NCCL_DEBUG"], env=env, capture_output=True, text=True, timeout=30
+        ["bash", "-c", f"source {target} && echo $PYTORCH_CUDA_ALLOC_CONF $NCCL_DEBUG"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
-    assert r.stdout.strip() == "WARN"
+    assert r.stdout.strip() == "expandable_segments:True INFO"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -351,3 +359,31 @@ def test_apply_repairs_a_stray_bang_directive_and_the_rendezvous_port(tmp_path, 
         "#!/bin/bash\n#SBATCH --gres=gpu:2\n#SBATCH --signal=SIGUSR1@90\n"
         "torchrun --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=localhost:0 --rdzv_id=100 t.py\n"
     )
+
+
+def test_apply_never_reverses_a_debugging_switch(tmp_path, capsys):
+    """Issue 38: `export NCCL_DEBUG=INFO` in a script whose author debugs NCCL is a note with the command to
+    lower it, never a safe edit that `fix --apply` writes (it once became WARN)."""
+    script = tmp_path / "job.slurm"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:1\n"
+        "export NCCL_DEBUG=INFO\nexport NCCL_DEBUG_SUBSYS=INIT,NET\nsrun python train.py\n"
+    )
+    before = script.read_text()
+    fix("--sbatch", str(script), "--apply", "--unsafe-fixes")
+    assert script.read_text() == before
+    r = run_gpudoctor_here("check", "--sbatch", str(script), "-v")
+    assert "export NCCL_DEBUG=WARN" in r.stdout and "GD-NCCL-005" in r.stdout
+
+
+def test_the_plan_never_starts_with_a_blank_line_and_points_up_to_its_manual_steps(tmp_path, capsys):
+    good = tmp_path / "good.slurm"
+    good.write_text("#!/bin/bash\n#SBATCH --gres=gpu:1\nsrun python train.py\n")
+    fix("--sbatch", str(good))
+    assert capsys.readouterr().out.startswith("gpudoctor fix: ")
+    noisy = tmp_path / "noisy.slurm"
+    noisy.write_text("#!/bin/bash\n#SBATCH --gres=gpu:1\nexport NCCL_DEBUG=INFO\nsrun python train.py\n")
+    fix("--sbatch", str(noisy))
+    out = capsys.readouterr().out
+    assert not out.startswith("\n") and out.index("Manual steps") < out.index("Remaining")
+    assert "a manual step (listed under Manual steps)" in out and "see below" not in out

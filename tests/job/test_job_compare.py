@@ -12,7 +12,7 @@ from gpudoctor.job.compare import Member, aspects, digest, ranks_text, view
 from gpudoctor.model import Context, Severity
 from gpudoctor.registry import load_all
 from gpudoctor.runner import run_checks
-from tests.factsutil import make_facts
+from tests.factsutil import make_facts, said
 
 ENV = {"NCCL_SOCKET_IFNAME": "eth0", "MASTER_ADDR": "gpu-node-01", "MASTER_PORT": "29500", "OMP_NUM_THREADS": "8"}
 
@@ -24,7 +24,12 @@ def _write(tmp_path, name: str, facts: Facts) -> str:
 
 
 def _compare(capsys, *paths: str, json_out: bool = False):
-    code = main(["compare", *paths, *(["--json"] if json_out else [])])
+    """The report's words, its lines joined (the text report wraps to the terminal; a long path is cut)."""
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"COLUMNS": "1000"}):  # one finding, one line: what is said, not its layout
+        code = main(["compare", *paths, *(["--json"] if json_out else [])])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -49,8 +54,8 @@ def test_the_node_that_differs_is_named_with_the_fact(tmp_path, capsys):
     c = _write(tmp_path, "c.json", make_facts(env=ENV, patch={"host.hostname": "gpu-node-03"}))
     code, out, _ = _compare(capsys, a, b, c)
     assert code == 1
-    assert f"on gpu-node-02 ({b}): nccl=2.18.1 where" in out
-    assert f"on gpu-node-02 ({b}): OMP_NUM_THREADS=1 where" in out
+    assert f"on gpu-node-02 ({b})" in out and "nccl=2.18.1 where" in out  # the node, then what differs there
+    assert "OMP_NUM_THREADS=1 where" in out
     assert "pass on 2 of 3 node(s)" in out
 
 
@@ -61,7 +66,7 @@ def test_snapshots_of_one_host_name_each_file_once(tmp_path, capsys):
     b = _write(tmp_path, "day2.json", make_facts(env={**ENV, "NCCL_SOCKET_IFNAME": "ib0"}))
     code, out, _ = _compare(capsys, a, b)
     assert f"({b}) ({b})" not in out and f"({a}) ({a})" not in out
-    assert f"({b}): NCCL_SOCKET_IFNAME=ib0 where" in out
+    assert f"({b})" in out and "NCCL_SOCKET_IFNAME=ib0 where" in out
 
 
 def test_json_report_carries_the_job_findings(tmp_path, capsys):
@@ -117,9 +122,7 @@ def test_missing_ranks_are_named():
     job = view([_member(0, "n0", f), _member(1, "n0", f, leader=False)], source="live", world_size=4, missing=[2, 3])
     job["timeout_s"] = 5
     (finding,) = _judge(job, "GD-JOB-001")
-    assert (
-        finding.severity is Severity.FAIL and "ranks 2–3 of a world of 4 never reported within 5 s" in finding.message
-    )
+    assert finding.severity is Severity.FAIL and "ranks 2–3 of a world of 4 never reported within 5 s" in said(finding)
 
 
 def test_two_ranks_on_one_gpu_fail():
@@ -134,14 +137,14 @@ def test_two_ranks_on_one_gpu_fail():
         world_size=3,
     )
     (finding,) = _judge(job, "GD-JOB-006")
-    assert finding.severity is Severity.FAIL and "ranks 0–1 all use GPU GPU-a" in finding.message
+    assert finding.severity is Severity.FAIL and "ranks 0–1 all use GPU GPU-a" in said(finding)
 
 
 def test_more_ranks_than_gpus_fail():
     f = make_facts(env=ENV)  # 8 GPUs
     members = [_member(r, "n0", f, leader=r == 0) for r in range(9)]
     (finding,) = _judge(view(members, source="live", world_size=9), "GD-JOB-007")
-    assert finding.severity is Severity.FAIL and "9 ranks share 8 GPU(s)" in finding.message
+    assert finding.severity is Severity.FAIL and "9 ranks share 8 GPU(s)" in said(finding)
 
 
 def test_ranks_text_spans():
@@ -217,7 +220,7 @@ def test_each_job_check_names_the_node_that_differs(tmp_path, capsys, check_id, 
     code, out, _ = _compare(capsys, a, b, json_out=True)
     findings = [f for f in json.loads(out)["findings"] if f["id"] == check_id]
     worst = max(findings, key=lambda f: Severity(f["severity"]).rank)
-    assert worst["severity"] == expected and "gpu-node-02" in worst["message"] and words in worst["message"], findings
+    assert worst["severity"] == expected and "gpu-node-02" in said(worst) and words in said(worst), findings
     assert code == (1 if expected == "fail" else 0)
     # the same two snapshots without the difference: no warn or fail from this check
     same = _write(tmp_path, "c.json", make_facts(env=ENV, patch={"host.hostname": "gpu-node-03"}))
@@ -230,7 +233,7 @@ def test_env_drift_is_gd_job_005(tmp_path, capsys):
     b = _write(tmp_path, "b.json", make_facts(env={**ENV, "OMP_NUM_THREADS": "2"}, patch={"host.hostname": "n2"}))
     _, out, _ = _compare(capsys, a, b, json_out=True)
     (f,) = [f for f in json.loads(out)["findings"] if f["id"] == "GD-JOB-005" and f["severity"] != "pass"]
-    assert "OMP_NUM_THREADS=2 where" in f["message"]
+    assert "OMP_NUM_THREADS=2 where" in said(f)
 
 
 # --- issue 18: a loopback rendezvous is a problem only across hosts --------------------------------------
@@ -262,7 +265,7 @@ def _loopback_node(tmp_path, name: str, host: str, rank: int) -> str:
 
 def _node_problems(out: str) -> str:
     findings = json.loads(out)["findings"]
-    return " ".join(f["message"] for f in findings if f["id"] == "GD-JOB-009" and f["severity"] != "pass")
+    return " ".join(said(f) for f in findings if f["id"] == "GD-JOB-009" and f["severity"] != "pass")
 
 
 def test_loopback_rendezvous_on_two_hosts_is_named(tmp_path, capsys):
@@ -282,7 +285,7 @@ def test_loopback_rendezvous_on_one_host_is_fine(tmp_path, capsys):
     problems = _node_problems(out)
     assert "GD-DIST-003" not in problems and "GD-NCCL-002" not in problems, problems
     (node_check,) = [f for f in json.loads(out)["findings"] if f["id"] == "GD-JOB-009"]
-    assert node_check["severity"] == "pass" and "every rank runs on gpu-node-01" in node_check["message"]
+    assert node_check["severity"] == "pass" and "every rank runs on gpu-node-01" in said(node_check)
     assert code == 0, out
 
 

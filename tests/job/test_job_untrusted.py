@@ -19,6 +19,7 @@ import pytest
 
 from gpudoctor.job import exchange
 from tests.cliutil import clean_env
+from tests.factsutil import said
 
 HOST = socket.gethostname()
 TIMEOUT = 8
@@ -178,7 +179,7 @@ def test_rank_0_judges_each_entry_it_cannot_read(untrusted_world):
     assert "internal error" not in err and "Traceback" not in err
     (f,) = [f for f in json.loads(out)["findings"] if f["id"] == "GD-JOB-001"]
     assert f["severity"] == "fail"
-    assert "never reported" not in f["message"]  # every rank reported; what six of them sent is unreadable
+    assert "never reported" not in said(f)  # every rank reported; what six of them sent is unreadable
     assert f["evidence"]["missing_ranks"] == []
     errors = {e["rank"]: e["error"] for e in f["evidence"]["errors"]}
     assert sorted(errors) == sorted(MALFORMED), errors  # the readable hostile rank is no error
@@ -186,7 +187,7 @@ def test_rank_0_judges_each_entry_it_cannot_read(untrusted_world):
     for rank, (_, reason) in MALFORMED.items():
         # each rank is named in the message with its own reason (the message lists one part per rank)
         assert reason in errors[rank] and "sent an entry this gpudoctor" in errors[rank] and foreign in errors[rank]
-        assert f"rank {rank} on " in f["message"] and reason in f["message"]
+        assert f"rank {rank} on " in said(f) and reason in said(f)
     assert w["elapsed"] < TIMEOUT + 30, "bounded: rank 0 waits only for the ranks that can still arrive"
 
 

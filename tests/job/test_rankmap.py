@@ -161,8 +161,8 @@ def _judged_message(missing: list[int], located) -> str:
     job.update(timeout_s=6.0, missing_where=to_facts(located), missing_nodes=[])
     assert first_problem({"schema": SCHEMA, "job": job}) is None
     (finding,) = run_checks([load_all()["GD-JOB-001"]], Facts(sections={"job": job}), Context())
-    assert finding.severity.value == "fail"
-    return finding.message
+    assert finding.severity.value == "fail" and len(finding.message) <= 120
+    return f"{finding.message}: {finding.evidence['detail']}" if "detail" in finding.evidence else finding.message
 
 
 def test_the_finding_names_the_missing_node_and_the_rule():
@@ -182,7 +182,7 @@ def test_the_finding_places_single_ranks_and_says_when_it_cannot():
     plane = layout_of({**SRUN_16, "SLURM_DISTRIBUTION": "plane"}, "srun", 16)
     message = _judged_message([9], locate_missing(plane, [9], {}))
     assert message.endswith(
-        "(15 arrived); which node: unknown (SLURM_DISTRIBUTION=plane (only block and cyclic are rebuilt))"
+        "(15 arrived): which node: unknown (SLURM_DISTRIBUTION=plane (only block and cyclic are rebuilt))"
     )
 
 

@@ -19,7 +19,7 @@ from gpudoctor.model import Severity
 from gpudoctor.probe import libraries
 from gpudoctor.probe.torch_child import _loaded_libraries
 from gpudoctor.probe.torch_probe import TorchProbe
-from tests.factsutil import make_facts, run
+from tests.factsutil import make_facts, run, said
 from tests.probe.test_probe_torch import fake_torch
 
 
@@ -91,7 +91,7 @@ def test_the_torch_probe_records_the_mapped_cudnn_and_the_check_names_the_ld_lib
     (finding,) = run("GD-CUDA-005", facts)
     assert finding.severity is Severity.FAIL, finding.message
     assert f"cuDNN 9.1.0 ({cudnn_dir}/libcudnn.so.9.1.0, found through LD_LIBRARY_PATH entry {cudnn_dir})" in (
-        finding.message
+        said(finding)
     )
     (action,) = finding.fix.actions
     assert (action.target, action.value) == ("LD_LIBRARY_PATH", "/opt/gd18b-mpi/lib")

@@ -11,7 +11,7 @@ import pytest
 from gpudoctor.model import Severity
 from gpudoctor.probe.network import infiniband
 from gpudoctor.readers.ncclenv import hca_port_selected
-from tests.factsutil import make_facts, run
+from tests.factsutil import make_facts, run, said
 
 TWO_NODES = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "2", "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}
 
@@ -66,7 +66,7 @@ def _judge(sysfs: Path, **env):
 def test_hcas_down_beside_active_ones_with_nccl_ib_hca_unset_warn(sysfs):
     finding = _judge(sysfs)
     assert finding.severity is Severity.WARN, finding.message
-    assert "mlx5_2:1 DOWN" in finding.message and "mlx5_3:1 DOWN" in finding.message
+    assert "mlx5_2:1 DOWN" in said(finding) and "mlx5_3:1 DOWN" in said(finding)
 
 
 @pytest.mark.parametrize("hca", ["mlx5_0,mlx5_1", "=mlx5_0:1,mlx5_1:1", "^mlx5_2,mlx5_3", "mlx5_0:1,mlx5_1:1"])
@@ -76,8 +76,8 @@ def test_nccl_ib_hca_leaving_out_the_dead_ports_passes(sysfs, hca):
 
 def test_nccl_ib_hca_naming_a_dead_port_warns(sysfs):
     finding = _judge(sysfs, NCCL_IB_HCA="mlx5_0,mlx5_2:1")
-    assert finding.severity is Severity.WARN and "mlx5_2:1 DOWN" in finding.message
-    assert "mlx5_3" not in finding.message  # not selected, not judged
+    assert finding.severity is Severity.WARN and "mlx5_2:1 DOWN" in said(finding)
+    assert "mlx5_3" not in said(finding)  # not selected, not judged
 
 
 def test_ib_disabled_leaves_the_ports_unjudged(sysfs):
@@ -136,7 +136,7 @@ def test_this_machines_interfaces_carry_their_index():
 def test_a_usb_nic_without_link_before_the_cluster_nic_under_nccl_before_2_28_3_warns():
     finding = _nics([LO, ENX, ENO1], [2, 27, 7])
     assert finding.severity is Severity.WARN, finding.message
-    assert "NCCL 2.27.7" in finding.message and "its bootstrap binds enx00e04c680001, the first" in finding.message
+    assert "NCCL 2.27.7" in said(finding) and "its bootstrap binds enx00e04c680001, the first" in said(finding)
     assert finding.fix.actions[0].value == "eno1"
 
 
@@ -156,7 +156,7 @@ def test_a_running_link_local_bmc_nic_first_warns_under_every_nccl():
     bmc = _iface("usb0", 2, "169.254.3.1")  # a BMC's USB host interface (uccl-project/uccl#1034)
     for version in ([2, 21, 5], [2, 28, 9], [2, 30, 7]):
         finding = _nics([LO, bmc, ENO1], version)
-        assert finding.severity is Severity.WARN and "bootstrap binds usb0" in finding.message, version
+        assert finding.severity is Severity.WARN and "bootstrap binds usb0" in said(finding), version
 
 
 def test_an_admin_down_interface_with_an_address_counts_before_nccl_2_28_3():
@@ -173,4 +173,4 @@ def test_nccl_comm_id_under_nccl_2_29_warns_of_the_inverted_subnet_match():
         (finding,) = run("GD-NCCL-010", facts, expect_gpus=8)
         assert finding.severity is expected, (version, finding.message)
         if expected is Severity.WARN:
-            assert "NVIDIA/nccl#2047" in finding.message and finding.fix.actions[0].value == "eno1"
+            assert "NVIDIA/nccl#2047" in said(finding) and finding.fix.actions[0].value == "eno1"

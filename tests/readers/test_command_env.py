@@ -14,7 +14,7 @@ from gpudoctor.fixes import sbatch_edit
 from gpudoctor.job.env import job_env
 from gpudoctor.model import Context, Severity
 from gpudoctor.readers.sbatch import parse_sbatch
-from tests.factsutil import make_facts, run
+from tests.factsutil import make_facts, run, said
 
 SLURM_2205 = {"in_job": False, "version": "22.05.8", "job": None, "packages": {}}
 SNAPSHOT = str(Path(__file__).parents[1] / "fixtures" / "facts" / "recorded-cpu-debian12-torch2.13-nogpu.json")
@@ -73,15 +73,15 @@ def judge(check_id: str, body: str, arguments=None):
 def test_cuda_visible_devices_from_a_script_argument_says_it_is_unknown():
     f = judge("GD-SLURM-010", "CUDA_VISIBLE_DEVICES=$1 python train.py\n")
     assert f.severity is Severity.WARN
-    assert "sets CUDA_VISIBLE_DEVICES=$1 for its command" in f.message
-    assert "first argument: unknown before submission" in f.message and "-- ARGS" in f.message
+    assert "sets CUDA_VISIBLE_DEVICES=$1 for its command" in said(f)
+    assert "first argument: unknown before submission" in said(f) and "-- ARGS" in said(f)
     given = judge("GD-SLURM-010", "CUDA_VISIBLE_DEVICES=$1 python train.py\n", ("0,1,2,3",))
-    assert given.severity is Severity.FAIL and "(4 GPUs)" in given.message
+    assert given.severity is Severity.FAIL and "(4 GPUs)" in said(given)
 
 
 def test_a_prefix_rank_is_expanded_by_the_batch_shell():
     f = judge("GD-DIST-001", "#SBATCH --ntasks=4\nRANK=$SLURM_PROCID srun python main.py\n")
-    assert f.severity is Severity.FAIL and "RANK" in f.message
+    assert f.severity is Severity.FAIL and "RANK" in said(f)
 
 
 def test_fixes_edit_the_launch_commands_own_assignment():
@@ -99,7 +99,7 @@ def test_cli_takes_the_scripts_arguments_after_a_double_dash(tmp_path, capsys, e
     job.write_text(HEADER + "CUDA_VISIBLE_DEVICES=$1 python train.py\n")
     main(["check", "--snapshot", SNAPSHOT, "--sbatch", str(job), "--select", "GD-SLURM-010", "--json", *extra])
     (finding,) = json.loads(capsys.readouterr().out)["findings"]
-    assert expected in finding["message"]
+    assert expected in said(finding)
 
 
 def test_script_arguments_without_a_script_are_a_usage_error(capsys):
@@ -110,7 +110,7 @@ def test_script_arguments_without_a_script_are_a_usage_error(capsys):
 
 def test_an_empty_script_argument_hides_every_gpu():
     f = judge("GD-SLURM-010", "CUDA_VISIBLE_DEVICES=$1 python train.py\n", ())  # `sbatch job.slurm` with no ARGS
-    assert f.severity is Severity.FAIL and "names no GPU" in f.message
+    assert f.severity is Severity.FAIL and "names no GPU" in said(f)
 
 
 def test_shift_and_set_move_the_scripts_arguments():

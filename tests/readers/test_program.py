@@ -60,6 +60,37 @@ def test_lightning_literals_and_expressions():
     assert "**" in star.lightning
 
 
+def test_a_trainer_argument_from_argparse_takes_the_launch_line_or_its_default():
+    """Issue 38: Trainer(num_nodes=args.nodes) with `--nodes=2` on the launch line is 2, not 'not known'; the
+    last of an option given twice wins, as in argparse; without it, the add_argument default."""
+    text = (
+        "import argparse\nimport lightning as L\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--nodes', type=int, default=1)\np.add_argument('--num-gpus', dest='gpus', default=8)\n"
+        "args = p.parse_args()\nL.Trainer(devices=args.gpus, num_nodes=args.nodes)\n"
+    )
+    given = read_program(text, "fit.py", argv=("--nodes=4", "--nodes", "2"))
+    assert given.lightning["num_nodes"] == (2, "fit.py:7: Trainer(num_nodes=args.nodes), --nodes=2 on the launch line")
+    assert given.lightning["devices"] == (8, "fit.py:7: Trainer(devices=args.gpus), argparse default 8")
+    assert read_program(text, "fit.py").lightning["num_nodes"][0] == 1
+
+
+def test_a_literal_dataloader_is_read_for_the_loader_checks(tmp_path):
+    """Issue 38: `DataLoader(ds, num_workers=10)` in the program just read is known, not 'not known'."""
+    from gpudoctor.model import Context
+    from gpudoctor.readers import dlconfig
+
+    text = "from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=32, num_workers=10)\n"
+    model = read_program(text, "train.py")
+    assert model.dataloader["num_workers"] == (10, "train.py:2: DataLoader(num_workers=10)")
+    (tmp_path / "train.py").write_text(text)
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --gres=gpu:1\nsrun python train.py\n")
+    from gpudoctor.readers.sbatch import load_sbatch
+
+    settings = dlconfig.from_context(Context(sbatch=load_sbatch(str(script)), sbatch_path=str(script)))
+    assert settings is not None and settings.value("num_workers") == 10 and settings.source == "train.py:2"
+
+
 def test_single_process_program_and_frameworks_that_decide_for_themselves():
     single = read_program("import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n", "one.py")
     assert single.kind == "single" and single.known

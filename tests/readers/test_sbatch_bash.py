@@ -22,7 +22,7 @@ from gpudoctor.readers.sbatch import REDACTED, SbatchError, load_sbatch, parse_s
 from gpudoctor.readers.sbatch import reader as sbatch_reader
 from gpudoctor.readers.sbatch.shell import commands, tokenize, unquote
 from tests.cliutil import run_gpudoctor, run_gpudoctor_here
-from tests.factsutil import make_facts, run
+from tests.factsutil import make_facts, run, said
 
 # The user's SLURM DDP guide's "correct approach" exactly as the guide prints it (plus #!/bin/bash).
 CORRECT_AS_PRINTED = Path(__file__).parents[1] / "fixtures" / "sbatch" / "seed-guide-correct-approach.slurm"
@@ -68,7 +68,7 @@ def test_the_trap_is_a_failing_finding_with_both_lines():
     sb = load_sbatch(str(CORRECT_AS_PRINTED))
     (f,) = findings("GD-SLURM-013", sb)
     assert f.severity is Severity.FAIL
-    assert "line 14" in f.message and "line 15" in f.message and "command not found" in f.message
+    assert "line 14" in said(f) and "line 15" in said(f) and "command not found" in said(f)
     assert "trainer.params.accelerator=gpu \\" in f.evidence["line 14"]
     assert f.evidence["line 15"].startswith("trainer.params.num_nodes=1")
     assert f.fix is not None and len(f.fix.actions) == 2 and all(a.target == sb.path for a in f.fix.actions)
@@ -188,7 +188,7 @@ def load_checked(path: str):
 def test_a_script_bash_cannot_parse_fails(tmp_path):
     sb = load_checked(_script(tmp_path, 'if [ -n "$X" ]; then\n  srun python t.py\n'))
     (f,) = findings("GD-SLURM-014", sb)
-    assert f.severity is Severity.FAIL and "syntax error" in f.message
+    assert f.severity is Severity.FAIL and "syntax error" in said(f)
     good = load_checked(_script(tmp_path, "srun python t.py\n"))
     assert findings("GD-SLURM-014", good)[0].severity is Severity.PASS
 
@@ -196,7 +196,7 @@ def test_a_script_bash_cannot_parse_fails(tmp_path):
 def test_without_bash_the_syntax_check_is_skipped_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no bash on it
     (f,) = findings("GD-SLURM-014", load_checked(_script(tmp_path, "srun python t.py\n")))
-    assert f.severity is Severity.SKIP and "bash is not on PATH" in f.message
+    assert f.severity is Severity.SKIP and "bash is not on PATH" in said(f)
 
 
 def test_a_hanging_bash_is_killed_with_its_children(tmp_path, monkeypatch):
@@ -210,7 +210,7 @@ def test_a_hanging_bash_is_killed_with_its_children(tmp_path, monkeypatch):
     start = time.monotonic()
     (f,) = findings("GD-SLURM-014", load_checked(_script(tmp_path, "srun python t.py\n")))
     assert time.monotonic() - start < 10
-    assert f.severity is Severity.SKIP and "did not finish" in f.message
+    assert f.severity is Severity.SKIP and "did not finish" in said(f)
     for pid in map(int, pids.read_text().split()):
         deadline = time.monotonic() + 5
         while os.path.exists(f"/proc/{pid}") and "Z" not in _state(pid) and time.monotonic() < deadline:
@@ -330,7 +330,7 @@ def test_credentials_in_directives_are_redacted_where_they_are_shown():
     assert SECRET not in repr(sb)
     assert sb.options["export"] == f"ALL,HF_TOKEN={REDACTED}"
     (f,) = findings("GD-SLURM-011", sb)
-    assert f.severity is Severity.WARN and SECRET not in f.message + json.dumps(f.evidence, default=str)
+    assert f.severity is Severity.WARN and SECRET not in said(f) + json.dumps(f.evidence, default=str)
 
 
 def test_the_fast_credential_prefilter_matches_the_facts_rule():
@@ -371,7 +371,7 @@ def test_lines_bash_runs_as_missing_commands_are_found_as_bash_finds_them(tmp_pa
     assert [a.line for a in sb.stray_arguments] == not_found == [5, 10]
     assert sb.stray_arguments[0].previous_line == 4 and sb.stray_arguments[0].program == "--batch-size"
     (f,) = findings("GD-SLURM-015", sb)
-    assert f.severity is Severity.FAIL and "line 4 above ends the command without a backslash" in f.message
+    assert f.severity is Severity.FAIL and "line 4 above ends the command without a backslash" in said(f)
     assert f.evidence["line 5"] == "--batch-size 32 trainer.max_epochs=10"
 
 

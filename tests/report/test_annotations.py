@@ -137,3 +137,26 @@ def test_key_lines_of_yaml_and_json_and_nothing_for_a_broken_file(tmp_path):
     broken = tmp_path / "b.yaml"
     broken.write_text("a: [1, 2\n")
     assert key_lines(str(broken)) == {} and key_lines(str(tmp_path / "missing.yaml")) == {}
+
+
+REALWORLD = FIXTURES / "sbatch" / "realworld"
+NAMED_LINES = [  # issue 38: findings whose line is named only in their evidence or message, once put on line 1
+    ("accelerate-machine-rank-expanded-in-batch-shell.slurm", "GD-DIST-001", 16),  # evidence "line 16: srun ..."
+    ("localhost-master-addr-4nodes.slurm", "GD-DIST-006", 14),  # evidence "<script> line 14"
+    ("princeton-ddp-srun-2gpus.slurm", "GD-DIST-001", 22),  # `export WORLD_SIZE=...`, a variable of its evidence
+    ("legacy-launch-use-env-srun.slurm", "GD-DIST-004", 21),  # evidence "lines": ["line 21: srun ..."]
+    ("deepspeed-launcher-slurm-from-batch-shell.slurm", "GD-DL-006", 16),  # a fix exporting before the launch
+]
+
+
+def test_every_format_puts_a_finding_on_the_line_it_names():
+    for name, check_id, line in NAMED_LINES:
+        path = str(REALWORLD / name)
+        report = json.loads(_check("--sbatch", path, "--json").stdout)
+        (found,) = [f for f in report["findings"] if f["id"] == check_id]
+        assert found["location"]["line"] == line, (name, found)
+        concise = _check("--sbatch", path, "--format", "concise").stdout
+        github = _check("--sbatch", path, "--format", "github").stdout
+        if found["severity"] in ("fail", "warn"):
+            assert f"{path}:{line}: {check_id}" in concise, concise
+        assert f"line={line}," in next(g for g in github.splitlines() if check_id in g)

@@ -303,7 +303,7 @@ def test_cgroup_renumbered_gpus_are_not_a_false_alarm():
 def test_no_cuda_is_its_own_finding():
     joins = {0: gpu_rank(0, None, device_error="torch sees no CUDA GPU", no_cuda=True, torch="2.13.0+cpu")}
     f = by_id(placement.check(joins))["GD-SMOKE-012"]
-    assert f.severity is Severity.FAIL and "--device cpu" in f.message
+    assert f.severity is Severity.FAIL and "--device cpu" in f.evidence["next"]
 
 
 def test_cpu_world_skips_gpu_placement():

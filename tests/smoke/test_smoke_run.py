@@ -399,7 +399,8 @@ def test_no_gpu_is_a_clear_failure():
     rep = report_of(r)
     validate(rep)
     f = findings(rep)["GD-SMOKE-012"]
-    assert r.returncode == 1 and f["severity"] == "fail" and "--device cpu" in f["message"]
+    assert r.returncode == 1 and f["severity"] == "fail" and "--device cpu" in f["evidence"]["next"]
+    assert "CUDA_VISIBLE_DEVICES unset" in f["message"] or "CUDA_VISIBLE_DEVICES=" in f["message"]  # never None
 
 
 def test_unresolvable_master_addr_fails_at_once():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def test_the_batch_scripts_own_checks_give_the_cause_and_edit_the_file_slurm_nam
     # a program that is one rank per SLURM task, read from the job's working directory: the fix edits the script
     (tmp_path / "train.py").write_text(DDP_PROGRAM)
     (cause,) = script_causes("42", str(script), SCRIPT, str(tmp_path))
-    assert cause.id == "GD-SLURM-003" and "7 GPU(s) stay idle" in cause.message
+    assert cause.id == "GD-SLURM-003" and "8 allocated GPU(s): 7 stay idle" in cause.message
     edits = {(a.kind, a.key, a.value, a.target) for a in cause.fix.actions}
     assert (ActionKind.SBATCH_SET, "ntasks-per-node", "8", str(script)) in edits
 
@@ -308,8 +309,9 @@ def test_the_text_reports_next_step_fixes_the_jobs_script_not_this_machine(tmp_p
     (tmp_path / "node.json").write_text(json.dumps(obs.to_dict()) + "\n")
     r = run_gpudoctor_here("watch", "--job", "42", "--for", "1s", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert f"gpudoctor fix --apply --sbatch '{script}'" in r.stdout, r.stdout
-    assert "gpudoctor fix --apply   #" not in r.stdout and "gpudoctor fix --apply --unsafe-fixes" not in r.stdout
+    shown = re.sub(r" \\\n *", " ", r.stdout).replace("'\\\n'", "").replace("\\\n", "")  # as bash reads
+    assert f"gpudoctor fix --apply --sbatch '{script}'" in shown, r.stdout
+    assert "gpudoctor fix --apply   #" not in shown and "gpudoctor fix --apply --unsafe-fixes" not in shown
 
 
 @pytest.mark.parametrize("as_json", [False, True])
