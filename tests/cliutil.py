@@ -149,3 +149,10 @@ def install_plugin(folder: Path, body: str, module: str = "acme_checks") -> dict
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(f"[gpudoctor.checks]\nacme = {module}\n")
     return clean_env({"PYTHONPATH": str(folder) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+
+
+def flat(text: str) -> str:
+    """A text report's words with its wrapping undone (a hanging indent, a command's ` \\` continuation), so a
+    sentence can be looked for whatever the terminal's width (gpudoctor/report/screen.py wraps to it, 80 columns
+    where there is no terminal)."""
+    return " ".join(text.replace(" \\\n", " ").split())

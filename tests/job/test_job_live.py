@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cliutil import clean_env
+from tests.cliutil import clean_env, flat
 
 pytest.importorskip("torch.distributed")
 
@@ -89,7 +89,7 @@ def test_two_torchrun_nodes_the_drifting_node_is_named(tmp_path):
     # the c10d rendezvous, not --node-rank, decides which agent's workers get GROUP_RANK 0 and rank 0
     reports = [out for out, _ in outs if out]
     assert len(reports) == 1, f"only rank 0 prints the report: {outs}"
-    report = reports[0]
+    report = flat(reports[0])
     assert "4 rank(s) on 2 node(s)" in report, outs
     # the node identity is torchrun's GROUP_RANK: one host name, two nodes
     m = re.search(
@@ -169,9 +169,10 @@ def test_a_node_whose_ranks_never_reach_the_store_is_named_by_rank_0(tmp_path):
     elapsed = time.monotonic() - started
     reports = [out for out, _ in outs if "gpudoctor check --job" in out]
     assert len(reports) == 1, outs
-    report = reports[0]
+    report = flat(reports[0])
+    # the finding's sentence, then where the missing ranks are (its detail, under it)
+    assert f"ranks 2–3 of a world of 4 never reported within {timeout} s (2 arrived)" in report, outs
     assert (
-        f"ranks 2–3 of a world of 4 never reported within {timeout} s (2 arrived): "
         "node 1 (torchrun's group rank 1) missing entirely (ranks 2–3), by torchrun's rank order (2 per agent)"
     ) in report, outs
     # the failing node's ranks say so on their own stderr, naming the port that refused them
@@ -225,7 +226,7 @@ def test_a_rank_that_never_starts_is_named_within_the_timeout(tmp_path):
     procs = _env_ranks(tmp_path, 3, [0, 1], _free_port(), timeout=6, extra=("--prometheus", "job.prom"))
     outs = [p.communicate(timeout=90) for p in procs]
     elapsed = time.monotonic() - started
-    assert "rank 2 of a world of 3 never reported within 6 s (2 arrived)" in outs[0][0], outs
+    assert "rank 2 of a world of 3 never reported within 6 s (2 arrived)" in flat(outs[0][0]), outs
     assert [p.returncode for p in procs] == [1, 1]
     assert elapsed < 6 + 40, "bounded: the timeout plus the fixed margins, never a hang"
     # rank 0 writes the job's verdict for node_exporter (issue 19)
@@ -244,7 +245,7 @@ def test_a_refused_store_connection_is_named_bounded(tmp_path):
     procs = _env_ranks(tmp_path, 2, [0, 1], port, timeout=5, port_of={1: wrong})
     outs = [p.communicate(timeout=90) for p in procs]
     elapsed = time.monotonic() - started
-    assert "rank 1 of a world of 2 never reported within 5 s" in outs[0][0], outs
+    assert "rank 1 of a world of 2 never reported within 5 s" in flat(outs[0][0]), outs
     assert f"rank 1 on {HOST} could not reach the job's store" in outs[1][1]
     assert f"127.0.0.1:{wrong}" in outs[1][1] and "refused" in outs[1][1].lower()
     assert [p.returncode for p in procs] == [1, 1]

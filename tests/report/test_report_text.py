@@ -25,7 +25,7 @@ from gpudoctor.readers.sbatch import parse_sbatch
 from gpudoctor.report import text
 from gpudoctor.shellquote import Reference
 from gpudoctor.verdict import split
-from tests.cliutil import clean_env, run_gpudoctor, run_gpudoctor_here
+from tests.cliutil import clean_env, flat, run_gpudoctor, run_gpudoctor_here
 from tests.factsutil import FIXTURES, RECORDED_CPU, make_facts, run, said
 
 SCRIPTS = FIXTURES / "sbatch"
@@ -43,11 +43,6 @@ def gpudoctor(*args: str, env: dict | None = None) -> subprocess.CompletedProces
 
 def by_id(report: dict) -> dict:
     return {f["id"]: f for f in report["findings"]}
-
-
-def flat(text: str) -> str:
-    """The report's words with its wrapping undone (a hanging indent, a command's ` \\` continuation)."""
-    return " ".join(text.replace(" \\\n", " ").split())
 
 
 def joined(text: str) -> str:

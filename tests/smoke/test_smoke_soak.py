@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from gpudoctor.sample_train.judge import soak
+from tests.factsutil import said
 from tests.smoke.networld import _cgroup_root
 from tests.smoke.test_smoke_run import findings, report_of, validate
 
@@ -121,4 +122,4 @@ def test_a_rank_slowed_part_way_through_its_soak_is_named_with_the_reason(tmp_pa
     f = findings(rep)["GD-SMOKE-024"]
     figures = [(r["rank"], [round(s["matmul_tflops"], 4) for s in r["samples"]]) for r in rep["soak"]["per_rank"]]
     assert f["severity"] == "warn" and f["evidence"]["ranks"] == [1], figures
-    assert "its cgroup's CPU quota is 0.1 CPU" in f["message"]
+    assert "its cgroup's CPU quota is 0.1 CPU" in said(f)
