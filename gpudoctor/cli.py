@@ -210,7 +210,7 @@ def _add_core_commands(sub) -> None:
     sub.add_command(
         "compare", "compare snapshots of several nodes (or days): the differences that matter", _add_compare
     )
-    sub.add_command("list", "list the checks", lambda ls: ls.add_argument("--json", action="store_true"))
+    sub.add_command("list", "list the checks", _add_list)
     sub.add_command("explain", "what a check checks, why it matters, how to fix it", _add_explain)
     sub.add_command("docs", "write the check reference (docs/checks.md) from the registry", _add_docs)
 
@@ -569,12 +569,36 @@ def cmd_snapshot(args) -> int:
     return ExitCode.OK
 
 
+def _add_list(ls: argparse.ArgumentParser) -> None:
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--next", metavar="AREA", help="the next free check id of an area (SLURM, NCCL, DIAG, ...)")
+
+
+def _next_id(specs, area: str) -> str:
+    """GD-<AREA>-NNN one above the area's highest id (ids are never reused, so gaps stay gaps)."""
+    import re
+
+    from gpudoctor.inputs import UsageError
+    from gpudoctor.sanitize import clean
+
+    area = area.strip().upper()
+    numbers = [int(m.group(1)) for s in specs.values() if (m := re.fullmatch(rf"GD-{re.escape(area)}-(\d+)", s.id))]
+    if not numbers:
+        areas = sorted({s.id.split("-")[1] for s in specs.values() if s.id.startswith("GD-")})
+        raise UsageError(f"no check area {clean(area)!r} (one of {', '.join(areas)})")
+    return f"GD-{area}-{max(numbers) + 1:03d}"
+
+
 def cmd_list(args) -> int:
     from gpudoctor.model import ExitCode
     from gpudoctor.registry import load_all
     from gpudoctor.sanitize import json_text
 
     specs = load_all()
+    if args.next is not None:
+        nxt = _next_id(specs, args.next)
+        print(json_text({"area": args.next.strip().upper(), "next": nxt}) if args.json else nxt)
+        return ExitCode.OK
     if args.json:
         rows = [{"id": s.id, "name": s.name, "category": s.category, "title": s.title} for s in specs.values()]
         print(json_text(rows, indent=2))

@@ -163,7 +163,7 @@ def _blackwell_or_later(facts, ctx) -> bool | None:
     title="Variables the launched framework requires are set",
     needs=["env"],
     scope="job",
-    what="Matches the launch line against a table of framework requirements (checks/framework.py, each row with "
+    what="Matches the launch line against a table of framework requirements (checks/slurm/framework.py, each row with "
     "the source file that enforces it): Megatron-LM's pretrain_*.py (or a program importing megatron) with "
     "--sequence-parallel, or a tensor/context-parallel size above 1, needs CUDA_DEVICE_MAX_CONNECTIONS=1. The "
     "value is the job's: its environment and exports, an assignment in front of the command, or the program's "
@@ -229,4 +229,4 @@ def framework_required_variable_missing(facts, ctx):
             out.append(warn(msg, fix, **ev))
         else:
             out.append(fail(msg, fix, **ev))
-    return out or skip("no launched framework in the requirements table (checks/framework.py)")
+    return out or skip("no launched framework in the requirements table (checks/slurm/framework.py)")
