@@ -5,7 +5,7 @@ Monitor(window_s=2) as a user writes it, about TRAIN_S seconds of training per w
 - healthy: nobody is named, and the report gives every rank's medians (own work, parts);
 - quota: rank 1 moves itself into a cgroup with a CPU quota of 10 ms every 100 ms (cgroup v1 cpu.cfs_quota_us, or
   v2 cpu.max; tests/smoke/networld.py's helper finds which): GD-WATCH-009 names rank 1 with its host, local rank,
-  forward+backward as the part, and ranks 0 and 2 as the ones waiting for it;
+  forward+backward as the part, and the ranks waiting for it (0 and 2, or one of them on a loaded machine);
 - accumulation: the same quota, four forward/backward passes a step (DDP's no_sync on the first three);
 - busy: rank 1 shares its one core with a busy process (both pinned to it, the busy one by taskset), no quota;
   the busy process runs at nice -10, as a neighbour of a higher priority: at the same priority, on a machine
@@ -202,6 +202,9 @@ def test_a_rank_slowed_in_its_compute_is_named_with_its_host_part_and_the_ranks_
     assert f["severity"] == "warn", (f["message"], f["evidence"])
     ev = f["evidence"]
     assert ev["rank"] == 1 and ev["local_rank"] == 1 and ev["host"] == socket.gethostname()
-    assert ev["part"] == "compute_s" and ev["waiting"] == [0, 2], f["message"]
-    assert "forward+backward" in f["message"] and "ranks 0, 2 wait" in f["message"]
+    # the ranks waiting for it: both others in a quiet machine; on a loaded one a rank whose own core is busy may
+    # wait less than half the gap, and is then (rightly) not said to wait
+    assert ev["part"] == "compute_s" and ev["waiting"] and set(ev["waiting"]) <= {0, 2}, f["message"]
+    waiting = "ranks 0, 2 wait" if ev["waiting"] == [0, 2] else f"rank {ev['waiting'][0]} waits"
+    assert "forward+backward" in f["message"] and waiting in f["message"]
     assert any("GD-WATCH-009 warn: rank 1" in line for _, line in said)  # printed by rank 0 while it trained
