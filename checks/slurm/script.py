@@ -1,6 +1,6 @@
 """The batch script as sbatch and bash read it: directives below the first command (GD-SLURM-011), a
 backslash before a comment (GD-SLURM-013), bash syntax (GD-SLURM-014), a line that starts with an argument
-(GD-SLURM-015).
+(GD-SLURM-015), a training launch left in the background with nothing waiting for it (GD-SLURM-042).
 """
 
 from __future__ import annotations
@@ -194,3 +194,40 @@ def sbatch_line_runs_as_missing_command(facts, ctx):
         *(f"line {a.line}: {a.text[:120]}" for a in stray),
     )
     return fail("; ".join(parts), fix, **evidence)
+
+
+@check(
+    id="GD-SLURM-042",
+    name="training-in-background-without-wait",
+    category="slurm",
+    title="The batch script waits for the training it starts in the background",
+    needs=[],
+    requires=["sbatch"],
+    scope="job",
+    what="For --sbatch: finds training launch lines ended by `&` (run in the background) with no `wait` after "
+    "them in the batch script.",
+    why="bash runs a command ended by `&` in the background and goes on at once (bash(1), Lists); when the batch "
+    "script reaches its end, the job is complete and SLURM ends it, killing every step and process it started "
+    "(sbatch(1): the job runs the batch script; its exit ends the job). With no `wait`, the training is killed "
+    "seconds after it starts; the job's state says COMPLETED.",
+    fix="Add `wait` after the last command started with `&` (it waits for all of them), or run the launch in the "
+    "foreground.",
+)
+def training_in_background_without_wait(facts, ctx):
+    sb = ctx.sbatch
+    background = [la for la in sb.launches if la.background]
+    if not background:
+        return passed("no training launch runs in the background")
+    last = background[-1]
+    if any(w > last.line for w in sb.wait_lines):
+        return passed(f"line {last.line} runs in the background and a `wait` follows it")
+    lines = ", ".join(str(la.line) for la in background)
+    blocking = [la for la in sb.launches if not la.background and la.line > last.line]
+    # A launch in the foreground after it keeps the script (and so the job) alive while it runs: only a warning.
+    judge = warn if blocking else fail
+    return judge(
+        f"line {lines} starts the training with `&` and nothing waits: the script ends, and SLURM ends the job",
+        manual("Wait for the training before the script ends", "wait   # after the last `... &` line"),
+        background_lines=[la.line for la in background],
+        wait_lines=list(sb.wait_lines),
+    )

@@ -64,6 +64,16 @@ def positional_parameters(arguments: tuple[str, ...] | None) -> dict[str, str]:
     return known
 
 
+def _backgrounded(text: str, end: int) -> bool:
+    """The command that ends at `end` is ended by the control operator `&` (not `&&`, `&>` or `>&`): bash runs it
+    in the background and goes on (bash(1) Lists: "If a command is terminated by the control operator &, the shell
+    executes the command in the background in a subshell")."""
+    i = end
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    return text[i : i + 1] == "&" and text[i + 1 : i + 2] not in ("&", ">")
+
+
 class Body:
     """The body's commands in order, with the variables known so far."""
 
@@ -76,6 +86,7 @@ class Body:
         self.branches = Branches()
         self.chdirs: list[tuple[int, str]] = []
         self.unread: list[tuple[int, str]] = []  # commands that may start the training, not read (_unread_command)
+        self.waits: list[int] = []  # lines of `wait`: the batch shell waits there for what it started with `&`
         self.cwd: str | None = None  # after `cd DIR`: DIR as expanded (None: where the job started)
         # per variable: the $(...), `...` and $NAME its value holds as evaluated by the batch shell (not as text)
         self.evaluated: dict[str, frozenset[str]] = {}
@@ -95,6 +106,8 @@ class Body:
         expanded = self.expander.expand(joined, self.known, DEFERRED)
         line = self.src.position(cmd.start)[0]
         as_written = one_line(self.src.text[cmd.start : cmd.end])
+        if raw_words[:1] == ["wait"] and self.branches.may_run:
+            self.waits.append(line)
         subs = [cmd] if expanded == original else commands(tokenize(expanded))  # re-read only what expansion changed
         for sub in subs:
             tokens = self.branches.feed([unquote(w.text) for w in sub.words])
@@ -222,6 +235,8 @@ class Body:
         env, cleared = self._command_env(tokens, cmd, line, as_written)
         if env or cleared:
             launch = replace(launch, env=env, env_cleared=cleared)
+        if _backgrounded(self.src.text, cmd.end):
+            launch = replace(launch, background=True)
         self.launches.append((launch, desc))
 
     def _command_env(self, tokens: list[str], cmd, line: int, as_written: str) -> tuple[tuple[Assignment, ...], bool]:

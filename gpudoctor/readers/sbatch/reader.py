@@ -133,6 +133,7 @@ def _parse_sbatch_cached(text: str, path: str, arguments: tuple[str, ...] | None
         assignments=tuple(body.assignments),
         launches=tuple(launches),
         unread_commands=tuple(body.unread),
+        wait_lines=tuple(body.waits),
         launch=launch,
         broken_continuations=tuple(broken),
         stray_arguments=tuple(stray_arguments(src, cmds, {b.next_line for b in broken})),

@@ -139,6 +139,7 @@ class Launch:
     batch_evaluated: frozenset[str] = frozenset()
     env: tuple[Assignment, ...] = ()  # the command's own environment: prefix assignments, env(1) NAME=v / -u NAME
     env_cleared: bool = False  # `env -i`: the command starts from an empty environment
+    background: bool = False  # `... &`: the batch shell starts it and goes on without waiting (bash(1) Lists)
     # The command after srun and every wrapper (launch.WRAPPERS, env, exec, ...) as the batch shell expanded it,
     # and the wrappers peeled off it, outermost first ("singularity", "bash -c", ...)
     argv: tuple[str, ...] = ()
@@ -225,6 +226,8 @@ class BatchScript:
     # (line, text) of commands the batch shell runs that may start the training and are not read here (`./run.sh`,
     # `bash train.sh`, `$CMD` without srun): where no launch line is found, what the job starts is unknown
     unread_commands: tuple[tuple[int, str], ...] = ()
+    # lines of the batch shell's `wait` builtin: it waits for the commands started in the background (`... &`)
+    wait_lines: tuple[int, ...] = ()
 
     @property
     def options(self) -> dict[str, str | bool]:

@@ -1,0 +1,51 @@
+"""GD-SLURM-042: a training launch ended by `&` with no `wait` after it. Read as bash reads the control operator
+(`&` ends a command, `&&`, `&>` and `>&` do not), and proved on the real test SLURM: a batch script that starts its
+step with `&` and ends is a finished job, its step killed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpudoctor.model import Severity
+from tests.checks.test_slurm_checks import one, sb_run
+
+HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "severity"),
+    [
+        ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py &\n", Severity.FAIL),
+        ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py &\nwait\n", Severity.PASS),
+        ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py & # go\necho started\n", Severity.FAIL),
+        ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py && echo done\n", Severity.PASS),
+        ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py &> train.log\n", Severity.PASS),
+        ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py > train.log 2>&1\n", Severity.PASS),
+        ("srun bash -c 'torchrun --nnodes=2 --nproc_per_node=4 t.py &'\n", Severity.PASS),  # the task's shell's `&`
+        # a foreground launch after it keeps the script running while it runs: said, as a warning
+        ("srun --nodes=1 python a.py &\nsrun --nodes=1 python b.py\n", Severity.WARN),
+        ("for i in 0 1; do\n  srun --nodes=1 --relative=$i python t.py &\ndone\nwait\n", Severity.PASS),
+    ],
+)
+def test_a_launch_left_in_the_background(body, severity):
+    f = one(sb_run("GD-SLURM-042", HEAD + body))
+    assert f.severity is severity, (f.message, f.evidence)
+    if severity is not Severity.PASS:
+        assert "nothing waits" in f.message and len(f.message) <= 120
+        assert f.fix is not None and "wait" in " ".join(a.target or "" for a in f.fix.actions)
+
+
+@pytest.mark.slurm
+def test_sbatch_ends_the_job_with_its_script_and_kills_the_step_left_in_the_background(slurm_cluster, tmp_path):
+    """The rule's premise, on the real SLURM: the step started with `&` is still sleeping when the script ends; the
+    job ends with the script and the step is killed before its `touch`."""
+    marker = tmp_path / "done"
+    script = tmp_path / "bg.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --ntasks=1\nsrun bash -c 'sleep 60; touch {marker}' &\necho started\n")
+    r = slurm_cluster.sbatch_wait(script, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    time.sleep(1)
+    # had the job waited for its step, the step would have slept its 60 s and written the marker
+    assert not marker.exists(), "the job waited for the step it started in the background"
