@@ -223,9 +223,11 @@ def training_in_background_without_wait(facts, ctx):
         return passed(f"line {last.line} runs in the background and a `wait` follows it")
     lines = ", ".join(str(la.line) for la in background)
     blocking = [la for la in sb.launches if not la.background and la.line > last.line]
-    # A launch in the foreground after it keeps the script (and so the job) alive while it runs: only a warning.
-    judge = warn if blocking else fail
-    return judge(
+    if blocking:
+        # a launch in the foreground keeps the script, and so the job, alive while it runs (a helper such as
+        # tensorboard started with `&` before the training is the common case): not judged
+        return passed(f"line {blocking[-1].line} runs in the foreground after the `&` of line {lines}")
+    return fail(
         f"line {lines} starts the training with `&` and nothing waits: the script ends, and SLURM ends the job",
         manual("Wait for the training before the script ends", "wait   # after the last `... &` line"),
         background_lines=[la.line for la in background],

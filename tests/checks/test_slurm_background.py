@@ -24,8 +24,8 @@ HEAD = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --g
         ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py &> train.log\n", Severity.PASS),
         ("srun torchrun --nnodes=2 --nproc_per_node=4 t.py > train.log 2>&1\n", Severity.PASS),
         ("srun bash -c 'torchrun --nnodes=2 --nproc_per_node=4 t.py &'\n", Severity.PASS),  # the task's shell's `&`
-        # a foreground launch after it keeps the script running while it runs: said, as a warning
-        ("srun --nodes=1 python a.py &\nsrun --nodes=1 python b.py\n", Severity.WARN),
+        # a foreground launch after it keeps the script running while it runs (tensorboard before the training)
+        ("python -m tensorboard.main --logdir runs &\nsrun python t.py\n", Severity.PASS),
         ("for i in 0 1; do\n  srun --nodes=1 --relative=$i python t.py &\ndone\nwait\n", Severity.PASS),
     ],
 )
