@@ -67,6 +67,10 @@ def _missing(env: dict, exported: set[str] | frozenset[str] = frozenset()) -> li
     return [n for n in needed if n not in present]
 
 
+# Launchers that give each worker RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torch/distributed/run.py;
+# accelerate launch and deepspeed start their workers through it or set the same variables).
+_SETS_RANKS = ("torchrun", "torch.distributed.launch", "accelerate", "deepspeed")
+
 _SLURM_PAIRS = (("RANK", "SLURM_PROCID"), ("WORLD_SIZE", "SLURM_NTASKS"), ("LOCAL_RANK", "SLURM_LOCALID"))
 
 
@@ -256,6 +260,9 @@ def rank_variables_inconsistent(facts, ctx):
             **evidence,
         )
     missing = _missing(env, set(_script_exports(ctx)))
+    launch = ctx.sbatch.launch if ctx.sbatch is not None else None
+    if missing and launch is not None and launch.launcher in _SETS_RANKS:
+        missing = []  # the batch script's launcher sets RANK, WORLD_SIZE, MASTER_* for every worker it starts
     evidence = {
         **evidence,
         "srun": "starts one task per rank: the script takes its rank from SLURM_PROCID (as Lightning and most "

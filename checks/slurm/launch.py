@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gpudoctor.checks.slurm._shared import (
     directive_fix,
     known_node_cpus,
@@ -253,13 +255,12 @@ def multi_task_job_without_srun(facts, ctx):
     options = f"--nodes={nodes} --ntasks={nodes} --ntasks-per-node=1" if shape.launcher in SPAWNING_LAUNCHERS else ""
     fix = (
         Fix(
-            f"Start line {shape.launch_lineno} with srun: "
-            f"`srun {(options + ' ') if options else ''}{_first_words(shape.launch_line)} ...`",
+            f"Start line {shape.launch_lineno} with srun: `{_with_srun(shape.launch_line, options)} ...`",
             Safety.UNSAFE,
             (Action(ActionKind.SRUN_PREFIX, shape.script, value=options),),
         )
         if shape.script
-        else manual(f"Prefix line {shape.launch_lineno} with srun", f"srun {_first_words(shape.launch_line)} ...")
+        else manual(f"Prefix line {shape.launch_lineno} with srun", f"{_with_srun(shape.launch_line)} ...")
     )
     ev = shape_evidence(shape)
     python_not_ranked = shape.launcher == "python" and not one_rank_per_task_under_srun(shape)
@@ -269,7 +270,7 @@ def multi_task_job_without_srun(facts, ctx):
             f"{nodes} nodes but line {shape.launch_lineno} starts `{line}` without srun: the other node(s) stay idle",
             manual(
                 f"Request --nodes=1 if {line} is one process; start it with srun only if it is one rank per task",
-                f"#SBATCH --nodes=1   (or `srun {_first_words(shape.launch_line)} ...` for a distributed program)",
+                f"#SBATCH --nodes=1   (or `{_with_srun(shape.launch_line)} ...` for a distributed program)",
             ),
             **{**ev, "program": program_status(shape)},
         )
@@ -312,7 +313,7 @@ def multi_task_job_without_srun(facts, ctx):
                 f"Either ask for one task (the program is one process), or start line {shape.launch_lineno} with srun "
                 "(it is one rank per task)",
                 "#SBATCH --ntasks=1",
-                f"srun {_first_words(shape.launch_line)} ...",
+                f"{_with_srun(shape.launch_line)} ...",
             ),
             note=f"{once}; {unknown_note(shape, tasks)}",
             **ev,
@@ -322,5 +323,13 @@ def multi_task_job_without_srun(facts, ctx):
     )
 
 
-def _first_words(text: str, n: int = 3) -> str:
-    return " ".join(text.split()[:n])
+def _with_srun(line: str, options: str = "") -> str:
+    """The launch line's first words with srun in front of its command: assignments written before the command
+    (`CUDA_VISIBLE_DEVICES=0,1 python t.py`) stay in front of srun, whose environment its tasks get (srun(1)
+    --export=ALL, the default); srun runs its first word as the program, so `srun NAME=V python` would not run."""
+    words = line.split()
+    lead = 0
+    while lead < len(words) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[lead]):
+        lead += 1
+    srun = "srun " + (options + " " if options else "")
+    return " ".join(words[:lead] + [srun.rstrip()] + words[lead : lead + 3])

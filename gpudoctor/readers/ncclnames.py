@@ -80,6 +80,12 @@ NOT_SETTINGS = frozenset(
 )
 KNOWN = NCCL_KNOWN | TORCH_KNOWN
 NAMESPACES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_")
+# NCCL's network, collective and tuner plugins read variables of their own in NCCL's namespace: NVIDIA's IB/SHARP
+# plugin (NCCL_IBEXT_*, NCCL_SHARP_*: https://github.com/Mellanox/nccl-rdma-sharp-plugins, and NVIDIA's advice to
+# set NCCL_IBEXT_DISABLE=1 in NVIDIA/nccl-tests#227), AWS's OFI plugin (NCCL_OFI_*:
+# https://github.com/aws/aws-ofi-nccl), and the plugin selectors NCCL documents (NCCL_NET_PLUGIN,
+# NCCL_TUNER_PLUGIN, NCCL_PROFILER_PLUGIN). A plugin's name is not judged: unsetting it could turn the plugin on.
+PLUGIN_PREFIXES = ("NCCL_IBEXT_", "NCCL_SHARP_", "NCCL_OFI_", "NCCL_NET_PLUGIN", "NCCL_TUNER_", "NCCL_PROFILER_")
 
 # Names people write that neither reads, and what does what they meant (the job's timeout is not a variable).
 MEANT = {
@@ -97,7 +103,7 @@ def unread(env: dict) -> list[tuple[str, str | None, bool]]:
     not document)."""
     found: list[tuple[str, str | None, bool]] = []
     for name in sorted(env):
-        if not name.startswith(NAMESPACES) or name in KNOWN or name in NOT_SETTINGS:
+        if not name.startswith(NAMESPACES) or name in KNOWN or name in NOT_SETTINGS or name.startswith(PLUGIN_PREFIXES):
             continue
         if name in MEANT:
             found.append((name, MEANT[name], True))

@@ -363,6 +363,10 @@ def test_names_nccl_or_torch_read_pass_and_an_undocumented_one_is_a_note():
     known |= {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "NCCL_VERSION": "2.21.5", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "600"}
     assert severity("GD-NCCL-013", make_facts(env=known)) is Severity.PASS
     assert severity("GD-NCCL-013", make_facts(env={"NCCL_SOMETHING_NEW": "1"})) is Severity.INFO
+    # a network plugin's own names (NVIDIA's IB/SHARP plugin, AWS's OFI plugin) are not judged: unsetting
+    # NCCL_IBEXT_DISABLE=1, a near miss of NCCL_IB_DISABLE, would turn the plugin back on
+    plugins = {"NCCL_IBEXT_DISABLE": "1", "NCCL_SHARP_DISABLE": "1", "NCCL_OFI_NIC_DUP_CONNS": "2"}
+    assert severity("GD-NCCL-013", make_facts(env=plugins)) is Severity.PASS
 
 
 def test_an_unread_variable_points_at_its_export_line():
