@@ -259,6 +259,15 @@ def allocated_gpus_left_idle(facts, ctx):
     return passed(f"{ranks} process(es) per node for {gpus} GPU(s) ({tasks} task(s))", processes=why, **ev)
 
 
+def _gpus_may_come_unasked(shape: JobShape) -> bool:
+    """No GPU requested, but the cluster may give a node's GPUs with it (--exclusive, a GPU feature or partition):
+    the job's GPU count is then not known to be 0 (GD-SLURM-003 says which)."""
+    d = shape.directives
+    return bool(d.get("exclusive")) or any(
+        re.search(r"(?i)(?<![a-z0-9])gpu", str(d.get(k) or "")) for k in ("constraint", "partition")
+    )
+
+
 def _no_gpu_requested(shape: JobShape, facts, ctx) -> Outcome:
     """A job that requests no GPU (or, inside a job, has none allocated): ask for one GPU per training process of
     a node (4 tasks need 4 GPUs, not 1), unless the user said how many; said, not failed, where the cluster may
@@ -279,6 +288,12 @@ def _no_gpu_requested(shape: JobShape, facts, ctx) -> Outcome:
     if shape.from_script and shape.directives.get("exclusive"):
         ev_gpu["unless"] = "this cluster hands out a whole node's GPUs with --exclusive and no GPU request"
         return warn(msg + ", unless --exclusive gives a node's GPUs", fix, **ev_gpu)
+    partition = str(shape.directives.get("partition") or "")
+    if shape.from_script and re.search(r"(?i)(?<![a-z0-9])gpu", partition):
+        # A GPU partition whose nodes may come with their GPUs unasked (sites that allocate whole nodes, e.g.
+        # TACC's gpu-a100 queues) or may need --gres (most): which one is this cluster's, the script cannot say.
+        ev_gpu["unless"] = f"partition {partition} gives its nodes' GPUs without a GPU request"
+        return warn(msg + f", unless partition {partition} gives its GPUs unasked", fix, **ev_gpu)
     feature = str(shape.directives.get("constraint") or "")
     if shape.from_script and re.search(r"(?i)(?<![a-z0-9])gpu", feature):
         # Sites that select GPU nodes by feature (Cray/CSCS: --constraint=gpu) configure no GPU GRES: the node's
@@ -452,7 +467,7 @@ def _exported_in_script(shape: JobShape, script: str) -> Outcome:
             fix,
             **ev,
         )
-    if gpus is not None and named is not None and named > gpus:
+    if gpus is not None and named is not None and named > gpus and not (gpus == 0 and _gpus_may_come_unasked(shape)):
         return fail(
             f"line {exp.line} {exp.described()} ({named} GPUs) but the job gets {gpus} per node: it points at "
             "GPUs not given to it",

@@ -1,6 +1,7 @@
-"""GD-SLURM-042: a training launch ended by `&` with no `wait` after it. Read as bash reads the control operator
-(`&` ends a command, `&&`, `&>` and `>&` do not), and proved on the real test SLURM: a batch script that starts its
-step with `&` and ends is a finished job, its step killed."""
+"""Rules found on hand-judged public scripts. GD-SLURM-042: a training launch ended by `&` with no `wait` after it,
+read as bash reads the control operator (`&` ends a command, `&&`, `&>` and `>&` do not), and proved on the real
+test SLURM (a batch script that starts its step with `&` and ends is a finished job, its step killed). GD-SLURM-003
+and 010: where a cluster may give a node's GPUs without a request, no GPU request is said, not failed."""
 
 from __future__ import annotations
 
@@ -49,3 +50,27 @@ def test_sbatch_ends_the_job_with_its_script_and_kills_the_step_left_in_the_back
     time.sleep(1)
     # had the job waited for its step, the step would have slept its 60 s and written the marker
     assert not marker.exists(), "the job waited for the step it started in the background"
+
+
+# ---- GPUs a cluster may give unasked (found on public TACC and JSC scripts): said, not failed
+
+
+@pytest.mark.parametrize(
+    ("directives", "severity"),
+    [
+        ("#SBATCH -p gpu-a100-dev\n#SBATCH -N 1\n", Severity.WARN),  # a GPU partition: whole nodes at some sites
+        ("#SBATCH -p normal\n#SBATCH -N 1\n", Severity.FAIL),  # nothing says the GPUs come unasked
+        ("#SBATCH --exclusive\n#SBATCH -N 1\n", Severity.WARN),
+    ],
+)
+def test_no_gpu_request_is_failed_only_where_nothing_may_give_the_gpus(directives, severity):
+    f = one(sb_run("GD-SLURM-003", "#!/bin/bash\n" + directives + "srun python t.py\n"))
+    assert f.severity is severity, f.message
+
+
+def test_an_export_of_eight_gpus_is_no_fail_when_the_node_may_come_with_them():
+    text = "#!/bin/bash\n#SBATCH --exclusive\n#SBATCH -N 1\n"
+    text += "export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7\nsrun python t.py\n"
+    assert one(sb_run("GD-SLURM-010", text)).severity is not Severity.FAIL
+    plain = text.replace("#SBATCH --exclusive\n", "")
+    assert one(sb_run("GD-SLURM-010", plain)).severity is Severity.FAIL  # 0 GPUs asked, 8 named
