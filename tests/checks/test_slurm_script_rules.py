@@ -74,3 +74,22 @@ def test_an_export_of_eight_gpus_is_no_fail_when_the_node_may_come_with_them():
     assert one(sb_run("GD-SLURM-010", text)).severity is not Severity.FAIL
     plain = text.replace("#SBATCH --exclusive\n", "")
     assert one(sb_run("GD-SLURM-010", plain)).severity is Severity.FAIL  # 0 GPUs asked, 8 named
+
+
+@pytest.mark.slurm
+def test_the_variables_sbatch_sets_from_the_directives_are_the_ones_read(slurm_cluster, tmp_path):
+    """implied_slurm_env against the real sbatch: what the batch shell gets from the per-GPU directives (a
+    `--cpus-per-task=$SLURM_CPUS_PER_GPU` line then reads as a number, not an unknown)."""
+    from gpudoctor.readers.sbatch.header import implied_slurm_env
+
+    directives = {"gpus-per-node": "2", "cpus-per-gpu": "1", "ntasks-per-gpu": "1"}
+    out = tmp_path / "env.txt"
+    script = tmp_path / "j.sbatch"
+    lines = "".join(f"#SBATCH --{k}={v}\n" for k, v in directives.items())
+    script.write_text(f"#!/bin/bash\n{lines}#SBATCH --output={out}\nenv\n")
+    r = slurm_cluster.sbatch_wait(script, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    real = dict(line.split("=", 1) for line in out.read_text().splitlines() if line.startswith("SLURM_"))
+    implied = implied_slurm_env(directives, "j.sbatch")
+    for name in ("SLURM_CPUS_PER_GPU", "SLURM_NTASKS_PER_GPU", "SLURM_GPUS_PER_NODE"):
+        assert implied[name] == real[name], (name, implied.get(name), real.get(name))

@@ -35,6 +35,8 @@ def implied_slurm_env(directives: dict, job_name: str) -> dict[str, str]:
         ("gpus-per-node", "SLURM_GPUS_PER_NODE"),
         ("gpus-per-task", "SLURM_GPUS_PER_TASK"),
         ("gpus", "SLURM_GPUS"),
+        ("cpus-per-gpu", "SLURM_CPUS_PER_GPU"),  # sbatch(1) OUTPUT ENVIRONMENT VARIABLES
+        ("ntasks-per-gpu", "SLURM_NTASKS_PER_GPU"),
     ):
         if opt in directives and directives[opt] is not True:
             env[var] = str(directives[opt])
