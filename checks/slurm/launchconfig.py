@@ -24,6 +24,9 @@ def _launch_evidence(launch) -> dict:
     return {"launch line": f"line {launch.line}: {launch.text}"}
 
 
+# The wrappers (readers/sbatch/launch.WRAPPERS) that run the launch in a container's own file system.
+_CONTAINERS = ("singularity", "apptainer", "docker", "podman", "enroot", "shifter")
+
 @check(
     id="GD-SLURM-033",
     name="accelerate-config-file-unread",
@@ -62,6 +65,15 @@ def accelerate_config_file_unread(facts, ctx):
         return info(
             f"--config_file {config.written}: {config.problem}, so its values (processes, machines, machine rank) "
             "are not known before submission",
+            **evidence,
+        )
+    container = next((w for w in launch.wrappers if w in _CONTAINERS), None)
+    if config.status == "missing" and container is not None:
+        # inside a container the path is the container's (a --bind/--mount/--container-mounts destination, or a
+        # file of the image): this machine cannot say whether it is there
+        return info(
+            f"--config_file {config.written} is read inside the {container} container: whether it is there "
+            "(a bind mount or the image) is not known here",
             **evidence,
         )
     if config.status == "missing":

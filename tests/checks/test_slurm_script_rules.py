@@ -93,3 +93,21 @@ def test_the_variables_sbatch_sets_from_the_directives_are_the_ones_read(slurm_c
     implied = implied_slurm_env(directives, "j.sbatch")
     for name in ("SLURM_CPUS_PER_GPU", "SLURM_NTASKS_PER_GPU", "SLURM_GPUS_PER_NODE"):
         assert implied[name] == real[name], (name, implied.get(name), real.get(name))
+
+
+def test_an_accelerate_config_read_inside_a_container_is_not_called_missing(tmp_path):
+    """The path is the container's (`apptainer run --bind $CFG:/mnt/config.yaml IMG accelerate launch
+    --config_file /mnt/config.yaml`): not there on this machine says nothing about the container."""
+    text = (
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:4\n#SBATCH --ntasks-per-node=1\n"
+        "srun apptainer run --bind $HOME/cfg.yaml:/mnt/gd-no-such/config.yaml img.sif "
+        "accelerate launch --config_file /mnt/gd-no-such/config.yaml train.py\n"
+    )
+    from gpudoctor.readers.sbatch import load_sbatch
+
+    job = tmp_path / "job.slurm"
+    job.write_text(text)
+    f = one(sb_run("GD-SLURM-033", load_sbatch(str(job))))
+    assert f.severity is Severity.INFO and "container" in f.message, f.message
+    job.write_text(text.replace("apptainer run --bind $HOME/cfg.yaml:/mnt/gd-no-such/config.yaml img.sif ", ""))
+    assert one(sb_run("GD-SLURM-033", load_sbatch(str(job)))).severity is Severity.WARN
