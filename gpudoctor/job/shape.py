@@ -96,10 +96,16 @@ def from_sbatch(sb: BatchScript, ctx) -> JobShape:
     shape.ntasks_per_node = read_int(step.get("ntasks-per-node"), "--ntasks-per-node", p, 1)
     if shape.nodes and shape.ntasks_option and shape.nodes > shape.ntasks_option:
         # sbatch and srun lower the node count to the task count ("can't run 1 processes on 4 nodes, setting nnodes
-        # to 1": slurm_opt.c, seen with sbatch 22.05): more nodes than tasks is never allocated.
-        shape.problems.append(
+        # to 1": slurm_opt.c, seen with sbatch 22.05): more nodes than tasks is never allocated. Both asked in the
+        # directives: the job is not what the script says (a warning). srun's own -n on a larger job (its nodes
+        # come from SLURM_NNODES): the step runs on fewer nodes, as a step per node in a loop means to.
+        srun_set = srun is not None and ("ntasks" in srun or "nodes" in srun)
+        said = (
             f"--nodes={step.get('nodes')} with --ntasks={shape.ntasks_option}: SLURM allocates "
             f"{shape.ntasks_option} node(s), not {step.get('nodes')}"
+        )
+        (shape.notes if srun_set else shape.problems).append(
+            said.replace("allocates", "runs the step on") if srun_set else said
         )
         ev["nodes (lowered by SLURM)"] = str(shape.ntasks_option)
         shape.nodes = shape.ntasks_option

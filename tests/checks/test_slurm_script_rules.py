@@ -111,3 +111,14 @@ def test_an_accelerate_config_read_inside_a_container_is_not_called_missing(tmp_
     assert f.severity is Severity.INFO and "container" in f.message, f.message
     job.write_text(text.replace("apptainer run --bind $HOME/cfg.yaml:/mnt/gd-no-such/config.yaml img.sif ", ""))
     assert one(sb_run("GD-SLURM-033", load_sbatch(str(job)))).severity is Severity.WARN
+
+
+def test_a_step_of_one_task_on_a_larger_job_is_no_node_count_problem():
+    """`srun -n 1 torchrun ...` once per node in a loop: srun lowers the step's nodes (SLURM_NNODES) to its one task,
+    as the loop means; only both counts in the directives make the job other than the script says."""
+    job = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:2\n"
+    loop = "for i in 0 1; do\n  srun -n 1 torchrun --nnodes=2 --node-rank=$i --nproc-per-node=2 t.py &\ndone\nwait\n"
+    assert one(sb_run("GD-SLURM-001", job + loop)).severity is not Severity.WARN
+    both = job.replace("--nodes=2\n", "--nodes=2\n#SBATCH --ntasks=1\n") + "srun torchrun --nproc-per-node=2 t.py\n"
+    f = one(sb_run("GD-SLURM-001", both))
+    assert f.severity is Severity.WARN and "allocates 1 node(s), not 2" in f.message
