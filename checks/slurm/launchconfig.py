@@ -27,6 +27,7 @@ def _launch_evidence(launch) -> dict:
 # The wrappers (readers/sbatch/launch.WRAPPERS) that run the launch in a container's own file system.
 _CONTAINERS = ("singularity", "apptainer", "docker", "podman", "enroot", "shifter")
 
+
 @check(
     id="GD-SLURM-033",
     name="accelerate-config-file-unread",
