@@ -211,14 +211,10 @@ def _fields(text: str) -> dict:
 
 
 def batch_script(job: str) -> str | None:
-    """The batch script as submitted (`scontrol write batch_script JOB -`); None when it cannot be had."""
-    from gpudoctor.probe.proc import run_bounded
+    """The batch script as submitted; None when it cannot be had (gpudoctor/probe/slurm.batch_script)."""
+    from gpudoctor.probe.slurm import batch_script as written
 
-    try:
-        r = run_bounded(["scontrol", "write", "batch_script", job, "-"], SCONTROL_TIMEOUT_S, max_output=1 << 20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return r.stdout if r.returncode == 0 and r.stdout.strip() and not r.truncated else None
+    return written(job, SCONTROL_TIMEOUT_S)
 
 
 def _job_finding(job: str, record: dict):

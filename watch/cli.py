@@ -234,14 +234,10 @@ def ended_during_watch(findings: list[Finding], job: str, now) -> list[Finding]:
 
 
 def batch_script(job: str) -> str | None:
-    """The batch script as submitted (SLURM keeps it while the job lives); None when it cannot be had."""
-    from gpudoctor.probe.proc import run_bounded
+    """The batch script as submitted; None when it cannot be had (gpudoctor/probe/slurm.batch_script)."""
+    from gpudoctor.probe.slurm import batch_script as written
 
-    try:
-        r = run_bounded(["scontrol", "write", "batch_script", job, "-"], SCONTROL_TIMEOUT_S, max_output=1 << 20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return r.stdout if r.returncode == 0 and r.stdout.strip() and not r.truncated else None
+    return written(job, SCONTROL_TIMEOUT_S)
 
 
 def script_causes(job: str, command: str | None, text: str | None, work_dir: str | None = None) -> list[Finding]:

@@ -81,6 +81,16 @@ def job_record(job_id: str) -> dict:
     return {k: record[k] for k in JOB_FIELDS if k in record}
 
 
+def batch_script(job: str, timeout: float) -> str | None:
+    """The job's batch script as submitted (`scontrol write batch_script JOB -`: SLURM keeps it while the job lives,
+    and for a while after); None when it cannot be had (no scontrol, another user's job, gone, cut at 1 MiB)."""
+    try:
+        r = run_bounded(["scontrol", "write", "batch_script", job, "-"], timeout, max_output=1 << 20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 and r.stdout.strip() and not r.truncated else None
+
+
 _PACKAGES_CODE = (
     "import json\nfrom importlib.metadata import version, PackageNotFoundError\nout = {}\n"
     "for p in %r:\n    try: out[p] = version(p)\n    except PackageNotFoundError: out[p] = None\n"
