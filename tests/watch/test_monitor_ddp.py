@@ -23,13 +23,12 @@ two idle cores, mostly sleeps; the only time asserted is the uneven world's boun
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.watch.rankworld import run_ranks
 
 pytestmark = [pytest.mark.ddp, pytest.mark.xdist_group("cpu-ddp-worlds")]
 
@@ -123,28 +122,9 @@ def worlds(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("monitor-ddp")
     script = out / "rank.py"
     script.write_text(RANK)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("LOCAL_RANK", None)
-    ranks = subprocess.Popen(
-        [sys.executable, str(script), str(port), str(out)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        said = ranks.communicate(timeout=180)[1]
-    finally:
-        try:
-            os.killpg(ranks.pid, 9)  # both ranks, whatever became of them
-        except ProcessLookupError:
-            pass
+    returncode, said = run_ranks(script, str(out), timeout=180)
     rank1 = out / "stderr1.txt"
-    assert ranks.returncode == 0, (said, rank1.read_text() if rank1.exists() else "")
+    assert returncode == 0, (said, rank1.read_text() if rank1.exists() else "")
     (out / "stderr0.txt").write_text(said)
     return out
 

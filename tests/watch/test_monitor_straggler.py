@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.smoke.networld import _cgroup_root
+from tests.watch.rankworld import run_ranks
 
 pytestmark = [pytest.mark.world, pytest.mark.ddp, pytest.mark.xdist_group("cpu-ddp-worlds")]
 
@@ -155,30 +154,13 @@ def worlds(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("monitor-straggler")
     script = out / "rank.py"
     script.write_text(RANK)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("LOCAL_RANK", None)
     cgroup = _make_cgroup(f"gdmon{os.getpid()}")
-    ranks = subprocess.Popen(
-        [sys.executable, str(script), str(port), str(out), cgroup, str(TRAIN_S)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
     try:
-        said = ranks.communicate(timeout=600)[1]
+        returncode, said = run_ranks(script, str(out), cgroup, str(TRAIN_S), timeout=600)
     finally:
-        try:
-            os.killpg(ranks.pid, 9)
-        except ProcessLookupError:
-            pass
         _remove_cgroup(cgroup)
     others = [(out / f"stderr{r}.txt").read_text() for r in (1, 2) if (out / f"stderr{r}.txt").exists()]
-    assert ranks.returncode == 0, (said, others)
+    assert returncode == 0, (said, others)
     return out
 
 
