@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpudoctor.job.model import JobModel, Process, Unknown, job_model, known, not_understood
+from gpudoctor.job.model import JobModel, Process, Task, Unknown, job_model, known, not_understood
 from gpudoctor.model import fail, manual, passed, skip, warn
 from gpudoctor.registry import check
 
@@ -133,8 +133,8 @@ _REMEDY = (
 )
 
 
-def _program_args(model: JobModel, p: Process) -> tuple[str, ...]:
-    """The words the program gets after its file (launcher options left out)."""
+def _program_args(model: JobModel, p: Process | Task) -> tuple[str, ...]:
+    """The words the program gets after its file (launcher options left out), of a process or a task's command."""
     script = model.launch.script if model.launch is not None else None
     return p.argv[p.argv.index(script) + 1 :] if script and script in p.argv else p.argv
 
@@ -221,8 +221,7 @@ def _more_nodes_than_nnodes(model: JobModel) -> tuple[str, tuple[str, ...]] | No
     nodes = {t.node for t in agents}
     if len(nodes) != len(agents) or len(nodes) <= nnodes[1]:
         return None
-    script = model.launch.script if model.launch is not None else None
-    args = {t.argv[t.argv.index(script) + 1 :] if script in t.argv else t.argv for t in agents}
+    args = {_program_args(model, t) for t in agents}
     if len(args) == len(agents):
         return None  # each node runs its own arguments: separate runs on purpose (a sweep)
     lo, hi = nnodes
